@@ -1,0 +1,411 @@
+//! Convolution + bias (+ ReLU), forward and backward, on the CPU.
+//!
+//! By [`ConvKind`]:
+//!
+//! - **Pointwise**: per image `Y = W · X` (`c_out × c_in` times `c_in × h·w`) with
+//!   `matrixmultiply`; backward `dW += G · Xᵀ`, `dX = Wᵀ · G` (transposes are strides, no
+//!   copies).
+//! - **Dense / grouped**: per image and group, `im2col` (one row per input channel and tap, one
+//!   column per output pixel), then the same products; the backward pass scatters the column
+//!   gradient back with `col2im`.
+//! - **Depthwise**: direct loops, see [`super::depthwise`].
+//!
+//! Bias and ReLU are applied in one pass over the product. The backward pass first masks the
+//! output gradient with `output > 0` when the op has a ReLU (the gradient at exactly 0 is 0),
+//! from the stored *output*, so the pre-activation need not be kept.
+//!
+//! Work is split over the batch on [`Scratch::threads`] threads; in the backward pass each
+//! thread sums its images' weight and bias gradients into its own buffer (the first thread
+//! directly into the outputs) and the partial sums are added at the end.
+
+use super::gemm::{rm, sgemm, tr};
+use super::scratch::{run_parts, split_parts, Scratch};
+use super::{depthwise, reduce};
+use crate::compute::ops::{Conv2d, ConvKind};
+
+/// Sizes one image of the op touches: input, output, pixels per output plane, and the
+/// `im2col` rows of one group.
+fn image_sizes(op: &Conv2d) -> (usize, usize, usize, usize) {
+    let plane_out = op.out_h() as usize * op.out_w() as usize;
+    let cols = op.c_in_per_group() as usize * (op.kernel * op.kernel) as usize;
+    (
+        op.c_in as usize * op.h as usize * op.w as usize,
+        op.c_out as usize * plane_out,
+        plane_out,
+        cols,
+    )
+}
+
+/// Floats of [`Scratch`] one thread needs for [`conv2d_forward`].
+pub fn conv2d_forward_scratch_len(op: &Conv2d) -> usize {
+    let (_, _, plane_out, cols) = image_sizes(op);
+    match op.kind() {
+        ConvKind::Pointwise => 0,
+        ConvKind::Depthwise => depthwise::forward_scratch_len(op),
+        ConvKind::Dense | ConvKind::Grouped => cols * plane_out,
+    }
+}
+
+/// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
+pub fn conv2d_backward_scratch_len(op: &Conv2d) -> usize {
+    let (_, out_img, plane_out, cols) = image_sizes(op);
+    let partial = op.weight_len() + op.bias_len();
+    partial
+        + match op.kind() {
+            ConvKind::Pointwise => out_img,
+            ConvKind::Depthwise => depthwise::backward_scratch_len(op),
+            ConvKind::Dense | ConvKind::Grouped => out_img + cols * plane_out,
+        }
+}
+
+fn check_lens(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y_len: usize) {
+    if let Err(e) = op.validate() {
+        panic!("invalid Conv2d {op:?}: {e}");
+    }
+    assert_eq!(x.len(), op.input_len(), "conv input length");
+    assert_eq!(weight.len(), op.weight_len(), "conv weight length");
+    assert_eq!(bias.len(), op.bias_len(), "conv bias length");
+    assert_eq!(y_len, op.output_len(), "conv output length");
+}
+
+/// Writes `col[(ci·k + ky)·k + kx][oy·ow + ox] = x[ci][oy·s + ky − p][ox·s + kx − p]` (zero
+/// outside the input) for the `c` channels of `x`.
+fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
+    let (h, w) = (op.h as usize, op.w as usize);
+    let (k, s, p) = (op.kernel as usize, op.stride as usize, op.pad as usize);
+    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+    let mut rows = col.chunks_exact_mut(oh * ow);
+    for ci in 0..c {
+        let plane = &x[ci * h * w..][..h * w];
+        for ky in 0..k {
+            for kx in 0..k {
+                let row = rows.next().unwrap();
+                // Output columns whose input column ox·s + kx − p lies in 0..w.
+                let lo = p.saturating_sub(kx).div_ceil(s).min(ow);
+                let hi = (w + p).saturating_sub(kx).div_ceil(s).clamp(lo, ow);
+                for (oy, out) in row.chunks_exact_mut(ow).enumerate() {
+                    let iy = (oy * s + ky).wrapping_sub(p);
+                    if iy >= h {
+                        out.fill(0.0);
+                        continue;
+                    }
+                    out[..lo].fill(0.0);
+                    out[hi..].fill(0.0);
+                    let src = &plane[iy * w + lo * s + kx - p..];
+                    if s == 1 {
+                        out[lo..hi].copy_from_slice(&src[..hi - lo]);
+                    } else {
+                        for (d, v) in out[lo..hi].iter_mut().zip(src.iter().step_by(s)) {
+                            *d = *v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col`]: adds every column entry into the input position it came from.
+/// `gx` (the `c` channels) must be zeroed (or hold what to add to) beforehand.
+fn col2im_add(op: &Conv2d, c: usize, col: &[f32], gx: &mut [f32]) {
+    let (h, w) = (op.h as usize, op.w as usize);
+    let (k, s, p) = (op.kernel as usize, op.stride as usize, op.pad as usize);
+    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+    let mut rows = col.chunks_exact(oh * ow);
+    for ci in 0..c {
+        let plane = &mut gx[ci * h * w..][..h * w];
+        for ky in 0..k {
+            for kx in 0..k {
+                let row = rows.next().unwrap();
+                let lo = p.saturating_sub(kx).div_ceil(s).min(ow);
+                let hi = (w + p).saturating_sub(kx).div_ceil(s).clamp(lo, ow);
+                for (oy, src) in row.chunks_exact(ow).enumerate() {
+                    let iy = (oy * s + ky).wrapping_sub(p);
+                    if iy >= h || lo == hi {
+                        continue;
+                    }
+                    let dst = &mut plane[iy * w + lo * s + kx - p..];
+                    for (d, v) in dst.iter_mut().step_by(s).zip(&src[lo..hi]) {
+                        *d += *v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y[c][·] = relu?(y[c][·] + bias[c])` for every channel plane of one image.
+fn bias_act(y: &mut [f32], bias: &[f32], plane: usize, relu: bool) {
+    for (row, &b) in y.chunks_exact_mut(plane).zip(bias) {
+        if relu {
+            row.iter_mut().for_each(|v| *v = (*v + b).max(0.0));
+        } else {
+            row.iter_mut().for_each(|v| *v += b);
+        }
+    }
+}
+
+fn forward_image(
+    op: &Conv2d,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (in_img, _, plane_out, cols) = image_sizes(op);
+    match op.kind() {
+        ConvKind::Depthwise => depthwise::forward_image(op, x, weight, bias, y, scratch),
+        ConvKind::Pointwise => {
+            let (ci, co) = (op.c_in as usize, op.c_out as usize);
+            sgemm(
+                co,
+                ci,
+                plane_out,
+                1.0,
+                rm(weight, ci),
+                rm(x, plane_out),
+                0.0,
+                y,
+                plane_out,
+            );
+            bias_act(y, bias, plane_out, op.relu);
+        }
+        ConvKind::Dense | ConvKind::Grouped => {
+            let groups = op.groups as usize;
+            let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
+            let col = &mut scratch[..cols * plane_out];
+            for g in 0..groups {
+                let xg = &x[g * in_img / groups..][..in_img / groups];
+                im2col(op, cig, xg, col);
+                sgemm(
+                    cog,
+                    cols,
+                    plane_out,
+                    1.0,
+                    rm(&weight[g * cog * cols..], cols),
+                    rm(col, plane_out),
+                    0.0,
+                    &mut y[g * cog * plane_out..],
+                    plane_out,
+                );
+            }
+            bias_act(y, bias, plane_out, op.relu);
+        }
+    }
+}
+
+/// Forward pass: `output = relu?(conv(input, weight) + bias)` (see [`Conv2d`] for shapes and
+/// layouts). `scratch` must hold [`conv2d_forward_scratch_len`] floats per thread.
+pub fn conv2d_forward(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    check_lens(op, input, weight, bias, output.len());
+    let n = op.n as usize;
+    let (in_img, out_img, _, _) = image_sizes(op);
+    let parts = scratch.threads().min(n);
+    let per = conv2d_forward_scratch_len(op);
+    let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
+    let chunks = split_parts(output, n, out_img, parts).zip(split_parts(scr, parts, per, parts));
+    run_parts(chunks, |((range, y), (_, scr))| {
+        for (b, yb) in range.zip(y.chunks_exact_mut(out_img)) {
+            forward_image(op, &input[b * in_img..][..in_img], weight, bias, yb, scr);
+        }
+    });
+}
+
+/// One image of the backward pass; `gw` and `gb` are accumulated into, `gx` overwritten.
+#[allow(clippy::too_many_arguments)]
+fn backward_image(
+    op: &Conv2d,
+    x: &[f32],
+    weight: &[f32],
+    y: &[f32],
+    gy: &[f32],
+    gx: Option<&mut [f32]>,
+    gw: &mut [f32],
+    gb: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let kind = op.kind();
+    if kind == ConvKind::Depthwise {
+        return depthwise::backward_image(op, x, weight, y, gy, gx, gw, gb, scratch);
+    }
+    let (in_img, out_img, plane_out, cols) = image_sizes(op);
+    let (masked, col) = scratch.split_at_mut(out_img);
+    let g: &[f32] = if op.relu {
+        for ((m, &gv), &yv) in masked.iter_mut().zip(gy).zip(y) {
+            *m = if yv > 0.0 { gv } else { 0.0 };
+        }
+        masked
+    } else {
+        gy
+    };
+    for (b, row) in gb.iter_mut().zip(g.chunks_exact(plane_out)) {
+        *b += reduce::sum_f32(row);
+    }
+    if kind == ConvKind::Pointwise {
+        let (ci, co) = (op.c_in as usize, op.c_out as usize);
+        // dW (co × ci) += G (co × P) · Xᵀ (P × ci)
+        sgemm(
+            co,
+            plane_out,
+            ci,
+            1.0,
+            rm(g, plane_out),
+            tr(x, plane_out),
+            1.0,
+            gw,
+            ci,
+        );
+        if let Some(gx) = gx {
+            // dX (ci × P) = Wᵀ (ci × co) · G (co × P)
+            sgemm(
+                ci,
+                co,
+                plane_out,
+                1.0,
+                tr(weight, ci),
+                rm(g, plane_out),
+                0.0,
+                gx,
+                plane_out,
+            );
+        }
+        return;
+    }
+    let groups = op.groups as usize;
+    let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
+    let col = &mut col[..cols * plane_out];
+    let mut gx = gx;
+    if let Some(gx) = gx.as_deref_mut() {
+        gx.fill(0.0);
+    }
+    for grp in 0..groups {
+        let gg = &g[grp * cog * plane_out..][..cog * plane_out];
+        im2col(op, cig, &x[grp * in_img / groups..][..in_img / groups], col);
+        // dW_g (cog × cols) += G_g (cog × P) · colᵀ (P × cols)
+        sgemm(
+            cog,
+            plane_out,
+            cols,
+            1.0,
+            rm(gg, plane_out),
+            tr(col, plane_out),
+            1.0,
+            &mut gw[grp * cog * cols..],
+            cols,
+        );
+        if let Some(gx) = gx.as_deref_mut() {
+            // dcol (cols × P) = W_gᵀ (cols × cog) · G_g (cog × P), then scattered back.
+            sgemm(
+                cols,
+                cog,
+                plane_out,
+                1.0,
+                tr(&weight[grp * cog * cols..], cols),
+                rm(gg, plane_out),
+                0.0,
+                col,
+                plane_out,
+            );
+            col2im_add(
+                op,
+                cig,
+                col,
+                &mut gx[grp * in_img / groups..][..in_img / groups],
+            );
+        }
+    }
+}
+
+/// Backward pass of [`conv2d_forward`]. `output` is the forward output (after the ReLU: it
+/// gives the mask), `grad_output` the loss gradient with respect to it. Overwrites
+/// `grad_weight`, `grad_bias` and, when given, `grad_input` (leave it out for a first layer,
+/// whose input needs no gradient). `scratch` must hold [`conv2d_backward_scratch_len`] floats
+/// per thread.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_backward(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    output: &[f32],
+    grad_output: &[f32],
+    grad_input: Option<&mut [f32]>,
+    grad_weight: &mut [f32],
+    grad_bias: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    check_lens(op, input, weight, grad_bias, output.len());
+    assert_eq!(
+        grad_output.len(),
+        op.output_len(),
+        "conv grad_output length"
+    );
+    assert_eq!(
+        grad_weight.len(),
+        op.weight_len(),
+        "conv grad_weight length"
+    );
+    if let Some(gx) = &grad_input {
+        assert_eq!(gx.len(), op.input_len(), "conv grad_input length");
+    }
+    let n = op.n as usize;
+    let (in_img, out_img, _, _) = image_sizes(op);
+    let (wl, bl) = (op.weight_len(), op.bias_len());
+    let parts = scratch.threads().min(n);
+    let per = conv2d_backward_scratch_len(op);
+    let scr = scratch.take(per, parts, "conv2d_backward_scratch_len");
+    grad_weight.fill(0.0);
+    grad_bias.fill(0.0);
+
+    // Each part: its images, its slice of grad_input, and where its weight/bias sums go.
+    {
+        let (gw0, gb0) = (&mut *grad_weight, &mut *grad_bias);
+        let mut scr_parts = scr.chunks_mut(per);
+        let first = scr_parts.next().unwrap();
+        let sums = std::iter::once((gw0, gb0, first)).chain(scr_parts.map(|s| {
+            let (partial, rest) = s.split_at_mut(wl + bl);
+            partial.fill(0.0);
+            let (pw, pb) = partial.split_at_mut(wl);
+            (pw, pb, rest)
+        }));
+        let mut gx_dummy: [f32; 0] = [];
+        let (gx_all, gx_per) = match grad_input {
+            Some(gx) => (gx, in_img),
+            None => (&mut gx_dummy[..], 0),
+        };
+        let have_gx = gx_per > 0;
+        let items = split_parts(gx_all, n, gx_per, parts).zip(sums);
+        run_parts(items, |((range, gx), (gw, gb, scr))| {
+            let mut gx_iter = gx.chunks_exact_mut(in_img);
+            for b in range {
+                let gxb = if have_gx { gx_iter.next() } else { None };
+                backward_image(
+                    op,
+                    &input[b * in_img..][..in_img],
+                    weight,
+                    &output[b * out_img..][..out_img],
+                    &grad_output[b * out_img..][..out_img],
+                    gxb,
+                    gw,
+                    gb,
+                    scr,
+                );
+            }
+        });
+    }
+    for s in scr.chunks(per).skip(1) {
+        for (d, v) in grad_weight.iter_mut().zip(&s[..wl]) {
+            *d += v;
+        }
+        for (d, v) in grad_bias.iter_mut().zip(&s[wl..wl + bl]) {
+            *d += v;
+        }
+    }
+}

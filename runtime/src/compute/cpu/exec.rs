@@ -1,0 +1,371 @@
+//! The CPU engine's executor: a [`Recording`]'s tensors as host memory, its steps run by the
+//! Rust kernels of this module, in order.
+//!
+//! Every tensor and all working memory are allocated in [`CpuExec::new`]; [`CpuExec::run`]
+//! allocates nothing (a step's output tensors are moved out of their slot and back, which
+//! moves pointers, not data). Convolutions split their batch over the engine's thread pool.
+
+use std::time::{Duration, Instant};
+
+use super::scratch::Scratch;
+use super::{add, conv, loss, normalize, optim, targets, upsample};
+use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
+
+/// A tensor's host memory.
+#[derive(Debug)]
+enum Storage {
+    F32(Vec<f32>),
+    Bytes(Vec<u8>),
+}
+
+/// What one run took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuTiming {
+    pub wall: Duration,
+    /// Per step, when per-step timing is on.
+    pub per_step: Vec<Duration>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct CpuExec {
+    recording: Recording,
+    storage: Vec<Storage>,
+    scratch: Scratch,
+    decode_scratch: Vec<decode_scratch::Candidate>,
+    per_step: bool,
+    timings: Vec<Duration>,
+}
+
+mod decode_scratch {
+    pub use crate::compute::cpu::decode::Candidate;
+}
+
+impl CpuExec {
+    /// Allocates every tensor (zeroed) and the kernels' working memory for `threads` threads.
+    pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
+        recording.validate()?;
+        let storage = recording
+            .tensors
+            .iter()
+            .map(|t| match t.elem {
+                Elem::F32 => Storage::F32(vec![0.0; t.len]),
+                Elem::Bytes => Storage::Bytes(vec![0; t.len]),
+            })
+            .collect();
+        let mut scratch = Scratch::new(threads);
+        let mut decode = 0;
+        let mut steps = 0;
+        for entry in &recording.entries {
+            steps = steps.max(entry.steps.len());
+            for step in &entry.steps {
+                match step {
+                    Step::ConvForward { op, .. } => {
+                        scratch.reserve(conv::conv2d_forward_scratch_len(op))
+                    }
+                    Step::ConvBackward { op, .. } => {
+                        scratch.reserve(conv::conv2d_backward_scratch_len(op))
+                    }
+                    Step::Decode { op, .. } => decode = decode.max(super::decode::scratch_len(op)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(CpuExec {
+            recording: recording.clone(),
+            storage,
+            scratch,
+            decode_scratch: vec![Default::default(); decode],
+            per_step: false,
+            timings: Vec::with_capacity(steps),
+        })
+    }
+
+    /// Time every step of a run (for per-kernel figures).
+    pub fn set_per_step_timing(&mut self, on: bool) {
+        self.per_step = on;
+    }
+
+    pub fn threads(&self) -> usize {
+        self.scratch.threads()
+    }
+
+    /// Bytes this executor holds: tensors and working memory.
+    pub fn bytes(&self) -> u64 {
+        self.recording.bytes() + 4 * self.scratch.len() as u64
+    }
+
+    pub fn recording(&self) -> &Recording {
+        &self.recording
+    }
+
+    fn f32s(&self, id: TensorId) -> &[f32] {
+        match &self.storage[id.index()] {
+            Storage::F32(v) => v,
+            Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
+        }
+    }
+
+    fn bytes_of(&self, id: TensorId) -> &[u8] {
+        match &self.storage[id.index()] {
+            Storage::Bytes(v) => v,
+            Storage::F32(_) => unreachable!("validated: a byte tensor"),
+        }
+    }
+
+    /// Moves an f32 tensor out of its slot (no copy); [`CpuExec::put`] puts it back.
+    fn take(&mut self, id: TensorId) -> Vec<f32> {
+        match &mut self.storage[id.index()] {
+            Storage::F32(v) => std::mem::take(v),
+            Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
+        }
+    }
+
+    fn take_bytes(&mut self, id: TensorId) -> Vec<u8> {
+        match &mut self.storage[id.index()] {
+            Storage::Bytes(v) => std::mem::take(v),
+            Storage::F32(_) => unreachable!("validated: a byte tensor"),
+        }
+    }
+
+    fn put(&mut self, id: TensorId, v: Vec<f32>) {
+        self.storage[id.index()] = Storage::F32(v);
+    }
+
+    fn put_bytes(&mut self, id: TensorId, v: Vec<u8>) {
+        self.storage[id.index()] = Storage::Bytes(v);
+    }
+
+    /// Runs entry `entry`.
+    pub fn run(&mut self, entry: usize) -> Result<CpuTiming, String> {
+        let Some(e) = self.recording.entries.get(entry) else {
+            return Err(format!(
+                "entry {entry} of a recording with {}",
+                self.recording.entries.len()
+            ));
+        };
+        let started = Instant::now();
+        self.timings.clear();
+        // Steps are cloned one at a time (plain data, no heap) so `self` can be borrowed.
+        for i in 0..e.steps.len() {
+            let t0 = Instant::now();
+            let step = self.recording.entries[entry].steps[i].clone();
+            self.step(&step);
+            if self.per_step {
+                self.timings.push(t0.elapsed());
+            }
+        }
+        Ok(CpuTiming {
+            wall: started.elapsed(),
+            per_step: if self.per_step {
+                self.timings.clone()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    fn step(&mut self, step: &Step) {
+        match *step {
+            Step::ConvForward { op, x, w, b, y } => {
+                let mut out = self.take(y);
+                let mut scratch = std::mem::take(&mut self.scratch);
+                conv::conv2d_forward(
+                    &op,
+                    self.f32s(x),
+                    self.f32s(w),
+                    self.f32s(b),
+                    &mut out,
+                    &mut scratch,
+                );
+                self.scratch = scratch;
+                self.put(y, out);
+            }
+            Step::ConvBackward {
+                op,
+                x,
+                w,
+                y,
+                gy,
+                gx,
+                gw,
+                gb,
+            } => {
+                let mut gw_v = self.take(gw);
+                let mut gb_v = self.take(gb);
+                let mut gx_v = gx.map(|t| self.take(t));
+                let mut scratch = std::mem::take(&mut self.scratch);
+                conv::conv2d_backward(
+                    &op,
+                    self.f32s(x),
+                    self.f32s(w),
+                    self.f32s(y),
+                    self.f32s(gy),
+                    gx_v.as_deref_mut(),
+                    &mut gw_v,
+                    &mut gb_v,
+                    &mut scratch,
+                );
+                self.scratch = scratch;
+                self.put(gw, gw_v);
+                self.put(gb, gb_v);
+                if let (Some(t), Some(v)) = (gx, gx_v) {
+                    self.put(t, v);
+                }
+            }
+            Step::Add { op, a, b, out } => {
+                let mut o = self.take(out);
+                add::add(&op, self.f32s(a), self.f32s(b), &mut o);
+                self.put(out, o);
+            }
+            Step::AddAssign { op, dst, src } => {
+                let mut d = self.take(dst);
+                add::add_assign(&op, &mut d, self.f32s(src));
+                self.put(dst, d);
+            }
+            Step::UpsampleForward { op, x, y } => {
+                let mut o = self.take(y);
+                upsample::upsample2x_forward(&op, self.f32s(x), &mut o);
+                self.put(y, o);
+            }
+            Step::UpsampleBackward { op, gy, gx } => {
+                let mut o = self.take(gx);
+                upsample::upsample2x_backward(&op, self.f32s(gy), &mut o);
+                self.put(gx, o);
+            }
+            Step::Normalize { op, records, out } => {
+                let mut o = self.take(out);
+                normalize::normalize(&op, self.bytes_of(records), &mut o);
+                self.put(out, o);
+            }
+            Step::Targets { op, records, out } => {
+                let mut o = self.take(out);
+                targets::render_targets(&op, self.bytes_of(records), &mut o);
+                self.put(out, o);
+            }
+            Step::LossForward {
+                op,
+                pred,
+                target,
+                loss: l,
+            } => {
+                let mut o = self.take(l);
+                let parts = loss::center_loss(&op, self.f32s(pred), self.f32s(target));
+                o.copy_from_slice(&parts.to_array());
+                self.put(l, o);
+            }
+            Step::LossBackward {
+                op,
+                pred,
+                target,
+                loss: l,
+                grad,
+            } => {
+                let mut g = self.take(grad);
+                let centres = self.f32s(l)[4];
+                loss::center_loss_backward(&op, self.f32s(pred), self.f32s(target), centres, &mut g);
+                self.put(grad, g);
+            }
+            Step::AdamW {
+                op,
+                param,
+                grad,
+                m,
+                v,
+                hyper,
+            } => {
+                let h: [f32; HYPER_LEN] = self.f32s(hyper).try_into().expect("validated length");
+                let op = crate::compute::ops::AdamW {
+                    lr: h[0],
+                    step: h[1] as u32,
+                    ..op
+                };
+                let (mut p, mut mv, mut vv) = (self.take(param), self.take(m), self.take(v));
+                optim::adamw(&op, &mut p, self.f32s(grad), &mut mv, &mut vv);
+                self.put(param, p);
+                self.put(m, mv);
+                self.put(v, vv);
+            }
+            Step::Sgd {
+                op,
+                param,
+                grad,
+                velocity,
+                hyper,
+            } => {
+                let op = crate::compute::ops::SgdMomentum {
+                    lr: self.f32s(hyper)[0],
+                    ..op
+                };
+                let (mut p, mut vel) = (self.take(param), self.take(velocity));
+                optim::sgd_momentum(&op, &mut p, self.f32s(grad), &mut vel);
+                self.put(param, p);
+                self.put(velocity, vel);
+            }
+            Step::Decode {
+                op,
+                pred,
+                dets,
+                counts,
+            } => {
+                let mut d = self.take_bytes(dets);
+                let mut c = self.take_bytes(counts);
+                let mut scratch = std::mem::take(&mut self.decode_scratch);
+                super::decode::decode_into_bytes(&op, self.f32s(pred), &mut scratch, &mut d, &mut c);
+                self.decode_scratch = scratch;
+                self.put_bytes(dets, d);
+                self.put_bytes(counts, c);
+            }
+        }
+    }
+
+    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
+        let name = &self.recording.get(id).name;
+        match &mut self.storage[id.index()] {
+            Storage::F32(v) if v.len() == data.len() => {
+                v.copy_from_slice(data);
+                Ok(())
+            }
+            Storage::F32(v) => Err(format!("tensor {name:?} holds {} floats, {} given", v.len(), data.len())),
+            Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
+        }
+    }
+
+    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
+        let name = &self.recording.get(id).name;
+        match &self.storage[id.index()] {
+            Storage::F32(v) if v.len() == out.len() => {
+                out.copy_from_slice(v);
+                Ok(())
+            }
+            Storage::F32(v) => Err(format!("tensor {name:?} holds {} floats, {} asked", v.len(), out.len())),
+            Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
+        }
+    }
+
+    /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
+    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
+        let name = &self.recording.get(id).name;
+        match &mut self.storage[id.index()] {
+            Storage::Bytes(v) if data.len() <= v.len() => {
+                v[..data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            Storage::Bytes(v) => Err(format!("tensor {name:?} holds {} bytes, {} given", v.len(), data.len())),
+            Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
+        }
+    }
+
+    /// Reads the start of a byte tensor into `out`.
+    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
+        let name = &self.recording.get(id).name;
+        match &self.storage[id.index()] {
+            Storage::Bytes(v) if out.len() <= v.len() => {
+                out.copy_from_slice(&v[..out.len()]);
+                Ok(())
+            }
+            Storage::Bytes(v) => Err(format!("tensor {name:?} holds {} bytes, {} asked", v.len(), out.len())),
+            Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The CPU engine's kernels: the Rust twin of every GPU kernel, and a first-class engine of its
+//! own (on a Raspberry Pi the CPU runs det-s faster than the V3D GPU).
+//!
+//! Each kernel takes its op description from [`crate::compute::ops`] as the first argument and
+//! plain slices for its tensors; working memory comes from a [`Scratch`] sized at set-up, so a
+//! training step allocates nothing.
+
+pub mod conv;
+pub mod depthwise;
+mod gemm;
+#[cfg(test)]
+pub(crate) mod gradcheck;
+pub mod pool;
+pub mod reduce;
+pub mod scratch;
+
+pub use conv::{
+    conv2d_backward, conv2d_backward_scratch_len, conv2d_forward, conv2d_forward_scratch_len,
+};
+pub use scratch::Scratch;

@@ -1,0 +1,244 @@
+//! A fixed pool of worker threads that runs one job of `parts` pieces at a time, without
+//! allocating per job.
+//!
+//! Spawning threads per kernel call (as `std::thread::scope` does) allocates their stacks and
+//! handles every time and costs tens of microseconds; a training step calls dozens of kernels.
+//! The pool's threads are started once and sleep on a condition variable; [`Pool::run`]
+//! publishes a borrowed closure, the calling thread and the workers take pieces by an index
+//! counter, and `run` returns only when every piece is done, so the borrow it published is
+//! never used after it returns. A piece that panics is caught in its worker and re-raised on
+//! the calling thread.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// Most threads a pool (and so a kernel split) uses.
+pub const MAX_THREADS: usize = 16;
+
+/// The job being run: a pointer to the caller's closure, valid while `Pool::run` waits.
+#[derive(Clone, Copy)]
+struct Job(*const (dyn Fn(usize) + Sync));
+
+// SAFETY: the pointee is `Sync` (callable from any thread through `&`), and `Pool::run` keeps
+// it alive until every worker has finished with it.
+unsafe impl Send for Job {}
+
+struct State {
+    job: Option<Job>,
+    parts: usize,
+    /// Next piece to hand out.
+    next: usize,
+    /// Pieces not yet finished.
+    remaining: usize,
+    panicked: bool,
+    shutdown: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Pieces run outside the lock, so a panic never poisons it mid-update.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes and runs pieces of the current job until none is left. Returns with the lock.
+    fn work<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        while let Some(job) = state.job.filter(|_| state.next < state.parts) {
+            let i = state.next;
+            state.next += 1;
+            drop(state);
+            // SAFETY: `job` points at the closure `Pool::run` published; `run` does not return
+            // (and so the closure stays alive) until `remaining` reaches 0, which needs this
+            // piece to finish first.
+            let f = unsafe { &*job.0 };
+            let ok = catch_unwind(AssertUnwindSafe(|| f(i))).is_ok();
+            state = self.lock();
+            state.panicked |= !ok;
+            state.remaining -= 1;
+            if state.remaining == 0 {
+                self.done.notify_all();
+            }
+        }
+        state
+    }
+}
+
+/// See the module docs.
+pub struct Pool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    /// Serialises callers: one job at a time.
+    caller: Mutex<()>,
+}
+
+impl Pool {
+    /// A pool whose jobs run on `threads` threads in all: the caller plus `threads − 1`
+    /// workers (`threads` is clamped to `1..=MAX_THREADS`).
+    pub fn new(threads: usize) -> Pool {
+        let threads = threads.clamp(1, MAX_THREADS);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                job: None,
+                parts: 0,
+                next: 0,
+                remaining: 0,
+                panicked: false,
+                shutdown: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let workers = (1..threads)
+            .map(|k| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("fulcrum-compute-{k}"))
+                    .spawn(move || {
+                        let mut state = shared.lock();
+                        loop {
+                            state = shared.work(state);
+                            if state.shutdown {
+                                return;
+                            }
+                            state = shared.work.wait(state).unwrap_or_else(|e| e.into_inner());
+                        }
+                    })
+                    .expect("spawning a compute thread")
+            })
+            .collect();
+        Pool {
+            shared,
+            threads: workers,
+            caller: Mutex::new(()),
+        }
+    }
+
+    /// Threads a job runs on (the caller included).
+    pub fn threads(&self) -> usize {
+        self.threads.len() + 1
+    }
+
+    /// Runs `f(0) … f(parts − 1)`, spread over the pool's threads and the caller, and returns
+    /// when all are done. Panics (on this thread) if any piece panicked.
+    pub fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
+        if parts == 0 {
+            return;
+        }
+        if parts == 1 || self.threads.is_empty() {
+            (0..parts).for_each(f);
+            return;
+        }
+        let _one_at_a_time = self.caller.lock().unwrap_or_else(|e| e.into_inner());
+        let job: *const (dyn Fn(usize) + Sync + '_) = f;
+        // SAFETY: only the lifetime is erased. The pointer is dereferenced by pieces only, and
+        // this function waits below until every piece has finished, so `f` outlives them.
+        let job = Job(unsafe {
+            std::mem::transmute::<
+                *const (dyn Fn(usize) + Sync + '_),
+                *const (dyn Fn(usize) + Sync + 'static),
+            >(job)
+        });
+        let mut state = self.shared.lock();
+        state.job = Some(job);
+        state.parts = parts;
+        state.next = 0;
+        state.remaining = parts;
+        state.panicked = false;
+        self.shared.work.notify_all();
+        state = self.shared.work(state);
+        while state.remaining > 0 {
+            state = self
+                .shared
+                .done
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        state.job = None;
+        let panicked = state.panicked;
+        drop(state);
+        if panicked {
+            panic!("a compute thread panicked (see its message above)");
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.work.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pool({} threads)", self.threads())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn every_piece_runs_once_on_several_threads() {
+        let pool = Pool::new(3);
+        assert_eq!(pool.threads(), 3);
+        for parts in [1, 2, 3, 7, 64] {
+            let hits: Vec<AtomicUsize> = (0..parts).map(|_| AtomicUsize::new(0)).collect();
+            let names = Mutex::new(std::collections::HashSet::new());
+            pool.run(parts, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+                names
+                    .lock()
+                    .unwrap()
+                    .insert(std::thread::current().name().map(str::to_owned));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "parts {parts}"
+            );
+            if parts >= 7 {
+                assert!(names.lock().unwrap().len() >= 2, "work was spread");
+            }
+        }
+    }
+
+    #[test]
+    fn borrows_of_the_caller_are_safe_to_write_through_pieces() {
+        let pool = Pool::new(4);
+        let mut data = vec![0u32; 1000];
+        let chunks: Vec<Mutex<&mut [u32]>> = data.chunks_mut(100).map(Mutex::new).collect();
+        pool.run(chunks.len(), &|i| {
+            for (j, v) in chunks[i].lock().unwrap().iter_mut().enumerate() {
+                *v = (i * 100 + j) as u32;
+            }
+        });
+        drop(chunks);
+        assert!(data.iter().enumerate().all(|(i, &v)| v == i as u32));
+    }
+
+    #[test]
+    fn a_panicking_piece_is_reported_and_the_pool_keeps_working() {
+        let pool = Pool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(4, &|i| assert!(i != 2, "piece two fails"));
+        }));
+        assert!(r.is_err());
+        let count = AtomicUsize::new(0);
+        pool.run(5, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 5);
+    }
+}

@@ -1,0 +1,223 @@
+//! [`Exec`]: a [`Recording`] running on one engine, chosen by [`EngineChoice`] — the one
+//! interface the trainer, the evaluator and the benches use.
+//!
+//! `auto` picks Vulkan on a GPU (discrete, integrated or virtual) and the CPU engine otherwise.
+//! A Vulkan device of type CPU (Mesa's lavapipe) is *not* taken by `auto`: it runs the same
+//! shaders on the same cores, slower than the CPU engine's kernels; `--engine vulkan` still
+//! uses it (that is how the shaders are tested without a GPU). No Vulkan loader or device
+//! under `auto` is a log line and the CPU engine, never a failure.
+
+use std::time::Duration;
+
+use super::cpu::exec::CpuExec;
+use super::recording::{Recording, TensorId};
+use super::vulkan::exec::VulkanExec;
+use super::vulkan::{self, Timestamps};
+
+/// Which engine to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineChoice {
+    #[default]
+    Auto,
+    Cpu,
+    Vulkan,
+}
+
+impl std::str::FromStr for EngineChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(EngineChoice::Auto),
+            "cpu" => Ok(EngineChoice::Cpu),
+            "vulkan" => Ok(EngineChoice::Vulkan),
+            _ => Err(format!("unknown engine {s:?}: use auto, cpu or vulkan")),
+        }
+    }
+}
+
+/// How to set up the engine.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    pub engine: EngineChoice,
+    /// Vulkan device index (`fulcrum devices`); `None`: the best.
+    pub device: Option<usize>,
+    /// CPU engine threads; 0: every core.
+    pub threads: usize,
+    /// GPU timestamps per dispatch (per-kernel figures) rather than per step.
+    pub per_kernel_timing: bool,
+    /// Enable the Khronos validation layer.
+    pub validation: bool,
+    /// Refuse a recording whose tensors need more than this many bytes.
+    pub mem_budget: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Vulkan engine: {0}")]
+    Vulkan(#[from] vulkan::Error),
+    #[error("CPU engine: {0}")]
+    Cpu(String),
+    #[error(
+        "the model needs {needed} bytes of tensors, over the memory budget of {budget} bytes; \
+         lower --batch or raise --mem-budget"
+    )]
+    Budget { needed: u64, budget: u64 },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How long one run took on the device.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunTiming {
+    /// The step on the device: GPU timestamps on Vulkan (wall time where the queue has none),
+    /// wall time on the CPU engine.
+    pub device: Duration,
+    /// Host wall time of the call (submission and waiting included).
+    pub wall: Duration,
+    /// Per dispatch (Vulkan) or per step (CPU), when per-kernel timing is on.
+    pub per_kernel: Vec<Duration>,
+}
+
+/// A recording on an engine.
+#[derive(Debug)]
+pub enum Exec {
+    Cpu(CpuExec),
+    Vulkan(Box<VulkanExec>),
+}
+
+impl Exec {
+    /// Sets up `recording` on the engine `options` choose (see the module docs).
+    pub fn new(recording: &Recording, options: &ExecOptions) -> Result<Exec> {
+        if let Some(budget) = options.mem_budget {
+            let needed = recording.bytes();
+            if needed > budget {
+                return Err(Error::Budget { needed, budget });
+            }
+        }
+        let vulkan_options = vulkan::Options {
+            validation: options.validation,
+            device: options.device,
+            ..vulkan::Options::default()
+        };
+        let timestamps = if options.per_kernel_timing {
+            Timestamps::PerDispatch
+        } else {
+            Timestamps::Step
+        };
+        let use_vulkan = match options.engine {
+            EngineChoice::Cpu => false,
+            EngineChoice::Vulkan => true,
+            EngineChoice::Auto => match vulkan::list_devices(&vulkan_options) {
+                Ok(list) => match vulkan::pick_device(&list.devices, options.device) {
+                    Ok(i) if list.devices[i].device_type == vulkan::DeviceType::Cpu
+                        && options.device.is_none() =>
+                    {
+                        log::info!(
+                            "engine: the only Vulkan device is {} (a CPU device): the CPU engine \
+                             is faster on the same cores (--engine vulkan uses it anyway)",
+                            list.devices[i].label()
+                        );
+                        false
+                    }
+                    Ok(_) => true,
+                    Err(e) => {
+                        log::info!("engine: {e}; using the CPU engine");
+                        false
+                    }
+                },
+                Err(e) if e.is_unavailable() => {
+                    log::info!("engine: {e}; using the CPU engine");
+                    false
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if use_vulkan {
+            let engine = vulkan::Engine::new(&vulkan_options)?;
+            let exec = VulkanExec::new(engine, recording, timestamps, options.mem_budget)?;
+            Ok(Exec::Vulkan(Box::new(exec)))
+        } else {
+            let threads = match options.threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            };
+            let mut exec = CpuExec::new(recording, threads).map_err(Error::Cpu)?;
+            exec.set_per_step_timing(options.per_kernel_timing);
+            Ok(Exec::Cpu(exec))
+        }
+    }
+
+    /// `cpu (2 threads)` or `vulkan: NAME (type)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Exec::Cpu(c) => format!("cpu ({} thread{})", c.threads(), if c.threads() == 1 { "" } else { "s" }),
+            Exec::Vulkan(v) => format!("vulkan: {}", v.engine().info().label()),
+        }
+    }
+
+    pub fn is_vulkan(&self) -> bool {
+        matches!(self, Exec::Vulkan(_))
+    }
+
+    pub fn run(&mut self, entry: usize) -> Result<RunTiming> {
+        match self {
+            Exec::Cpu(c) => {
+                let t = c.run(entry).map_err(Error::Cpu)?;
+                Ok(RunTiming {
+                    device: t.wall,
+                    wall: t.wall,
+                    per_kernel: t.per_step,
+                })
+            }
+            Exec::Vulkan(v) => {
+                let t = v.run(entry)?;
+                Ok(RunTiming {
+                    device: t.gpu.unwrap_or(t.wall),
+                    wall: t.wall,
+                    per_kernel: t.per_dispatch,
+                })
+            }
+        }
+    }
+
+    /// Labels for [`RunTiming::per_kernel`] of entry `entry`.
+    pub fn kernel_names(&self, entry: usize) -> Vec<String> {
+        match self {
+            Exec::Cpu(c) => c.recording().entries[entry]
+                .steps
+                .iter()
+                .map(|s| s.name().to_owned())
+                .collect(),
+            Exec::Vulkan(v) => v.kernels(entry).iter().map(|k| k.name().to_owned()).collect(),
+        }
+    }
+
+    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<()> {
+        match self {
+            Exec::Cpu(c) => c.write_f32(id, data).map_err(Error::Cpu),
+            Exec::Vulkan(v) => Ok(v.write_f32(id, data)?),
+        }
+    }
+
+    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<()> {
+        match self {
+            Exec::Cpu(c) => c.read_f32(id, out).map_err(Error::Cpu),
+            Exec::Vulkan(v) => Ok(v.read_f32(id, out)?),
+        }
+    }
+
+    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<()> {
+        match self {
+            Exec::Cpu(c) => c.write_bytes(id, data).map_err(Error::Cpu),
+            Exec::Vulkan(v) => Ok(v.write_bytes(id, data)?),
+        }
+    }
+
+    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<()> {
+        match self {
+            Exec::Cpu(c) => c.read_bytes(id, out).map_err(Error::Cpu),
+            Exec::Vulkan(v) => Ok(v.read_bytes(id, out)?),
+        }
+    }
+}

@@ -1,0 +1,781 @@
+//! Operation descriptions shared by both engines.
+//!
+//! Every kernel of the detector is described here once, as a plain `Copy` struct of integers,
+//! floats and flags: its shape and its parameters, nothing else (the `tract` style: ops are
+//! data). The CPU engine ([`crate::compute::cpu`]) takes them as the first argument of its
+//! kernels; the Vulkan engine turns the same fields into push and specialisation constants. The
+//! sizes a recording must allocate (`input_len`, `output_len`, …) come from the same methods, so
+//! the two engines cannot disagree about a buffer.
+//!
+//! Conventions, for every op:
+//!
+//! - Tensors are `f32`, NCHW, contiguous: element `(b, c, y, x)` of a `n × c × h × w` tensor is
+//!   at `((b·c_total + c)·h + y)·w + x`.
+//! - Shapes are `u32` (what a shader indexes with); `validate` refuses a description whose
+//!   buffers would not be indexable by `u32`, or that makes no sense (zero sizes, channels that
+//!   do not divide into groups, …), with a message naming the field.
+//! - Lengths returned by the `*_len` methods are in elements (`f32`) unless they say bytes.
+//! - Gradients: a backward kernel *overwrites* its gradient outputs (it does not accumulate);
+//!   where a tensor feeds two consumers (a residual), the model adds the two gradients with the
+//!   residual-add kernel.
+
+/// Largest number of elements any buffer may hold: indices must fit in a shader's `uint`.
+pub const MAX_ELEMENTS: u64 = u32::MAX as u64;
+
+fn check_nonzero(fields: &[(&str, u32)]) -> Result<(), String> {
+    for (name, v) in fields {
+        if *v == 0 {
+            return Err(format!("{name} is 0; it must be at least 1"));
+        }
+    }
+    Ok(())
+}
+
+fn check_fits(what: &str, len: u64) -> Result<(), String> {
+    if len > MAX_ELEMENTS {
+        return Err(format!(
+            "{what} has {len} elements, more than the {MAX_ELEMENTS} a kernel can index"
+        ));
+    }
+    Ok(())
+}
+
+/// Which code path a convolution takes (both engines specialise on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConvKind {
+    /// `1×1`, stride 1, no padding, one group: a plain matrix product per image.
+    Pointwise,
+    /// One group per channel and one output channel per input channel (`groups = c_in = c_out`).
+    Depthwise,
+    /// One group, any kernel: `im2col` + matrix product.
+    Dense,
+    /// Several groups of several channels each: like `Dense`, group by group.
+    Grouped,
+}
+
+/// 2-D convolution + bias, with an optional ReLU fused after it.
+///
+/// Input `n × c_in × h × w`, weight `c_out × (c_in/groups) × kernel × kernel`, bias `c_out`,
+/// output `n × c_out × out_h × out_w` with `out_h = (h + 2·pad − kernel)/stride + 1`. Output
+/// channel `o` belongs to group `g = o / (c_out/groups)` and sees input channels
+/// `g·(c_in/groups) .. (g+1)·(c_in/groups)`. Padding is zeros, `pad` pixels on every side
+/// (det-s uses `kernel/2`, what the constructors set).
+///
+/// With `relu`, the output is `max(0, conv + bias)` and the backward pass lets the gradient
+/// through where the stored output is `> 0` (so the gradient at exactly 0 is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    pub n: u32,
+    pub c_in: u32,
+    pub h: u32,
+    pub w: u32,
+    pub c_out: u32,
+    pub kernel: u32,
+    pub stride: u32,
+    pub pad: u32,
+    pub groups: u32,
+    pub relu: bool,
+}
+
+impl Conv2d {
+    /// A dense (one group) `kernel × kernel` convolution with padding `kernel/2`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dense(
+        n: u32,
+        c_in: u32,
+        h: u32,
+        w: u32,
+        c_out: u32,
+        kernel: u32,
+        stride: u32,
+        relu: bool,
+    ) -> Self {
+        Conv2d {
+            n,
+            c_in,
+            h,
+            w,
+            c_out,
+            kernel,
+            stride,
+            pad: kernel / 2,
+            groups: 1,
+            relu,
+        }
+    }
+
+    /// A depthwise `kernel × kernel` convolution over `c` channels with padding `kernel/2`.
+    pub fn depthwise(n: u32, c: u32, h: u32, w: u32, kernel: u32, stride: u32, relu: bool) -> Self {
+        Conv2d {
+            n,
+            c_in: c,
+            h,
+            w,
+            c_out: c,
+            kernel,
+            stride,
+            pad: kernel / 2,
+            groups: c,
+            relu,
+        }
+    }
+
+    /// A pointwise (`1×1`, stride 1) convolution.
+    pub fn pointwise(n: u32, c_in: u32, h: u32, w: u32, c_out: u32, relu: bool) -> Self {
+        Conv2d::dense(n, c_in, h, w, c_out, 1, 1, relu)
+    }
+
+    pub fn out_h(&self) -> u32 {
+        (self.h + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+
+    pub fn out_w(&self) -> u32 {
+        (self.w + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+
+    /// Input channels each output channel sees.
+    pub fn c_in_per_group(&self) -> u32 {
+        self.c_in / self.groups
+    }
+
+    /// Output channels of one group.
+    pub fn c_out_per_group(&self) -> u32 {
+        self.c_out / self.groups
+    }
+
+    pub fn input_len(&self) -> usize {
+        self.n as usize * self.c_in as usize * self.h as usize * self.w as usize
+    }
+
+    pub fn output_len(&self) -> usize {
+        self.n as usize * self.c_out as usize * self.out_h() as usize * self.out_w() as usize
+    }
+
+    /// `c_out × (c_in/groups) × kernel × kernel`.
+    pub fn weight_len(&self) -> usize {
+        self.c_out as usize
+            * self.c_in_per_group() as usize
+            * self.kernel as usize
+            * self.kernel as usize
+    }
+
+    pub fn bias_len(&self) -> usize {
+        self.c_out as usize
+    }
+
+    /// Floating-point operations of the forward pass: two per multiply-add (bias and ReLU not
+    /// counted). The backward pass costs about twice this.
+    pub fn flops(&self) -> u64 {
+        2 * self.output_len() as u64
+            * self.c_in_per_group() as u64
+            * self.kernel as u64
+            * self.kernel as u64
+    }
+
+    pub fn kind(&self) -> ConvKind {
+        if self.kernel == 1 && self.stride == 1 && self.pad == 0 && self.groups == 1 {
+            ConvKind::Pointwise
+        } else if self.groups == self.c_in && self.c_out == self.c_in && self.groups > 1 {
+            ConvKind::Depthwise
+        } else if self.groups == 1 {
+            ConvKind::Dense
+        } else {
+            ConvKind::Grouped
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("conv n", self.n),
+            ("conv c_in", self.c_in),
+            ("conv h", self.h),
+            ("conv w", self.w),
+            ("conv c_out", self.c_out),
+            ("conv kernel", self.kernel),
+            ("conv stride", self.stride),
+            ("conv groups", self.groups),
+        ])?;
+        if self.c_in % self.groups != 0 || self.c_out % self.groups != 0 {
+            return Err(format!(
+                "conv groups {} must divide c_in {} and c_out {}",
+                self.groups, self.c_in, self.c_out
+            ));
+        }
+        if self.pad >= self.kernel {
+            return Err(format!(
+                "conv pad {} must be below the kernel size {} (det-s pads kernel/2)",
+                self.pad, self.kernel
+            ));
+        }
+        let (hp, wp) = (
+            self.h as u64 + 2 * self.pad as u64,
+            self.w as u64 + 2 * self.pad as u64,
+        );
+        if hp < self.kernel as u64 || wp < self.kernel as u64 {
+            return Err(format!(
+                "conv kernel {} larger than the padded input {hp}×{wp}",
+                self.kernel
+            ));
+        }
+        check_fits("conv input", self.input_len() as u64)?;
+        check_fits("conv output", self.output_len() as u64)?;
+        check_fits("conv weight", self.weight_len() as u64)
+    }
+}
+
+/// Element-wise sum of two tensors of `len` elements (the residual add). Its backward pass is
+/// the identity: both inputs get the output's gradient (accumulated with this same kernel where
+/// a tensor has two consumers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Add {
+    pub len: u32,
+}
+
+impl Add {
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[("add len", self.len)])
+    }
+}
+
+/// Nearest-neighbour upsampling by 2 in both directions: `n × c × h × w` → `n × c × 2h × 2w`,
+/// output `(y, x)` copies input `(y/2, x/2)`. Backward: each input gradient is the sum of its
+/// four output gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Upsample2x {
+    pub n: u32,
+    pub c: u32,
+    pub h: u32,
+    pub w: u32,
+}
+
+impl Upsample2x {
+    pub fn input_len(&self) -> usize {
+        self.n as usize * self.c as usize * self.h as usize * self.w as usize
+    }
+
+    pub fn output_len(&self) -> usize {
+        4 * self.input_len()
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("upsample n", self.n),
+            ("upsample c", self.c),
+            ("upsample h", self.h),
+            ("upsample w", self.w),
+        ])?;
+        check_fits("upsample output", self.output_len() as u64)
+    }
+}
+
+/// Image bytes to network input: `n` records, each starting with a `h × w × 3` u8 HWC RGB
+/// image (the record layout of [`crate::format::RecordLayout`]: the image comes first), records
+/// `record_stride` bytes apart; output `n × 3 × h × w` f32 with value `byte / 255`. With `flip`
+/// every image is mirrored horizontally (output `x` reads input `w − 1 − x`). No backward: the
+/// input is data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Normalize {
+    pub n: u32,
+    pub h: u32,
+    pub w: u32,
+    /// Bytes from one record to the next (`RecordLayout::record_size`); at least `h·w·3`.
+    pub record_stride: u32,
+    pub flip: bool,
+}
+
+impl Normalize {
+    /// Bytes of one image, `h·w·3`.
+    pub fn image_bytes(&self) -> usize {
+        self.h as usize * self.w as usize * 3
+    }
+
+    /// Bytes the input must hold: `(n − 1)·record_stride + image_bytes`.
+    pub fn input_bytes(&self) -> usize {
+        (self.n as usize - 1) * self.record_stride as usize + self.image_bytes()
+    }
+
+    pub fn output_len(&self) -> usize {
+        self.n as usize * self.image_bytes()
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("normalize n", self.n),
+            ("normalize h", self.h),
+            ("normalize w", self.w),
+        ])?;
+        if (self.record_stride as usize) < self.image_bytes() {
+            return Err(format!(
+                "normalize record_stride {} is smaller than one {}×{}×3 image",
+                self.record_stride, self.h, self.w
+            ));
+        }
+        check_fits("normalize input", self.input_bytes() as u64)?;
+        check_fits("normalize output", self.output_len() as u64)
+    }
+}
+
+/// CenterNet training targets rendered from the boxes inside the records.
+///
+/// Input: `n` records `record_stride` bytes apart; in each, the metadata starts `meta_offset`
+/// bytes in (`RecordLayout::image_bytes`): box count as `u16` at `meta_offset + 4`, box `i` at
+/// `meta_offset + 40 + 20·i` as `class: u32, x0, y0, x1, y1: f32` (little endian, pixels of the
+/// `grid_w·stride × grid_h·stride` input image). At most `max_boxes` boxes are read.
+///
+/// Output: `n × (classes + 5) × grid_h × grid_w`, channels in the order of the model's output:
+/// `classes` heat maps, offset x, offset y, log width, log height, then the centre mask. For a
+/// box with centre `(cx, cy)` and size `(bw, bh)` in grid cells (pixels / `stride`), its centre
+/// cell is `(⌊cx⌋, ⌊cy⌋)` (clamped into the grid); there the offsets are `cx − ⌊cx⌋`,
+/// `cy − ⌊cy⌋`, the sizes `ln bw`, `ln bh` and the mask is 1. Its class channel gets a Gaussian
+/// `exp(−(dx² + dy²)/(2σ²))` over the cells `|dx|, |dy| ≤ r` around the centre cell, where
+/// `r = ⌊gaussian_radius(bh, bw, min_overlap)⌋` (CenterNet's formula) and `σ = (2r + 1)/6`;
+/// overlapping Gaussians combine by maximum, so the centre cell is exactly 1. Where two boxes
+/// share a centre cell, the later box's offset and size win. With `flip` the boxes are mirrored
+/// (`x → grid_w·stride − x`), to match a flipped [`Normalize`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Targets {
+    pub n: u32,
+    pub classes: u32,
+    pub grid_h: u32,
+    pub grid_w: u32,
+    /// Input pixels per grid cell (8 for det-s).
+    pub stride: u32,
+    pub max_boxes: u32,
+    pub record_stride: u32,
+    pub meta_offset: u32,
+    /// CenterNet's minimum IoU of a box shifted within the radius: 0.7.
+    pub min_overlap: f32,
+    pub flip: bool,
+}
+
+impl Targets {
+    /// Channels of the target tensor: `classes + 5`.
+    pub fn channels(&self) -> u32 {
+        self.classes + 5
+    }
+
+    pub fn output_len(&self) -> usize {
+        self.n as usize * self.channels() as usize * self.grid_h as usize * self.grid_w as usize
+    }
+
+    /// Bytes the input must hold: up to the last box of the last record.
+    pub fn input_bytes(&self) -> usize {
+        (self.n as usize - 1) * self.record_stride as usize
+            + self.meta_offset as usize
+            + 40
+            + 20 * self.max_boxes as usize
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("targets n", self.n),
+            ("targets classes", self.classes),
+            ("targets grid_h", self.grid_h),
+            ("targets grid_w", self.grid_w),
+            ("targets stride", self.stride),
+        ])?;
+        if self.meta_offset % 4 != 0 || self.record_stride % 4 != 0 {
+            return Err(format!(
+                "targets meta_offset {} and record_stride {} must be multiples of 4",
+                self.meta_offset, self.record_stride
+            ));
+        }
+        let record_part = self.meta_offset as u64 + 40 + 20 * self.max_boxes as u64;
+        if self.n > 1 && (self.record_stride as u64) < record_part {
+            return Err(format!(
+                "targets record_stride {} is smaller than the {record_part} bytes of a record",
+                self.record_stride
+            ));
+        }
+        if !(self.min_overlap > 0.0 && self.min_overlap < 1.0) {
+            return Err(format!(
+                "targets min_overlap {} must be in (0, 1)",
+                self.min_overlap
+            ));
+        }
+        check_fits("targets input", self.input_bytes() as u64)?;
+        check_fits("targets output", self.output_len() as u64)
+    }
+}
+
+/// The detector's loss: focal loss on the heat maps plus L1 on offsets and log sizes at the
+/// centres, all divided by `N = max(1, number of centre cells in the batch)`.
+///
+/// Predictions `n × (classes + 4) × grid_h × grid_w` (heat-map logits, offset x/y, log w/h),
+/// targets as [`Targets`] renders them. With `p = sigmoid(logit)` and `y` the target heat:
+///
+/// - where `y = 1`: `−(1 − p)^alpha · ln p`;
+/// - elsewhere: `−(1 − y)^beta · p^alpha · ln(1 − p)`;
+///
+/// `ln p` and `ln(1 − p)` are computed as `−softplus(∓logit)`, exact and finite for every
+/// logit. L1: `offset_weight · Σ |Δoffset| + size_weight · Σ |Δlog size|` over centre cells and
+/// both components (the gradient of `|0|` is taken as 0). The gradient (same shape as the
+/// predictions) is zero off the centres for the four regression channels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CenterLoss {
+    pub n: u32,
+    pub classes: u32,
+    pub grid_h: u32,
+    pub grid_w: u32,
+    /// 2 in CenterNet.
+    pub alpha: f32,
+    /// 4 in CenterNet.
+    pub beta: f32,
+    pub offset_weight: f32,
+    pub size_weight: f32,
+}
+
+impl CenterLoss {
+    /// det-s's loss: `alpha = 2`, `beta = 4`, both L1 weights 1.
+    pub fn det_s(n: u32, classes: u32, grid_h: u32, grid_w: u32) -> Self {
+        CenterLoss {
+            n,
+            classes,
+            grid_h,
+            grid_w,
+            alpha: 2.0,
+            beta: 4.0,
+            offset_weight: 1.0,
+            size_weight: 1.0,
+        }
+    }
+
+    /// Elements of the prediction (and gradient) tensor.
+    pub fn pred_len(&self) -> usize {
+        self.n as usize * (self.classes as usize + 4) * self.grid_h as usize * self.grid_w as usize
+    }
+
+    /// Elements of the target tensor (as [`Targets::output_len`]).
+    pub fn target_len(&self) -> usize {
+        self.n as usize * (self.classes as usize + 5) * self.grid_h as usize * self.grid_w as usize
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("loss n", self.n),
+            ("loss classes", self.classes),
+            ("loss grid_h", self.grid_h),
+            ("loss grid_w", self.grid_w),
+        ])?;
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("offset_weight", self.offset_weight),
+            ("size_weight", self.size_weight),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!(
+                    "loss {name} is {v}; it must be finite and not negative"
+                ));
+            }
+        }
+        check_fits("loss targets", self.target_len() as u64)
+    }
+}
+
+/// SGD with momentum and L2 weight decay, PyTorch's formulation, over `len` parameters:
+/// `g = grad + weight_decay·w; v = momentum·v + g; w = w − lr·v` (`v` starts at 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SgdMomentum {
+    pub len: u32,
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+}
+
+impl SgdMomentum {
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[("sgd len", self.len)])?;
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return Err(format!(
+                "sgd lr {} must be finite and not negative",
+                self.lr
+            ));
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            return Err(format!("sgd momentum {} must be in [0, 1)", self.momentum));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(format!(
+                "sgd weight_decay {} must be finite and not negative",
+                self.weight_decay
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// AdamW (decoupled weight decay), PyTorch's formulation, over `len` parameters, at `step`
+/// (1 for the first update):
+/// `w = w·(1 − lr·weight_decay); m = β1·m + (1 − β1)·g; v = β2·v + (1 − β2)·g²;
+/// w = w − lr·(m/c1)/(√(v/c2) + eps)` with `c1 = 1 − β1^step`, `c2 = 1 − β2^step`
+/// (`m`, `v` start at 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamW {
+    pub len: u32,
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub step: u32,
+}
+
+impl AdamW {
+    /// The bias corrections `(1 − β1^step, 1 − β2^step)`, computed in `f64` (a shader gets them
+    /// as push constants rather than raising to a power per element).
+    pub fn bias_corrections(&self) -> (f32, f32) {
+        let t = self.step as i32;
+        (
+            (1.0 - (self.beta1 as f64).powi(t)) as f32,
+            (1.0 - (self.beta2 as f64).powi(t)) as f32,
+        )
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[("adamw len", self.len), ("adamw step", self.step)])?;
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return Err(format!(
+                "adamw lr {} must be finite and not negative",
+                self.lr
+            ));
+        }
+        for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(format!("adamw {name} {b} must be in [0, 1)"));
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(format!("adamw eps {} must be positive", self.eps));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(format!(
+                "adamw weight_decay {} must be finite and not negative",
+                self.weight_decay
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Detections from the model's output (no NMS).
+///
+/// Input `n × (classes + 4) × grid_h × grid_w` as [`CenterLoss`] describes. A heat-map cell is
+/// a *peak* when its logit equals the maximum of its 3×3 neighbourhood on the same class
+/// channel (cells outside the grid ignored; the sigmoid is monotonic, so this is the max-pool
+/// test on scores, without the rounding that can make distinct scores equal). Every peak with
+/// `sigmoid(logit) >= threshold` is a candidate; the `top_k` highest scores per image are kept,
+/// ordered by score, ties by (class, y, x). A detection at cell `(gx, gy)` has centre
+/// `((gx + offset_x)·stride, (gy + offset_y)·stride)` and size
+/// `(exp(log_w)·stride, exp(log_h)·stride)`, in pixels of the input image.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decode {
+    pub n: u32,
+    pub classes: u32,
+    pub grid_h: u32,
+    pub grid_w: u32,
+    pub stride: u32,
+    pub threshold: f32,
+    pub top_k: u32,
+}
+
+impl Decode {
+    pub fn input_len(&self) -> usize {
+        self.n as usize * (self.classes as usize + 4) * self.grid_h as usize * self.grid_w as usize
+    }
+
+    /// Detection slots: `n × top_k` (each image's count says how many are filled).
+    pub fn output_len(&self) -> usize {
+        self.n as usize * self.top_k as usize
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("decode n", self.n),
+            ("decode classes", self.classes),
+            ("decode grid_h", self.grid_h),
+            ("decode grid_w", self.grid_w),
+            ("decode stride", self.stride),
+            ("decode top_k", self.top_k),
+        ])?;
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return Err(format!(
+                "decode threshold {} must be in [0, 1]",
+                self.threshold
+            ));
+        }
+        check_fits("decode input", self.input_len() as u64)
+    }
+}
+
+/// One detection: six 4-byte words, the layout a shader writes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Detection {
+    pub class: u32,
+    pub score: f32,
+    pub x0: f32,
+    pub y0: f32,
+    pub x1: f32,
+    pub y1: f32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_shapes_of_det_s_layers() {
+        let stem = Conv2d::dense(1, 3, 128, 128, 16, 3, 2, true);
+        assert_eq!((stem.out_h(), stem.out_w()), (64, 64));
+        assert_eq!(stem.weight_len(), 16 * 3 * 9);
+        assert_eq!(stem.kind(), ConvKind::Dense);
+        assert_eq!(stem.flops(), 2 * 16 * 64 * 64 * 27);
+        stem.validate().unwrap();
+
+        let dw = Conv2d::depthwise(2, 16, 64, 64, 3, 2, true);
+        assert_eq!((dw.out_h(), dw.out_w(), dw.pad), (32, 32, 1));
+        assert_eq!(dw.weight_len(), 16 * 9);
+        assert_eq!(dw.kind(), ConvKind::Depthwise);
+        assert_eq!(dw.output_len(), 2 * 16 * 32 * 32);
+
+        let pw = Conv2d::pointwise(1, 16, 32, 32, 32, false);
+        assert_eq!((pw.out_h(), pw.out_w(), pw.pad), (32, 32, 0));
+        assert_eq!(pw.kind(), ConvKind::Pointwise);
+
+        let odd = Conv2d::dense(1, 4, 7, 5, 3, 3, 2, false);
+        assert_eq!((odd.out_h(), odd.out_w()), (4, 3));
+        let grouped = Conv2d {
+            groups: 2,
+            ..Conv2d::dense(1, 4, 7, 5, 6, 3, 1, false)
+        };
+        assert_eq!(grouped.kind(), ConvKind::Grouped);
+        assert_eq!(grouped.weight_len(), 6 * 2 * 9);
+    }
+
+    #[test]
+    fn conv_validation_names_the_problem() {
+        let ok = Conv2d::dense(1, 4, 8, 8, 6, 3, 1, true);
+        ok.validate().unwrap();
+        let e = Conv2d { groups: 3, ..ok }.validate().unwrap_err();
+        assert!(e.contains("groups 3"), "{e}");
+        let e = Conv2d { stride: 0, ..ok }.validate().unwrap_err();
+        assert!(e.contains("stride"), "{e}");
+        let e = Conv2d { pad: 3, ..ok }.validate().unwrap_err();
+        assert!(e.contains("pad"), "{e}");
+        let e = Conv2d {
+            h: 1,
+            kernel: 5,
+            pad: 1,
+            ..ok
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        let e = Conv2d {
+            n: 1 << 20,
+            c_in: 1 << 12,
+            groups: 1,
+            ..ok
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("elements"), "{e}");
+    }
+
+    #[test]
+    fn other_ops_validate() {
+        Upsample2x {
+            n: 1,
+            c: 2,
+            h: 3,
+            w: 4,
+        }
+        .validate()
+        .unwrap();
+        let norm = Normalize {
+            n: 2,
+            h: 4,
+            w: 4,
+            record_stride: 48,
+            flip: false,
+        };
+        norm.validate().unwrap();
+        assert_eq!(norm.input_bytes(), 96);
+        assert!(Normalize {
+            record_stride: 47,
+            ..norm
+        }
+        .validate()
+        .is_err());
+        let t = Targets {
+            n: 2,
+            classes: 2,
+            grid_h: 16,
+            grid_w: 16,
+            stride: 8,
+            max_boxes: 32,
+            record_stride: 53248,
+            meta_offset: 49152,
+            min_overlap: 0.7,
+            flip: false,
+        };
+        t.validate().unwrap();
+        assert_eq!(t.output_len(), 2 * 7 * 256);
+        assert!(Targets {
+            meta_offset: 2,
+            ..t
+        }
+        .validate()
+        .is_err());
+        assert!(Targets {
+            min_overlap: 1.0,
+            ..t
+        }
+        .validate()
+        .is_err());
+        CenterLoss::det_s(2, 2, 16, 16).validate().unwrap();
+        assert!(CenterLoss {
+            alpha: f32::NAN,
+            ..CenterLoss::det_s(2, 2, 16, 16)
+        }
+        .validate()
+        .is_err());
+        let adam = AdamW {
+            len: 10,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            step: 2,
+        };
+        adam.validate().unwrap();
+        let (c1, c2) = adam.bias_corrections();
+        // 1 − β² with β as the f32 the op holds (0.9f32 is not 0.9): 0.19 and 0.001999 to
+        // within f32 rounding of those values.
+        assert!((c1 / 0.19 - 1.0).abs() < 1e-6, "{c1}");
+        assert!((c2 / 0.001999 - 1.0).abs() < 2e-5, "{c2}");
+        assert!(AdamW { step: 0, ..adam }.validate().is_err());
+        assert!(SgdMomentum {
+            len: 1,
+            lr: 0.1,
+            momentum: 1.0,
+            weight_decay: 0.0
+        }
+        .validate()
+        .is_err());
+        let d = Decode {
+            n: 1,
+            classes: 2,
+            grid_h: 16,
+            grid_w: 16,
+            stride: 8,
+            threshold: 0.3,
+            top_k: 100,
+        };
+        d.validate().unwrap();
+        assert!(Decode { top_k: 0, ..d }.validate().is_err());
+        assert_eq!(std::mem::size_of::<Detection>(), 24);
+    }
+}

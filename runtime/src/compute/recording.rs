@@ -1,0 +1,568 @@
+//! A [`Recording`]: the work of a model step as data — named tensors and, per *entry* (a
+//! training step, an inference pass), the list of [`Step`]s over them. Built once; each engine
+//! turns it into what it runs (the Vulkan engine: one command buffer per entry, replayed; the
+//! CPU engine: the Rust twin of each step, in order).
+//!
+//! Because both engines take the same recording and [`Recording::validate`] checks every
+//! step's tensors against its op's sizes up front, the two engines cannot disagree about a
+//! buffer, and [`Recording::bytes`] is the whole memory the step needs, known before anything
+//! is allocated (the memory budget).
+//!
+//! Tensors are `f32` ([`Elem::F32`]) or raw bytes ([`Elem::Bytes`]: packed records, detection
+//! output). Per-step scalars that change every step (the learning rate, the optimizer's step
+//! count) live in a small host-written tensor (`hyper`), never in the recorded commands, so a
+//! recorded command buffer stays valid for the whole run.
+
+use super::ops::{
+    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, SgdMomentum, Targets, Upsample2x,
+};
+
+/// Index of a tensor in its [`Recording`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What a tensor's elements are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Elem {
+    F32,
+    /// Raw bytes (a multiple of 4 in storage: GPU buffers are read as 32-bit words).
+    Bytes,
+}
+
+/// What a tensor is for: decides where an engine puts it and what the host may do with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Written by the host before a run (the batch of records, `hyper`).
+    Input,
+    /// Model weights: written at start (initialisation, checkpoint), read back to save.
+    Param,
+    /// Optimizer state: like parameters, saved with checkpoints.
+    State,
+    /// Intermediate values, never touched by the host.
+    Activation,
+    /// Read by the host after a run (loss, detections).
+    Output,
+}
+
+/// A tensor declaration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tensor {
+    pub name: String,
+    /// Elements (`f32`s or bytes).
+    pub len: usize,
+    pub elem: Elem,
+    pub role: Role,
+}
+
+impl Tensor {
+    /// Bytes of storage: `4·len` for `f32`, `len` rounded up to 4 for bytes.
+    pub fn bytes(&self) -> u64 {
+        match self.elem {
+            Elem::F32 => 4 * self.len as u64,
+            Elem::Bytes => (self.len as u64).div_ceil(4) * 4,
+        }
+    }
+}
+
+/// Floats in a loss output tensor: `[total, focal, offset L1, size L1, centres]`, the
+/// L1 terms weighted and everything already divided by `max(1, centres)` but `centres`.
+pub const LOSS_LEN: usize = 5;
+
+/// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2]`, where `step`
+/// counts from 1 (exact in `f32` up to 2²⁴) and `c1, c2` are the bias corrections
+/// [`AdamW::bias_corrections`] of that step, computed by the host.
+pub const HYPER_LEN: usize = 4;
+
+/// Bytes of one detection ([`super::ops::Detection`]): six 4-byte words.
+pub const DETECTION_BYTES: usize = 24;
+
+/// One unit of work over tensors. Each variant's fields name its tensors; the op gives the
+/// shapes. Gradients are overwritten, never accumulated, except by [`Step::AddAssign`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// `y = relu?(conv(x, w) + b)`.
+    ConvForward {
+        op: Conv2d,
+        x: TensorId,
+        w: TensorId,
+        b: TensorId,
+        y: TensorId,
+    },
+    /// Gradients of a [`Step::ConvForward`] from its output `y` (for the ReLU mask) and the
+    /// output gradient `gy`; `gx` may be left out (a first layer).
+    ConvBackward {
+        op: Conv2d,
+        x: TensorId,
+        w: TensorId,
+        y: TensorId,
+        gy: TensorId,
+        gx: Option<TensorId>,
+        gw: TensorId,
+        gb: TensorId,
+    },
+    /// `out = a + b` (`out` may not be `a` or `b`).
+    Add {
+        op: Add,
+        a: TensorId,
+        b: TensorId,
+        out: TensorId,
+    },
+    /// `dst += src` (gradient accumulation where a tensor has two consumers).
+    AddAssign {
+        op: Add,
+        dst: TensorId,
+        src: TensorId,
+    },
+    UpsampleForward {
+        op: Upsample2x,
+        x: TensorId,
+        y: TensorId,
+    },
+    UpsampleBackward {
+        op: Upsample2x,
+        gy: TensorId,
+        gx: TensorId,
+    },
+    /// Records (bytes) → network input.
+    Normalize {
+        op: Normalize,
+        records: TensorId,
+        out: TensorId,
+    },
+    /// Records (bytes) → CenterNet targets.
+    Targets {
+        op: Targets,
+        records: TensorId,
+        out: TensorId,
+    },
+    /// The loss into `loss` ([`LOSS_LEN`] floats).
+    LossForward {
+        op: CenterLoss,
+        pred: TensorId,
+        target: TensorId,
+        loss: TensorId,
+    },
+    /// The gradient of the loss with respect to `pred` (reads the centre count from `loss`,
+    /// which a [`Step::LossForward`] earlier in the entry wrote).
+    LossBackward {
+        op: CenterLoss,
+        pred: TensorId,
+        target: TensorId,
+        loss: TensorId,
+        grad: TensorId,
+    },
+    /// AdamW over one parameter tensor, with `lr`, `step`, `c1`, `c2` from `hyper`
+    /// ([`HYPER_LEN`]); the op's own `lr` and `step` are not used.
+    AdamW {
+        op: AdamW,
+        param: TensorId,
+        grad: TensorId,
+        m: TensorId,
+        v: TensorId,
+        hyper: TensorId,
+    },
+    /// SGD with momentum, `lr` from `hyper[0]`; the op's own `lr` is not used.
+    Sgd {
+        op: SgdMomentum,
+        param: TensorId,
+        grad: TensorId,
+        velocity: TensorId,
+        hyper: TensorId,
+    },
+    /// Detections: `dets` holds `n·top_k` detections ([`DETECTION_BYTES`] each), `counts`
+    /// one `u32` per image.
+    Decode {
+        op: Decode,
+        pred: TensorId,
+        dets: TensorId,
+        counts: TensorId,
+    },
+}
+
+impl Step {
+    /// A short name for reports (the kernel family).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::ConvForward { op, .. } => match op.kind() {
+                super::ops::ConvKind::Pointwise => "pointwise",
+                super::ops::ConvKind::Depthwise => "depthwise",
+                _ => "conv",
+            },
+            Step::ConvBackward { op, .. } => match op.kind() {
+                super::ops::ConvKind::Pointwise => "pointwise-backward",
+                super::ops::ConvKind::Depthwise => "depthwise-backward",
+                _ => "conv-backward",
+            },
+            Step::Add { .. } => "add",
+            Step::AddAssign { .. } => "add-assign",
+            Step::UpsampleForward { .. } => "upsample",
+            Step::UpsampleBackward { .. } => "upsample-backward",
+            Step::Normalize { .. } => "normalize",
+            Step::Targets { .. } => "targets",
+            Step::LossForward { .. } => "loss",
+            Step::LossBackward { .. } => "loss-backward",
+            Step::AdamW { .. } => "adamw",
+            Step::Sgd { .. } => "sgd",
+            Step::Decode { .. } => "decode",
+        }
+    }
+
+    /// Floating-point operations (multiply-adds count two), for GFLOP/s figures.
+    pub fn flops(&self) -> u64 {
+        match self {
+            Step::ConvForward { op, .. } => op.flops(),
+            Step::ConvBackward { op, gx, .. } => op.flops() * if gx.is_some() { 2 } else { 1 },
+            Step::Add { op, .. } | Step::AddAssign { op, .. } => op.len as u64,
+            Step::UpsampleBackward { op, .. } => op.output_len() as u64,
+            Step::AdamW { op, .. } => 12 * op.len as u64,
+            Step::Sgd { op, .. } => 4 * op.len as u64,
+            _ => 0,
+        }
+    }
+
+    /// `(tensor, elements it must hold, element type, written by this step)` for each tensor
+    /// the step touches, and the op's own validation.
+    fn uses(&self) -> Result<Vec<(TensorId, usize, Elem, bool)>, String> {
+        use Elem::{Bytes, F32};
+        Ok(match *self {
+            Step::ConvForward { op, x, w, b, y } => {
+                op.validate()?;
+                vec![
+                    (x, op.input_len(), F32, false),
+                    (w, op.weight_len(), F32, false),
+                    (b, op.bias_len(), F32, false),
+                    (y, op.output_len(), F32, true),
+                ]
+            }
+            Step::ConvBackward {
+                op,
+                x,
+                w,
+                y,
+                gy,
+                gx,
+                gw,
+                gb,
+            } => {
+                op.validate()?;
+                let mut v = vec![
+                    (x, op.input_len(), F32, false),
+                    (w, op.weight_len(), F32, false),
+                    (y, op.output_len(), F32, false),
+                    (gy, op.output_len(), F32, false),
+                    (gw, op.weight_len(), F32, true),
+                    (gb, op.bias_len(), F32, true),
+                ];
+                if let Some(gx) = gx {
+                    v.push((gx, op.input_len(), F32, true));
+                }
+                v
+            }
+            Step::Add { op, a, b, out } => {
+                op.validate()?;
+                if out == a || out == b {
+                    return Err("add: out must differ from a and b (use AddAssign)".into());
+                }
+                let n = op.len as usize;
+                vec![(a, n, F32, false), (b, n, F32, false), (out, n, F32, true)]
+            }
+            Step::AddAssign { op, dst, src } => {
+                op.validate()?;
+                if dst == src {
+                    return Err("add-assign: dst and src are the same tensor".into());
+                }
+                let n = op.len as usize;
+                vec![(src, n, F32, false), (dst, n, F32, true)]
+            }
+            Step::UpsampleForward { op, x, y } => {
+                op.validate()?;
+                vec![
+                    (x, op.input_len(), F32, false),
+                    (y, op.output_len(), F32, true),
+                ]
+            }
+            Step::UpsampleBackward { op, gy, gx } => {
+                op.validate()?;
+                vec![
+                    (gy, op.output_len(), F32, false),
+                    (gx, op.input_len(), F32, true),
+                ]
+            }
+            Step::Normalize { op, records, out } => {
+                op.validate()?;
+                vec![
+                    (records, op.input_bytes(), Bytes, false),
+                    (out, op.output_len(), F32, true),
+                ]
+            }
+            Step::Targets { op, records, out } => {
+                op.validate()?;
+                vec![
+                    (records, op.input_bytes(), Bytes, false),
+                    (out, op.output_len(), F32, true),
+                ]
+            }
+            Step::LossForward {
+                op,
+                pred,
+                target,
+                loss,
+            } => {
+                op.validate()?;
+                vec![
+                    (pred, op.pred_len(), F32, false),
+                    (target, op.target_len(), F32, false),
+                    (loss, LOSS_LEN, F32, true),
+                ]
+            }
+            Step::LossBackward {
+                op,
+                pred,
+                target,
+                loss,
+                grad,
+            } => {
+                op.validate()?;
+                vec![
+                    (pred, op.pred_len(), F32, false),
+                    (target, op.target_len(), F32, false),
+                    (loss, LOSS_LEN, F32, false),
+                    (grad, op.pred_len(), F32, true),
+                ]
+            }
+            Step::AdamW {
+                op,
+                param,
+                grad,
+                m,
+                v,
+                hyper,
+            } => {
+                op.validate()?;
+                let n = op.len as usize;
+                vec![
+                    (grad, n, F32, false),
+                    (hyper, HYPER_LEN, F32, false),
+                    (param, n, F32, true),
+                    (m, n, F32, true),
+                    (v, n, F32, true),
+                ]
+            }
+            Step::Sgd {
+                op,
+                param,
+                grad,
+                velocity,
+                hyper,
+            } => {
+                op.validate()?;
+                let n = op.len as usize;
+                vec![
+                    (grad, n, F32, false),
+                    (hyper, HYPER_LEN, F32, false),
+                    (param, n, F32, true),
+                    (velocity, n, F32, true),
+                ]
+            }
+            Step::Decode {
+                op,
+                pred,
+                dets,
+                counts,
+            } => {
+                op.validate()?;
+                vec![
+                    (pred, op.input_len(), F32, false),
+                    (dets, op.output_len() * DETECTION_BYTES, Bytes, true),
+                    (counts, 4 * op.n as usize, Bytes, true),
+                ]
+            }
+        })
+    }
+}
+
+/// A named list of steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    pub steps: Vec<Step>,
+}
+
+/// Tensors and entries: see the module docs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    pub tensors: Vec<Tensor>,
+    pub entries: Vec<Entry>,
+}
+
+impl Recording {
+    pub fn new() -> Self {
+        Recording::default()
+    }
+
+    /// Declares a tensor of `len` elements.
+    pub fn tensor(&mut self, name: &str, len: usize, elem: Elem, role: Role) -> TensorId {
+        self.tensors.push(Tensor {
+            name: name.to_owned(),
+            len,
+            elem,
+            role,
+        });
+        TensorId(self.tensors.len() as u32 - 1)
+    }
+
+    /// Declares an `f32` tensor.
+    pub fn f32(&mut self, name: &str, len: usize, role: Role) -> TensorId {
+        self.tensor(name, len, Elem::F32, role)
+    }
+
+    /// Adds an entry; returns its index.
+    pub fn entry(&mut self, name: &str, steps: Vec<Step>) -> usize {
+        self.entries.push(Entry {
+            name: name.to_owned(),
+            steps,
+        });
+        self.entries.len() - 1
+    }
+
+    pub fn get(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.index()]
+    }
+
+    /// The tensor named `name`.
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| TensorId(i as u32))
+    }
+
+    /// The entry named `name`.
+    pub fn find_entry(&self, name: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.name == name)
+    }
+
+    /// Storage bytes of every tensor (what an engine allocates for them).
+    pub fn bytes(&self) -> u64 {
+        self.tensors.iter().map(Tensor::bytes).sum()
+    }
+
+    /// Checks every step: its op is valid, its tensors exist, have the op's sizes and element
+    /// types, and nothing is written as a parameter except by an optimizer step. The error
+    /// names the entry, the step and the tensor.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if t.len == 0 {
+                return Err(format!("tensor {:?} has no elements", t.name));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(format!("two tensors are named {:?}", t.name));
+            }
+        }
+        for entry in &self.entries {
+            for (i, step) in entry.steps.iter().enumerate() {
+                let at = || format!("entry {:?}, step {i} ({})", entry.name, step.name());
+                let uses = step.uses().map_err(|e| format!("{}: {e}", at()))?;
+                for (id, len, elem, writes) in uses {
+                    let t = self
+                        .tensors
+                        .get(id.index())
+                        .ok_or_else(|| format!("{}: tensor {} does not exist", at(), id.0))?;
+                    // Byte tensors (records) may hold more than an op reads: a whole
+                    // slot of page-rounded records.
+                    let fits = match elem {
+                        Elem::F32 => t.len == len,
+                        Elem::Bytes => t.len >= len,
+                    };
+                    if t.elem != elem || !fits {
+                        return Err(format!(
+                            "{}: tensor {:?} is {} {:?}; the op needs {len} {elem:?}",
+                            at(),
+                            t.name,
+                            t.len,
+                            t.elem
+                        ));
+                    }
+                    let optimizer = matches!(step, Step::AdamW { .. } | Step::Sgd { .. });
+                    if writes && matches!(t.role, Role::Param | Role::State) && !optimizer {
+                        return Err(format!(
+                            "{}: writes {:?}, a {:?} tensor (only optimizer steps may)",
+                            at(),
+                            t.name,
+                            t.role
+                        ));
+                    }
+                    if writes && t.role == Role::Input {
+                        return Err(format!("{}: writes the input tensor {:?}", at(), t.name));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> (Recording, TensorId, TensorId) {
+        let mut r = Recording::new();
+        let op = Conv2d::pointwise(1, 2, 3, 3, 4, true);
+        let x = r.f32("x", op.input_len(), Role::Input);
+        let w = r.f32("w", op.weight_len(), Role::Param);
+        let b = r.f32("b", op.bias_len(), Role::Param);
+        let y = r.f32("y", op.output_len(), Role::Output);
+        r.entry("forward", vec![Step::ConvForward { op, x, w, b, y }]);
+        (r, w, y)
+    }
+
+    #[test]
+    fn sizes_are_checked_against_the_ops() {
+        let (mut r, _, _) = small();
+        r.validate().unwrap();
+        assert_eq!(r.bytes(), 4 * (18 + 8 + 4 + 36));
+        r.tensors[3].len = 35;
+        let e = r.validate().unwrap_err();
+        assert!(e.contains("\"y\" is 35") && e.contains("needs 36"), "{e}");
+        assert!(e.contains("entry \"forward\", step 0 (pointwise)"), "{e}");
+    }
+
+    #[test]
+    fn only_optimizers_write_parameters() {
+        let (mut r, w, y) = small();
+        let op = Add { len: 8 };
+        r.entry(
+            "bad",
+            vec![Step::AddAssign {
+                op,
+                dst: w,
+                src: r.find("w").unwrap(),
+            }],
+        );
+        assert!(r.validate().unwrap_err().contains("same tensor"));
+        r.entries.pop();
+        let g = r.f32("g", 8, Role::Activation);
+        r.entry("bad", vec![Step::AddAssign { op, dst: w, src: g }]);
+        assert!(r.validate().unwrap_err().contains("only optimizer"));
+        assert_eq!(r.find("y"), Some(y));
+        assert_eq!(r.find_entry("bad"), Some(1));
+    }
+
+    #[test]
+    fn duplicate_names_and_empty_tensors_are_refused() {
+        let (mut r, _, _) = small();
+        r.f32("x", 3, Role::Activation);
+        assert!(r.validate().unwrap_err().contains("two tensors"));
+        let (mut r, _, _) = small();
+        r.f32("empty", 0, Role::Activation);
+        assert!(r.validate().unwrap_err().contains("no elements"));
+    }
+}

@@ -1,0 +1,694 @@
+//! The model as a [`Recording`]: forward layers, the loss, the backward pass derived from the
+//! forward one, and the optimizer, over named tensors.
+//!
+//! Entries (by name, see [`ENTRY_TRAIN`] …):
+//!
+//! - `train`: records → normalise, targets → forward → loss → backward → AdamW on every
+//!   parameter tensor. One call is one training step.
+//! - `eval`: records → normalise, targets → forward → loss (no update): validation loss.
+//! - `infer`: records → normalise → forward → decode: detections.
+//!
+//! The backward pass is derived mechanically from the list of forward nodes, walked in
+//! reverse. A tensor's gradient is the sum of its consumers' contributions: the first one is
+//! taken as is (a residual add passes its output gradient through without a copy), later ones
+//! are added with one add kernel, into a buffer no other gradient shares (so an in-place add
+//! can never change a gradient still to be read).
+
+use std::collections::HashMap;
+
+use super::arch::{Arch, SepBlock};
+use crate::compute::ops::{self, AdamW, CenterLoss, Conv2d, Decode, Normalize, Targets};
+use crate::compute::recording::{Elem, Recording, Role, Step, TensorId, HYPER_LEN, LOSS_LEN};
+use crate::format::RecordLayout;
+
+pub const ENTRY_TRAIN: &str = "train";
+pub const ENTRY_EVAL: &str = "eval";
+pub const ENTRY_INFER: &str = "infer";
+
+/// What to build besides inference.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GraphOptions {
+    /// Build the `train` entry (gradients and optimizer state are allocated only then).
+    pub train: bool,
+    /// Decode threshold on the sigmoid score (low for evaluation: mAP needs the whole curve).
+    pub threshold: f32,
+    /// Detections kept per image.
+    pub top_k: u32,
+    /// AdamW hyper-parameters (the learning rate comes per step, in `hyper`).
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+}
+
+impl Default for GraphOptions {
+    fn default() -> Self {
+        GraphOptions {
+            train: true,
+            threshold: 0.01,
+            top_k: 100,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 5e-4,
+        }
+    }
+}
+
+/// One parameter tensor and what trains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamTensors {
+    pub name: String,
+    pub value: TensorId,
+    /// Gradient, first and second moments (only with `train`).
+    pub grad: Option<TensorId>,
+    pub m: Option<TensorId>,
+    pub v: Option<TensorId>,
+}
+
+/// The built recording and the tensors the host touches.
+#[derive(Debug, Clone)]
+pub struct ModelGraph {
+    pub arch: Arch,
+    pub batch: u32,
+    pub layout: RecordLayout,
+    pub recording: Recording,
+    /// Input: `batch` records back to back (bytes).
+    pub records: TensorId,
+    /// Input: `[lr, step, c1, c2]` (only read by `train`).
+    pub hyper: TensorId,
+    /// Output: `[total, focal, offset, size, centres]`.
+    pub loss: TensorId,
+    /// Output: the network output, `batch × (K+4) × grid × grid`.
+    pub pred: TensorId,
+    /// Output: detections and per-image counts.
+    pub dets: TensorId,
+    pub counts: TensorId,
+    pub params: Vec<ParamTensors>,
+    pub decode: Decode,
+}
+
+/// One forward node, as the backward pass needs it.
+#[derive(Debug, Clone, Copy)]
+enum Node {
+    Conv {
+        op: Conv2d,
+        x: TensorId,
+        w: usize,
+        y: TensorId,
+    },
+    Add {
+        a: TensorId,
+        b: TensorId,
+        out: TensorId,
+    },
+    Upsample {
+        op: ops::Upsample2x,
+        x: TensorId,
+        y: TensorId,
+    },
+}
+
+struct Builder {
+    rec: Recording,
+    n: u32,
+    nodes: Vec<Node>,
+    forward: Vec<Step>,
+    params: Vec<ParamTensors>,
+    /// Biases, by the index of their weight in `params`.
+    bias_of: HashMap<usize, usize>,
+}
+
+impl Builder {
+    fn param(&mut self, name: &str, len: usize) -> usize {
+        let value = self.rec.f32(name, len, Role::Param);
+        self.params.push(ParamTensors {
+            name: name.to_owned(),
+            value,
+            grad: None,
+            m: None,
+            v: None,
+        });
+        self.params.len() - 1
+    }
+
+    /// `y = relu?(conv(x))`, with new weight and bias parameters `name.weight`, `name.bias`.
+    fn conv(&mut self, name: &str, op: Conv2d, x: TensorId) -> TensorId {
+        let w = self.param(&format!("{name}.weight"), op.weight_len());
+        let b = self.param(&format!("{name}.bias"), op.bias_len());
+        self.bias_of.insert(w, b);
+        let y = self.rec.f32(name, op.output_len(), Role::Activation);
+        self.forward.push(Step::ConvForward {
+            op,
+            x,
+            w: self.params[w].value,
+            b: self.params[b].value,
+            y,
+        });
+        self.nodes.push(Node::Conv { op, x, w, y });
+        y
+    }
+
+    fn add(&mut self, name: &str, a: TensorId, b: TensorId) -> TensorId {
+        let len = self.rec.get(a).len as u32;
+        let out = self.rec.f32(name, len as usize, Role::Activation);
+        self.forward.push(Step::Add {
+            op: ops::Add { len },
+            a,
+            b,
+            out,
+        });
+        self.nodes.push(Node::Add { a, b, out });
+        out
+    }
+
+    fn upsample(&mut self, name: &str, op: ops::Upsample2x, x: TensorId) -> TensorId {
+        let y = self.rec.f32(name, op.output_len(), Role::Activation);
+        self.forward.push(Step::UpsampleForward { op, x, y });
+        self.nodes.push(Node::Upsample { op, x, y });
+        y
+    }
+
+    /// A depthwise-separable block on `x` (`c_in × side × side`); returns its output and side.
+    fn block(&mut self, name: &str, b: &SepBlock, x: TensorId, side: u32) -> (TensorId, u32) {
+        let dw = Conv2d::depthwise(self.n, b.c_in, side, side, 3, b.stride, true);
+        let d = self.conv(&format!("{name}.dw"), dw, x);
+        let side = dw.out_h();
+        let pw = Conv2d::pointwise(self.n, b.c_in, side, side, b.c_out, true);
+        let p = self.conv(&format!("{name}.pw"), pw, d);
+        if b.residual {
+            (self.add(&format!("{name}.out"), p, x), side)
+        } else {
+            (p, side)
+        }
+    }
+}
+
+/// Gradient bookkeeping for the backward pass (see the module docs).
+struct Grads {
+    /// The gradient tensor of each activation that has one so far.
+    of: HashMap<TensorId, TensorId>,
+    /// How many activations' gradients are each gradient tensor.
+    shared: HashMap<TensorId, u32>,
+}
+
+impl Grads {
+    fn set(&mut self, t: TensorId, g: TensorId) {
+        if let Some(old) = self.of.insert(t, g) {
+            *self.shared.get_mut(&old).expect("tracked") -= 1;
+        }
+        *self.shared.entry(g).or_insert(0) += 1;
+    }
+
+    fn exclusive(&self, g: TensorId) -> bool {
+        self.shared.get(&g).copied().unwrap_or(0) <= 1
+    }
+
+    /// Adds the contribution `c` to `t`'s gradient. `fresh`: `c` is a new tensor nothing
+    /// else refers to (a backward kernel's output), so it may be added into in place.
+    fn contribute(
+        &mut self,
+        t: TensorId,
+        c: TensorId,
+        fresh: bool,
+        rec: &mut Recording,
+    ) -> Option<Step> {
+        let Some(&g) = self.of.get(&t) else {
+            self.set(t, c);
+            return None;
+        };
+        let op = ops::Add {
+            len: rec.get(t).len as u32,
+        };
+        if fresh {
+            self.set(t, c);
+            return Some(Step::AddAssign { op, dst: c, src: g });
+        }
+        if self.exclusive(g) {
+            return Some(Step::AddAssign { op, dst: g, src: c });
+        }
+        let name = format!("grad.{}.sum{}", rec.get(t).name, rec.tensors.len());
+        let out = rec.f32(&name, op.len as usize, Role::Activation);
+        self.set(t, out);
+        Some(Step::Add {
+            op,
+            a: g,
+            b: c,
+            out,
+        })
+    }
+}
+
+impl ModelGraph {
+    /// Builds the recording for `batch` records of `layout` (whose image must be the model's
+    /// input size, 3 channels).
+    pub fn build(
+        arch: &Arch,
+        batch: u32,
+        layout: &RecordLayout,
+        options: &GraphOptions,
+    ) -> Result<ModelGraph, String> {
+        let config = &arch.config;
+        if (layout.width, layout.height, layout.channels) != (config.input, config.input, 3) {
+            return Err(format!(
+                "the dataset's records are {}×{}×{}; {} takes {}×{}×3 (pack with --size {})",
+                layout.width,
+                layout.height,
+                layout.channels,
+                config.name,
+                config.input,
+                config.input,
+                config.input
+            ));
+        }
+        if batch == 0 {
+            return Err("batch 0: a batch needs at least one record".into());
+        }
+        let n = batch;
+        let side = config.input;
+        let grid = config.grid();
+        let mut b = Builder {
+            rec: Recording::new(),
+            n,
+            nodes: Vec::new(),
+            forward: Vec::new(),
+            params: Vec::new(),
+            bias_of: HashMap::new(),
+        };
+        let record_stride = layout.record_size as u32;
+        let records = b.rec.tensor(
+            "records",
+            n as usize * layout.record_size,
+            Elem::Bytes,
+            Role::Input,
+        );
+        let hyper = b.rec.f32("hyper", HYPER_LEN, Role::Input);
+        let normalize = Normalize {
+            n,
+            h: side,
+            w: side,
+            record_stride,
+            flip: false,
+        };
+        let x0 = b.rec.f32("input", normalize.output_len(), Role::Activation);
+        let targets_op = Targets {
+            n,
+            classes: config.classes,
+            grid_h: grid,
+            grid_w: grid,
+            stride: super::arch::ModelConfig::STRIDE,
+            max_boxes: layout.max_boxes,
+            record_stride,
+            meta_offset: layout.image_bytes as u32,
+            min_overlap: 0.7,
+            flip: false,
+        };
+        let targets = b
+            .rec
+            .f32("targets", targets_op.output_len(), Role::Activation);
+
+        // Forward.
+        let stem = Conv2d::dense(n, 3, side, side, arch.stem_out, 3, 2, true);
+        let mut x = b.conv("stem", stem, x0);
+        let mut s = stem.out_h();
+        let mut skip = None;
+        for (i, block) in arch.blocks.iter().enumerate() {
+            (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
+            if i == arch.skip_block {
+                skip = Some((x, s));
+            }
+        }
+        let (skip, skip_side) = skip.expect("skip block exists");
+        let c_last = arch.blocks.last().expect("blocks").c_out;
+        let up = ops::Upsample2x {
+            n,
+            c: c_last,
+            h: s,
+            w: s,
+        };
+        let u = b.upsample("neck.up", up, x);
+        debug_assert_eq!(2 * s, skip_side);
+        let neck = Conv2d::pointwise(n, c_last, skip_side, skip_side, arch.neck, true);
+        let nk = b.conv("neck.pw", neck, u);
+        let neck_out = b.add("neck.out", nk, skip);
+        let hdw = Conv2d::depthwise(n, arch.neck, grid, grid, 3, 1, true);
+        let hd = b.conv("head.dw", hdw, neck_out);
+        let hpw = Conv2d::pointwise(n, arch.neck, grid, grid, arch.head, true);
+        let hp = b.conv("head.pw", hpw, hd);
+        let out = Conv2d::pointwise(n, arch.head, grid, grid, config.out_channels(), false);
+        let pred = b.conv("head.out", out, hp);
+        b.rec.tensors[pred.index()].role = Role::Output;
+        debug_assert_eq!(skip_side, grid);
+
+        let loss_op = CenterLoss::det_s(n, config.classes, grid, grid);
+        let loss = b.rec.f32("loss", LOSS_LEN, Role::Output);
+        let decode = Decode {
+            n,
+            classes: config.classes,
+            grid_h: grid,
+            grid_w: grid,
+            stride: super::arch::ModelConfig::STRIDE,
+            threshold: options.threshold,
+            top_k: options.top_k,
+        };
+        let dets = b.rec.tensor(
+            "detections",
+            decode.output_len() * crate::compute::recording::DETECTION_BYTES,
+            Elem::Bytes,
+            Role::Output,
+        );
+        let counts = b.rec.tensor(
+            "detection_counts",
+            4 * n as usize,
+            Elem::Bytes,
+            Role::Output,
+        );
+
+        let prologue = |with_targets: bool| {
+            let mut v = vec![Step::Normalize {
+                op: normalize,
+                records,
+                out: x0,
+            }];
+            if with_targets {
+                v.push(Step::Targets {
+                    op: targets_op,
+                    records,
+                    out: targets,
+                });
+            }
+            v
+        };
+        let loss_step = Step::LossForward {
+            op: loss_op,
+            pred,
+            target: targets,
+            loss,
+        };
+
+        let mut infer = prologue(false);
+        infer.extend(b.forward.iter().cloned());
+        infer.push(Step::Decode {
+            op: decode,
+            pred,
+            dets,
+            counts,
+        });
+        let mut eval = prologue(true);
+        eval.extend(b.forward.iter().cloned());
+        eval.push(loss_step.clone());
+
+        let train = if options.train {
+            let mut train = prologue(true);
+            train.extend(b.forward.iter().cloned());
+            train.push(loss_step);
+            let g_pred = b
+                .rec
+                .f32("grad.head.out", loss_op.pred_len(), Role::Activation);
+            train.push(Step::LossBackward {
+                op: loss_op,
+                pred,
+                target: targets,
+                loss,
+                grad: g_pred,
+            });
+            train.extend(backward(&mut b, pred, g_pred, x0));
+            for i in 0..b.params.len() {
+                let p = &b.params[i];
+                let len = b.rec.get(p.value).len;
+                let name = p.name.clone();
+                let m = b.rec.f32(&format!("adam.m.{name}"), len, Role::State);
+                let v = b.rec.f32(&format!("adam.v.{name}"), len, Role::State);
+                let grad = b.params[i].grad.expect("every parameter has a gradient");
+                b.params[i].m = Some(m);
+                b.params[i].v = Some(v);
+                // Biases are not decayed (the usual practice; decay pulls the heat-map bias
+                // away from its prior).
+                let decay = if name.ends_with(".bias") {
+                    0.0
+                } else {
+                    options.weight_decay
+                };
+                train.push(Step::AdamW {
+                    op: AdamW {
+                        len: len as u32,
+                        lr: 0.0,
+                        beta1: options.beta1,
+                        beta2: options.beta2,
+                        eps: options.eps,
+                        weight_decay: decay,
+                        step: 1,
+                    },
+                    param: b.params[i].value,
+                    grad,
+                    m,
+                    v,
+                    hyper,
+                });
+            }
+            Some(train)
+        } else {
+            None
+        };
+
+        let mut rec = b.rec;
+        if let Some(train) = train {
+            rec.entry(ENTRY_TRAIN, train);
+        }
+        rec.entry(ENTRY_EVAL, eval);
+        rec.entry(ENTRY_INFER, infer);
+        rec.validate()?;
+        Ok(ModelGraph {
+            arch: arch.clone(),
+            batch,
+            layout: *layout,
+            recording: rec,
+            records,
+            hyper,
+            loss,
+            pred,
+            dets,
+            counts,
+            params: b.params,
+            decode,
+        })
+    }
+
+    pub fn entry(&self, name: &str) -> usize {
+        self.recording
+            .find_entry(name)
+            .unwrap_or_else(|| panic!("the model graph has no {name:?} entry"))
+    }
+}
+
+/// The backward steps from the loss gradient `g_pred` of `pred` back to the first layer
+/// (whose input `x0` needs no gradient). Sets each parameter's `grad`.
+fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, x0: TensorId) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut grads = Grads {
+        of: HashMap::new(),
+        shared: HashMap::new(),
+    };
+    grads.set(pred, g_pred);
+    for node in b.nodes.clone().into_iter().rev() {
+        match node {
+            Node::Conv { op, x, w, y } => {
+                let gy = grads.of[&y];
+                let wb = b.bias_of[&w];
+                let gw = b.rec.f32(
+                    &format!("grad.{}", b.params[w].name),
+                    op.weight_len(),
+                    Role::Activation,
+                );
+                let gb = b.rec.f32(
+                    &format!("grad.{}", b.params[wb].name),
+                    op.bias_len(),
+                    Role::Activation,
+                );
+                b.params[w].grad = Some(gw);
+                b.params[wb].grad = Some(gb);
+                let gx = (x != x0).then(|| {
+                    let name = format!("grad.{}.from{}", b.rec.get(x).name, b.rec.tensors.len());
+                    b.rec.f32(&name, op.input_len(), Role::Activation)
+                });
+                steps.push(Step::ConvBackward {
+                    op,
+                    x,
+                    w: b.params[w].value,
+                    y,
+                    gy,
+                    gx,
+                    gw,
+                    gb,
+                });
+                if let Some(gx) = gx {
+                    steps.extend(grads.contribute(x, gx, true, &mut b.rec));
+                }
+            }
+            Node::Add { a, b: bb, out, .. } => {
+                let g = grads.of[&out];
+                steps.extend(grads.contribute(a, g, false, &mut b.rec));
+                steps.extend(grads.contribute(bb, g, false, &mut b.rec));
+            }
+            Node::Upsample { op, x, y } => {
+                let gy = grads.of[&y];
+                let name = format!("grad.{}.from{}", b.rec.get(x).name, b.rec.tensors.len());
+                let gx = b.rec.f32(&name, op.input_len(), Role::Activation);
+                steps.push(Step::UpsampleBackward { op, gy, gx });
+                steps.extend(grads.contribute(x, gx, true, &mut b.rec));
+            }
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::arch::ModelConfig;
+
+    fn graph(train: bool) -> ModelGraph {
+        let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+        let layout = RecordLayout::new(128, 128, 3, 32).unwrap();
+        let options = GraphOptions {
+            train,
+            ..GraphOptions::default()
+        };
+        ModelGraph::build(&arch, 4, &layout, &options).unwrap()
+    }
+
+    #[test]
+    fn det_s_graph_has_every_parameter_and_trains_each_once() {
+        let g = graph(true);
+        let params: usize = g.params.iter().map(|p| g.recording.get(p.value).len).sum();
+        assert_eq!(params, 54_758);
+        // The graph's parameters are the architecture's, in its order (checkpoints rely on it).
+        let specs = g.arch.params();
+        assert_eq!(specs.len(), g.params.len());
+        for (spec, p) in specs.iter().zip(&g.params) {
+            assert_eq!(
+                (&spec.name, spec.len()),
+                (&p.name, g.recording.get(p.value).len)
+            );
+        }
+        let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
+        let adam = train
+            .iter()
+            .filter(|s| matches!(s, Step::AdamW { .. }))
+            .count();
+        assert_eq!(adam, g.params.len());
+        let convs = train
+            .iter()
+            .filter(|s| matches!(s, Step::ConvForward { .. }))
+            .count();
+        let backs = train
+            .iter()
+            .filter(|s| matches!(s, Step::ConvBackward { .. }))
+            .count();
+        assert_eq!((convs, backs), (19, 19));
+        // Exactly one conv backward (the stem) computes no input gradient.
+        let no_gx = train
+            .iter()
+            .filter(|s| matches!(s, Step::ConvBackward { gx: None, .. }))
+            .count();
+        assert_eq!(no_gx, 1);
+        // Every residual input gets two contributions: one add per residual (4 blocks + neck).
+        let adds = train
+            .iter()
+            .filter(|s| matches!(s, Step::AddAssign { .. } | Step::Add { .. }))
+            .count();
+        assert_eq!(adds, 5 + 5, "5 forward adds and 5 gradient sums");
+    }
+
+    #[test]
+    fn every_gradient_is_written_before_it_is_read() {
+        let g = graph(true);
+        let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
+        let mut written = std::collections::HashSet::new();
+        for t in [g.records, g.hyper] {
+            written.insert(t);
+        }
+        for p in &g.params {
+            for t in [Some(p.value), p.m, p.v].into_iter().flatten() {
+                written.insert(t);
+            }
+        }
+        for (i, s) in train.iter().enumerate() {
+            let (reads, writes): (Vec<TensorId>, Vec<TensorId>) = match s {
+                Step::ConvForward { x, w, b, y, .. } => (vec![*x, *w, *b], vec![*y]),
+                Step::ConvBackward {
+                    x,
+                    w,
+                    y,
+                    gy,
+                    gx,
+                    gw,
+                    gb,
+                    ..
+                } => {
+                    let mut wr = vec![*gw, *gb];
+                    wr.extend(*gx);
+                    (vec![*x, *w, *y, *gy], wr)
+                }
+                Step::Add { a, b, out, .. } => (vec![*a, *b], vec![*out]),
+                Step::AddAssign { dst, src, .. } => (vec![*dst, *src], vec![*dst]),
+                Step::UpsampleForward { x, y, .. } => (vec![*x], vec![*y]),
+                Step::UpsampleBackward { gy, gx, .. } => (vec![*gy], vec![*gx]),
+                Step::Normalize { records, out, .. } | Step::Targets { records, out, .. } => {
+                    (vec![*records], vec![*out])
+                }
+                Step::LossForward {
+                    pred, target, loss, ..
+                } => (vec![*pred, *target], vec![*loss]),
+                Step::LossBackward {
+                    pred,
+                    target,
+                    loss,
+                    grad,
+                    ..
+                } => (vec![*pred, *target, *loss], vec![*grad]),
+                Step::AdamW {
+                    param,
+                    grad,
+                    m,
+                    v,
+                    hyper,
+                    ..
+                } => (vec![*param, *grad, *m, *v, *hyper], vec![*param, *m, *v]),
+                other => panic!("unexpected step {other:?}"),
+            };
+            for r in reads {
+                assert!(
+                    written.contains(&r),
+                    "step {i} ({}) reads {:?} before anything wrote it",
+                    s.name(),
+                    g.recording.get(r).name
+                );
+            }
+            written.extend(writes);
+        }
+    }
+
+    #[test]
+    fn inference_only_graph_has_no_training_state() {
+        let g = graph(false);
+        assert!(g.recording.find_entry(ENTRY_TRAIN).is_none());
+        assert!(g.params.iter().all(|p| p.m.is_none() && p.grad.is_none()));
+        assert!(g
+            .recording
+            .tensors
+            .iter()
+            .all(|t| t.role != Role::State && !t.name.starts_with("grad.")));
+        assert!(g.recording.bytes() < graph(true).recording.bytes());
+        let infer = &g.recording.entries[g.entry(ENTRY_INFER)].steps;
+        assert!(matches!(infer.last(), Some(Step::Decode { .. })));
+    }
+
+    #[test]
+    fn records_of_another_size_are_refused() {
+        let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+        let layout = RecordLayout::new(256, 256, 3, 32).unwrap();
+        let e = ModelGraph::build(&arch, 4, &layout, &GraphOptions::default()).unwrap_err();
+        assert!(e.contains("256×256×3") && e.contains("--size 128"), "{e}");
+    }
+}

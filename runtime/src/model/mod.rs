@@ -1,0 +1,10 @@
+//! The detector: its architecture ([`arch`]), its step as a recording with the backward pass
+//! derived from the forward one ([`graph`]) and its initial weights ([`init`]).
+
+pub mod arch;
+pub mod graph;
+pub mod init;
+pub mod onnx;
+
+pub use arch::{Arch, ModelConfig};
+pub use graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};

@@ -1,0 +1,342 @@
+//! Export of a trained detector as an ONNX model (opset 13).
+//!
+//! The graph is the forward pass exactly as the engines run it: `Conv` (with `group` for the
+//! depthwise layers) + `Relu`, `Add` for the residuals, `Resize` (nearest, asymmetric, floor:
+//! output `(y, x)` copies input `(⌊y/2⌋, ⌊x/2⌋)`) for the neck's upsampling. Input `images`:
+//! `float32 [N, 3, H, W]`, RGB scaled to `[0, 1]` (pixel / 255, as fulcrum's normalisation);
+//! output `pred`: `float32 [N, K + 4, H/8, W/8]`: `K` heat-map logits, offset x/y, log width and
+//! height in grid cells (decode: sigmoid, 3×3 peak, threshold; see `ops::Decode`).
+//!
+//! The protobuf encoding is written here by hand: the few messages used (`ModelProto`,
+//! `GraphProto`, `NodeProto`, `AttributeProto`, `TensorProto`, `ValueInfoProto`) are a small,
+//! stable part of `onnx.proto`, and a code generator would add a build dependency for boards.
+//! Field numbers are those of onnx.proto (IR version 7).
+
+use super::arch::Arch;
+
+const IR_VERSION: u64 = 7;
+pub const OPSET: u64 = 13;
+const FLOAT: u64 = 1;
+
+/// Protobuf wire encoding of one message.
+#[derive(Default)]
+struct Msg(Vec<u8>);
+
+impl Msg {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+
+    fn key(&mut self, field: u32, wire: u8) {
+        self.varint(((field as u64) << 3) | wire as u64);
+    }
+
+    fn int(&mut self, field: u32, v: u64) -> &mut Self {
+        self.key(field, 0);
+        self.varint(v);
+        self
+    }
+
+    fn bytes(&mut self, field: u32, b: &[u8]) -> &mut Self {
+        self.key(field, 2);
+        self.varint(b.len() as u64);
+        self.0.extend_from_slice(b);
+        self
+    }
+
+    fn str(&mut self, field: u32, s: &str) -> &mut Self {
+        self.bytes(field, s.as_bytes())
+    }
+
+    fn msg(&mut self, field: u32, m: &Msg) -> &mut Self {
+        self.bytes(field, &m.0)
+    }
+}
+
+/// An attribute: `ints` (type 7), `int` (type 2) or `string` (type 3).
+enum Attr<'a> {
+    Ints(&'a [i64]),
+    Int(i64),
+    Str(&'a str),
+}
+
+fn attribute(name: &str, a: Attr) -> Msg {
+    let mut m = Msg::default();
+    m.str(1, name);
+    match a {
+        // AttributeProto: ints = 8 (packed not required), type = 20.
+        Attr::Ints(v) => {
+            for &x in v {
+                m.int(8, x as u64);
+            }
+            m.int(20, 7);
+        }
+        Attr::Int(v) => {
+            m.int(3, v as u64).int(20, 2);
+        }
+        Attr::Str(s) => {
+            m.str(4, s).int(20, 3);
+        }
+    }
+    m
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<Msg>) -> Msg {
+    // NodeProto: input = 1, output = 2, name = 3, op_type = 4, attribute = 5.
+    let mut m = Msg::default();
+    for i in inputs {
+        m.str(1, i);
+    }
+    for o in outputs {
+        m.str(2, o);
+    }
+    m.str(3, name).str(4, op);
+    for a in &attrs {
+        m.msg(5, a);
+    }
+    m
+}
+
+fn tensor_f32(name: &str, dims: &[usize], values: &[f32]) -> Msg {
+    // TensorProto: dims = 1, data_type = 2, name = 8, raw_data = 9.
+    let mut m = Msg::default();
+    for &d in dims {
+        m.int(1, d as u64);
+    }
+    m.int(2, FLOAT).str(8, name);
+    let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    m.bytes(9, &raw);
+    m
+}
+
+fn tensor_f32_small(name: &str, values: &[f32]) -> Msg {
+    // float_data = 4 (packed).
+    let mut m = Msg::default();
+    m.int(1, values.len() as u64).int(2, FLOAT).str(8, name);
+    let mut packed = Msg::default();
+    for &v in values {
+        packed.0.extend_from_slice(&v.to_le_bytes());
+    }
+    m.bytes(4, &packed.0);
+    m
+}
+
+/// `ValueInfoProto` of a float tensor with named (`Err`) or fixed (`Ok`) dimensions.
+fn value_info(name: &str, dims: &[Result<u64, &str>]) -> Msg {
+    // TensorShapeProto.Dimension: dim_value = 1, dim_param = 2; TensorShapeProto: dim = 1;
+    // TypeProto.Tensor: elem_type = 1, shape = 2; TypeProto: tensor_type = 1;
+    // ValueInfoProto: name = 1, type = 2.
+    let mut shape = Msg::default();
+    for d in dims {
+        let mut dim = Msg::default();
+        match d {
+            Ok(v) => dim.int(1, *v),
+            Err(p) => dim.str(2, p),
+        };
+        shape.msg(1, &dim);
+    }
+    let mut tensor = Msg::default();
+    tensor.int(1, FLOAT).msg(2, &shape);
+    let mut ty = Msg::default();
+    ty.msg(1, &tensor);
+    let mut m = Msg::default();
+    m.str(1, name).msg(2, &ty);
+    m
+}
+
+/// The ONNX model's bytes for `arch` with `params` (in [`Arch::params`] order).
+pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
+    let specs = arch.params();
+    if params.len() != specs.len() {
+        return Err(format!(
+            "{} parameter tensors given; {} has {}",
+            params.len(),
+            arch.config.name,
+            specs.len()
+        ));
+    }
+    for (s, p) in specs.iter().zip(params) {
+        if s.len() != p.len() {
+            return Err(format!(
+                "{}: {} values, the model needs {}",
+                s.name,
+                p.len(),
+                s.len()
+            ));
+        }
+    }
+    let mut graph = Msg::default();
+    let mut nodes = Vec::new();
+    let mut conv_index = 0usize;
+    // Adds `Conv(+Relu)` for the next weight/bias pair; returns the output name.
+    let mut conv = |nodes: &mut Vec<Msg>, input: &str, stride: i64, relu: bool| -> String {
+        let w = &specs[2 * conv_index];
+        let name = w.name.trim_end_matches(".weight").to_owned();
+        conv_index += 1;
+        let (c_out, c_in_g, k) = (w.shape[0] as i64, w.shape[1] as i64, w.shape[2] as i64);
+        let group = if c_in_g == 1 && name.ends_with("dw") {
+            c_out
+        } else {
+            1
+        };
+        let pad = k / 2;
+        let out = if relu {
+            format!("{name}.conv")
+        } else {
+            name.clone()
+        };
+        nodes.push(node(
+            "Conv",
+            &name,
+            &[input, &w.name, &format!("{name}.bias")],
+            &[&out],
+            vec![
+                attribute("group", Attr::Int(group)),
+                attribute("kernel_shape", Attr::Ints(&[k, k])),
+                attribute("pads", Attr::Ints(&[pad, pad, pad, pad])),
+                attribute("strides", Attr::Ints(&[stride, stride])),
+            ],
+        ));
+        if relu {
+            nodes.push(node(
+                "Relu",
+                &format!("{name}.relu"),
+                &[&out],
+                &[&name],
+                vec![],
+            ));
+        }
+        name
+    };
+
+    let mut x = conv(&mut nodes, "images", 2, true);
+    let mut skip = String::new();
+    for (i, b) in arch.blocks.iter().enumerate() {
+        let input = x.clone();
+        let d = conv(&mut nodes, &input, b.stride as i64, true);
+        let p = conv(&mut nodes, &d, 1, true);
+        x = if b.residual {
+            let out = format!("b{}.out", i + 1);
+            nodes.push(node("Add", &out, &[&p, &input], &[&out], vec![]));
+            out
+        } else {
+            p
+        };
+        if i == arch.skip_block {
+            skip = x.clone();
+        }
+    }
+    nodes.push(node(
+        "Resize",
+        "neck.up",
+        &[&x, "", "neck.up.scales"],
+        &["neck.up"],
+        vec![
+            attribute("mode", Attr::Str("nearest")),
+            attribute("coordinate_transformation_mode", Attr::Str("asymmetric")),
+            attribute("nearest_mode", Attr::Str("floor")),
+        ],
+    ));
+    let nk = conv(&mut nodes, "neck.up", 1, true);
+    nodes.push(node(
+        "Add",
+        "neck.out",
+        &[&nk, &skip],
+        &["neck.out"],
+        vec![],
+    ));
+    let hd = conv(&mut nodes, "neck.out", 1, true);
+    let hp = conv(&mut nodes, &hd, 1, true);
+    let out = conv(&mut nodes, &hp, 1, false);
+    nodes.push(node("Identity", "pred", &[&out], &["pred"], vec![]));
+
+    // GraphProto: node = 1, name = 2, initializer = 5, input = 11, output = 12.
+    for n in &nodes {
+        graph.msg(1, n);
+    }
+    graph.str(2, &arch.config.name);
+    for (s, p) in specs.iter().zip(params) {
+        graph.msg(5, &tensor_f32(&s.name, &s.shape, p));
+    }
+    graph.msg(
+        5,
+        &tensor_f32_small("neck.up.scales", &[1.0, 1.0, 2.0, 2.0]),
+    );
+    let side = arch.config.input as u64;
+    let grid = arch.config.grid() as u64;
+    graph.msg(
+        11,
+        &value_info("images", &[Err("N"), Ok(3), Ok(side), Ok(side)]),
+    );
+    graph.msg(
+        12,
+        &value_info(
+            "pred",
+            &[
+                Err("N"),
+                Ok(arch.config.out_channels() as u64),
+                Ok(grid),
+                Ok(grid),
+            ],
+        ),
+    );
+
+    // OperatorSetIdProto: domain = 1, version = 2. ModelProto: ir_version = 1,
+    // producer_name = 2, producer_version = 3, graph = 7, opset_import = 8, doc_string = 6.
+    let mut opset = Msg::default();
+    opset.str(1, "").int(2, OPSET);
+    let mut model = Msg::default();
+    model
+        .int(1, IR_VERSION)
+        .str(2, "fulcrum")
+        .str(3, env!("CARGO_PKG_VERSION"))
+        .str(
+            6,
+            &format!(
+                "{} for {} classes: input images float32 [N,3,{side},{side}] RGB/255; output \
+                 pred [N,{},{grid},{grid}] = heat-map logits, offset x/y, log w/h (stride 8)",
+                arch.config.name,
+                arch.config.classes,
+                arch.config.out_channels()
+            ),
+        )
+        .msg(7, &graph)
+        .msg(8, &opset);
+    Ok(model.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{init, ModelConfig};
+
+    #[test]
+    fn varints_and_fields_encode_as_protobuf() {
+        let mut m = Msg::default();
+        m.int(1, 300);
+        assert_eq!(m.0, [0x08, 0xac, 0x02]);
+        let mut m = Msg::default();
+        m.str(2, "ab");
+        assert_eq!(m.0, [0x12, 2, b'a', b'b']);
+    }
+
+    #[test]
+    fn det_s_exports_every_parameter_and_node() {
+        let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+        let params = init::init_params(&arch, 0);
+        let bytes = export(&arch, &params).unwrap();
+        let raw_params: usize = params.iter().map(|p| 4 * p.len()).sum();
+        assert!(bytes.len() > raw_params && bytes.len() < raw_params + 20_000);
+        let text = String::from_utf8_lossy(&bytes);
+        for needle in ["Conv", "Relu", "Resize", "head.out.bias", "images", "pred"] {
+            assert!(text.contains(needle), "{needle}");
+        }
+        assert!(export(&arch, &params[1..])
+            .unwrap_err()
+            .contains("parameter tensors"));
+    }
+}

@@ -1,0 +1,538 @@
+//! Decoding a source image and letterboxing it (and its boxes) to the square model input.
+//!
+//! Letterboxing keeps the aspect ratio: the image is scaled by `min(size/w, size/h)`, the
+//! scaled size is rounded to whole pixels, and the content is centred with integer padding
+//! `(size − content) / 2` (the extra pixel of an odd remainder goes right/bottom) in the pad
+//! colour (114, 114, 114), the convention of the YOLO family. A source point `(x, y)` maps to
+//! `(x · scale + pad_x, y · scale + pad_y)`, exactly as the record format documents.
+
+use std::path::Path;
+
+use image::imageops::FilterType;
+use image::{DynamicImage, ImageDecoder, ImageReader, RgbImage};
+
+use super::source::{BoxUnits, SourceBox};
+use super::{Error, Result};
+use crate::format::RecordBox;
+
+/// Colour of the padding around the letterboxed content.
+pub const PAD_COLOUR: [u8; 3] = [114, 114, 114];
+
+/// Boxes smaller than this (in packed pixels, either side) after clipping are dropped: nothing
+/// that small can be learnt at the model's resolution.
+pub const MIN_BOX_SIDE: f32 = 1.0;
+
+/// Where the source image landed in the letterboxed output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Letterbox {
+    /// Packed pixels per source pixel.
+    pub scale: f32,
+    /// Left padding in packed pixels (a whole number).
+    pub pad_x: f32,
+    /// Top padding in packed pixels (a whole number).
+    pub pad_y: f32,
+    /// Size of the scaled content in packed pixels.
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB). Triangle (bilinear, with
+/// the support widened when shrinking, so no aliasing) resampling: deterministic for a given
+/// build. A source with no pixels gives an all-padding image and scale 0.
+pub fn letterbox_into(src: &RgbImage, size: u32, out: &mut [u8]) -> Letterbox {
+    let n = size as usize;
+    assert_eq!(
+        out.len(),
+        n * n * 3,
+        "letterbox output must be size × size × 3 bytes"
+    );
+    let (w, h) = src.dimensions();
+    for px in out.chunks_exact_mut(3) {
+        px.copy_from_slice(&PAD_COLOUR);
+    }
+    if w == 0 || h == 0 || size == 0 {
+        return Letterbox {
+            scale: 0.0,
+            pad_x: 0.0,
+            pad_y: 0.0,
+            width: 0,
+            height: 0,
+        };
+    }
+    let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
+    let cw = ((w as f32 * scale).round() as u32).clamp(1, size);
+    let ch = ((h as f32 * scale).round() as u32).clamp(1, size);
+    let (px, py) = ((size - cw) / 2, (size - ch) / 2);
+    let resized;
+    let content = if (cw, ch) == (w, h) {
+        src
+    } else {
+        resized = image::imageops::resize(src, cw, ch, FilterType::Triangle);
+        &resized
+    };
+    let row = cw as usize * 3;
+    let pixels = &content.as_raw()[..row * ch as usize];
+    for (y, src_row) in pixels.chunks_exact(row).enumerate() {
+        let o = ((py as usize + y) * n + px as usize) * 3;
+        out[o..o + row].copy_from_slice(src_row);
+    }
+    Letterbox {
+        scale,
+        pad_x: px as f32,
+        pad_y: py as f32,
+        width: cw,
+        height: ch,
+    }
+}
+
+/// What happened to one image's boxes in [`map_boxes`]. Every input box is counted in exactly
+/// one of `kept`, `dropped` and `over_max`; `clipped` counts kept boxes that were cut at the
+/// image border.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BoxStats {
+    pub kept: usize,
+    /// Kept boxes that reached outside the source image and were cut to it.
+    pub clipped: usize,
+    /// Boxes under [`MIN_BOX_SIDE`] packed pixels wide or high after clipping (or non-finite).
+    pub dropped: usize,
+    /// Valid boxes beyond `max_boxes`: the smallest ones (by packed area) go.
+    pub over_max: usize,
+}
+
+impl std::ops::AddAssign for BoxStats {
+    fn add_assign(&mut self, o: Self) {
+        self.kept += o.kept;
+        self.clipped += o.clipped;
+        self.dropped += o.dropped;
+        self.over_max += o.over_max;
+    }
+}
+
+/// Maps source boxes into the letterboxed image of size `size`, replacing `out`'s contents.
+///
+/// Boxes are first clipped to the source image (`[0, src_w] × [0, src_h]`; a box reaching out
+/// of it by more than 1e-3 px counts as clipped), then scaled and shifted by `lb`, and kept
+/// inside the content area (so always inside `[0, size]`). When more than `max_boxes` remain,
+/// the largest by area are kept — small boxes are the least learnable at this resolution —
+/// with ties going to the earlier box; the kept boxes stay in source order. The result passes
+/// `RecordLayout::check_boxes` for classes the caller has validated.
+#[allow(clippy::too_many_arguments)]
+pub fn map_boxes(
+    item_boxes: &[SourceBox],
+    units: BoxUnits,
+    src_w: u32,
+    src_h: u32,
+    lb: &Letterbox,
+    size: u32,
+    max_boxes: usize,
+    out: &mut Vec<RecordBox>,
+) -> BoxStats {
+    const SLACK: f32 = 1e-3;
+    out.clear();
+    let mut stats = BoxStats::default();
+    let (sw, sh) = (src_w as f32, src_h as f32);
+    let (ux, uy) = match units {
+        BoxUnits::Normalized => (sw, sh),
+        BoxUnits::Pixels => (1.0, 1.0),
+    };
+    let (cx0, cy0) = (lb.pad_x, lb.pad_y);
+    let cx1 = (lb.pad_x + lb.width as f32).min(size as f32);
+    let cy1 = (lb.pad_y + lb.height as f32).min(size as f32);
+    let mut clipped = Vec::with_capacity(item_boxes.len());
+    for b in item_boxes {
+        let (x0, y0, x1, y1) = (b.x0 * ux, b.y0 * uy, b.x1 * ux, b.y1 * uy);
+        if ![x0, y0, x1, y1].iter().all(|v| v.is_finite()) {
+            stats.dropped += 1;
+            continue;
+        }
+        let was_clipped = x0 < -SLACK || y0 < -SLACK || x1 > sw + SLACK || y1 > sh + SLACK;
+        let m = |v: f32, lo: f32, hi: f32, s: f32, pad: f32| v.clamp(lo, hi) * s + pad;
+        let r = RecordBox {
+            class: b.class,
+            x0: m(x0, 0.0, sw, lb.scale, lb.pad_x).clamp(cx0, cx1),
+            y0: m(y0, 0.0, sh, lb.scale, lb.pad_y).clamp(cy0, cy1),
+            x1: m(x1, 0.0, sw, lb.scale, lb.pad_x).clamp(cx0, cx1),
+            y1: m(y1, 0.0, sh, lb.scale, lb.pad_y).clamp(cy0, cy1),
+        };
+        // `!(a >= b)` also drops NaN (a zero-pixel source gives scale 0).
+        if !(r.x1 - r.x0 >= MIN_BOX_SIDE && r.y1 - r.y0 >= MIN_BOX_SIDE) {
+            stats.dropped += 1;
+            continue;
+        }
+        clipped.push(was_clipped);
+        out.push(r);
+    }
+    if out.len() > max_boxes {
+        let area = |b: &RecordBox| (b.x1 - b.x0) * (b.y1 - b.y0);
+        let mut order: Vec<usize> = (0..out.len()).collect();
+        order.sort_by(|&a, &b| area(&out[b]).total_cmp(&area(&out[a])).then(a.cmp(&b)));
+        let mut keep = vec![false; out.len()];
+        for &i in &order[..max_boxes] {
+            keep[i] = true;
+        }
+        stats.over_max = out.len() - max_boxes;
+        let mut k = keep.iter();
+        out.retain(|_| *k.next().unwrap());
+        let mut k = keep.iter();
+        clipped.retain(|_| *k.next().unwrap());
+    }
+    stats.kept = out.len();
+    stats.clipped = clipped.iter().filter(|&&c| c).count();
+    stats
+}
+
+/// Reads and decodes a JPEG or PNG (told apart by content, not extension), applies its EXIF
+/// orientation so that boxes drawn on the upright photo match, and converts it to 8-bit RGB
+/// (alpha is dropped, grey is expanded). Errors name the file.
+pub fn decode_image(path: &Path) -> Result<RgbImage> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bad = |what: String| Error::UnreadableImage {
+        path: path.to_owned(),
+        what,
+    };
+    let reader = ImageReader::new(std::io::Cursor::new(&bytes))
+        .with_guessed_format()
+        .map_err(|e| bad(e.to_string()))?;
+    if reader.format().is_none() {
+        return Err(bad("not a JPEG or PNG file (unrecognised content)".into()));
+    }
+    let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    let orientation = decoder.orientation().ok();
+    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
+    if let Some(o) = orientation {
+        img.apply_orientation(o);
+    }
+    Ok(img.into_rgb8())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{RecordLayout, RecordMeta};
+
+    #[test]
+    fn wide_image_geometry_and_box_mapping() {
+        let src = RgbImage::from_pixel(200, 100, image::Rgb([200, 10, 20]));
+        let mut out = vec![0u8; 128 * 128 * 3];
+        let lb = letterbox_into(&src, 128, &mut out);
+        assert_eq!(
+            lb,
+            Letterbox {
+                scale: 0.64,
+                pad_x: 0.0,
+                pad_y: 32.0,
+                width: 128,
+                height: 64
+            }
+        );
+        let px = |x: usize, y: usize| &out[(y * 128 + x) * 3..(y * 128 + x) * 3 + 3];
+        assert_eq!(px(0, 31), PAD_COLOUR);
+        assert_eq!(px(0, 32), [200, 10, 20]);
+        assert_eq!(px(127, 95), [200, 10, 20]);
+        assert_eq!(px(64, 96), PAD_COLOUR);
+
+        let boxes = [
+            SourceBox {
+                class: 1,
+                x0: 50.0,
+                y0: 25.0,
+                x1: 150.0,
+                y1: 75.0,
+            },
+            SourceBox {
+                class: 0,
+                x0: -20.0,
+                y0: 90.0,
+                x1: 20.0,
+                y1: 130.0,
+            }, // clipped
+            SourceBox {
+                class: 0,
+                x0: 10.0,
+                y0: 10.0,
+                x1: 11.0,
+                y1: 50.0,
+            }, // 0.64 px wide
+            SourceBox {
+                class: 0,
+                x0: 300.0,
+                y0: 10.0,
+                x1: 400.0,
+                y1: 50.0,
+            }, // outside
+            SourceBox {
+                class: 0,
+                x0: f32::NAN,
+                y0: 10.0,
+                x1: 40.0,
+                y1: 50.0,
+            },
+        ];
+        let mut mapped = Vec::new();
+        let s = map_boxes(
+            &boxes,
+            BoxUnits::Pixels,
+            200,
+            100,
+            &lb,
+            128,
+            32,
+            &mut mapped,
+        );
+        assert_eq!(
+            s,
+            BoxStats {
+                kept: 2,
+                clipped: 1,
+                dropped: 3,
+                over_max: 0
+            }
+        );
+        let near = |a: &RecordBox, b: [f32; 4]| {
+            [a.x0, a.y0, a.x1, a.y1]
+                .iter()
+                .zip(b)
+                .all(|(v, w)| (v - w).abs() < 1e-4)
+        };
+        assert!(
+            near(&mapped[0], [32.0, 48.0, 96.0, 80.0]),
+            "{:?}",
+            mapped[0]
+        );
+        assert!(near(&mapped[1], [0.0, 89.6, 12.8, 96.0]), "{:?}", mapped[1]);
+        assert_eq!((mapped[0].class, mapped[1].class), (1, 0));
+
+        // The same in normalised units; then through a real record.
+        let norm = [SourceBox {
+            class: 1,
+            x0: 0.25,
+            y0: 0.25,
+            x1: 0.75,
+            y1: 0.75,
+        }];
+        let s = map_boxes(
+            &norm,
+            BoxUnits::Normalized,
+            200,
+            100,
+            &lb,
+            128,
+            32,
+            &mut mapped,
+        );
+        assert_eq!((s.kept, s.clipped), (1, 0));
+        assert!(
+            near(&mapped[0], [32.0, 48.0, 96.0, 80.0]),
+            "{:?}",
+            mapped[0]
+        );
+        let layout = RecordLayout::new(128, 128, 3, 32).unwrap();
+        let mut rec = vec![0; layout.record_size];
+        layout.encode(&mut rec, &out, &RecordMeta::default(), &mapped);
+        assert_eq!(layout.check_boxes(&rec, 2), Ok(()));
+    }
+
+    #[test]
+    fn tall_odd_and_identity_sizes() {
+        let mut out = vec![0u8; 128 * 128 * 3];
+        let lb = letterbox_into(&RgbImage::new(427, 640), 128, &mut out);
+        assert_eq!((lb.width, lb.height, lb.pad_y), (85, 128, 0.0));
+        assert_eq!(lb.pad_x, 21.0, "(128 - 85) / 2, the odd pixel goes right");
+        assert_eq!(lb.scale, 0.2);
+
+        let mut src = RgbImage::new(128, 128);
+        src.put_pixel(3, 5, image::Rgb([1, 2, 3]));
+        let lb = letterbox_into(&src, 128, &mut out);
+        assert_eq!((lb.scale, lb.pad_x, lb.width), (1.0, 0.0, 128));
+        assert_eq!(out, src.as_raw()[..], "same size: copied, not resampled");
+
+        let small = RgbImage::from_pixel(10, 5, image::Rgb([50, 60, 70]));
+        let mut o2 = vec![0u8; 16 * 16 * 3];
+        let lb = letterbox_into(&small, 16, &mut o2);
+        assert_eq!(
+            lb,
+            Letterbox {
+                scale: 1.6,
+                pad_x: 0.0,
+                pad_y: 4.0,
+                width: 16,
+                height: 8
+            }
+        );
+        assert_eq!(
+            &o2[(8 * 16 + 8) * 3..][..3],
+            [50, 60, 70],
+            "upscaled flat colour"
+        );
+
+        let lb = letterbox_into(&RgbImage::new(0, 0), 16, &mut o2);
+        assert!(o2.chunks(3).all(|p| p == PAD_COLOUR));
+        let mut m = Vec::new();
+        let b = [SourceBox {
+            class: 0,
+            x0: 0.0,
+            y0: 0.0,
+            x1: 1.0,
+            y1: 1.0,
+        }];
+        assert_eq!(
+            map_boxes(&b, BoxUnits::Normalized, 0, 0, &lb, 16, 4, &mut m).dropped,
+            1
+        );
+    }
+
+    #[test]
+    fn over_max_keeps_the_largest_in_source_order() {
+        let lb = Letterbox {
+            scale: 1.0,
+            pad_x: 0.0,
+            pad_y: 0.0,
+            width: 100,
+            height: 100,
+        };
+        let sq = |c, s: f32| SourceBox {
+            class: c,
+            x0: 0.0,
+            y0: 0.0,
+            x1: s,
+            y1: s,
+        };
+        let boxes = [
+            sq(0, 10.0),
+            sq(1, 50.0),
+            sq(2, 5.0),
+            sq(3, 50.0),
+            sq(4, 20.0),
+            sq(5, 50.0),
+        ];
+        let mut out = Vec::new();
+        let s = map_boxes(&boxes, BoxUnits::Pixels, 100, 100, &lb, 100, 3, &mut out);
+        assert_eq!(
+            s,
+            BoxStats {
+                kept: 3,
+                clipped: 0,
+                dropped: 0,
+                over_max: 3
+            }
+        );
+        assert_eq!(out.iter().map(|b| b.class).collect::<Vec<_>>(), [1, 3, 5]);
+        let s = map_boxes(&boxes, BoxUnits::Pixels, 100, 100, &lb, 100, 4, &mut out);
+        assert_eq!(s.over_max, 2);
+        assert_eq!(
+            out.iter().map(|b| b.class).collect::<Vec<_>>(),
+            [1, 3, 4, 5]
+        );
+        let mut total = s;
+        total += s;
+        assert_eq!(total.kept, 8);
+    }
+
+    #[test]
+    fn letterbox_is_deterministic_on_real_content() {
+        let src = RgbImage::from_fn(333, 500, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 3) as u8, (x ^ y) as u8])
+        });
+        let (mut a, mut b) = (vec![0u8; 128 * 128 * 3], vec![1u8; 128 * 128 * 3]);
+        assert_eq!(
+            letterbox_into(&src, 128, &mut a),
+            letterbox_into(&src, 128, &mut b)
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn shared_datasets_pack_into_valid_records() {
+        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
+        if !Path::new(data).is_dir() {
+            eprintln!("skipped: {data} not found (shared test data is absent)");
+            return;
+        }
+        let coco = super::super::yolo::import(&Path::new(data).join("coco128"), None).unwrap();
+        let raccoon = super::super::voc::import(&Path::new(data).join("raccoon")).unwrap();
+        let layout = RecordLayout::new(128, 128, 3, 32).unwrap();
+        let mut rec = vec![0; layout.record_size];
+        let mut img = vec![0; layout.image_bytes];
+        let mut boxes = Vec::new();
+        for ds in [coco, raccoon] {
+            let mut total = BoxStats::default();
+            for item in &ds.items {
+                let src = decode_image(&item.image).unwrap();
+                let lb = letterbox_into(&src, 128, &mut img);
+                assert!(lb.width == 128 || lb.height == 128, "{lb:?}");
+                let (w, h) = src.dimensions();
+                let s = map_boxes(&item.boxes, item.units, w, h, &lb, 128, 32, &mut boxes);
+                assert_eq!(s.kept + s.dropped + s.over_max, item.boxes.len());
+                let meta = RecordMeta {
+                    source_width: w,
+                    source_height: h,
+                    ..Default::default()
+                };
+                layout.encode(&mut rec, &img, &meta, &boxes);
+                let classes = ds.class_names.len() as u32;
+                assert_eq!(
+                    layout.check_boxes(&rec, classes),
+                    Ok(()),
+                    "{}",
+                    item.image.display()
+                );
+                total += s;
+            }
+            eprintln!("{} images: {total:?}", ds.items.len());
+            assert!(
+                total.kept * 10 > (total.kept + total.dropped) * 9,
+                "{total:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decode_png_jpeg_by_content_and_name_bad_files() {
+        let t = tempfile::tempdir().unwrap();
+        let img = RgbImage::from_fn(6, 4, |x, y| image::Rgb([x as u8 * 40, y as u8 * 60, 9]));
+        // A PNG with a .jpg name decodes by content.
+        let png = t.path().join("really-a-png.jpg");
+        img.save_with_format(&png, image::ImageFormat::Png).unwrap();
+        assert_eq!(decode_image(&png).unwrap(), img);
+        let jpg = t.path().join("x.jpeg");
+        img.save(&jpg).unwrap();
+        assert_eq!(decode_image(&jpg).unwrap().dimensions(), (6, 4));
+        let grey = t.path().join("grey.png");
+        image::GrayImage::from_pixel(3, 2, image::Luma([77]))
+            .save(&grey)
+            .unwrap();
+        assert_eq!(
+            decode_image(&grey).unwrap().get_pixel(2, 1),
+            &image::Rgb([77, 77, 77])
+        );
+
+        // EXIF orientation 6 (rotate 90° clockwise): the upright photo is 4 wide, 6 high.
+        let exif = [
+            &b"II*\0"[..],
+            &8u32.to_le_bytes(),
+            &1u16.to_le_bytes(),
+            &[0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0],
+            &0u32.to_le_bytes(),
+        ]
+        .concat();
+        let turned = t.path().join("turned.jpg");
+        let mut enc =
+            image::codecs::jpeg::JpegEncoder::new(std::fs::File::create(&turned).unwrap());
+        image::ImageEncoder::set_exif_metadata(&mut enc, exif).unwrap();
+        enc.encode_image(&img).unwrap();
+        assert_eq!(decode_image(&turned).unwrap().dimensions(), (4, 6));
+
+        let junk = t.path().join("junk.jpg");
+        std::fs::write(&junk, b"this is not an image").unwrap();
+        let err = decode_image(&junk).unwrap_err();
+        assert!(matches!(err, Error::UnreadableImage { .. }), "{err}");
+        assert!(err.to_string().contains("junk.jpg"), "{err}");
+        let cut = t.path().join("cut.png");
+        let bytes = std::fs::read(&png).unwrap();
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let err = decode_image(&cut).unwrap_err().to_string();
+        assert!(err.contains("cut.png"), "{err}");
+        let err = decode_image(&t.path().join("gone.png")).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("gone.png"));
+    }
+}

@@ -1,0 +1,284 @@
+//! Checkpoints: weights, optimizer state and where training stood, in one safetensors file.
+//!
+//! Tensors are `F32`, named as the model's parameters (`stem.weight`, …) with the AdamW
+//! moments as `adam.m.NAME` and `adam.v.NAME` (absent in a weights-only export). The
+//! safetensors header's metadata holds, as JSON strings:
+//!
+//! - `fulcrum.format`: `"1"`;
+//! - `fulcrum.model`: the [`ModelConfig`];
+//! - `fulcrum.progress`: [`Progress`] (seed, epoch, step, …), what resume needs besides the
+//!   tensors — the epoch order is a pure function of (seed, epoch);
+//! - `fulcrum.train`: the training configuration, as the trainer wrote it (opaque here);
+//! - `fulcrum.classes`: the class names, when the dataset has them.
+//!
+//! Files are written with [`crate::durable::write_atomic`]: a crash while saving leaves the
+//! previous checkpoint intact.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelConfig;
+
+const FORMAT: &str = "1";
+
+/// Where training stood when the checkpoint was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Progress {
+    pub seed: u64,
+    /// Epochs completed.
+    pub epoch: u64,
+    /// Optimizer steps taken (AdamW's step count).
+    pub step: u64,
+    /// Batches of the current epoch already trained (0 at an epoch boundary).
+    pub batch_in_epoch: u64,
+}
+
+/// Errors reading or writing a checkpoint; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a safetensors file ({detail})")]
+    Format { path: PathBuf, detail: String },
+    #[error("{path}: {detail}")]
+    Content { path: PathBuf, detail: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A checkpoint in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub model: ModelConfig,
+    pub progress: Progress,
+    /// The trainer's configuration (JSON), stored as is.
+    pub train: Option<serde_json::Value>,
+    pub classes: Vec<String>,
+    /// `(name, shape, values)`, in the order given (the file itself is sorted by name).
+    pub tensors: Vec<(String, Vec<usize>, Vec<f32>)>,
+}
+
+impl Checkpoint {
+    /// The tensor named `name`.
+    pub fn get(&self, name: &str) -> Option<&[f32]> {
+        self.tensors
+            .iter()
+            .find(|t| t.0 == name)
+            .map(|t| t.2.as_slice())
+    }
+
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let bytes: Vec<Vec<u8>> = self
+            .tensors
+            .iter()
+            .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            .collect();
+        let views = self
+            .tensors
+            .iter()
+            .zip(&bytes)
+            .map(|((name, shape, _), b)| {
+                let view = TensorView::new(Dtype::F32, shape.clone(), b)
+                    .expect("a checkpoint tensor's shape matches its values");
+                (name.as_str(), view)
+            });
+        let mut meta = HashMap::new();
+        meta.insert("fulcrum.format".to_owned(), FORMAT.to_owned());
+        meta.insert("fulcrum.model".to_owned(), json(&self.model));
+        meta.insert("fulcrum.progress".to_owned(), json(&self.progress));
+        if let Some(t) = &self.train {
+            meta.insert("fulcrum.train".to_owned(), t.to_string());
+        }
+        if !self.classes.is_empty() {
+            meta.insert("fulcrum.classes".to_owned(), json(&self.classes));
+        }
+        safetensors::serialize(views, Some(meta)).expect("names are unique and shapes valid")
+    }
+
+    /// Writes the checkpoint to `path` atomically (temporary file, fsync, rename, fsync of
+    /// the directory), creating the directory if needed.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        crate::durable::write_atomic(path, &self.encode()).map_err(io)
+    }
+
+    /// Reads a checkpoint, checking its format and that every tensor is `F32` of a
+    /// consistent size.
+    pub fn load(path: &Path) -> Result<Checkpoint> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Checkpoint::decode(path, &bytes)
+    }
+
+    /// Parses the bytes of a checkpoint file (`path` is for messages).
+    pub fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
+        let content = |detail: String| Error::Content {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let st = SafeTensors::deserialize(bytes).map_err(|e| Error::Format {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let field = |key: &str| {
+            meta.get(key).ok_or_else(|| {
+                content(format!(
+                    "no {key:?} in the header: not a fulcrum checkpoint (fulcrum train writes them)"
+                ))
+            })
+        };
+        let format = field("fulcrum.format")?;
+        if format != FORMAT {
+            return Err(content(format!(
+                "checkpoint format {format:?}; this fulcrum reads format {FORMAT:?}"
+            )));
+        }
+        fn parse<T: serde::de::DeserializeOwned>(path: &Path, key: &str, text: &str) -> Result<T> {
+            serde_json::from_str(text).map_err(|e| Error::Content {
+                path: path.to_path_buf(),
+                detail: format!("{key}: {e}"),
+            })
+        }
+        let model: ModelConfig = parse(path, "fulcrum.model", field("fulcrum.model")?)?;
+        model
+            .validate()
+            .map_err(|e| content(format!("fulcrum.model: {e}")))?;
+        let progress: Progress = parse(path, "fulcrum.progress", field("fulcrum.progress")?)?;
+        let train = match meta.get("fulcrum.train") {
+            Some(t) => Some(parse(path, "fulcrum.train", t)?),
+            None => None,
+        };
+        let classes = match meta.get("fulcrum.classes") {
+            Some(t) => parse(path, "fulcrum.classes", t)?,
+            None => Vec::new(),
+        };
+        let mut tensors = Vec::new();
+        let mut names: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
+        names.sort();
+        for name in names {
+            let view = st
+                .tensor(&name)
+                .map_err(|e| content(format!("{name}: {e}")))?;
+            if view.dtype() != Dtype::F32 {
+                return Err(content(format!(
+                    "tensor {name} is {:?}; fulcrum checkpoints hold F32",
+                    view.dtype()
+                )));
+            }
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            tensors.push((name, view.shape().to_vec(), values));
+        }
+        Ok(Checkpoint {
+            model,
+            progress,
+            train,
+            classes,
+            tensors,
+        })
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("plain data serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        Checkpoint {
+            model: ModelConfig::named("det-s", 2).unwrap(),
+            progress: Progress {
+                seed: 3,
+                epoch: 2,
+                step: 128,
+                batch_in_epoch: 0,
+            },
+            train: Some(serde_json::json!({"batch": 32, "lr": 0.01})),
+            classes: vec!["disc".into(), "square".into()],
+            tensors: vec![
+                (
+                    "stem.weight".into(),
+                    vec![2, 1, 1, 2],
+                    vec![1.0, -2.5, 3.25, f32::MIN_POSITIVE],
+                ),
+                ("stem.bias".into(), vec![2], vec![0.5, -0.0]),
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_every_bit_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/ckpt.safetensors");
+        let c = sample();
+        c.save(&path).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        assert_eq!(back.model, c.model);
+        assert_eq!(back.progress, c.progress);
+        assert_eq!(back.train, c.train);
+        assert_eq!(back.classes, c.classes);
+        for (name, shape, values) in &c.tensors {
+            let got = back.tensors.iter().find(|t| &t.0 == name).unwrap();
+            assert_eq!(&got.1, shape);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got.2), bits(values), "{name}");
+        }
+        assert_eq!(back.get("stem.bias"), Some(&[0.5, -0.0][..]));
+    }
+
+    #[test]
+    fn foreign_and_damaged_files_are_named_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.safetensors");
+        std::fs::write(&path, b"not a checkpoint at all").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("x.safetensors") && e.contains("not a safetensors file"),
+            "{e}"
+        );
+
+        let mut bytes = sample().encode();
+        bytes.truncate(bytes.len() - 3);
+        let e = Checkpoint::decode(&path, &bytes).unwrap_err().to_string();
+        assert!(e.contains("not a safetensors file"), "{e}");
+
+        // A safetensors file that fulcrum did not write.
+        let data = [0u8; 8];
+        let view = TensorView::new(Dtype::F32, vec![2], &data).unwrap();
+        let foreign = safetensors::serialize([("w", view)], None).unwrap();
+        let e = Checkpoint::decode(&path, &foreign).unwrap_err().to_string();
+        assert!(e.contains("not a fulcrum checkpoint"), "{e}");
+
+        let e = Checkpoint::load(&dir.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing"), "{e}");
+    }
+}

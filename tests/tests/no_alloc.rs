@@ -1,0 +1,169 @@
+//! After warm-up, delivering a batch allocates nothing, on any thread (DESIGN.md: "after
+//! warm-up a training step allocates nothing on the heap").
+//!
+//! This file is its own test binary, so the counting allocator below sees only this test's
+//! process: the loader threads, the consumer (this test) and the test harness. It holds one
+//! `#[test]` so that no other test allocates concurrently, and prints nothing while counting
+//! (captured output allocates).
+//!
+//! When it fails, run it with `FULCRUM_ALLOC_TRACE=1` (and `--nocapture`): the first few
+//! allocations inside the measured window are printed with a backtrace.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use fulcrum::io::{DirectMode, IoKind};
+use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
+use fulcrum_tests::*;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Set while measuring with FULCRUM_ALLOC_TRACE=1: print where allocations come from.
+static TRACE: AtomicBool = AtomicBool::new(false);
+/// Backtraces left to print.
+static TRACES_LEFT: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// Set while this thread prints a trace (which allocates): those allocations are not traced.
+    static IN_TRACE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note_allocation(size: usize) {
+    if !TRACE.load(Relaxed) {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        return;
+    }
+    // `try_with`: thread-local storage may be gone while a thread exits.
+    let _ = IN_TRACE.try_with(|busy| {
+        if busy.get() {
+            // The trace's own allocations are not counted.
+            return;
+        }
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        if TRACES_LEFT.load(Relaxed) == 0 {
+            return;
+        }
+        TRACES_LEFT.fetch_sub(1, Relaxed);
+        busy.set(true);
+        let thread = std::thread::current();
+        eprintln!(
+            "allocation of {size} bytes on thread {:?}:\n{}",
+            thread.name(),
+            std::backtrace::Backtrace::force_capture()
+        );
+        busy.set(false);
+    });
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; counting has no effect on memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_allocation(layout.size());
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_allocation(layout.size());
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_allocation(new_size);
+        // SAFETY: as for `alloc`; `ptr` was allocated by `System` through this allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as for `realloc`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM_UP: usize = 4;
+const MEASURED: usize = 60;
+
+/// Allocations made (anywhere in the process) while `MEASURED` batches were delivered, after
+/// `WARM_UP`; the batches' bytes are summed so that the data is really read.
+fn allocations_while_loading(dir: &std::path::Path, io: IoKind) -> (u64, &'static str) {
+    let config = LoaderConfig {
+        batch: 8,
+        ring_slots: 3,
+        loaders: 2,
+        epochs: 20,
+        seed: 3,
+        io,
+        augment: AugmentConfig::default(),
+        verify: true,
+        ..LoaderConfig::default()
+    };
+    let dir = dir.to_owned();
+    with_timeout("no-alloc run", HANG_TIMEOUT, move || {
+        let dataset = Dataset::open(&dir, DirectMode::Auto).expect("open");
+        let mut loader = Loader::start(&dataset, &config).expect("start");
+        assert!(loader.batches_per_epoch() * config.epochs >= (WARM_UP + MEASURED) as u64);
+        let mut checksum = 0u64;
+        let mut consume = |loader: &mut Loader, n: usize| {
+            for _ in 0..n {
+                let batch = loader.next_batch().expect("batch").expect("not the end");
+                checksum = batch
+                    .records()
+                    .iter()
+                    .step_by(61)
+                    .fold(checksum, |s, &b| s.wrapping_mul(31).wrapping_add(b as u64));
+                checksum += batch.box_count(0) as u64 + batch.meta(batch.len() - 1).index;
+            }
+        };
+        consume(&mut loader, WARM_UP);
+        // A thread's start allocates (its name, its stack-guard handler) when the OS first runs
+        // it, which on a busy machine can be after the warm-up: that is start-up, not delivery.
+        wait_for_threads("fulcrum-loader", config.loaders);
+        let trace = std::env::var_os("FULCRUM_ALLOC_TRACE").is_some();
+        TRACES_LEFT.store(5, Relaxed);
+        let before = ALLOCATIONS.load(Relaxed);
+        TRACE.store(trace, Relaxed);
+        consume(&mut loader, MEASURED);
+        TRACE.store(false, Relaxed);
+        let during = ALLOCATIONS.load(Relaxed) - before;
+        std::hint::black_box(checksum);
+        (during, loader.backend().name())
+    })
+}
+
+/// Waits (at most a few seconds) until `n` threads whose name starts with `prefix` run, as
+/// /proc/self/task/*/comm shows them (a thread sets its name once it has started).
+fn wait_for_threads(prefix: &str, n: usize) {
+    let running = || {
+        std::fs::read_dir("/proc/self/task").map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|comm| comm.starts_with(prefix))
+                .count()
+        })
+    };
+    let started = std::time::Instant::now();
+    while running().is_ok_and(|k| k < n) && started.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn delivering_batches_allocates_nothing_on_any_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = pack_synthetic_sharded(tmp.path(), 96, 32, 40);
+    assert!(
+        ALLOCATIONS.load(Relaxed) > 0,
+        "the counting allocator is not installed"
+    );
+    for io in backends() {
+        let (allocations, backend) = allocations_while_loading(&dir, io);
+        assert_eq!(
+            allocations, 0,
+            "{backend}: {allocations} heap allocations while delivering {MEASURED} batches \
+             after warm-up; rerun with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
+        );
+    }
+}

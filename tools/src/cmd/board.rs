@@ -1,0 +1,37 @@
+use std::process::ExitCode;
+
+/// Show the board fulcrum detected (or a named profile) and how it uses its cores.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A profile to show instead of the detected one: pi4, pi5, orin-nano, rk3588, generic.
+    name: Option<String>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let profile = match &a.name {
+        Some(name) => fulcrum_board::BoardProfile::by_name(name).ok_or_else(|| {
+            anyhow::anyhow!("unknown board {name:?}: use pi4, pi5, orin-nano, rk3588 or generic")
+        })?,
+        None => fulcrum_board::detect(),
+    };
+    let cores = match profile.cores {
+        0 => fulcrum_board::host_cores(),
+        n => n as usize,
+    };
+    println!("board: {} ({})", profile.name, profile.id);
+    println!(
+        "  cores: {cores} (big {:?}, little {:?})",
+        profile.big_cores, profile.little_cores
+    );
+    println!(
+        "  loaders pinned to: {}",
+        if profile.loader_cores().is_empty() {
+            "no pinning (OS schedules)".to_owned()
+        } else {
+            format!("{:?}", profile.loader_cores())
+        }
+    );
+    println!("  storage: {:?}", profile.storage);
+    println!("  gpu: {}", profile.gpu.driver.unwrap_or("none expected"));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,108 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use fulcrum::io::DirectMode;
+use fulcrum::loader::Dataset;
+
+/// Print a packed dataset's summary and verify every record's checksum and labels.
+///
+/// Exits with status 1 if any record is bad, naming each file and record.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Packed dataset folder (written by `fulcrum pack`).
+    dir: PathBuf,
+    /// Print the report as JSON instead.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the first 32 records with their boxes into this PNG.
+    #[arg(long, value_name = "PNG")]
+    preview: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let dataset = Dataset::open(&a.dir, DirectMode::Off)?;
+    let m = &dataset.manifest;
+    let bar = crate::progress::bar(m.records, "verifying");
+    let report = dataset.verify_all(&|done, _| bar.set_position(done))?;
+    bar.finish_and_clear();
+    if let Some(png) = &a.preview {
+        let n = m.records.min(32) as usize;
+        let mut buf = vec![0u8; n * m.record_size as usize];
+        dataset.read_records(0, &mut buf)?;
+        let picture = fulcrum::loader::preview::grid(
+            &dataset.layout,
+            buf.chunks_exact(m.record_size as usize),
+            8,
+        );
+        picture
+            .save(png)
+            .with_context(|| format!("writing {}", png.display()))?;
+        eprintln!("wrote {}", png.display());
+    }
+    if a.json {
+        let problems: Vec<_> = report
+            .problems
+            .iter()
+            .map(|(p, r, what)| serde_json::json!({"file": p, "record": r, "problem": what}))
+            .collect();
+        let doc = serde_json::json!({
+            "dir": a.dir, "manifest": m, "records_verified": report.records, "boxes": report.boxes,
+            "background": report.background, "boxes_per_class": report.boxes_per_class, "problems": problems,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "{}: {} records in {} shards (format v{}, dataset id {:016x})",
+            a.dir.display(),
+            m.records,
+            m.shards.len(),
+            m.version,
+            m.dataset_id
+        );
+        println!(
+            "  input {}×{}×{}, up to {} boxes, {} bytes per record",
+            m.width, m.height, m.channels, m.max_boxes, m.record_size
+        );
+        println!("  source: {}", m.summary.source);
+        println!(
+            "  boxes: {} ({} background images)",
+            report.boxes, report.background
+        );
+        let mut classes: Vec<_> = m
+            .classes
+            .iter()
+            .zip(&report.boxes_per_class)
+            .filter(|(_, &n)| n > 0)
+            .collect();
+        classes.sort_by(|a, b| b.1.cmp(a.1));
+        let shown: Vec<_> = classes
+            .iter()
+            .take(10)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        println!(
+            "  classes: {} named, {} present; most boxes: {}",
+            m.classes.len(),
+            classes.len(),
+            shown.join(", ")
+        );
+        if report.problems.is_empty() {
+            println!("  checksums: all {} records OK", report.records);
+        } else {
+            println!(
+                "  checksums: {} BAD records of {}",
+                report.problems.len(),
+                report.records
+            );
+            for (path, record, what) in &report.problems {
+                println!("    {}: record {record}: {what}", path.display());
+            }
+        }
+    }
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,11 @@
+//! One module per subcommand: argument parsing and printing only; the work is in `fulcrum`.
+
+pub mod balance;
+pub mod bench;
+pub mod board;
+pub mod devices;
+pub mod inspect;
+pub mod load;
+pub mod pack;
+pub mod pipeline;
+pub mod simulate;

@@ -1,0 +1,19 @@
+//! The code behind fulcrum's binaries: argument parsing, progress and printing. The work itself
+//! is in the `fulcrum` crate; this stays thin.
+
+pub mod cmd;
+pub mod logger;
+pub mod progress;
+
+/// The error and its causes, leaving out causes the message already quotes (the runtime's
+/// errors usually include their source's text).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
+}

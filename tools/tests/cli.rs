@@ -1,0 +1,785 @@
+//! The `fulcrum` binary as a user runs it: help, pack → inspect → load → bench, exit codes
+//! (0 success, 1 bad records found by inspect, 2 errors), clear messages for bad input, and the
+//! io_uring fallback rules, forced with the `FULCRUM_FAULT_URING` fault-injection variable
+//! (which only a child process can set without affecting other tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fulcrum");
+/// Generous: every command here takes well under a few seconds; more means a hang.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    fn both(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    /// Panics with the whole output unless the exit code is `code` and nothing panicked.
+    #[track_caller]
+    fn expect(&self, code: i32) -> &Self {
+        assert!(
+            self.code() == Some(code) && !self.stderr.contains("panicked"),
+            "expected exit code {code}, got {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code(),
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Runs `fulcrum ARGS` in `cwd` with `env` set (and fulcrum's own variables cleared otherwise),
+/// output to files (no pipe can fill up), killed and failed after [`TIMEOUT`].
+fn fulcrum_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out_path = cwd.join(".fulcrum-test-stdout");
+    let err_path = cwd.join(".fulcrum-test-stderr");
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("FULCRUM_FAULT_URING")
+        .env_remove("FULCRUM_FAULT_DIRECT")
+        .env_remove("FULCRUM_LOG")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run the fulcrum binary");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for fulcrum") {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`fulcrum {}` did not finish within {TIMEOUT:?} (hang?); stderr so far:\n{}",
+                args.join(" "),
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        status,
+        stdout: std::fs::read_to_string(&out_path).unwrap(),
+        stderr: std::fs::read_to_string(&err_path).unwrap(),
+    }
+}
+
+fn fulcrum(cwd: &Path, args: &[&str]) -> Run {
+    fulcrum_env(cwd, args, &[])
+}
+
+/// Packs `n` synthetic records of 32×32 into `cwd/name` with the CLI.
+fn pack(cwd: &Path, name: &str, n: u64, extra: &[&str]) -> PathBuf {
+    let n = n.to_string();
+    let mut args = vec!["pack", "--synthetic", &n, "--size", "32", "--out", name];
+    args.extend_from_slice(extra);
+    fulcrum(cwd, &args).expect(0);
+    cwd.join(name)
+}
+
+/// Flips one image byte of local record `record` of shard `shard` (4 KiB records at 32×32).
+fn corrupt(dir: &Path, shard: u32, record: u64) {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(format!("shard-{shard:05}.fsh"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let at = 4096 + record * 4096 + 50;
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, at).unwrap();
+    file.write_all_at(&[b[0] ^ 0x10], at).unwrap();
+}
+
+fn assert_mentions(text: &str, words: &[&str]) {
+    for w in words {
+        assert!(text.contains(w), "{w:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn help_describes_every_subcommand_and_its_key_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let top = fulcrum(cwd, &["--help"]);
+    top.expect(0);
+    assert_mentions(&top.stdout, &["pack", "inspect", "load", "bench", "board"]);
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["pack", "--help"],
+            &[
+                "--synthetic",
+                "--size",
+                "--out",
+                "--force",
+                "--shard-records",
+                "--threads",
+                "--max-boxes",
+                "--format",
+            ],
+        ),
+        (&["inspect", "--help"], &["--json", "<DIR>", "status 1"]),
+        (
+            &["load", "--help"],
+            &[
+                "--epochs",
+                "--batch",
+                "--ring",
+                "--loaders",
+                "--io",
+                "--direct",
+                "--on-corrupt",
+                "--no-augment",
+                "--seed",
+            ],
+        ),
+        (&["bench", "--help"], &["io"]),
+        (
+            &["bench", "io", "--help"],
+            &["--data", "--seconds", "--json", "--batch", "--ring"],
+        ),
+        (&["board", "--help"], &["pi4", "generic"]),
+    ];
+    for (args, words) in cases {
+        let run = fulcrum(cwd, args);
+        run.expect(0);
+        assert_mentions(&run.stdout, words);
+    }
+    // No subcommand: usage on stderr, exit 2.
+    let bare = fulcrum(cwd, &[]);
+    bare.expect(2);
+    assert_mentions(&bare.stderr, &["Usage"]);
+}
+
+#[test]
+fn pack_then_inspect_verifies_every_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let run = fulcrum(
+        cwd,
+        &["pack", "--synthetic", "64", "--size", "32", "--out", "D"],
+    );
+    run.expect(0);
+    assert_mentions(&run.stdout, &["64 records", "32×32"]);
+    let inspect = fulcrum(cwd, &["inspect", "D"]);
+    inspect.expect(0);
+    assert_mentions(
+        &inspect.stdout,
+        &["all 64 records OK", "64 records in 1 shards"],
+    );
+
+    let json = fulcrum(cwd, &["inspect", "D", "--json"]);
+    json.expect(0);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("inspect --json");
+    assert_eq!(doc["records_verified"], 64);
+    assert_eq!(doc["problems"].as_array().map(Vec::len), Some(0));
+    assert_eq!(doc["manifest"]["width"], 32);
+}
+
+#[test]
+fn inspect_of_a_corrupt_dataset_exits_1_naming_shard_and_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let dir = pack(cwd, "D", 64, &["--shard-records", "16"]);
+    corrupt(&dir, 1, 3);
+    corrupt(&dir, 3, 15);
+    let run = fulcrum(cwd, &["inspect", "D"]);
+    run.expect(1);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "2 BAD records of 64",
+            "shard-00001.fsh: record 3: checksum mismatch",
+            "shard-00003.fsh: record 15: checksum mismatch",
+        ],
+    );
+    let json = fulcrum(cwd, &["inspect", "D", "--json"]);
+    json.expect(1);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("inspect --json");
+    let problems = doc["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 2);
+    assert!(problems[0]["file"]
+        .as_str()
+        .is_some_and(|f| f.ends_with("shard-00001.fsh")));
+    assert_eq!(problems[0]["record"], 3);
+}
+
+#[test]
+fn load_fails_on_a_corrupt_record_or_substitutes_it_with_skip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let dir = pack(cwd, "D", 64, &["--shard-records", "16"]);
+    corrupt(&dir, 2, 7);
+    let fail = fulcrum(cwd, &["load", "D", "--batch", "8"]);
+    fail.expect(2);
+    assert_mentions(
+        &fail.stderr,
+        &[
+            "shard-00002.fsh: record 7:",
+            "checksum",
+            "--on-corrupt skip",
+        ],
+    );
+    let skip = fulcrum(cwd, &["load", "D", "--batch", "8", "--on-corrupt", "skip"]);
+    skip.expect(0);
+    assert_mentions(
+        &skip.stdout,
+        &["delivered 64 records", "1 corrupt records replaced"],
+    );
+    assert_mentions(&skip.stderr, &["shard-00002.fsh: record 7"]);
+}
+
+#[test]
+fn pack_refuses_an_existing_output_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 16, &[]);
+    let again = fulcrum(
+        cwd,
+        &["pack", "--synthetic", "20", "--size", "32", "--out", "D"],
+    );
+    again.expect(2);
+    assert_mentions(&again.stderr, &["D already exists", "--force"]);
+    // Nothing was replaced.
+    assert_mentions(
+        &fulcrum(cwd, &["inspect", "D"]).expect(0).stdout,
+        &["all 16 records OK"],
+    );
+    let forced = fulcrum(
+        cwd,
+        &[
+            "pack",
+            "--synthetic",
+            "20",
+            "--size",
+            "32",
+            "--out",
+            "D",
+            "--force",
+        ],
+    );
+    forced.expect(0);
+    assert_mentions(
+        &fulcrum(cwd, &["inspect", "D"]).expect(0).stdout,
+        &["all 20 records OK"],
+    );
+    // No temporary or old folder is left behind.
+    let mut names: Vec<String> = std::fs::read_dir(cwd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with(".fulcrum-test-"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["D"]);
+}
+
+#[test]
+fn bad_option_values_are_clear_errors_not_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--io", "nope"], &["--io", "nope", "auto, uring or pread"]),
+        (
+            &["--on-corrupt", "maybe"],
+            &["--on-corrupt", "maybe", "fail or skip"],
+        ),
+        (
+            &["--direct", "sideways"],
+            &["--direct", "sideways", "auto, on or off"],
+        ),
+        (&["--ring", "0"], &["ring", "1 to 64"]),
+        (&["--ring", "65"], &["ring", "1 to 64"]),
+        (&["--batch", "0"], &["--batch"]),
+        (&["--loaders", "0"], &["--loaders"]),
+        (
+            &["--batch", "1000"],
+            &["64 records", "batch of 1000", "--batch"],
+        ),
+        (&["--batch=-3"], &["--batch", "-3"]),
+        (&["--epochs", "lots"], &["--epochs", "lots"]),
+    ];
+    for (extra, words) in cases {
+        let mut args = vec!["load", "D"];
+        args.extend_from_slice(extra);
+        let run = fulcrum(cwd, &args);
+        run.expect(2);
+        assert_mentions(&run.stderr, words);
+    }
+    for (args, words) in [
+        (
+            &["pack", "--synthetic", "8", "--size", "4", "--out", "E"][..],
+            &["--size 4", "8..="][..],
+        ),
+        (
+            &[
+                "pack",
+                "--synthetic",
+                "8",
+                "--size",
+                "32",
+                "--shard-records",
+                "0",
+                "--out",
+                "E",
+            ],
+            &["--shard-records"],
+        ),
+        (&["inspect", "nowhere"], &["nowhere", "manifest.json"]),
+        (&["board", "pi9"], &["pi9", "pi4"]),
+    ] {
+        let run = fulcrum(cwd, args);
+        run.expect(2);
+        assert_mentions(&run.stderr, words);
+    }
+    assert!(!cwd.join("E").exists(), "a refused pack wrote nothing");
+}
+
+#[test]
+fn pack_of_a_missing_source_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let run = fulcrum(cwd, &["pack", "no/such/dataset", "--out", "E"]);
+    run.expect(2);
+    assert_mentions(&run.stderr, &["no/such/dataset", "not found"]);
+    assert!(!cwd.join("E").exists());
+    // A folder that exists but holds no dataset says what was looked for.
+    std::fs::create_dir(cwd.join("empty")).unwrap();
+    let run = fulcrum(cwd, &["pack", "empty", "--out", "E"]);
+    run.expect(2);
+    assert_mentions(&run.stderr, &["empty", "data.yaml", "--synthetic"]);
+}
+
+#[test]
+fn load_streams_two_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let run = fulcrum(
+        cwd,
+        &[
+            "load",
+            "D",
+            "--epochs",
+            "2",
+            "--batch",
+            "16",
+            "--loaders",
+            "2",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "64 records, batch 16, 4 batches per epoch",
+            "delivered 128 records",
+        ],
+    );
+    let run = fulcrum(
+        cwd,
+        &[
+            "load",
+            "D",
+            "--epochs",
+            "2",
+            "--batch",
+            "16",
+            "--io",
+            "pread",
+            "--no-augment",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(&run.stdout, &["pread reads", "delivered 128 records"]);
+}
+
+/// The numbers of one measurement in the bench JSON are all positive.
+fn assert_positive(doc: &serde_json::Value, key: &str) {
+    let m = &doc[key];
+    for field in ["records", "bytes", "mb_per_s", "records_per_s"] {
+        let v = m[field].as_f64();
+        assert!(
+            v.is_some_and(|v| v > 0.0),
+            "{key}.{field} = {:?} in {doc}",
+            m[field]
+        );
+    }
+}
+
+#[test]
+fn bench_io_writes_its_figures_as_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let run = fulcrum(
+        cwd,
+        &[
+            "bench",
+            "io",
+            "--data",
+            "D",
+            "--seconds",
+            "0.2",
+            "--json",
+            "bench.json",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(&run.stdout, &["raw sequential read", "pread backend"]);
+    let text = std::fs::read_to_string(cwd.join("bench.json")).expect("bench.json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    for key in ["raw", "pread", "loaders_augment"] {
+        assert_positive(&doc, key);
+    }
+    assert_eq!(doc["records_in_dataset"], 64);
+    assert!(doc["loader_cpu_us_per_record"]
+        .as_f64()
+        .is_some_and(|v| v > 0.0));
+}
+
+#[test]
+fn bench_io_runs_without_io_uring() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let run = fulcrum_env(
+        cwd,
+        &[
+            "bench",
+            "io",
+            "--data",
+            "D",
+            "--seconds",
+            "0.2",
+            "--json",
+            "bench.json",
+        ],
+        &[("FULCRUM_FAULT_URING", "EPERM")],
+    );
+    run.expect(0);
+    let text = std::fs::read_to_string(cwd.join("bench.json")).expect("bench.json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert!(doc["uring"].is_null());
+    assert!(doc["uring_unavailable"]
+        .as_str()
+        .is_some_and(|w| w.contains("Operation not permitted")));
+    for key in ["raw", "pread", "loaders_augment"] {
+        assert_positive(&doc, key);
+    }
+}
+
+#[test]
+fn io_uring_unavailable_falls_back_to_pread_only_under_auto() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let load = |io: &str, fault: &str| {
+        fulcrum_env(
+            cwd,
+            &["load", "D", "--io", io, "--batch", "16"],
+            &[("FULCRUM_FAULT_URING", fault)],
+        )
+    };
+
+    // Unavailable (seccomp, io_uring_disabled; old kernel, qemu-user): auto reads with pread
+    // and says why.
+    for (fault, why) in [
+        ("EPERM", "Operation not permitted"),
+        ("ENOSYS", "Function not implemented"),
+    ] {
+        let run = load("auto", fault);
+        run.expect(0);
+        assert_mentions(&run.stdout, &["pread reads", "delivered 64 records"]);
+        assert_mentions(
+            &run.stderr,
+            &["io_uring unavailable", why, "reading with pread"],
+        );
+
+        // Asked for explicitly, it is an error naming io_uring and the way out.
+        let run = load("uring", fault);
+        run.expect(2);
+        assert_mentions(&run.stderr, &["io_uring is unavailable", why, "--io pread"]);
+    }
+
+    // A resource error is never a reason to fall back: it is reported, with what to raise.
+    let run = load("auto", "ENOMEM");
+    run.expect(2);
+    assert_mentions(
+        &run.stderr,
+        &["io_uring setup failed", "resource limit", "ulimit -l"],
+    );
+    assert!(!run.both().contains("delivered"), "{}", run.both());
+
+    // pread never touches io_uring.
+    load("pread", "ENOMEM").expect(0);
+}
+
+#[test]
+fn o_direct_refused_falls_back_to_buffered_reads_unless_required() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let refused = [("FULCRUM_FAULT_DIRECT", "EINVAL")];
+    let load = |direct: &str, env: &[(&str, &str)]| {
+        fulcrum_env(
+            cwd,
+            &["load", "D", "--direct", direct, "--batch", "16"],
+            env,
+        )
+    };
+
+    // A filesystem that refuses O_DIRECT (tmpfs before Linux 6.6): auto says so once and
+    // reads through the page cache, delivering everything.
+    let run = load("auto", &refused);
+    run.expect(0);
+    assert_mentions(&run.stdout, &["(buffered)", "delivered 64 records"]);
+    assert_mentions(&run.stderr, &["O_DIRECT refused", "using buffered reads"]);
+    assert_eq!(
+        run.stderr.matches("O_DIRECT refused").count(),
+        1,
+        "said once: {}",
+        run.stderr
+    );
+
+    // Required, it is an error naming the shard.
+    let run = load("on", &refused);
+    run.expect(2);
+    assert_mentions(&run.stderr, &["O_DIRECT was required", "shard-00000.fsh"]);
+
+    // Without the refusal, the same dataset reads with O_DIRECT (ext4 and friends).
+    let run = load("auto", &[]);
+    run.expect(0);
+    assert_mentions(&run.stdout, &["with O_DIRECT"]);
+}
+
+#[test]
+fn balance_explains_the_equation_from_flags_or_a_bench_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    // The field example of DESIGN.md: 28 ms × 32 / 4 = 224 ms per batch against 10.4 ms.
+    let run = fulcrum(
+        cwd,
+        &[
+            "balance", "--tg", "28ms", "--cores", "4", "--batch", "32", "--step", "10.4ms",
+            "--decode", "25ms",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "224.00 ms per batch",
+            "input-bound",
+            "loader CPU",
+            "idle 95.4 %",
+            "87 loader cores",
+            "with packing (no decode): T_g = 3.000 ms",
+        ],
+    );
+
+    let run = fulcrum(
+        cwd,
+        &[
+            "balance", "--tg", "30us", "--cores", "2", "--batch", "32", "--step", "40ms", "--json",
+        ],
+    );
+    run.expect(0);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON report");
+    assert_eq!(doc["binding"], "device");
+    assert_eq!(doc["device_idle"], 0.0);
+
+    // Measured numbers from a bench file: a slow disk makes the disk the binding resource.
+    let bench = serde_json::json!({
+        "loader_cpu_us_per_record": 30.0, "loaders": 2, "batch": 32, "record_bytes": 53248,
+        "raw": {"mb_per_s": 10.0}
+    });
+    std::fs::write(cwd.join("io.json"), bench.to_string()).unwrap();
+    let run = fulcrum(cwd, &["balance", "--from", "io.json", "--step", "40ms"]);
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &["disk bandwidth binds", "170.39 ms to read a batch"],
+    );
+
+    for bad in [
+        vec![
+            "balance", "--tg", "fast", "--cores", "4", "--batch", "32", "--step", "1ms",
+        ],
+        vec![
+            "balance", "--tg", "1ms", "--cores", "0", "--batch", "32", "--step", "1ms",
+        ],
+        vec!["balance", "--from", "missing.json", "--step", "1ms"],
+        vec!["balance", "--step", "1ms"],
+    ] {
+        let run = fulcrum(cwd, &bad);
+        run.expect(2);
+        assert!(!run.both().contains("panicked"), "{}", run.both());
+    }
+}
+
+#[test]
+fn mem_budget_refuses_what_does_not_fit_and_reports_every_allocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    let run = fulcrum(cwd, &["load", "D", "--batch", "16", "--memory-report"]);
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "planned and allocated up front",
+            "ring slots",
+            "augmentation scratch",
+            "total",
+        ],
+    );
+
+    // 32×32 records are one 4 KiB page: 8 slots of 16 need 512 KiB plus ~20 KiB of the rest.
+    let over = [
+        "load",
+        "D",
+        "--batch",
+        "16",
+        "--ring",
+        "8",
+        "--mem-budget",
+        "300k",
+    ];
+    let run = fulcrum(cwd, &over);
+    run.expect(2);
+    let expected = [
+        "--mem-budget is 300.0 KiB",
+        "--batch 8 fits at --ring 8",
+        "--ring 4 fits at --batch 16",
+        "ring slots",
+    ];
+    assert_mentions(&run.stderr, &expected);
+    assert!(
+        !run.stdout.contains("delivered"),
+        "nothing runs over budget: {}",
+        run.stdout
+    );
+    fulcrum(
+        cwd,
+        &[
+            "load",
+            "D",
+            "--batch",
+            "8",
+            "--ring",
+            "8",
+            "--mem-budget",
+            "300k",
+        ],
+    )
+    .expect(0);
+
+    let run = fulcrum(
+        cwd,
+        &[
+            "load",
+            "D",
+            "--batch",
+            "16",
+            "--ring",
+            "8",
+            "--mem-budget",
+            "40k",
+        ],
+    );
+    run.expect(2);
+    assert_mentions(&run.stderr, &["lower both --batch and --ring"]);
+
+    let run = fulcrum(cwd, &["load", "D", "--mem-budget", "lots"]);
+    run.expect(2);
+    assert_mentions(&run.stderr, &["not a size"]);
+}
+
+/// Width and height from a PNG's IHDR chunk.
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{} is not a PNG",
+        path.display()
+    );
+    let be = |o: usize| u32::from_be_bytes(bytes[o..o + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn previews_draw_records_in_a_grid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack(cwd, "D", 64, &[]);
+    // The first 32 records of 32×32, 8 to a row, 2 px apart: 8·34−2 by 4·34−2.
+    fulcrum(cwd, &["inspect", "D", "--preview", "stored.png"]).expect(0);
+    assert_eq!(png_size(&cwd.join("stored.png")), (270, 134));
+    // The first delivered batch of 16: two rows.
+    fulcrum(
+        cwd,
+        &["load", "D", "--batch", "16", "--preview", "batch.png"],
+    )
+    .expect(0);
+    assert_eq!(png_size(&cwd.join("batch.png")), (270, 66));
+}
+
+#[test]
+fn devices_lists_vulkan_and_the_cpu_and_survives_a_machine_without_vulkan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = fulcrum(tmp.path(), &["devices"]);
+    run.expect(0);
+    assert!(run.stdout.contains("CPU: "), "{}", run.both());
+    // No loader at all (as on a board without Vulkan): still exit 0, the reason said.
+    let run = fulcrum_env(
+        tmp.path(),
+        &["devices"],
+        &[("FULCRUM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1")],
+    );
+    run.expect(0);
+    assert!(
+        run.stdout.contains("Vulkan: unavailable: no Vulkan loader")
+            && run.stdout.contains("CPU: "),
+        "{}",
+        run.both()
+    );
+    let run = fulcrum_env(
+        tmp.path(),
+        &["devices", "--json"],
+        &[("FULCRUM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1")],
+    );
+    run.expect(0);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(v["vulkan"].is_null() && v["cpu_threads"].as_u64().unwrap() >= 1);
+    if std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+        let run = fulcrum(tmp.path(), &["devices", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert!(
+            !v["vulkan"]["devices"].as_array().unwrap().is_empty(),
+            "{}",
+            run.stdout
+        );
+        assert_eq!(v["picked"], 0);
+    }
+}
