@@ -29,6 +29,7 @@ enum Command {
     Devices(cmd::devices::Args),
     Balance(cmd::balance::Args),
     Simulate(cmd::simulate::Args),
+    Train(cmd::train::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Command::Devices(a) => cmd::devices::run(a),
         Command::Balance(a) => cmd::balance::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Train(a) => cmd::train::run(a),
     };
     match result {
         Ok(code) => code,
