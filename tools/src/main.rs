@@ -30,6 +30,9 @@ enum Command {
     Balance(cmd::balance::Args),
     Simulate(cmd::simulate::Args),
     Train(cmd::train::Args),
+    Eval(cmd::eval::Args),
+    Infer(cmd::infer::Args),
+    Export(cmd::export::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +48,9 @@ fn main() -> std::process::ExitCode {
         Command::Balance(a) => cmd::balance::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
         Command::Train(a) => cmd::train::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
+        Command::Infer(a) => cmd::infer::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(code) => code,

@@ -85,8 +85,8 @@ pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()
     Ok(())
 }
 
-/// Evaluates `checkpoint` on every record of `dataset`; `progress(done, total)` is called per
-/// batch.
+/// Evaluates `checkpoint` on every record of `dataset` (opened with `DirectMode::Off`: the
+/// reads go to plain buffers); `progress(done, total)` is called per batch.
 pub fn evaluate(
     checkpoint: &Checkpoint,
     dataset: &Dataset,

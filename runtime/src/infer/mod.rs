@@ -3,5 +3,6 @@
 
 pub mod evaluate;
 pub mod map;
+pub mod predict;
 
 pub use map::{MapAccumulator, MapReport, Scored};

@@ -11,7 +11,8 @@ pub struct EngineArgs {
     /// Vulkan device index, as `fulcrum devices` lists them [default: the best].
     #[arg(long)]
     pub device: Option<usize>,
-    /// CPU engine threads [default: the cores not given to loaders].
+    /// CPU engine threads [default: every core; loaders need a small share, see `fulcrum
+    /// balance`].
     #[arg(long)]
     pub threads: Option<usize>,
     /// Enable the Khronos validation layer (slow; for debugging shaders).
@@ -20,15 +21,12 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// Engine options, with `loaders` threads kept free for the input pipeline.
-    pub fn options(&self, loaders: usize, mem_budget: Option<u64>) -> ExecOptions {
-        let cores = fulcrum_board::host_cores();
+    /// Engine options.
+    pub fn options(&self, mem_budget: Option<u64>) -> ExecOptions {
         ExecOptions {
             engine: self.engine,
             device: self.device,
-            threads: self
-                .threads
-                .unwrap_or_else(|| cores.saturating_sub(loaders).max(1)),
+            threads: self.threads.unwrap_or_else(fulcrum_board::host_cores),
             per_kernel_timing: false,
             validation: self.validation,
             mem_budget,

@@ -23,7 +23,7 @@ use super::engine::EngineArgs;
 #[derive(clap::Args)]
 pub struct Args {
     /// Packed dataset folder (`fulcrum pack`).
-    #[arg(default_value = "data/synthetic")]
+    #[arg(long, default_value = "data/synthetic")]
     data: PathBuf,
     /// Model: det-s (54.8 k parameters) or det-m.
     #[arg(long, default_value = "det-s")]
@@ -159,7 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..TrainConfig::default()
     };
     let options = RunOptions {
-        exec: a.engine.options(a.loaders, a.mem_budget),
+        exec: a.engine.options(a.mem_budget),
         io: a.io,
         direct: a.direct,
         on_corrupt: a.on_corrupt,
@@ -188,7 +188,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     if report.interrupted {
         println!(
-            "continue with: fulcrum train {} --out {} --resume",
+            "continue with: fulcrum train --data {} --out {} --resume",
             a.data.display(),
             a.out.display()
         );
