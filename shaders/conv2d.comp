@@ -16,45 +16,61 @@ layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
 #include "conv_push.glsl"
+#include "gemm.glsl"
 
-uint img;       // image of this workgroup
 uint grp;       // group of this workgroup
-uint cig;       // input channels per group
 uint cog;       // output channels per group
 uint taps;      // k·k
-uint red;       // K = cig·taps
-uint plane_out; // out_h·out_w
+uint red;       // K = c_in/groups · taps
+uint x_base;    // first input element of this image and group
+int col_iy;     // this invocation's output pixel, as the input row / column of tap (0, 0)
+int col_ix;
 
-float load_a(uint m, uint r) {
-    return wt[(grp * cog + m) * red + r];
+// Per depth r: the input channel's offset and the tap.
+shared uint tab_off[2][16];
+shared int tab_ky[2][16];
+shared int tab_kx[2][16];
+
+void gemm_column(uint p) {
+    uint oy = p / pc.out_w;
+    uint ox = p - oy * pc.out_w;
+    col_iy = int(oy * pc.stride) - int(pc.pad);
+    col_ix = int(ox * pc.stride) - int(pc.pad);
 }
 
-float load_b(uint r, uint p) {
+void gemm_prepare(uint slot, uint i, uint r) {
     uint ci = r / taps;
     uint t = r - ci * taps;
     uint ky = t / pc.k;
-    uint kx = t - ky * pc.k;
-    uint oy = p / pc.out_w;
-    uint ox = p - oy * pc.out_w;
-    // Unsigned wrap-around makes a negative coordinate huge: one comparison per axis.
-    uint iy = oy * pc.stride + ky - pc.pad;
-    uint ix = ox * pc.stride + kx - pc.pad;
-    if (iy >= pc.h || ix >= pc.w) {
-        return 0.0;
-    }
-    return x[((img * pc.c_in + grp * cig + ci) * pc.h + iy) * pc.w + ix];
+    tab_off[slot][i] = ci * pc.h * pc.w;
+    tab_ky[slot][i] = int(ky);
+    tab_kx[slot][i] = int(t - ky * pc.k);
 }
 
-#include "gemm.glsl"
+float load_a(uint m, uint kk, uint r) {
+    return wt[(grp * cog + m) * red + r];
+}
+
+float load_b(uint kk, uint r) {
+    int iy = col_iy + tab_ky[gemm_slot][kk];
+    int ix = col_ix + tab_kx[gemm_slot][kk];
+    // A negative coordinate becomes a huge uint: one comparison per axis.
+    if (uint(iy) >= pc.h || uint(ix) >= pc.w) {
+        return 0.0;
+    }
+    return x[x_base + tab_off[gemm_slot][kk] + uint(iy) * pc.w + uint(ix)];
+}
+
 
 void main() {
-    img = gl_WorkGroupID.z / pc.groups;
+    uint img = gl_WorkGroupID.z / pc.groups;
     grp = gl_WorkGroupID.z % pc.groups;
-    cig = pc.c_in / pc.groups;
+    uint cig = pc.c_in / pc.groups;
     cog = pc.c_out / pc.groups;
     taps = pc.k * pc.k;
     red = cig * taps;
-    plane_out = pc.out_h * pc.out_w;
+    x_base = (img * pc.c_in + grp * cig) * pc.h * pc.w;
+    uint plane_out = pc.out_h * pc.out_w;
     gemm_m = cog;
     gemm_n = plane_out;
     uint m0 = gl_WorkGroupID.y * GEMM_BM;

@@ -16,35 +16,65 @@ layout(std430, set = 0, binding = 2) readonly buffer GY { float gy[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
 
 #include "conv_push.glsl"
+#include "gemm.glsl"
 
-uint img;
 uint grp;
 uint cig;
 uint cog;
 uint taps;
+uint g_base;    // first output-gradient element of this image and group
+int col_sy;     // this invocation's input pixel plus the padding
+int col_sx;
 
-float load_a(uint c, uint r) {
-    uint o = r / taps;
-    uint t = r - o * taps;
-    return wt[((grp * cog + o) * cig + c) * taps + t];
+// Per depth (o, ky, kx): the weight offset, the output channel's offset and the tap.
+shared uint tab_w[2][16];
+shared uint tab_g[2][16];
+shared int tab_ky[2][16];
+shared int tab_kx[2][16];
+
+void gemm_column(uint q) {
+    uint iy = q / pc.w;
+    col_sy = int(iy + pc.pad);
+    col_sx = int(q - iy * pc.w + pc.pad);
 }
 
-float load_b(uint r, uint q) {
+void gemm_prepare(uint slot, uint i, uint r) {
     uint o = r / taps;
     uint t = r - o * taps;
     uint ky = t / pc.k;
-    uint kx = t - ky * pc.k;
-    uint iy = q / pc.w;
-    uint ix = q - iy * pc.w;
-    // Unsigned: a negative difference wraps to a huge value and fails the range test.
-    uint sy = iy + pc.pad - ky;
-    uint sx = ix + pc.pad - kx;
-    uint oy = sy / pc.stride;
-    uint ox = sx / pc.stride;
-    if (oy * pc.stride != sy || ox * pc.stride != sx || oy >= pc.out_h || ox >= pc.out_w) {
+    tab_w[slot][i] = (grp * cog + o) * cig * taps + t;
+    tab_g[slot][i] = o * pc.out_h * pc.out_w;
+    tab_ky[slot][i] = int(ky);
+    tab_kx[slot][i] = int(t - ky * pc.k);
+}
+
+float load_a(uint c, uint kk, uint r) {
+    return wt[tab_w[gemm_slot][kk] + c * taps];
+}
+
+// s / stride where s ≥ 0 is a multiple of the stride, else a value ≥ limit (no term).
+uint on_grid(int s, uint limit) {
+    if (s < 0) {
+        return limit;
+    }
+    uint u = uint(s);
+    if (pc.stride == 1u) {
+        return u;
+    }
+    if (pc.stride == 2u) {
+        return (u & 1u) == 0u ? u >> 1 : limit;
+    }
+    uint d = u / pc.stride;
+    return d * pc.stride == u ? d : limit;
+}
+
+float load_b(uint kk, uint r) {
+    uint oy = on_grid(col_sy - tab_ky[gemm_slot][kk], pc.out_h);
+    uint ox = on_grid(col_sx - tab_kx[gemm_slot][kk], pc.out_w);
+    if (oy >= pc.out_h || ox >= pc.out_w) {
         return 0.0;
     }
-    uint idx = ((img * pc.c_out + grp * cog + o) * pc.out_h + oy) * pc.out_w + ox;
+    uint idx = g_base + tab_g[gemm_slot][kk] + oy * pc.out_w + ox;
     float g = gy[idx];
     if (pc.relu != 0u && !(y[idx] > 0.0)) {
         g = 0.0;
@@ -52,14 +82,14 @@ float load_b(uint r, uint q) {
     return g;
 }
 
-#include "gemm.glsl"
 
 void main() {
-    img = gl_WorkGroupID.z / pc.groups;
+    uint img = gl_WorkGroupID.z / pc.groups;
     grp = gl_WorkGroupID.z % pc.groups;
     cig = pc.c_in / pc.groups;
     cog = pc.c_out / pc.groups;
     taps = pc.k * pc.k;
+    g_base = (img * pc.c_out + grp * cog) * pc.out_h * pc.out_w;
     uint plane = pc.h * pc.w;
     gemm_m = cig;
     gemm_n = plane;

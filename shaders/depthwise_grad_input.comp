@@ -15,6 +15,20 @@ layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
 
 #include "conv_push.glsl"
 
+// s / stride where s is a multiple of the stride, else a value ≥ limit (no term); s wraps
+// to a huge value when the difference it came from is negative. Strides 1 and 2 (det-s's)
+// avoid the integer division, slow on GPUs and worse on CPU SIMD.
+uint on_grid(uint s, uint limit) {
+    if (pc.stride == 1u) {
+        return s;
+    }
+    if (pc.stride == 2u) {
+        return (s & 1u) == 0u ? s >> 1 : limit;
+    }
+    uint d = s / pc.stride;
+    return d * pc.stride == s ? d : limit;
+}
+
 void main() {
     uint plane = pc.h * pc.w;
     uint len = pc.n * pc.c_in * plane;
@@ -29,15 +43,13 @@ void main() {
         uint gbase = bc * pc.out_h * pc.out_w;
         float s = 0.0;
         for (uint ky = 0u; ky < pc.k; ky++) {
-            uint sy = iy + pc.pad - ky; // wraps when negative
-            uint oy = sy / pc.stride;
-            if (oy * pc.stride != sy || oy >= pc.out_h) {
+            uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
+            if (oy >= pc.out_h) {
                 continue;
             }
             for (uint kx = 0u; kx < pc.k; kx++) {
-                uint sx = ix + pc.pad - kx;
-                uint ox = sx / pc.stride;
-                if (ox * pc.stride != sx || ox >= pc.out_w) {
+                uint ox = on_grid(ix + pc.pad - kx, pc.out_w);
+                if (ox >= pc.out_w) {
                     continue;
                 }
                 uint idx = gbase + oy * pc.out_w + ox;

@@ -1145,3 +1145,146 @@ fn memory_budget_is_checked_before_allocating() {
     assert_eq!(report.buffers.len(), g.recording.tensors.len() + 2);
     assert_clean(exec.engine());
 }
+
+/// Tolerance of the whole-model comparison: the [`TOL`] metric, looser because rounding
+/// differences of ~100 kernels in a row (forward, backward through 19 convolutions, AdamW)
+/// add up; measured worst on lavapipe about 1e-4 (the stem's weight gradient, a sum of
+/// 8192 terms at the end of the chain).
+const MODEL_TOL: f64 = 5e-4;
+
+/// Compares every `f32` tensor `keep` selects; returns how many.
+fn compare_tensors(
+    what: &str,
+    rec: &Recording,
+    exec: &mut VulkanExec,
+    cpu: &RefExec,
+    keep: impl Fn(&crate::compute::recording::Tensor) -> bool,
+) -> usize {
+    let mut compared = 0;
+    for (i, t) in rec.tensors.iter().enumerate() {
+        if t.elem != Elem::F32 || !keep(t) {
+            continue;
+        }
+        let id = TensorId(i as u32);
+        let got = read(exec, id, t.len);
+        let want: Vec<f64> = cpu.read_f32(id).iter().map(|&v| f64::from(v)).collect();
+        assert_close(&format!("{what}: {}", t.name), &got, &want, MODEL_TOL);
+        compared += 1;
+    }
+    compared
+}
+
+#[test]
+fn det_s_train_steps_match_the_cpu() {
+    use crate::format::RecordLayout;
+    use crate::model::arch::{Arch, ModelConfig};
+    use crate::model::graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
+    use crate::model::init::init_params;
+    let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+    let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
+    let options = GraphOptions::default();
+    let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
+    let rec = &g.recording;
+    let Some(mut exec) = gpu("det_s_train_steps", rec) else {
+        return;
+    };
+    let mut cpu = RefExec::new(rec);
+    for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
+        exec.write_f32(p.value, &v).unwrap();
+        cpu.write_f32(p.value, &v);
+    }
+    let mut rng = SplitMix64::new(15);
+    let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
+    exec.write_bytes(g.records, &records).unwrap();
+    cpu.write_bytes(g.records, &records);
+    let train = g.entry(ENTRY_TRAIN);
+    let mut losses = Vec::new();
+    for step in 1..=3u32 {
+        let adam = AdamW {
+            len: 1,
+            lr: 1e-3,
+            beta1: options.beta1,
+            beta2: options.beta2,
+            eps: options.eps,
+            weight_decay: options.weight_decay,
+            step,
+        };
+        let (c1, c2) = adam.bias_corrections();
+        let hyper = [adam.lr, step as f32, c1, c2];
+        exec.write_f32(g.hyper, &hyper).unwrap();
+        cpu.write_f32(g.hyper, &hyper);
+        exec.run(train).unwrap();
+        cpu.run(train);
+        let loss = read(&mut exec, g.loss, LOSS_LEN);
+        close(
+            &format!("loss of step {step}"),
+            &loss,
+            &cpu.read_f32(g.loss),
+        );
+        losses.push(loss[0]);
+        // Every activation, target and gradient of the step, then the updated parameters
+        // and AdamW moments.
+        let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &cpu, |_| true);
+        assert_eq!(
+            n,
+            rec.tensors.len() - 3,
+            "all but records, detections, counts"
+        );
+    }
+    assert!(
+        losses[2] < losses[0],
+        "three steps on one batch lower its loss: {losses:?}"
+    );
+
+    // Evaluation and inference on the trained weights: the loss, and the detections as the
+    // reference decodes the GPU's own output (decode compares logits exactly, so it is fed
+    // the same numbers).
+    let eval = g.entry(ENTRY_EVAL);
+    exec.run(eval).unwrap();
+    cpu.run(eval);
+    close(
+        "eval loss",
+        &read(&mut exec, g.loss, LOSS_LEN),
+        &cpu.read_f32(g.loss),
+    );
+    let infer = g.entry(ENTRY_INFER);
+    exec.run(infer).unwrap();
+    let pred = read(&mut exec, g.pred, rec.get(g.pred).len);
+    cpu.run(infer);
+    assert_close(
+        "infer output",
+        &pred,
+        &cpu.read_f32(g.pred)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect::<Vec<_>>(),
+        MODEL_TOL,
+    );
+    let mut reference = RefExec::new(rec);
+    reference.write_f32(g.pred, &pred);
+    let decode_only = reference.rec.entry(
+        "decode",
+        vec![rec.entries[infer].steps.last().unwrap().clone()],
+    );
+    reference.run(decode_only);
+    let (mut d, mut c) = (
+        vec![0u8; rec.get(g.dets).len],
+        vec![0u8; rec.get(g.counts).len],
+    );
+    exec.read_bytes(g.dets, &mut d).unwrap();
+    exec.read_bytes(g.counts, &mut c).unwrap();
+    let got = detections(&d, &c, &g.decode);
+    let want = detections(
+        &reference.read_bytes(g.dets),
+        &reference.read_bytes(g.counts),
+        &g.decode,
+    );
+    for (b, (got, want)) in got.iter().zip(&want).enumerate() {
+        assert!(!got.is_empty(), "image {b}: detections");
+        let classes = |v: &Vec<(u32, [f32; 5])>| v.iter().map(|d| d.0).collect::<Vec<_>>();
+        assert_eq!(classes(got), classes(want), "image {b}: classes in order");
+        let flat = |v: &Vec<(u32, [f32; 5])>| v.iter().flat_map(|d| d.1).collect::<Vec<_>>();
+        close(&format!("image {b} detections"), &flat(got), &flat(want));
+    }
+    assert_clean(exec.engine());
+}

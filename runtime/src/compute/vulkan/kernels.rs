@@ -133,7 +133,9 @@ pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
 pub const DECODE_SLOTS: u32 = 1024;
 
 const GEMM_LOCAL: [u32; 3] = [16, 16, 1];
-const GEMM_SHARED: u32 = 4 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]);
+/// The two tiles, plus at most four double-buffered tables of `GEMM_BK` words.
+const GEMM_SHARED: u32 =
+    4 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
 const LINEAR: [u32; 3] = [256, 1, 1];
 
 const SAXPY: KernelInfo =

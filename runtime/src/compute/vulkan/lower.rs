@@ -246,7 +246,9 @@ fn lower_step(
                 }
             }
             let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
-            let row = u64::from(op.c_in_per_group()) * u64::from(op.kernel * op.kernel) + 1;
+            // Weight columns per output channel; the partial sums keep one more, the bias.
+            let red = u64::from(op.c_in_per_group()) * u64::from(op.kernel * op.kernel);
+            let row = red + 1;
             let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
             let splits = if depthwise {
                 let taps = u64::from(op.kernel * op.kernel) + 1;
@@ -263,13 +265,13 @@ fn lower_step(
                 );
                 splits
             } else {
-                let tiles = row.div_ceil(bn)
+                let tiles = red.div_ceil(bn)
                     * u64::from(op.c_out_per_group()).div_ceil(bm)
                     * u64::from(op.groups);
                 let (splits, chunk) = split(terms, tiles);
                 let grid = checked(
                     [
-                        row.div_ceil(bn),
+                        red.div_ceil(bn),
                         u64::from(op.c_out_per_group()).div_ceil(bm),
                         u64::from(op.groups) * u64::from(splits),
                     ],
