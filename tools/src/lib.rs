@@ -4,6 +4,7 @@
 pub mod cmd;
 pub mod logger;
 pub mod progress;
+pub mod signals;
 
 /// The error and its causes, leaving out causes the message already quotes (the runtime's
 /// errors usually include their source's text).

@@ -29,6 +29,10 @@ enum Command {
     Devices(cmd::devices::Args),
     Balance(cmd::balance::Args),
     Simulate(cmd::simulate::Args),
+    Train(cmd::train::Args),
+    Eval(cmd::eval::Args),
+    Infer(cmd::infer::Args),
+    Export(cmd::export::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +47,10 @@ fn main() -> std::process::ExitCode {
         Command::Devices(a) => cmd::devices::run(a),
         Command::Balance(a) => cmd::balance::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Train(a) => cmd::train::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
+        Command::Infer(a) => cmd::infer::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(code) => code,

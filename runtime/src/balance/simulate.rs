@@ -523,7 +523,7 @@ impl SimConfig {
         (self.loaders as f64 / load).min(1.0 / step)
     }
 
-    /// About [`DRAW_BATCHES`] batches at the predicted rate, at most `T`.
+    /// About `DRAW_BATCHES` batches at the predicted rate, at most `T`.
     pub fn default_draw_seconds(&self) -> f64 {
         (DRAW_BATCHES / self.equation_batches_per_s()).min(self.seconds)
     }

@@ -3,6 +3,7 @@
 //! reference every GPU kernel is tested against) and Vulkan compute shaders ([`vulkan`]).
 
 pub mod cpu;
+pub mod exec;
 pub mod ops;
 pub mod recording;
 pub mod vulkan;

@@ -48,18 +48,14 @@ pub fn grid<'a>(
         }
         for b in 0..layout.box_count(record) as usize {
             let bx = layout.read_box(record, b);
-            let colour = Rgb(PALETTE[bx.class as usize % PALETTE.len()]);
-            let clamp = |v: f32, max: u32| (v.max(0.0) as u32).min(max - 1);
-            let (l, t) = (clamp(bx.x0, w), clamp(bx.y0, h));
-            let (r, btm) = (clamp(bx.x1 - 1.0, w), clamp(bx.y1 - 1.0, h));
-            for x in l..=r {
-                out.put_pixel(x0 + x, y0 + t, colour);
-                out.put_pixel(x0 + x, y0 + btm, colour);
-            }
-            for y in t..=btm {
-                out.put_pixel(x0 + l, y0 + y, colour);
-                out.put_pixel(x0 + r, y0 + y, colour);
-            }
+            let colour = Rgb(class_colour(bx.class));
+            outline(
+                &mut out,
+                (x0, y0, w, h),
+                [bx.x0, bx.y0, bx.x1, bx.y1],
+                colour,
+                1,
+            );
         }
         if layout.read_meta(record).flags & FLAG_SUBSTITUTE != 0 {
             for d in 0..w.min(h) {
@@ -69,6 +65,40 @@ pub fn grid<'a>(
         }
     }
     out
+}
+
+/// The drawing colour of class `class`.
+pub fn class_colour(class: u32) -> [u8; 3] {
+    PALETTE[class as usize % PALETTE.len()]
+}
+
+/// Outlines box `[x0, y0, x1, y1]` (pixels of a `w × h` picture placed at `(left, top)` in
+/// `out`), clamped to the picture, `thickness` pixels wide (inwards).
+pub fn outline(
+    out: &mut RgbImage,
+    (left, top, w, h): (u32, u32, u32, u32),
+    [x0, y0, x1, y1]: [f32; 4],
+    colour: Rgb<u8>,
+    thickness: u32,
+) {
+    if w == 0 || h == 0 || !(x0.is_finite() && y0.is_finite() && x1.is_finite() && y1.is_finite()) {
+        return;
+    }
+    let clamp = |v: f32, max: u32| (v.max(0.0) as u32).min(max - 1);
+    let (l, t) = (clamp(x0, w), clamp(y0, h));
+    let (r, b) = (clamp(x1 - 1.0, w), clamp(y1 - 1.0, h));
+    for k in 0..thickness {
+        let (l, t) = ((l + k).min(r), (t + k).min(b));
+        let (r, b) = (r.saturating_sub(k).max(l), b.saturating_sub(k).max(t));
+        for x in l..=r {
+            out.put_pixel(left + x, top + t, colour);
+            out.put_pixel(left + x, top + b, colour);
+        }
+        for y in t..=b {
+            out.put_pixel(left + l, top + y, colour);
+            out.put_pixel(left + r, top + y, colour);
+        }
+    }
 }
 
 #[cfg(test)]

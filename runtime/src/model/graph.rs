@@ -5,7 +5,8 @@
 //!
 //! - `train`: records → normalise, targets → forward → loss → backward → AdamW on every
 //!   parameter tensor. One call is one training step.
-//! - `eval`: records → normalise, targets → forward → loss (no update): validation loss.
+//! - `eval`: records → normalise, targets → forward → loss and decode (no update): validation
+//!   loss and detections in one pass.
 //! - `infer`: records → normalise → forward → decode: detections.
 //!
 //! The backward pass is derived mechanically from the list of forward nodes, walked in
@@ -386,17 +387,19 @@ impl ModelGraph {
             loss,
         };
 
-        let mut infer = prologue(false);
-        infer.extend(b.forward.iter().cloned());
-        infer.push(Step::Decode {
+        let decode_step = Step::Decode {
             op: decode,
             pred,
             dets,
             counts,
-        });
+        };
+        let mut infer = prologue(false);
+        infer.extend(b.forward.iter().cloned());
+        infer.push(decode_step.clone());
         let mut eval = prologue(true);
         eval.extend(b.forward.iter().cloned());
         eval.push(loss_step.clone());
+        eval.push(decode_step);
 
         let train = if options.train {
             let mut train = prologue(true);

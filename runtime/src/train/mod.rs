@@ -2,6 +2,7 @@
 
 pub mod checkpoint;
 pub mod schedule;
+pub mod trainer;
 
 pub use checkpoint::{Checkpoint, Progress};
 pub use schedule::Schedule;

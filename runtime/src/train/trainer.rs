@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{self, Checkpoint, Progress};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan};
-use crate::compute::exec::{self, EngineChoice, Exec, ExecOptions};
+use crate::compute::exec::{self, Exec, ExecOptions};
 use crate::compute::ops::AdamW;
 use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
@@ -103,9 +103,7 @@ pub enum Error {
     Checkpoint(#[from] checkpoint::Error),
     #[error("{0}")]
     Config(String),
-    #[error(
-        "memory budget {budget} is too small: the run needs {needed} ({detail}); {advice}"
-    )]
+    #[error("memory budget {budget} is too small: the run needs {needed} ({detail}); {advice}")]
     Budget {
         budget: String,
         needed: String,
@@ -119,6 +117,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What the run is about to do, for the observer.
 #[derive(Debug, Clone)]
 pub struct RunInfo {
+    pub model: String,
     pub engine: String,
     pub records: u64,
     pub batches_per_epoch: u64,
@@ -215,8 +214,8 @@ pub fn train(
 ) -> Result<TrainReport> {
     let dataset = Dataset::open(&config.data, options.direct)?;
     let classes = dataset.manifest.classes.clone();
-    let model = ModelConfig::named(&config.model, dataset.manifest.num_classes())
-        .map_err(Error::Config)?;
+    let model =
+        ModelConfig::named(&config.model, dataset.manifest.num_classes()).map_err(Error::Config)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
 
     // Where to start: fresh, or from the checkpoint.
@@ -233,7 +232,10 @@ pub fn train(
         }
         if let Some(saved) = &c.train {
             let saved: TrainConfig = serde_json::from_value(saved.clone()).map_err(|e| {
-                Error::Config(format!("{}: training config: {e}", checkpoint_path.display()))
+                Error::Config(format!(
+                    "{}: training config: {e}",
+                    checkpoint_path.display()
+                ))
             })?;
             let same = TrainConfig {
                 epochs: config.epochs,
@@ -289,10 +291,22 @@ pub fn train(
     // The budget covers the pipeline and the engine together, checked before allocating.
     let pipeline_plan = loader::plan(&dataset, &loader_config, options.io);
     let mut memory = pipeline_plan.clone();
-    memory.add("model tensors (weights, optimizer, activations, gradients)", 1, graph.recording.bytes());
+    memory.add(
+        "model tensors (weights, optimizer, activations, gradients)",
+        1,
+        graph.recording.bytes(),
+    );
     if let Some(budget) = options.mem_budget {
         if !memory.fits(Some(budget)) {
-            return Err(budget_error(budget, &memory, &dataset, &loader_config, &arch, &graph_options, options));
+            return Err(budget_error(
+                budget,
+                &memory,
+                &dataset,
+                &loader_config,
+                &arch,
+                &graph_options,
+                options,
+            ));
         }
     }
 
@@ -351,6 +365,7 @@ pub fn train(
     )?;
     let engine = exec.describe();
     observer.start(&RunInfo {
+        model: model.name.clone(),
         engine: engine.clone(),
         records: dataset.records(),
         batches_per_epoch,
@@ -400,7 +415,11 @@ pub fn train(
 
         let step = progress.step + 1;
         let lr = schedule.lr(step);
-        let (c1, c2) = AdamW { step: step as u32, ..adam }.bias_corrections();
+        let (c1, c2) = AdamW {
+            step: step as u32,
+            ..adam
+        }
+        .bias_corrections();
         hyper.copy_from_slice(&[lr, step as f32, c1, c2]);
         exec.write_f32(graph.hyper, &hyper)?;
         let timing = exec.run(train_entry)?;
@@ -490,7 +509,10 @@ impl EpochAcc {
     ) -> EpochReport {
         let wall = self.started.elapsed();
         let records = counters.loaders.items - self.counters_at_start.loaders.items;
-        let cpu = counters.loaders.cpu.saturating_sub(self.counters_at_start.loaders.cpu);
+        let cpu = counters
+            .loaders
+            .cpu
+            .saturating_sub(self.counters_at_start.loaders.cpu);
         let tg = if records > 0 {
             cpu / records as u32
         } else {
@@ -560,12 +582,17 @@ fn snapshot(
 }
 
 /// Writes a checkpoint's weights (and, with `optimizer`, its AdamW moments) into `exec`.
-pub fn load_tensors(exec: &mut Exec, graph: &ModelGraph, c: &Checkpoint, optimizer: bool) -> Result<()> {
+pub fn load_tensors(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    c: &Checkpoint,
+    optimizer: bool,
+) -> Result<()> {
     for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
         let mut put = |name: &str, id| -> Result<()> {
-            let v = c.get(name).ok_or_else(|| {
-                Error::Config(format!("the checkpoint has no tensor {name:?}"))
-            })?;
+            let v = c
+                .get(name)
+                .ok_or_else(|| Error::Config(format!("the checkpoint has no tensor {name:?}")))?;
             if v.len() != spec.len() {
                 return Err(Error::Config(format!(
                     "checkpoint tensor {name:?} has {} values; the model's has {}",
@@ -598,7 +625,10 @@ fn describe_difference(saved: &TrainConfig, now: &TrainConfig) -> String {
                 continue;
             }
             if b.get(k) != Some(va) {
-                diffs.push(format!("{k}: was {va}, now {}", b.get(k).cloned().unwrap_or_default()));
+                diffs.push(format!(
+                    "{k}: was {va}, now {}",
+                    b.get(k).cloned().unwrap_or_default()
+                ));
             }
         }
     }
@@ -633,7 +663,15 @@ fn budget_error(
     Error::Budget {
         budget: balance::human(budget),
         needed: balance::human(memory.total()),
-        detail: format!("largest item: {}", memory.largest_item()),
+        detail: match memory.items.iter().max_by_key(|i| i.bytes()) {
+            Some(i) => format!(
+                "largest: {} ×{} = {}",
+                i.name,
+                i.count,
+                balance::human(i.bytes())
+            ),
+            None => "nothing planned".to_owned(),
+        },
         advice: match best {
             Some(b) => format!("--batch {b} fits at this ring depth"),
             None => "no batch fits: raise --mem-budget or lower --ring".to_owned(),

@@ -210,9 +210,10 @@ pub fn conv2d_forward(
     let (in_img, out_img, _, _) = image_sizes(op);
     let parts = scratch.threads().min(n);
     let per = conv2d_forward_scratch_len(op);
+    let pool = scratch.pool();
     let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
     let chunks = split_parts(output, n, out_img, parts).zip(split_parts(scr, parts, per, parts));
-    run_parts(chunks, |((range, y), (_, scr))| {
+    run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
         for (b, yb) in range.zip(y.chunks_exact_mut(out_img)) {
             forward_image(op, &input[b * in_img..][..in_img], weight, bias, yb, scr);
         }
@@ -360,6 +361,7 @@ pub fn conv2d_backward(
     let (wl, bl) = (op.weight_len(), op.bias_len());
     let parts = scratch.threads().min(n);
     let per = conv2d_backward_scratch_len(op);
+    let pool = scratch.pool();
     let scr = scratch.take(per, parts, "conv2d_backward_scratch_len");
     grad_weight.fill(0.0);
     grad_bias.fill(0.0);
@@ -382,7 +384,7 @@ pub fn conv2d_backward(
         };
         let have_gx = gx_per > 0;
         let items = split_parts(gx_all, n, gx_per, parts).zip(sums);
-        run_parts(items, |((range, gx), (gw, gb, scr))| {
+        run_parts(pool.as_deref(), items, |((range, gx), (gw, gb, scr))| {
             let mut gx_iter = gx.chunks_exact_mut(in_img);
             for b in range {
                 let gxb = if have_gx { gx_iter.next() } else { None };

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::decode::Candidate;
 use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
@@ -32,13 +33,9 @@ pub struct CpuExec {
     recording: Recording,
     storage: Vec<Storage>,
     scratch: Scratch,
-    decode_scratch: Vec<decode_scratch::Candidate>,
+    decode_scratch: Vec<Candidate>,
     per_step: bool,
     timings: Vec<Duration>,
-}
-
-mod decode_scratch {
-    pub use crate::compute::cpu::decode::Candidate;
 }
 
 impl CpuExec {
@@ -75,7 +72,7 @@ impl CpuExec {
             recording: recording.clone(),
             storage,
             scratch,
-            decode_scratch: vec![Default::default(); decode],
+            decode_scratch: Vec::with_capacity(decode),
             per_step: false,
             timings: Vec::with_capacity(steps),
         })
@@ -263,7 +260,13 @@ impl CpuExec {
             } => {
                 let mut g = self.take(grad);
                 let centres = self.f32s(l)[4];
-                loss::center_loss_backward(&op, self.f32s(pred), self.f32s(target), centres, &mut g);
+                loss::center_loss_backward(
+                    &op,
+                    self.f32s(pred),
+                    self.f32s(target),
+                    centres,
+                    &mut g,
+                );
                 self.put(grad, g);
             }
             Step::AdamW {
@@ -275,13 +278,17 @@ impl CpuExec {
                 hyper,
             } => {
                 let h: [f32; HYPER_LEN] = self.f32s(hyper).try_into().expect("validated length");
-                let op = crate::compute::ops::AdamW {
-                    lr: h[0],
-                    step: h[1] as u32,
-                    ..op
-                };
                 let (mut p, mut mv, mut vv) = (self.take(param), self.take(m), self.take(v));
-                optim::adamw(&op, &mut p, self.f32s(grad), &mut mv, &mut vv);
+                optim::adamw_with(
+                    &op,
+                    h[0],
+                    h[2],
+                    h[3],
+                    &mut p,
+                    self.f32s(grad),
+                    &mut mv,
+                    &mut vv,
+                );
                 self.put(param, p);
                 self.put(m, mv);
                 self.put(v, vv);
@@ -311,7 +318,13 @@ impl CpuExec {
                 let mut d = self.take_bytes(dets);
                 let mut c = self.take_bytes(counts);
                 let mut scratch = std::mem::take(&mut self.decode_scratch);
-                super::decode::decode_into_bytes(&op, self.f32s(pred), &mut scratch, &mut d, &mut c);
+                super::decode::decode_into_bytes(
+                    &op,
+                    self.f32s(pred),
+                    &mut scratch,
+                    &mut d,
+                    &mut c,
+                );
                 self.decode_scratch = scratch;
                 self.put_bytes(dets, d);
                 self.put_bytes(counts, c);
@@ -326,7 +339,11 @@ impl CpuExec {
                 v.copy_from_slice(data);
                 Ok(())
             }
-            Storage::F32(v) => Err(format!("tensor {name:?} holds {} floats, {} given", v.len(), data.len())),
+            Storage::F32(v) => Err(format!(
+                "tensor {name:?} holds {} floats, {} given",
+                v.len(),
+                data.len()
+            )),
             Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
         }
     }
@@ -338,7 +355,11 @@ impl CpuExec {
                 out.copy_from_slice(v);
                 Ok(())
             }
-            Storage::F32(v) => Err(format!("tensor {name:?} holds {} floats, {} asked", v.len(), out.len())),
+            Storage::F32(v) => Err(format!(
+                "tensor {name:?} holds {} floats, {} asked",
+                v.len(),
+                out.len()
+            )),
             Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
         }
     }
@@ -351,7 +372,11 @@ impl CpuExec {
                 v[..data.len()].copy_from_slice(data);
                 Ok(())
             }
-            Storage::Bytes(v) => Err(format!("tensor {name:?} holds {} bytes, {} given", v.len(), data.len())),
+            Storage::Bytes(v) => Err(format!(
+                "tensor {name:?} holds {} bytes, {} given",
+                v.len(),
+                data.len()
+            )),
             Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
         }
     }
@@ -364,7 +389,11 @@ impl CpuExec {
                 out.copy_from_slice(&v[..out.len()]);
                 Ok(())
             }
-            Storage::Bytes(v) => Err(format!("tensor {name:?} holds {} bytes, {} asked", v.len(), out.len())),
+            Storage::Bytes(v) => Err(format!(
+                "tensor {name:?} holds {} bytes, {} asked",
+                v.len(),
+                out.len()
+            )),
             Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
         }
     }

@@ -5,14 +5,22 @@
 //! plain slices for its tensors; working memory comes from a [`Scratch`] sized at set-up, so a
 //! training step allocates nothing.
 
+pub mod add;
 pub mod conv;
+pub mod decode;
 pub mod depthwise;
+pub mod exec;
 mod gemm;
 #[cfg(test)]
 pub(crate) mod gradcheck;
+pub mod loss;
+pub mod normalize;
+pub mod optim;
 pub mod pool;
 pub mod reduce;
 pub mod scratch;
+pub mod targets;
+pub mod upsample;
 
 pub use conv::{
     conv2d_backward, conv2d_backward_scratch_len, conv2d_forward, conv2d_forward_scratch_len,

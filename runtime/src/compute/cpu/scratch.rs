@@ -7,20 +7,33 @@
 //! back.
 //!
 //! Threads: kernels that split work (the convolutions, over the batch) use up to
-//! [`Scratch::threads`] threads, through [`run_parts`]: the first part runs on the calling
-//! thread, the others on scoped threads (`std::thread::scope`). With one thread, or one part of
-//! work, nothing is spawned and nothing is allocated. Spawning does allocate (the threads'
-//! stacks and handles) and costs some tens of microseconds per kernel call: worth it for a
-//! training batch, not for one image. Results with different thread counts can differ in the
-//! last bits (sums are added in a different order); with the same count they are identical.
+//! [`Scratch::threads`] threads, through `run_parts`, on the scratch's own [`Pool`] of
+//! threads started once at set-up: a kernel call neither spawns nor allocates. With one
+//! thread there is no pool and everything runs on the calling thread. Results with different
+//! thread counts can differ in the last bits (sums are added in a different order); with the
+//! same count they are identical.
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use super::pool::{Pool, MAX_THREADS};
 
 /// Working memory for `threads` threads (see the module docs).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Scratch {
     buf: Vec<f32>,
     threads: usize,
+    /// The worker threads (none with one thread); shared by clones.
+    pool: Option<Arc<Pool>>,
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scratch")
+            .field("floats", &self.buf.len())
+            .field("threads", &self.threads)
+            .finish()
+    }
 }
 
 impl Default for Scratch {
@@ -31,12 +44,30 @@ impl Default for Scratch {
 }
 
 impl Scratch {
-    /// A scratch for `threads` threads (0 is taken as 1), with no memory yet.
+    /// A scratch for `threads` threads (clamped to `1..=MAX_THREADS`), with no memory yet;
+    /// more than one thread starts a [`Pool`].
     pub fn new(threads: usize) -> Self {
+        let threads = threads.clamp(1, MAX_THREADS);
         Scratch {
             buf: Vec::new(),
-            threads: threads.max(1),
+            threads,
+            pool: (threads > 1).then(|| Arc::new(Pool::new(threads))),
         }
+    }
+
+    /// The thread pool kernels split their work over (`None`: run on the calling thread).
+    /// Cloning the handle does not allocate.
+    pub fn pool(&self) -> Option<Arc<Pool>> {
+        self.pool.clone()
+    }
+
+    /// Floats held in all.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
     }
 
     pub fn threads(&self) -> usize {
@@ -98,24 +129,32 @@ pub(crate) fn split_parts<T>(
     })
 }
 
-/// Runs `f` on every item, the first on the calling thread and the others on scoped threads;
-/// with a single item nothing is spawned (and nothing allocated).
-pub(crate) fn run_parts<T: Send, F: Fn(T) + Sync>(items: impl Iterator<Item = T>, f: F) {
-    let mut items = items.peekable();
-    let Some(first) = items.next() else {
-        return;
-    };
-    if items.peek().is_none() {
-        f(first);
-        return;
+/// Runs `f` on every item (at most [`MAX_THREADS`]) on `pool`'s threads and the calling
+/// thread; without a pool, or with a single item, all on the calling thread. Allocates
+/// nothing: the items wait in a stack array for the thread that takes them.
+pub(crate) fn run_parts<T: Send, F: Fn(T) + Sync>(
+    pool: Option<&Pool>,
+    items: impl Iterator<Item = T>,
+    f: F,
+) {
+    let mut slots: [Mutex<Option<T>>; MAX_THREADS] = std::array::from_fn(|_| Mutex::new(None));
+    let mut count = 0;
+    for item in items {
+        assert!(
+            count < MAX_THREADS,
+            "run_parts: more than {MAX_THREADS} parts"
+        );
+        *slots[count].get_mut().unwrap_or_else(|e| e.into_inner()) = Some(item);
+        count += 1;
     }
-    let f = &f;
-    std::thread::scope(|s| {
-        for item in items {
-            s.spawn(move || f(item));
-        }
-        f(first);
-    });
+    let run = |i: usize| {
+        let item = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        f(item.expect("each part is taken once"));
+    };
+    match pool {
+        Some(pool) if count > 1 => pool.run(count, &run),
+        _ => (0..count).for_each(run),
+    }
 }
 
 #[cfg(test)]
@@ -143,13 +182,18 @@ mod tests {
     fn run_parts_visits_every_piece_once() {
         let mut data: Vec<u32> = vec![0; 7 * 3];
         let seen = AtomicUsize::new(0);
-        run_parts(split_parts(&mut data, 7, 3, 3), |(range, piece)| {
-            assert_eq!(piece.len(), range.len() * 3);
-            for (j, v) in piece.iter_mut().enumerate() {
-                *v = (range.start * 3 + j) as u32;
-            }
-            seen.fetch_add(range.len(), Ordering::Relaxed);
-        });
+        let pool = Pool::new(3);
+        run_parts(
+            Some(&pool),
+            split_parts(&mut data, 7, 3, 3),
+            |(range, piece)| {
+                assert_eq!(piece.len(), range.len() * 3);
+                for (j, v) in piece.iter_mut().enumerate() {
+                    *v = (range.start * 3 + j) as u32;
+                }
+                seen.fetch_add(range.len(), Ordering::Relaxed);
+            },
+        );
         assert_eq!(seen.into_inner(), 7);
         assert!(data.iter().enumerate().all(|(i, &v)| v == i as u32));
     }

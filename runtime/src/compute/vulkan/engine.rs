@@ -8,7 +8,7 @@
 //! - [`super::Program`]: dispatches over buffers the program owns, recorded once into a command
 //!   buffer and replayed every step (the training and inference steps).
 //!
-//! Both record the same way ([`record_dispatches`]): bind, push constants, dispatch, then a
+//! Both record the same way (`record_dispatches`): bind, push constants, dispatch, then a
 //! compute→compute memory barrier so each dispatch sees the previous one's writes, and at the
 //! end a compute→host barrier so the host reads finished results. Timestamps (when asked and
 //! when the queue has them) are written before the first dispatch and after each one.
@@ -68,7 +68,7 @@ pub struct Dispatch<'a> {
     pub groups: [u32; 3],
 }
 
-/// The raw form of a dispatch, checked, as [`record_dispatches`] takes it.
+/// The raw form of a dispatch, checked, as `record_dispatches` takes it.
 #[derive(Debug, Clone)]
 pub(crate) struct RawDispatch {
     pub kernel: Kernel,

@@ -1,0 +1,274 @@
+//! The detector's loss ([`CenterLoss`]): focal loss on the heat maps plus masked L1 on offsets
+//! and log sizes, and its gradient with respect to the predictions.
+//!
+//! Sums are taken in `f64` (the reference the GPU's `f32` reduction is checked against).
+
+use crate::compute::ops::CenterLoss;
+
+/// The loss and its parts, as the loss tensor holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LossParts {
+    pub total: f32,
+    pub focal: f32,
+    pub offset: f32,
+    pub size: f32,
+    /// Centre cells in the batch (the `N` everything is divided by, before `max(1, ·)`).
+    pub centres: f32,
+}
+
+impl LossParts {
+    /// `[total, focal, offset, size, centres]`: the layout of the loss tensor.
+    pub fn to_array(&self) -> [f32; 5] {
+        [self.total, self.focal, self.offset, self.size, self.centres]
+    }
+
+    pub fn from_array(a: [f32; 5]) -> LossParts {
+        LossParts {
+            total: a[0],
+            focal: a[1],
+            offset: a[2],
+            size: a[3],
+            centres: a[4],
+        }
+    }
+}
+
+/// `ln(1 + e^x)` without overflow.
+fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+/// `1 / (1 + e^−x)` without overflow.
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn check(op: &CenterLoss, pred: &[f32], target: &[f32]) {
+    assert!(
+        pred.len() >= op.pred_len() && target.len() >= op.target_len(),
+        "loss: short tensors"
+    );
+}
+
+/// The loss of `pred` against `target`.
+pub fn center_loss(op: &CenterLoss, pred: &[f32], target: &[f32]) -> LossParts {
+    check(op, pred, target);
+    let plane = op.grid_h as usize * op.grid_w as usize;
+    let c = op.classes as usize;
+    let (mut focal, mut offset, mut size, mut centres) = (0f64, 0f64, 0f64, 0u64);
+    for b in 0..op.n as usize {
+        let p = &pred[b * (c + 4) * plane..(b + 1) * (c + 4) * plane];
+        let t = &target[b * (c + 5) * plane..(b + 1) * (c + 5) * plane];
+        for (&z, &y) in p[..c * plane].iter().zip(&t[..c * plane]) {
+            focal += if y == 1.0 {
+                // −(1 − p)^α · ln p, with 1 − p = sigmoid(−z) and ln p = −softplus(−z).
+                (sigmoid(-z).powf(op.alpha) * softplus(-z)) as f64
+            } else {
+                ((1.0 - y).powf(op.beta) * sigmoid(z).powf(op.alpha) * softplus(z)) as f64
+            };
+        }
+        let mask = &t[(c + 4) * plane..(c + 5) * plane];
+        for (cell, _) in mask.iter().enumerate().filter(|(_, &m)| m == 1.0) {
+            centres += 1;
+            for k in 0..2 {
+                offset += (p[(c + k) * plane + cell] - t[(c + k) * plane + cell]).abs() as f64;
+                size +=
+                    (p[(c + 2 + k) * plane + cell] - t[(c + 2 + k) * plane + cell]).abs() as f64;
+            }
+        }
+    }
+    let norm = centres.max(1) as f64;
+    let focal = focal / norm;
+    let offset = op.offset_weight as f64 * offset / norm;
+    let size = op.size_weight as f64 * size / norm;
+    LossParts {
+        total: (focal + offset + size) as f32,
+        focal: focal as f32,
+        offset: offset as f32,
+        size: size as f32,
+        centres: centres as f32,
+    }
+}
+
+/// The gradient of [`center_loss`] with respect to `pred`, into `grad` (overwritten);
+/// `centres` is the count [`center_loss`] reported.
+pub fn center_loss_backward(
+    op: &CenterLoss,
+    pred: &[f32],
+    target: &[f32],
+    centres: f32,
+    grad: &mut [f32],
+) {
+    check(op, pred, target);
+    assert!(grad.len() >= op.pred_len(), "loss: short gradient");
+    let plane = op.grid_h as usize * op.grid_w as usize;
+    let c = op.classes as usize;
+    let inv = 1.0 / centres.max(1.0);
+    for b in 0..op.n as usize {
+        let p = &pred[b * (c + 4) * plane..(b + 1) * (c + 4) * plane];
+        let t = &target[b * (c + 5) * plane..(b + 1) * (c + 5) * plane];
+        let g = &mut grad[b * (c + 4) * plane..(b + 1) * (c + 4) * plane];
+        for ((gi, &z), &y) in g[..c * plane]
+            .iter_mut()
+            .zip(&p[..c * plane])
+            .zip(&t[..c * plane])
+        {
+            let (sp, sn) = (sigmoid(z), sigmoid(-z));
+            *gi = inv
+                * if y == 1.0 {
+                    // d/dz of −(1 − p)^α ln p = (1 − p)^α · (α·p·ln p − (1 − p)).
+                    sn.powf(op.alpha) * (-op.alpha * sp * softplus(-z) - sn)
+                } else {
+                    // d/dz of −(1 − y)^β p^α ln(1 − p) = (1 − y)^β p^α (p − α(1 − p) ln(1 − p)).
+                    (1.0 - y).powf(op.beta) * sp.powf(op.alpha) * (sp + op.alpha * sn * softplus(z))
+                };
+        }
+        let mask = &t[(c + 4) * plane..(c + 5) * plane];
+        for k in 0..4 {
+            let weight = if k < 2 {
+                op.offset_weight
+            } else {
+                op.size_weight
+            };
+            let ch = (c + k) * plane;
+            for (cell, &m) in mask.iter().enumerate() {
+                let d = p[ch + cell] - t[ch + cell];
+                g[ch + cell] = if m == 1.0 && d != 0.0 {
+                    weight * inv * d.signum()
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::cpu::gradcheck::{
+        assert_close, numeric_grad_f64, random_vec, sign_signature,
+    };
+    use crate::loader::order::SplitMix64;
+
+    /// A small random problem: heat targets in [0, 1) with some exact 1s and mask cells.
+    fn problem(rng: &mut SplitMix64, op: &CenterLoss) -> (Vec<f32>, Vec<f32>) {
+        let plane = (op.grid_h * op.grid_w) as usize;
+        let c = op.classes as usize;
+        let pred = random_vec(rng, op.pred_len(), -3.0, 3.0);
+        let mut target = random_vec(rng, op.target_len(), 0.0, 0.95);
+        for b in 0..op.n as usize {
+            let t = &mut target[b * (c + 5) * plane..(b + 1) * (c + 5) * plane];
+            t[(c + 4) * plane..].fill(0.0);
+            for cell in (0..plane).step_by(3) {
+                t[(cell % c) * plane + cell] = 1.0;
+                t[(c + 4) * plane + cell] = 1.0;
+            }
+        }
+        (pred, target)
+    }
+
+    /// An independent `f64` transcription of the loss (from the ops.rs formulas, not this
+    /// module's), returning the signs of the L1 differences as the kink signature.
+    fn reference(op: &CenterLoss, pred: &[f64], target: &[f32]) -> (f64, u64) {
+        let plane = (op.grid_h * op.grid_w) as usize;
+        let c = op.classes as usize;
+        let (mut sum, mut n, mut diffs) = (0.0, 0.0, Vec::new());
+        for b in 0..op.n as usize {
+            let p = &pred[b * (c + 4) * plane..];
+            let t = &target[b * (c + 5) * plane..];
+            for i in 0..c * plane {
+                let prob = 1.0 / (1.0 + (-p[i]).exp());
+                let y = t[i] as f64;
+                sum += if y == 1.0 {
+                    -(1.0 - prob).powf(op.alpha as f64) * prob.ln()
+                } else {
+                    -(1.0 - y).powf(op.beta as f64) * prob.powf(op.alpha as f64) * (1.0 - prob).ln()
+                };
+            }
+            for cell in 0..plane {
+                if t[(c + 4) * plane + cell] == 1.0 {
+                    n += 1.0;
+                    for k in 0..4 {
+                        let d = p[(c + k) * plane + cell] - t[(c + k) * plane + cell] as f64;
+                        let w = if k < 2 {
+                            op.offset_weight
+                        } else {
+                            op.size_weight
+                        } as f64;
+                        sum += w * d.abs();
+                        diffs.push(d);
+                    }
+                }
+            }
+        }
+        (sum / f64::max(n, 1.0), sign_signature(diffs))
+    }
+
+    #[test]
+    fn loss_matches_the_reference_and_its_parts_add_up() {
+        let mut rng = SplitMix64::new(11);
+        let op = CenterLoss {
+            offset_weight: 0.7,
+            size_weight: 1.3,
+            ..CenterLoss::det_s(2, 3, 5, 7)
+        };
+        let (pred, target) = problem(&mut rng, &op);
+        let parts = center_loss(&op, &pred, &target);
+        let pred64: Vec<f64> = pred.iter().map(|&v| v as f64).collect();
+        let (want, _) = reference(&op, &pred64, &target);
+        assert!(
+            (parts.total as f64 / want - 1.0).abs() < 1e-5,
+            "{parts:?} vs {want}"
+        );
+        assert_eq!(parts.centres, 24.0);
+        let sum = parts.focal + parts.offset + parts.size;
+        assert!((sum / parts.total - 1.0).abs() < 1e-6);
+        assert_eq!(LossParts::from_array(parts.to_array()), parts);
+    }
+
+    /// The gradient against central differences of the `f64` reference (tight, 1e-4).
+    #[test]
+    fn gradient_matches_central_differences() {
+        let mut rng = SplitMix64::new(12);
+        for op in [
+            CenterLoss::det_s(1, 2, 4, 3),
+            CenterLoss {
+                alpha: 1.5,
+                beta: 3.0,
+                offset_weight: 0.5,
+                ..CenterLoss::det_s(2, 1, 3, 5)
+            },
+        ] {
+            let (pred, target) = problem(&mut rng, &op);
+            let parts = center_loss(&op, &pred, &target);
+            let mut grad = vec![f32::NAN; op.pred_len()];
+            center_loss_backward(&op, &pred, &target, parts.centres, &mut grad);
+            let pred64: Vec<f64> = pred.iter().map(|&v| v as f64).collect();
+            let want = numeric_grad_f64(&pred64, 1e-6, |p| reference(&op, p, &target));
+            assert_close("center loss gradient", &grad, &want, 1e-4);
+        }
+    }
+
+    /// Extreme logits stay finite (the `softplus` forms), and a confident right answer costs
+    /// almost nothing.
+    #[test]
+    fn extreme_logits_are_finite() {
+        let op = CenterLoss::det_s(1, 1, 1, 2);
+        let pred = [200.0, -200.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let target = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        let parts = center_loss(&op, &pred, &target);
+        assert!(parts.total.is_finite() && parts.total < 1e-6, "{parts:?}");
+        let wrong = [-200.0, 200.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let parts = center_loss(&op, &wrong, &target);
+        assert!(parts.total.is_finite() && parts.total > 100.0, "{parts:?}");
+        let mut grad = [0.0; 10];
+        center_loss_backward(&op, &wrong, &target, parts.centres, &mut grad);
+        assert!(grad.iter().all(|g| g.is_finite()), "{grad:?}");
+    }
+}

@@ -1,0 +1,128 @@
+//! Optimiser updates: [`AdamW`] and [`SgdMomentum`], PyTorch's formulations.
+
+use crate::compute::ops::{AdamW, SgdMomentum};
+
+/// AdamW with the op's `lr` and `step` (the bias corrections from [`AdamW::bias_corrections`]).
+pub fn adamw(op: &AdamW, w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+    let (c1, c2) = op.bias_corrections();
+    adamw_with(op, op.lr, c1, c2, w, g, m, v);
+}
+
+/// AdamW with `lr` and bias corrections `c1`, `c2` given (as a training step reads them from
+/// its hyper-parameter tensor, like the GPU kernel).
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_with(
+    op: &AdamW,
+    lr: f32,
+    c1: f32,
+    c2: f32,
+    w: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+) {
+    let n = op.len as usize;
+    assert!(
+        w.len() >= n && g.len() >= n && m.len() >= n && v.len() >= n,
+        "adamw: tensors shorter than {n}"
+    );
+    let decay = 1.0 - lr * op.weight_decay;
+    let (b1, b2) = (op.beta1, op.beta2);
+    for i in 0..n {
+        let gi = g[i];
+        m[i] = b1 * m[i] + (1.0 - b1) * gi;
+        v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+        let update = (m[i] / c1) / ((v[i] / c2).sqrt() + op.eps);
+        w[i] = w[i] * decay - lr * update;
+    }
+}
+
+/// SGD with momentum and L2 weight decay.
+pub fn sgd_momentum(op: &SgdMomentum, w: &mut [f32], g: &[f32], velocity: &mut [f32]) {
+    let n = op.len as usize;
+    assert!(
+        w.len() >= n && g.len() >= n && velocity.len() >= n,
+        "sgd: tensors shorter than {n}"
+    );
+    for i in 0..n {
+        let gi = g[i] + op.weight_decay * w[i];
+        velocity[i] = op.momentum * velocity[i] + gi;
+        w[i] -= op.lr * velocity[i];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adam(len: u32, step: u32, weight_decay: f32) -> AdamW {
+        AdamW {
+            len,
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay,
+            step,
+        }
+    }
+
+    /// First step, no decay: `m/c1 = g` and `v/c2 = g²`, so every weight moves by `lr` against
+    /// the sign of its gradient, whatever the gradient's size.
+    #[test]
+    fn first_adamw_step_moves_by_lr_against_the_gradient() {
+        let op = adam(3, 1, 0.0);
+        let mut w = [1.0, 1.0, 1.0];
+        let (mut m, mut v) = ([0.0; 3], [0.0; 3]);
+        adamw(&op, &mut w, &[1e-3, -5.0, 0.0], &mut m, &mut v);
+        assert!((w[0] - 0.99).abs() < 1e-6, "{w:?}");
+        assert!((w[1] - 1.01).abs() < 1e-6, "{w:?}");
+        assert_eq!(w[2], 1.0);
+    }
+
+    /// Three steps against an `f64` transcription of PyTorch's AdamW.
+    #[test]
+    fn adamw_matches_a_reference_over_steps() {
+        let grads = [[0.5f32, -0.25], [0.1, 0.3], [-0.7, 0.05]];
+        let mut w = [0.8f32, -1.2];
+        let (mut m, mut v) = ([0.0f32; 2], [0.0f32; 2]);
+        let (mut rw, mut rm, mut rv) = ([0.8f64, -1.2], [0.0f64; 2], [0.0f64; 2]);
+        for (t, g) in grads.iter().enumerate() {
+            let op = adam(2, t as u32 + 1, 0.05);
+            adamw(&op, &mut w, g, &mut m, &mut v);
+            let (lr, b1, b2) = (op.lr as f64, op.beta1 as f64, op.beta2 as f64);
+            for i in 0..2 {
+                let gi = g[i] as f64;
+                rw[i] *= 1.0 - lr * op.weight_decay as f64;
+                rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
+                rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
+                let mh = rm[i] / (1.0 - b1.powi(t as i32 + 1));
+                let vh = rv[i] / (1.0 - b2.powi(t as i32 + 1));
+                rw[i] -= lr * mh / (vh.sqrt() + op.eps as f64);
+            }
+        }
+        for i in 0..2 {
+            assert!((w[i] as f64 - rw[i]).abs() < 1e-6, "{w:?} vs {rw:?}");
+        }
+    }
+
+    #[test]
+    fn sgd_momentum_accumulates_velocity() {
+        let op = SgdMomentum {
+            len: 1,
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.5,
+        };
+        let (mut w, mut vel) = ([2.0f32], [0.0f32]);
+        sgd_momentum(&op, &mut w, &[1.0], &mut vel);
+        // g = 1 + 0.5·2 = 2; v = 2; w = 2 − 0.2.
+        assert!((w[0] - 1.8).abs() < 1e-6 && (vel[0] - 2.0).abs() < 1e-6);
+        sgd_momentum(&op, &mut w, &[1.0], &mut vel);
+        // g = 1 + 0.9 = 1.9; v = 1.8 + 1.9 = 3.7; w = 1.8 − 0.37.
+        assert!(
+            (w[0] - 1.43).abs() < 1e-6 && (vel[0] - 3.7).abs() < 1e-6,
+            "{w:?} {vel:?}"
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! CenterNet training targets from the boxes inside records ([`Targets`]): Gaussian heat
+//! maps, centre offsets, log sizes and the centre mask.
+
+use crate::compute::ops::Targets;
+
+/// CenterNet's radius (in the units of `height`, `width`) within which a box's corners may move
+/// and still overlap the original by at least `min_overlap` IoU: the smallest root of the three
+/// cases of the original implementation (both corners moving, one inside, one outside).
+pub fn gaussian_radius(height: f32, width: f32, min_overlap: f32) -> f32 {
+    let (h, w, o) = (height, width, min_overlap);
+    let b1 = h + w;
+    let c1 = w * h * (1.0 - o) / (1.0 + o);
+    let r1 = (b1 + (b1 * b1 - 4.0 * c1).max(0.0).sqrt()) / 2.0;
+    let b2 = 2.0 * (h + w);
+    let c2 = (1.0 - o) * w * h;
+    let r2 = (b2 + (b2 * b2 - 16.0 * c2).max(0.0).sqrt()) / 2.0;
+    let a3 = 4.0 * o;
+    let b3 = -2.0 * o * (h + w);
+    let c3 = (o - 1.0) * w * h;
+    let r3 = (b3 + (b3 * b3 - 4.0 * a3 * c3).max(0.0).sqrt()) / 2.0;
+    r1.min(r2).min(r3)
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn le_f32(b: &[u8], at: usize) -> f32 {
+    f32::from_bits(le_u32(b, at))
+}
+
+/// Renders the targets of `op.n` records into `out` (overwritten). Boxes with a class outside
+/// `0..classes`, or without a positive finite width and height, are skipped.
+pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
+    assert!(
+        records.len() >= op.input_bytes() && out.len() >= op.output_len(),
+        "targets: short tensors"
+    );
+    let (gh, gw) = (op.grid_h as usize, op.grid_w as usize);
+    let plane = gh * gw;
+    let classes = op.classes as usize;
+    let stride = op.stride as f32;
+    let image_w = (op.grid_w * op.stride) as f32;
+    out[..op.output_len()].fill(0.0);
+    for b in 0..op.n as usize {
+        let meta = &records[b * op.record_stride as usize + op.meta_offset as usize..];
+        let count = (le_u32(meta, 4) & 0xffff).min(op.max_boxes) as usize;
+        let t = &mut out[b * (classes + 5) * plane..(b + 1) * (classes + 5) * plane];
+        for i in 0..count {
+            let at = 40 + 20 * i;
+            let class = le_u32(meta, at) as usize;
+            let (mut x0, y0, mut x1, y1) = (
+                le_f32(meta, at + 4),
+                le_f32(meta, at + 8),
+                le_f32(meta, at + 12),
+                le_f32(meta, at + 16),
+            );
+            if op.flip {
+                (x0, x1) = (image_w - x1, image_w - x0);
+            }
+            let (bw, bh) = ((x1 - x0) / stride, (y1 - y0) / stride);
+            // `!(v > 0)` also refuses NaN.
+            if class >= classes || !(bw > 0.0 && bh > 0.0 && bw.is_finite() && bh.is_finite()) {
+                continue;
+            }
+            let (cx, cy) = ((x0 + x1) / (2.0 * stride), (y0 + y1) / (2.0 * stride));
+            let ix = (cx.floor().max(0.0) as usize).min(gw - 1);
+            let iy = (cy.floor().max(0.0) as usize).min(gh - 1);
+            let r = gaussian_radius(bh, bw, op.min_overlap).max(0.0).floor() as i64;
+            let sigma = (2 * r + 1) as f32 / 6.0;
+            let heat = &mut t[class * plane..(class + 1) * plane];
+            for dy in -r..=r {
+                let y = iy as i64 + dy;
+                if y < 0 || y >= gh as i64 {
+                    continue;
+                }
+                for dx in -r..=r {
+                    let x = ix as i64 + dx;
+                    if x < 0 || x >= gw as i64 {
+                        continue;
+                    }
+                    let v = (-((dx * dx + dy * dy) as f32) / (2.0 * sigma * sigma)).exp();
+                    let cell = &mut heat[y as usize * gw + x as usize];
+                    *cell = cell.max(v);
+                }
+            }
+            let at = iy * gw + ix;
+            t[classes * plane + at] = cx - ix as f32;
+            t[(classes + 1) * plane + at] = cy - iy as f32;
+            t[(classes + 2) * plane + at] = bw.ln();
+            t[(classes + 3) * plane + at] = bh.ln();
+            t[(classes + 4) * plane + at] = 1.0;
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A record buffer of `boxes.len()` records `stride` bytes apart, metadata at `meta`.
+    pub(crate) fn records(meta: usize, stride: usize, boxes: &[&[(u32, [f32; 4])]]) -> Vec<u8> {
+        let mut out = vec![0u8; stride * boxes.len()];
+        for (r, list) in boxes.iter().enumerate() {
+            let m = &mut out[r * stride + meta..];
+            m[4..6].copy_from_slice(&(list.len() as u16).to_le_bytes());
+            for (i, (class, b)) in list.iter().enumerate() {
+                let at = 40 + 20 * i;
+                m[at..at + 4].copy_from_slice(&class.to_le_bytes());
+                for (k, v) in b.iter().enumerate() {
+                    m[at + 4 + 4 * k..at + 8 + 4 * k].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        out
+    }
+
+    fn op(n: u32, max_boxes: u32, stride_bytes: u32, flip: bool) -> Targets {
+        Targets {
+            n,
+            classes: 2,
+            grid_h: 8,
+            grid_w: 8,
+            stride: 8,
+            max_boxes,
+            record_stride: stride_bytes,
+            meta_offset: 16,
+            min_overlap: 0.7,
+            flip,
+        }
+    }
+
+    #[test]
+    fn radius_matches_centernet_for_known_boxes() {
+        // By hand from CenterNet's formula (the third case is the smallest for both):
+        // (10, 10): (−28 + √1120)/2 = 2.7332…; (4, 2): (−8.4 + √97.44)/2 = 0.7356…
+        assert!((gaussian_radius(10.0, 10.0, 0.7) - 2.733_2).abs() < 1e-3);
+        assert!((gaussian_radius(4.0, 2.0, 0.7) - 0.735_6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn one_box_gives_peak_offset_size_and_mask() {
+        // Box 4..68 × 0..48 px: centre (36, 24) px = (4.5, 3.0) cells, size 8 × 6 cells.
+        let recs = records(16, 256, &[&[(1, [4.0, 0.0, 68.0, 48.0])]]);
+        let o = op(1, 4, 256, false);
+        let mut t = vec![f32::NAN; o.output_len()];
+        render_targets(&o, &recs, &mut t);
+        let (plane, at) = (64, 3 * 8 + 4);
+        assert!(t[..plane].iter().all(|&v| v == 0.0), "class 0 untouched");
+        assert_eq!(t[plane + at], 1.0, "centre cell of class 1 is exactly 1");
+        let r = gaussian_radius(6.0, 8.0, 0.7).floor();
+        assert_eq!(r, 1.0);
+        let sigma = 3.0f32 / 6.0;
+        let side = (-1.0 / (2.0 * sigma * sigma)).exp();
+        assert!((t[plane + at + 1] - side).abs() < 1e-7);
+        assert_eq!(t[plane + at + 2], 0.0, "outside the radius");
+        assert!((t[2 * plane + at] - 0.5).abs() < 1e-7);
+        assert_eq!(t[3 * plane + at], 0.0);
+        assert!((t[4 * plane + at] - 8.0f32.ln()).abs() < 1e-7);
+        assert!((t[5 * plane + at] - 6.0f32.ln()).abs() < 1e-7);
+        assert_eq!(t[6 * plane + at], 1.0);
+        assert_eq!(t[6 * plane..].iter().filter(|&&v| v != 0.0).count(), 1);
+    }
+
+    #[test]
+    fn flip_mirrors_and_bad_boxes_are_skipped() {
+        let boxes: &[(u32, [f32; 4])] = &[
+            (0, [0.0, 0.0, 16.0, 16.0]),
+            (5, [0.0, 0.0, 16.0, 16.0]),    // class out of range
+            (1, [30.0, 0.0, 30.0, 16.0]),   // zero width
+            (1, [f32::NAN, 0.0, 9.0, 9.0]), // not finite
+        ];
+        let recs = records(16, 256, &[boxes, &[]]);
+        let o = op(2, 4, 256, true);
+        let mut t = vec![0.0; o.output_len()];
+        render_targets(&o, &recs, &mut t);
+        // Mirrored: 48..64 px → centre 7.0 cells, clamped to column 7, offset 0.
+        let plane = 64;
+        assert_eq!(t[8 + 7], 1.0);
+        assert_eq!(t[6 * plane + 8 + 7], 1.0);
+        assert_eq!(
+            t[6 * plane..7 * plane].iter().sum::<f32>(),
+            1.0,
+            "one centre only"
+        );
+        assert!(
+            t[7 * plane..].iter().all(|&v| v == 0.0),
+            "second record has no boxes"
+        );
+    }
+
+    #[test]
+    fn box_count_is_capped_by_max_boxes() {
+        let boxes: &[(u32, [f32; 4])] = &[(0, [0.0, 0.0, 8.0, 8.0]), (1, [0.0, 0.0, 8.0, 8.0])];
+        let recs = records(16, 256, &[boxes]);
+        let o = op(1, 1, 256, false);
+        let mut t = vec![0.0; o.output_len()];
+        render_targets(&o, &recs, &mut t);
+        assert_eq!(t[0], 1.0);
+        assert!(t[64..128].iter().all(|&v| v == 0.0));
+    }
+}

@@ -1,0 +1,192 @@
+//! Evaluation: a checkpoint's detections on every record of a packed dataset, scored as
+//! mAP@0.5 per class, with the mean loss.
+//!
+//! Records are read straight from the shards (in order, every one, checksums verified: no
+//! augmentation, no shuffling and no dropped remainder, unlike training's loader); the last
+//! partial batch is padded with empty records whose detections are ignored.
+
+use std::time::{Duration, Instant};
+
+use super::map::{MapAccumulator, MapReport, Scored};
+use crate::compute::cpu::decode::detections_from_bytes;
+use crate::compute::exec::{Exec, ExecOptions};
+use crate::compute::recording::{DETECTION_BYTES, LOSS_LEN};
+use crate::loader::{self, Dataset};
+use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_EVAL};
+use crate::train::trainer::{load_tensors, Error, Result};
+use crate::train::Checkpoint;
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    pub exec: ExecOptions,
+    pub batch: u32,
+    /// IoU a detection needs to match a box (0.5: mAP@0.5).
+    pub iou: f32,
+    /// Lowest score decoded (low: mAP integrates over every threshold).
+    pub threshold: f32,
+    pub top_k: u32,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            exec: ExecOptions::default(),
+            batch: 16,
+            iou: 0.5,
+            threshold: 0.01,
+            top_k: 100,
+        }
+    }
+}
+
+/// What an evaluation measured.
+#[derive(Debug, Clone)]
+pub struct EvalReport {
+    pub map: MapReport,
+    pub classes: Vec<String>,
+    pub images: u64,
+    /// Mean of `[total, focal, offset, size, centres]` over the full batches.
+    pub loss: [f32; LOSS_LEN],
+    pub engine: String,
+    pub wall: Duration,
+}
+
+/// Checks that `checkpoint` can run on `dataset`'s records (same classes, same image size).
+pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()> {
+    let data_classes = &dataset.manifest.classes;
+    if checkpoint.model.classes != dataset.manifest.num_classes() {
+        return Err(Error::Config(format!(
+            "the checkpoint's model has {} classes ({}); {} has {} ({}): evaluate on data \
+             packed with the same classes",
+            checkpoint.model.classes,
+            checkpoint.classes.join(", "),
+            dataset.dir.display(),
+            data_classes.len(),
+            data_classes.join(", ")
+        )));
+    }
+    if !checkpoint.classes.is_empty() && &checkpoint.classes != data_classes {
+        log::warn!(
+            "class names differ: checkpoint {:?}, data {:?} (compared by index)",
+            checkpoint.classes,
+            data_classes
+        );
+    }
+    let size = checkpoint.model.input;
+    if dataset.layout.width != size || dataset.layout.height != size {
+        return Err(Error::Config(format!(
+            "{} holds {}×{} images; the model takes {size}×{size}: pack with --size {size}",
+            dataset.dir.display(),
+            dataset.layout.width,
+            dataset.layout.height
+        )));
+    }
+    Ok(())
+}
+
+/// Evaluates `checkpoint` on every record of `dataset` (opened with `DirectMode::Off`: the
+/// reads go to plain buffers); `progress(done, total)` is called per batch.
+pub fn evaluate(
+    checkpoint: &Checkpoint,
+    dataset: &Dataset,
+    options: &EvalOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<EvalReport> {
+    check_compatible(checkpoint, dataset)?;
+    let started = Instant::now();
+    let arch = Arch::new(&checkpoint.model);
+    let graph_options = GraphOptions {
+        train: false,
+        threshold: options.threshold,
+        top_k: options.top_k,
+        ..GraphOptions::default()
+    };
+    let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)
+        .map_err(Error::Config)?;
+    let mut exec = Exec::new(&graph.recording, &options.exec)?;
+    load_tensors(&mut exec, &graph, checkpoint, false)?;
+    let entry = graph.entry(ENTRY_EVAL);
+
+    let layout = &dataset.layout;
+    let rs = layout.record_size;
+    let batch = options.batch as usize;
+    let total = dataset.records();
+    let classes = dataset.manifest.num_classes();
+    let mut records = vec![0u8; batch * rs];
+    let mut dets = vec![0u8; batch * options.top_k as usize * DETECTION_BYTES];
+    let mut counts = vec![0u8; 4 * batch];
+    let mut loss = [0f32; LOSS_LEN];
+    let (mut loss_sum, mut full_batches) = ([0f64; LOSS_LEN], 0u64);
+    let mut acc = MapAccumulator::new(classes as usize, options.iou);
+    let (mut found, mut truth) = (Vec::new(), Vec::new());
+    let mut first = 0u64;
+    while first < total {
+        let n = (total - first).min(batch as u64) as usize;
+        dataset
+            .read_records(first, &mut records[..n * rs])
+            .map_err(loader::Error::from)?;
+        records[n * rs..].fill(0);
+        for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
+            let index = first + i as u64;
+            layout
+                .verify(record, index, classes)
+                .map_err(|problem| loader::Error::Corrupt {
+                    path: dataset.dir.clone(),
+                    record: index,
+                    problem,
+                })?;
+        }
+        exec.write_bytes(graph.records, &records)?;
+        exec.run(entry)?;
+        exec.read_bytes(graph.dets, &mut dets)?;
+        exec.read_bytes(graph.counts, &mut counts)?;
+        if n == batch {
+            exec.read_f32(graph.loss, &mut loss)?;
+            for (s, l) in loss_sum.iter_mut().zip(loss) {
+                *s += l as f64;
+            }
+            full_batches += 1;
+        }
+        for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
+            found.clear();
+            found.extend(
+                detections_from_bytes(&graph.decode, i, &dets, &counts).map(|d| Scored {
+                    class: d.class,
+                    score: d.score,
+                    x0: d.x0,
+                    y0: d.y0,
+                    x1: d.x1,
+                    y1: d.y1,
+                }),
+            );
+            truth.clear();
+            truth.extend((0..layout.box_count(record) as usize).map(|b| {
+                let r = layout.read_box(record, b);
+                Scored {
+                    class: r.class,
+                    score: 1.0,
+                    x0: r.x0,
+                    y0: r.y0,
+                    x1: r.x1,
+                    y1: r.y1,
+                }
+            }));
+            acc.add_image(&found, &truth);
+        }
+        first += n as u64;
+        progress(first, total);
+    }
+    let mut mean = [0f32; LOSS_LEN];
+    for (m, s) in mean.iter_mut().zip(loss_sum) {
+        *m = (s / full_batches.max(1) as f64) as f32;
+    }
+    Ok(EvalReport {
+        map: acc.finish(),
+        classes: dataset.manifest.classes.clone(),
+        images: total,
+        loss: mean,
+        engine: exec.describe(),
+        wall: started.elapsed(),
+    })
+}

@@ -1,0 +1,132 @@
+//! Inference on images: decode, letterbox into a record, run the `infer` entry, and map the
+//! detections back to the source image's pixels (undoing the letterbox).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use image::RgbImage;
+
+use super::map::Scored;
+use crate::compute::cpu::decode::detections_from_bytes;
+use crate::compute::exec::{Exec, ExecOptions};
+use crate::compute::recording::DETECTION_BYTES;
+use crate::format::{RecordLayout, RecordMeta};
+use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
+use crate::pack::letterbox::{decode_image, letterbox_into, Letterbox};
+use crate::train::trainer::{load_tensors, Error, Result};
+use crate::train::Checkpoint;
+
+/// A checkpoint set up for inference, one image at a time (the latency a robot sees).
+pub struct Predictor {
+    exec: Exec,
+    graph: ModelGraph,
+    layout: RecordLayout,
+    record: Vec<u8>,
+    dets: Vec<u8>,
+    counts: [u8; 4],
+    pub classes: Vec<String>,
+}
+
+/// One image's detections, in source pixels, best first.
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    pub detections: Vec<Scored>,
+    /// Decode and letterbox on the host.
+    pub prepare: Duration,
+    /// The `infer` entry (normalise, forward, decode) on the engine.
+    pub device: Duration,
+}
+
+impl Predictor {
+    /// Sets up `checkpoint` on the engine `exec` chooses; detections below `threshold` are
+    /// dropped, at most `top_k` kept.
+    pub fn new(
+        checkpoint: &Checkpoint,
+        exec: &ExecOptions,
+        threshold: f32,
+        top_k: u32,
+    ) -> Result<Self> {
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(Error::Config(format!(
+                "threshold {threshold} must be in [0, 1]"
+            )));
+        }
+        let arch = Arch::new(&checkpoint.model);
+        let size = checkpoint.model.input;
+        let layout = RecordLayout::new(size, size, 3, 1).map_err(Error::Config)?;
+        let options = GraphOptions {
+            train: false,
+            threshold,
+            top_k,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
+        let mut exec = Exec::new(&graph.recording, exec)?;
+        load_tensors(&mut exec, &graph, checkpoint, false)?;
+        Ok(Predictor {
+            exec,
+            record: vec![0; layout.record_size],
+            dets: vec![0; top_k as usize * DETECTION_BYTES],
+            counts: [0; 4],
+            graph,
+            layout,
+            classes: checkpoint.classes.clone(),
+        })
+    }
+
+    pub fn engine(&self) -> String {
+        self.exec.describe()
+    }
+
+    /// Detections in an image file (JPEG, PNG; EXIF orientation applied).
+    pub fn predict_file(&mut self, path: &Path) -> Result<(RgbImage, Prediction)> {
+        let started = Instant::now();
+        let image = decode_image(path).map_err(|e| Error::Config(e.to_string()))?;
+        let mut p = self.predict(&image)?;
+        p.prepare += started.elapsed() - p.prepare - p.device;
+        Ok((image, p))
+    }
+
+    /// Detections in `image`.
+    pub fn predict(&mut self, image: &RgbImage) -> Result<Prediction> {
+        let started = Instant::now();
+        let size = self.layout.width;
+        let pixels = self.layout.image_bytes;
+        let placed: Letterbox = letterbox_into(image, size, &mut self.record[..pixels]);
+        let image_bytes = self.record[..pixels].to_vec();
+        let meta = RecordMeta {
+            source_width: image.width(),
+            source_height: image.height(),
+            scale: placed.scale,
+            pad_x: placed.pad_x,
+            pad_y: placed.pad_y,
+            ..RecordMeta::default()
+        };
+        self.layout
+            .encode(&mut self.record, &image_bytes, &meta, &[]);
+        let prepare = started.elapsed();
+        self.exec.write_bytes(self.graph.records, &self.record)?;
+        let timing = self.exec.run(self.graph.entry(ENTRY_INFER))?;
+        self.exec.read_bytes(self.graph.dets, &mut self.dets)?;
+        self.exec.read_bytes(self.graph.counts, &mut self.counts)?;
+        let detections = detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts)
+            .map(|d| {
+                let unmap =
+                    |v: f32, pad: f32, max: u32| ((v - pad) / meta.scale).clamp(0.0, max as f32);
+                Scored {
+                    class: d.class,
+                    score: d.score,
+                    x0: unmap(d.x0, meta.pad_x, meta.source_width),
+                    y0: unmap(d.y0, meta.pad_y, meta.source_height),
+                    x1: unmap(d.x1, meta.pad_x, meta.source_width),
+                    y1: unmap(d.y1, meta.pad_y, meta.source_height),
+                }
+            })
+            .collect();
+        Ok(Prediction {
+            detections,
+            prepare,
+            device: timing.device,
+        })
+    }
+}

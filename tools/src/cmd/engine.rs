@@ -1,0 +1,35 @@
+//! Options choosing the compute engine, shared by `train`, `eval`, `infer` and `bench compute`.
+
+use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Compute engine: auto takes a Vulkan GPU when there is one and the CPU engine otherwise
+    /// (a CPU-type Vulkan device such as lavapipe is slower than the CPU engine: auto skips it).
+    #[arg(long, default_value = "auto")]
+    pub engine: EngineChoice,
+    /// Vulkan device index, as `fulcrum devices` lists them [default: the best].
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// CPU engine threads [default: every core; loaders need a small share, see `fulcrum
+    /// balance`].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Enable the Khronos validation layer (slow; for debugging shaders).
+    #[arg(long)]
+    pub validation: bool,
+}
+
+impl EngineArgs {
+    /// Engine options.
+    pub fn options(&self, mem_budget: Option<u64>) -> ExecOptions {
+        ExecOptions {
+            engine: self.engine,
+            device: self.device,
+            threads: self.threads.unwrap_or_else(fulcrum_board::host_cores),
+            per_kernel_timing: false,
+            validation: self.validation,
+            mem_budget,
+        }
+    }
+}

@@ -1,0 +1,152 @@
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use fulcrum::infer::predict::Predictor;
+use fulcrum::loader::preview::{class_colour, outline};
+use fulcrum::pack::source::is_image_path;
+use fulcrum::train::Checkpoint;
+use image::Rgb;
+
+use super::engine::EngineArgs;
+
+/// Detect objects in images: one JSON line per image on stdout.
+///
+/// Each line is `{"image": PATH, "width": W, "height": H, "detections": [{"class": NAME,
+/// "class_id": K, "score": S, "box": [x0, y0, x1, y1]}, …], "ms": T}` with boxes in the
+/// source image's pixels (the letterbox undone), best first. Inputs are image files (JPEG,
+/// PNG) or folders of them. `--draw DIR` also writes each image with its boxes as a PNG.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Checkpoint (`fulcrum train` writes OUT/last.safetensors).
+    #[arg(long, value_name = "CHECKPOINT")]
+    weights: PathBuf,
+    /// Image files or folders of images.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Lowest score reported.
+    #[arg(long, default_value_t = 0.3)]
+    threshold: f32,
+    /// Most detections per image.
+    #[arg(long, default_value_t = 100)]
+    top_k: u32,
+    /// Write each image with its detections outlined into this folder (PNG).
+    #[arg(long, value_name = "DIR")]
+    draw: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// The images named by `inputs` (folders expanded, sorted).
+fn image_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(input)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| is_image_path(p))
+                .collect();
+            if found.is_empty() {
+                anyhow::bail!("{}: no JPEG or PNG images in this folder", input.display());
+            }
+            found.sort();
+            files.extend(found);
+        } else if input.exists() {
+            files.push(input.clone());
+        } else {
+            anyhow::bail!("{}: no such file or folder", input.display());
+        }
+    }
+    Ok(files)
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let checkpoint = Checkpoint::load(&a.weights)?;
+    let files = image_files(&a.inputs)?;
+    let mut predictor = Predictor::new(&checkpoint, &a.engine.options(None), a.threshold, a.top_k)?;
+    if let Some(dir) = &a.draw {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    }
+    log::info!("{} images on {}", files.len(), predictor.engine());
+    let (mut device, mut failed) = (Duration::ZERO, 0);
+    for path in &files {
+        let (mut image, p) = match predictor.predict_file(path) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("{}: {e}", path.display());
+                failed += 1;
+                continue;
+            }
+        };
+        device += p.device;
+        let detections: Vec<_> = p
+            .detections
+            .iter()
+            .map(|d| {
+                let bbox = [d.x0, d.y0, d.x1, d.y1].map(|v| (v * 10.0).round() / 10.0);
+                serde_json::json!({
+                    "class": predictor.classes.get(d.class as usize).cloned().unwrap_or_else(|| d.class.to_string()),
+                    "class_id": d.class,
+                    "score": (d.score * 1e4).round() / 1e4,
+                    "box": bbox,
+                })
+            })
+            .collect();
+        let line = serde_json::json!({
+            "image": path,
+            "width": image.width(),
+            "height": image.height(),
+            "detections": detections,
+            "ms": ((p.prepare + p.device).as_secs_f64() * 1e4).round() / 10.0,
+        });
+        println!("{line}");
+        if let Some(dir) = &a.draw {
+            draw(&mut image, &p.detections);
+            let name = path.file_stem().unwrap_or_default().to_string_lossy();
+            let out = dir.join(format!("{name}.png"));
+            save_png(&image, &out)?;
+        }
+    }
+    log::info!(
+        "{} images, {:.2} ms per image on the engine{}",
+        files.len() - failed,
+        device.as_secs_f64() * 1e3 / (files.len() - failed).max(1) as f64,
+        if failed > 0 {
+            format!("; {failed} could not be read")
+        } else {
+            String::new()
+        }
+    );
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn draw(image: &mut image::RgbImage, detections: &[fulcrum::infer::Scored]) {
+    let (w, h) = image.dimensions();
+    let thickness = (w.max(h) / 200).max(1);
+    for d in detections {
+        outline(
+            image,
+            (0, 0, w, h),
+            [d.x0, d.y0, d.x1, d.y1],
+            Rgb(class_colour(d.class)),
+            thickness,
+        );
+    }
+}
+
+fn save_png(image: &image::RgbImage, out: &Path) -> anyhow::Result<()> {
+    let mut bytes = Vec::new();
+    image
+        .write_to(
+            &mut std::io::Cursor::new(&mut bytes),
+            image::ImageFormat::Png,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: encoding PNG: {e}", out.display()))?;
+    fulcrum::durable::write_atomic(out, &bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))
+}

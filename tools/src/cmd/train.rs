@@ -1,0 +1,197 @@
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use fulcrum::balance::human;
+use fulcrum::io::{DirectMode, IoKind};
+use fulcrum::loader::OnCorrupt;
+use fulcrum::train::trainer::{
+    self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
+};
+use fulcrum::train::Progress;
+use indicatif::ProgressBar;
+
+use super::engine::EngineArgs;
+
+/// Train the detector on a packed dataset.
+///
+/// Batches come from the input pipeline (io_uring → ring → loaders), the step runs on the
+/// chosen engine, and after every epoch the balance equation is evaluated from what was
+/// measured (`T_g·B/C` vs `T_step`: which side binds, how long the device waited). The
+/// checkpoint OUT/last.safetensors is written atomically after every epoch and when the run
+/// is stopped (Ctrl-C or SIGTERM: the current step finishes first); `--resume` continues it
+/// to the same weights an uninterrupted run reaches.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Packed dataset folder (`fulcrum pack`).
+    #[arg(long, default_value = "data/synthetic")]
+    data: PathBuf,
+    /// Model: det-s (54.8 k parameters) or det-m.
+    #[arg(long, default_value = "det-s")]
+    model: String,
+    /// Output folder for the checkpoint.
+    #[arg(long, default_value = "runs/det-s")]
+    out: PathBuf,
+    /// Epochs to train (with --resume: the total, so it may grow).
+    #[arg(long, default_value_t = 30)]
+    epochs: u64,
+    /// Records per batch (B).
+    #[arg(long, default_value_t = 32)]
+    batch: u32,
+    /// Peak learning rate (AdamW; linear warm-up, then cosine decay).
+    #[arg(long, default_value_t = 4e-3)]
+    lr: f32,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 5e-4)]
+    weight_decay: f32,
+    /// Seed of the initial weights, the epoch order and augmentation.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Loader threads (C).
+    #[arg(long, default_value_t = 1)]
+    loaders: usize,
+    /// Ring slots (prefetch depth), each one batch.
+    #[arg(long, default_value_t = 4)]
+    ring: usize,
+    /// Turn augmentation off.
+    #[arg(long)]
+    no_augment: bool,
+    /// Checkpoint every this many epochs (and always at the end).
+    #[arg(long, default_value_t = 1)]
+    checkpoint_every: u64,
+    /// Continue the run whose checkpoint is in --out.
+    #[arg(long)]
+    resume: bool,
+    /// Stop after this many steps in all (the checkpoint is written; --resume continues).
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// Hard memory limit for the pipeline and the model together (e.g. 64M): a configuration
+    /// over it is refused before anything is allocated, naming a batch that fits.
+    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    mem_budget: Option<u64>,
+    /// Read backend.
+    #[arg(long, default_value = "auto")]
+    io: IoKind,
+    /// O_DIRECT reads.
+    #[arg(long, default_value = "auto")]
+    direct: DirectMode,
+    /// Corrupt records: fail stops naming the record; skip replaces and counts it.
+    #[arg(long, default_value = "fail")]
+    on_corrupt: OnCorrupt,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// Draws a progress bar over the steps and prints one line per epoch.
+struct Printer {
+    bar: Option<ProgressBar>,
+}
+
+impl Observer for Printer {
+    fn start(&mut self, info: &RunInfo) {
+        println!(
+            "training {} ({} parameters) on {}: {} records, {} steps per epoch, steps {}..{}",
+            info.model,
+            info.param_count,
+            info.engine,
+            info.records,
+            info.batches_per_epoch,
+            info.first_step + 1,
+            info.total_steps
+        );
+        println!(
+            "memory: {} planned up front (pipeline and model); reads: {}",
+            human(info.memory.total()),
+            info.backend
+        );
+        let bar = crate::progress::bar(info.total_steps, "steps");
+        bar.set_position(info.first_step);
+        self.bar = Some(bar);
+    }
+
+    fn step(&mut self, r: &StepReport) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(r.step);
+            if r.step % 10 == 0 || r.step == 1 {
+                bar.set_message(format!("loss {:.3}", r.loss[0]));
+            }
+        }
+    }
+
+    fn epoch(&mut self, e: &EpochReport) {
+        let line = format!(
+            "epoch {:>3}: loss {:.4}, {:.0} samples/s, {:.1} s; {}",
+            e.epoch + 1,
+            e.mean_loss,
+            e.samples_per_s,
+            e.wall.as_secs_f64(),
+            e.balance_line()
+        );
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ => println!("{line}"),
+        }
+    }
+
+    fn checkpoint(&mut self, path: &Path, p: &Progress) {
+        log::debug!("checkpoint {} at step {}", path.display(), p.step);
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::signals::install();
+    let config = TrainConfig {
+        data: a.data.clone(),
+        model: a.model.clone(),
+        batch: a.batch,
+        epochs: a.epochs,
+        lr: a.lr,
+        warmup: a.warmup,
+        weight_decay: a.weight_decay,
+        seed: a.seed,
+        loaders: a.loaders,
+        ring: a.ring,
+        augment: !a.no_augment,
+        checkpoint_every: a.checkpoint_every,
+        out: a.out.clone(),
+        ..TrainConfig::default()
+    };
+    let options = RunOptions {
+        exec: a.engine.options(a.mem_budget),
+        io: a.io,
+        direct: a.direct,
+        on_corrupt: a.on_corrupt,
+        mem_budget: a.mem_budget,
+        resume: a.resume,
+        max_steps: a.max_steps,
+    };
+    let mut printer = Printer { bar: None };
+    let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
+    if let Some(bar) = printer.bar.take() {
+        bar.finish_and_clear();
+    }
+    println!(
+        "{} at step {} (epoch {}), loss {}; checkpoint {}",
+        if report.interrupted {
+            "stopped"
+        } else {
+            "done"
+        },
+        report.progress.step,
+        report.progress.epoch,
+        report
+            .final_loss
+            .map_or("-".to_owned(), |l| format!("{l:.4}")),
+        report.checkpoint.display()
+    );
+    if report.interrupted {
+        println!(
+            "continue with: fulcrum train --data {} --out {} --resume",
+            a.data.display(),
+            a.out.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
