@@ -42,7 +42,7 @@ void main() {
                 g = pow_e(1.0 - y, pc.beta) * pow_e(p, pc.alpha)
                     * (pc.alpha * qq * softplus(l) + p);
             }
-        } else if (target[tb + (pc.classes + 4u) * plane] > 0.0) {
+        } else if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
             float d = l - target[tb + c * plane];
             float wgt = c < pc.classes + 2u ? pc.offset_weight : pc.size_weight;
             g = wgt * sign(d);

@@ -43,7 +43,7 @@ void main() {
                 s.x += pow_e(1.0 - y, pc.beta) * pow_e(sigmoid(l), pc.alpha) * softplus(l);
             }
         }
-        if (target[tb + (pc.classes + 4u) * plane] > 0.0) {
+        if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
             s.y += abs(pred[pb + pc.classes * plane] - target[tb + pc.classes * plane])
                 + abs(pred[pb + (pc.classes + 1u) * plane]
                     - target[tb + (pc.classes + 1u) * plane]);

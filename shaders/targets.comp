@@ -1,6 +1,7 @@
 #version 450
 // targets: CenterNet training targets rendered from the boxes inside the records
-// (ops::Targets). One invocation per grid cell (image b, cell (gx, gy)) writes all
+// (ops::Targets; the same arithmetic as the CPU twin, compute/cpu/targets.rs, so a centre
+// lands in the same cell on both). One invocation per grid cell (image b, cell (gx, gy)) writes all
 // classes + 5 channels of that cell, looping over the image's boxes in order: heat maps
 // combine by maximum (so every cell's value is independent of the others: no atomics), and
 // where two boxes share a centre cell the later box's offset and size win.
@@ -33,15 +34,15 @@ layout(push_constant) uniform Push {
 float gaussian_radius(float h, float w, float overlap) {
     float b1 = h + w;
     float c1 = w * h * (1.0 - overlap) / (1.0 + overlap);
-    float r1 = (b1 + sqrt(b1 * b1 - 4.0 * c1)) / 2.0;
+    float r1 = (b1 + sqrt(max(b1 * b1 - 4.0 * c1, 0.0))) / 2.0;
     float a2 = 4.0;
     float b2 = 2.0 * (h + w);
     float c2 = (1.0 - overlap) * w * h;
-    float r2 = (b2 + sqrt(b2 * b2 - 4.0 * a2 * c2)) / 2.0;
+    float r2 = (b2 + sqrt(max(b2 * b2 - 4.0 * a2 * c2, 0.0))) / 2.0;
     float a3 = 4.0 * overlap;
     float b3 = -2.0 * overlap * (h + w);
     float c3 = (overlap - 1.0) * w * h;
-    float r3 = (b3 + sqrt(b3 * b3 - 4.0 * a3 * c3)) / 2.0;
+    float r3 = (b3 + sqrt(max(b3 * b3 - 4.0 * a3 * c3, 0.0))) / 2.0;
     return min(r1, min(r2, r3));
 }
 
@@ -75,16 +76,21 @@ void main() {
                 x0 = image_w - x1;
                 x1 = image_w - t;
             }
-            float cx = (x0 + x1) / 2.0 / stride;
-            float cy = (y0 + y1) / 2.0 / stride;
             float bw = (x1 - x0) / stride;
             float bh = (y1 - y0) / stride;
+            // Boxes of another class or without a positive finite size are skipped (`!(v > 0)`
+            // is also true for NaN).
+            if (cls >= pc.classes || !(bw > 0.0 && bh > 0.0) || isinf(bw) || isinf(bh)) {
+                continue;
+            }
+            float cx = (x0 + x1) / (2.0 * stride);
+            float cy = (y0 + y1) / (2.0 * stride);
             int ccx = clamp(int(floor(cx)), 0, int(pc.grid_w) - 1);
             int ccy = clamp(int(floor(cy)), 0, int(pc.grid_h) - 1);
-            int r = max(int(floor(gaussian_radius(bh, bw, pc.min_overlap))), 0);
+            int r = int(floor(max(gaussian_radius(bh, bw, pc.min_overlap), 0.0)));
             int dx = gx - ccx;
             int dy = gy - ccy;
-            if (cls < pc.classes && abs(dx) <= r && abs(dy) <= r) {
+            if (abs(dx) <= r && abs(dy) <= r) {
                 float sigma = float(2 * r + 1) / 6.0;
                 // The centre is exactly 1 (the focal loss tests y == 1); exp(−0) on a GPU
                 // need not be.
@@ -95,8 +101,8 @@ void main() {
                 o[at_heat] = max(o[at_heat], v);
             }
             if (dx == 0 && dy == 0) {
-                o[base + pc.classes * plane] = cx - floor(cx);
-                o[base + (pc.classes + 1u) * plane] = cy - floor(cy);
+                o[base + pc.classes * plane] = cx - float(ccx);
+                o[base + (pc.classes + 1u) * plane] = cy - float(ccy);
                 o[base + (pc.classes + 2u) * plane] = log(bw);
                 o[base + (pc.classes + 3u) * plane] = log(bh);
                 o[base + (pc.classes + 4u) * plane] = 1.0;

@@ -10,6 +10,7 @@
 
 use super::exec::VulkanExec;
 use super::testing::{assert_clean, engine};
+use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
 use crate::compute::ops::{
@@ -40,519 +41,21 @@ fn read(exec: &mut VulkanExec, id: TensorId, len: usize) -> Vec<f32> {
     v
 }
 
-/// Reference implementations written from the op docs (`compute/ops.rs`), the CPU side of
-/// the comparison for the kernels whose CPU twins live outside this branch so far.
-pub(crate) mod reference {
-    use super::*;
-
-    pub fn add(op: &Add, a: &[f32], b: &[f32], out: &mut [f32]) {
-        for i in 0..op.len as usize {
-            out[i] = a[i] + b[i];
-        }
-    }
-
-    pub fn add_assign(op: &Add, dst: &mut [f32], src: &[f32]) {
-        for i in 0..op.len as usize {
-            dst[i] += src[i];
-        }
-    }
-
-    pub fn upsample2x_forward(op: &Upsample2x, x: &[f32], y: &mut [f32]) {
-        let (h, w) = (op.h as usize, op.w as usize);
-        for bc in 0..(op.n * op.c) as usize {
-            for oy in 0..2 * h {
-                for ox in 0..2 * w {
-                    y[(bc * 2 * h + oy) * 2 * w + ox] = x[(bc * h + oy / 2) * w + ox / 2];
-                }
-            }
-        }
-    }
-
-    pub fn upsample2x_backward(op: &Upsample2x, gy: &[f32], gx: &mut [f32]) {
-        let (h, w) = (op.h as usize, op.w as usize);
-        gx.fill(0.0);
-        for bc in 0..(op.n * op.c) as usize {
-            for oy in 0..2 * h {
-                for ox in 0..2 * w {
-                    gx[(bc * h + oy / 2) * w + ox / 2] += gy[(bc * 2 * h + oy) * 2 * w + ox];
-                }
-            }
-        }
-    }
-
-    pub fn normalize(op: &Normalize, records: &[u8], out: &mut [f32]) {
-        let (h, w) = (op.h as usize, op.w as usize);
-        for b in 0..op.n as usize {
-            for c in 0..3 {
-                for y in 0..h {
-                    for x in 0..w {
-                        let xs = if op.flip { w - 1 - x } else { x };
-                        let byte = records[b * op.record_stride as usize + (y * w + xs) * 3 + c];
-                        out[((b * 3 + c) * h + y) * w + x] = f32::from(byte) / 255.0;
-                    }
-                }
-            }
-        }
-    }
-
-    fn le_u32(b: &[u8], o: usize) -> u32 {
-        u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-    }
-
-    /// CenterNet's `gaussian_radius`, as published.
-    fn gaussian_radius(h: f32, w: f32, overlap: f32) -> f32 {
-        let b1 = h + w;
-        let c1 = w * h * (1.0 - overlap) / (1.0 + overlap);
-        let r1 = (b1 + (b1 * b1 - 4.0 * c1).sqrt()) / 2.0;
-        let b2 = 2.0 * (h + w);
-        let c2 = (1.0 - overlap) * w * h;
-        let r2 = (b2 + (b2 * b2 - 16.0 * c2).sqrt()) / 2.0;
-        let a3 = 4.0 * overlap;
-        let b3 = -2.0 * overlap * (h + w);
-        let c3 = (overlap - 1.0) * w * h;
-        let r3 = (b3 + (b3 * b3 - 4.0 * a3 * c3).sqrt()) / 2.0;
-        r1.min(r2).min(r3)
-    }
-
-    pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
-        let (gh, gw) = (op.grid_h as i64, op.grid_w as i64);
-        let plane = (gh * gw) as usize;
-        let k = op.classes as usize;
-        let stride = op.stride as f32;
-        let image_w = (op.grid_w * op.stride) as f32;
-        out.fill(0.0);
-        for b in 0..op.n as usize {
-            let meta = b * op.record_stride as usize + op.meta_offset as usize;
-            let count = (le_u32(records, meta + 4) & 0xffff).min(op.max_boxes) as usize;
-            let base = b * (k + 5) * plane;
-            for i in 0..count {
-                let at = meta + 40 + 20 * i;
-                let class = le_u32(records, at) as usize;
-                let f = |o: usize| f32::from_bits(le_u32(records, at + o));
-                let (mut x0, y0, mut x1, y1) = (f(4), f(8), f(12), f(16));
-                if op.flip {
-                    (x0, x1) = (image_w - x1, image_w - x0);
-                }
-                let (cx, cy) = ((x0 + x1) / 2.0 / stride, (y0 + y1) / 2.0 / stride);
-                let (bw, bh) = ((x1 - x0) / stride, (y1 - y0) / stride);
-                let ccx = (cx.floor() as i64).clamp(0, gw - 1);
-                let ccy = (cy.floor() as i64).clamp(0, gh - 1);
-                let r = (gaussian_radius(bh, bw, op.min_overlap).floor() as i64).max(0);
-                let sigma = (2 * r + 1) as f32 / 6.0;
-                if class < k {
-                    for y in (ccy - r).max(0)..=(ccy + r).min(gh - 1) {
-                        for x in (ccx - r).max(0)..=(ccx + r).min(gw - 1) {
-                            let (dx, dy) = (x - ccx, y - ccy);
-                            let v = (-((dx * dx + dy * dy) as f32) / (2.0 * sigma * sigma)).exp();
-                            let o = &mut out[base + class * plane + (y * gw + x) as usize];
-                            *o = o.max(v);
-                        }
-                    }
-                }
-                let cell = base + (ccy * gw + ccx) as usize;
-                out[cell + k * plane] = cx - cx.floor();
-                out[cell + (k + 1) * plane] = cy - cy.floor();
-                out[cell + (k + 2) * plane] = bw.ln();
-                out[cell + (k + 3) * plane] = bh.ln();
-                out[cell + (k + 4) * plane] = 1.0;
-            }
-        }
-    }
-
-    fn softplus(x: f64) -> f64 {
-        x.max(0.0) + (-x.abs()).exp().ln_1p()
-    }
-
-    fn sigmoid(x: f64) -> f64 {
-        1.0 / (1.0 + (-x).exp())
-    }
-
-    /// `[total, focal, offset, size, centres]`, in `f64`.
-    pub fn center_loss(op: &CenterLoss, pred: &[f32], target: &[f32]) -> [f32; LOSS_LEN] {
-        let plane = (op.grid_h * op.grid_w) as usize;
-        let k = op.classes as usize;
-        let (a, be) = (f64::from(op.alpha), f64::from(op.beta));
-        let (mut focal, mut off, mut size, mut centres) = (0.0, 0.0, 0.0, 0.0);
-        for b in 0..op.n as usize {
-            for q in 0..plane {
-                let p = |c: usize| f64::from(pred[(b * (k + 4) + c) * plane + q]);
-                let t = |c: usize| f64::from(target[(b * (k + 5) + c) * plane + q]);
-                for c in 0..k {
-                    let (l, y) = (p(c), t(c));
-                    focal += if y == 1.0 {
-                        sigmoid(-l).powf(a) * softplus(-l)
-                    } else {
-                        (1.0 - y).powf(be) * sigmoid(l).powf(a) * softplus(l)
-                    };
-                }
-                if t(k + 4) > 0.0 {
-                    off += (p(k) - t(k)).abs() + (p(k + 1) - t(k + 1)).abs();
-                    size += (p(k + 2) - t(k + 2)).abs() + (p(k + 3) - t(k + 3)).abs();
-                    centres += 1.0;
-                }
-            }
-        }
-        let n = f64::max(1.0, centres);
-        let (focal, off, size) = (
-            focal / n,
-            f64::from(op.offset_weight) * off / n,
-            f64::from(op.size_weight) * size / n,
-        );
-        [
-            (focal + off + size) as f32,
-            focal as f32,
-            off as f32,
-            size as f32,
-            centres as f32,
-        ]
-    }
-
-    pub fn center_loss_backward(
-        op: &CenterLoss,
-        pred: &[f32],
-        target: &[f32],
-        centres: f32,
-        grad: &mut [f32],
-    ) {
-        let plane = (op.grid_h * op.grid_w) as usize;
-        let k = op.classes as usize;
-        let (a, be) = (f64::from(op.alpha), f64::from(op.beta));
-        let inv = 1.0 / f64::max(1.0, f64::from(centres));
-        for b in 0..op.n as usize {
-            for q in 0..plane {
-                let t = |c: usize| f64::from(target[(b * (k + 5) + c) * plane + q]);
-                for c in 0..k + 4 {
-                    let i = (b * (k + 4) + c) * plane + q;
-                    let l = f64::from(pred[i]);
-                    let g = if c < k {
-                        let (p, qq, y) = (sigmoid(l), sigmoid(-l), t(c));
-                        if y == 1.0 {
-                            -qq.powf(a) * (a * p * softplus(-l) + qq)
-                        } else {
-                            (1.0 - y).powf(be) * p.powf(a) * (a * qq * softplus(l) + p)
-                        }
-                    } else if t(k + 4) > 0.0 {
-                        let d = l - t(c);
-                        let w = if c < k + 2 {
-                            op.offset_weight
-                        } else {
-                            op.size_weight
-                        };
-                        f64::from(w) * if d == 0.0 { 0.0 } else { d.signum() }
-                    } else {
-                        0.0
-                    };
-                    grad[i] = (g * inv) as f32;
-                }
-            }
-        }
-    }
-
-    pub fn adamw(op: &AdamW, w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-        let (c1, c2) = op.bias_corrections();
-        for i in 0..op.len as usize {
-            w[i] *= 1.0 - op.lr * op.weight_decay;
-            m[i] = op.beta1 * m[i] + (1.0 - op.beta1) * g[i];
-            v[i] = op.beta2 * v[i] + (1.0 - op.beta2) * g[i] * g[i];
-            w[i] -= op.lr * (m[i] / c1) / ((v[i] / c2).sqrt() + op.eps);
-        }
-    }
-
-    pub fn sgd_momentum(op: &SgdMomentum, w: &mut [f32], g: &[f32], vel: &mut [f32]) {
-        for i in 0..op.len as usize {
-            let gi = g[i] + op.weight_decay * w[i];
-            vel[i] = op.momentum * vel[i] + gi;
-            w[i] -= op.lr * vel[i];
-        }
-    }
-
-    /// Detections per image as `(class, score, [x0, y0, x1, y1])`, best first.
-    pub fn decode(op: &Decode, pred: &[f32]) -> Vec<Vec<(u32, f32, [f32; 4])>> {
-        let (gh, gw) = (op.grid_h as i64, op.grid_w as i64);
-        let plane = (gh * gw) as usize;
-        let k = op.classes as usize;
-        let s = op.stride as f32;
-        (0..op.n as usize)
-            .map(|b| {
-                let img = &pred[b * (k + 4) * plane..][..(k + 4) * plane];
-                let mut cands: Vec<(f32, usize)> = Vec::new();
-                for c in 0..k {
-                    for y in 0..gh {
-                        for x in 0..gw {
-                            let l = img[c * plane + (y * gw + x) as usize];
-                            let mut peak = true;
-                            for yy in (y - 1).max(0)..=(y + 1).min(gh - 1) {
-                                for xx in (x - 1).max(0)..=(x + 1).min(gw - 1) {
-                                    peak &= img[c * plane + (yy * gw + xx) as usize] <= l;
-                                }
-                            }
-                            let score = 1.0 / (1.0 + (-l).exp());
-                            if peak && score >= op.threshold {
-                                cands.push((score, c * plane + (y * gw + x) as usize));
-                            }
-                        }
-                    }
-                }
-                cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                cands.truncate(op.top_k as usize);
-                cands
-                    .into_iter()
-                    .map(|(score, cell)| {
-                        let (c, q) = (cell / plane, cell % plane);
-                        let (y, x) = ((q / gw as usize) as f32, (q % gw as usize) as f32);
-                        let cx = (x + img[k * plane + q]) * s;
-                        let cy = (y + img[(k + 1) * plane + q]) * s;
-                        let bw = img[(k + 2) * plane + q].exp() * s;
-                        let bh = img[(k + 3) * plane + q].exp() * s;
-                        let bx = [cx - bw / 2.0, cy - bh / 2.0, cx + bw / 2.0, cy + bh / 2.0];
-                        (c as u32, score, bx)
-                    })
-                    .collect()
-            })
-            .collect()
-    }
+/// The CPU engine on the same recording (the twin of every kernel), two threads.
+fn cpu(rec: &Recording) -> CpuExec {
+    CpuExec::new(rec, 2).unwrap()
 }
 
-/// Runs a recording's steps on the CPU: the conv twin of `compute::cpu` and the
-/// [`reference`] kernels, over zeroed tensors (what `CpuExec` does).
-pub(crate) struct RefExec {
-    rec: Recording,
-    f32s: Vec<Vec<f32>>,
-    bytes: Vec<Vec<u8>>,
-    scratch: Scratch,
+fn cpu_read(cpu: &mut CpuExec, id: TensorId, len: usize) -> Vec<f32> {
+    let mut v = vec![0.0; len];
+    cpu.read_f32(id, &mut v).unwrap();
+    v
 }
 
-impl RefExec {
-    pub fn new(rec: &Recording) -> RefExec {
-        rec.validate().unwrap();
-        let mut scratch = Scratch::new(2);
-        for e in &rec.entries {
-            for s in &e.steps {
-                match s {
-                    Step::ConvForward { op, .. } => {
-                        scratch.reserve(cpu::conv2d_forward_scratch_len(op))
-                    }
-                    Step::ConvBackward { op, .. } => {
-                        scratch.reserve(cpu::conv2d_backward_scratch_len(op))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let f32s = rec
-            .tensors
-            .iter()
-            .map(|t| vec![0.0; if t.elem == Elem::F32 { t.len } else { 0 }])
-            .collect();
-        let bytes = rec
-            .tensors
-            .iter()
-            .map(|t| vec![0; if t.elem == Elem::Bytes { t.len } else { 0 }])
-            .collect();
-        RefExec {
-            rec: rec.clone(),
-            f32s,
-            bytes,
-            scratch,
-        }
-    }
-
-    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) {
-        self.f32s[id.index()].copy_from_slice(data);
-    }
-
-    pub fn read_f32(&self, id: TensorId) -> Vec<f32> {
-        self.f32s[id.index()].clone()
-    }
-
-    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) {
-        self.bytes[id.index()][..data.len()].copy_from_slice(data);
-    }
-
-    pub fn read_bytes(&self, id: TensorId) -> Vec<u8> {
-        self.bytes[id.index()].clone()
-    }
-
-    fn take(&mut self, id: TensorId) -> Vec<f32> {
-        std::mem::take(&mut self.f32s[id.index()])
-    }
-
-    fn put(&mut self, id: TensorId, v: Vec<f32>) {
-        self.f32s[id.index()] = v;
-    }
-
-    pub fn run(&mut self, entry: usize) {
-        for i in 0..self.rec.entries[entry].steps.len() {
-            let step = self.rec.entries[entry].steps[i].clone();
-            self.step(&step);
-        }
-    }
-
-    fn step(&mut self, step: &Step) {
-        match *step {
-            Step::ConvForward { op, x, w, b, y } => {
-                let mut out = self.take(y);
-                let f = &self.f32s;
-                let (xi, wi, bi) = (&f[x.index()], &f[w.index()], &f[b.index()]);
-                cpu::conv2d_forward(&op, xi, wi, bi, &mut out, &mut self.scratch);
-                self.put(y, out);
-            }
-            Step::ConvBackward {
-                op,
-                x,
-                w,
-                y,
-                gy,
-                gx,
-                gw,
-                gb,
-            } => {
-                let (mut gwv, mut gbv) = (self.take(gw), self.take(gb));
-                let mut gxv = gx.map(|t| self.take(t));
-                let f = &self.f32s;
-                cpu::conv2d_backward(
-                    &op,
-                    &f[x.index()],
-                    &f[w.index()],
-                    &f[y.index()],
-                    &f[gy.index()],
-                    gxv.as_deref_mut(),
-                    &mut gwv,
-                    &mut gbv,
-                    &mut self.scratch,
-                );
-                self.put(gw, gwv);
-                self.put(gb, gbv);
-                if let (Some(t), Some(v)) = (gx, gxv) {
-                    self.put(t, v);
-                }
-            }
-            Step::Add { op, a, b, out } => {
-                let mut o = self.take(out);
-                reference::add(&op, &self.f32s[a.index()], &self.f32s[b.index()], &mut o);
-                self.put(out, o);
-            }
-            Step::AddAssign { op, dst, src } => {
-                let mut d = self.take(dst);
-                reference::add_assign(&op, &mut d, &self.f32s[src.index()]);
-                self.put(dst, d);
-            }
-            Step::UpsampleForward { op, x, y } => {
-                let mut o = self.take(y);
-                reference::upsample2x_forward(&op, &self.f32s[x.index()], &mut o);
-                self.put(y, o);
-            }
-            Step::UpsampleBackward { op, gy, gx } => {
-                let mut o = self.take(gx);
-                reference::upsample2x_backward(&op, &self.f32s[gy.index()], &mut o);
-                self.put(gx, o);
-            }
-            Step::Normalize { op, records, out } => {
-                let mut o = self.take(out);
-                reference::normalize(&op, &self.bytes[records.index()], &mut o);
-                self.put(out, o);
-            }
-            Step::Targets { op, records, out } => {
-                let mut o = self.take(out);
-                reference::render_targets(&op, &self.bytes[records.index()], &mut o);
-                self.put(out, o);
-            }
-            Step::LossForward {
-                op,
-                pred,
-                target,
-                loss,
-            } => {
-                let f = &self.f32s;
-                let l = reference::center_loss(&op, &f[pred.index()], &f[target.index()]);
-                self.put(loss, l.to_vec());
-            }
-            Step::LossBackward {
-                op,
-                pred,
-                target,
-                loss,
-                grad,
-            } => {
-                let mut g = self.take(grad);
-                let f = &self.f32s;
-                let centres = f[loss.index()][4];
-                reference::center_loss_backward(
-                    &op,
-                    &f[pred.index()],
-                    &f[target.index()],
-                    centres,
-                    &mut g,
-                );
-                self.put(grad, g);
-            }
-            Step::AdamW {
-                op,
-                param,
-                grad,
-                m,
-                v,
-                hyper,
-            } => {
-                let h = self.f32s[hyper.index()].clone();
-                let op = AdamW {
-                    lr: h[0],
-                    step: h[1] as u32,
-                    ..op
-                };
-                let (mut p, mut mv, mut vv) = (self.take(param), self.take(m), self.take(v));
-                reference::adamw(&op, &mut p, &self.f32s[grad.index()], &mut mv, &mut vv);
-                self.put(param, p);
-                self.put(m, mv);
-                self.put(v, vv);
-            }
-            Step::Sgd {
-                op,
-                param,
-                grad,
-                velocity,
-                hyper,
-            } => {
-                let op = SgdMomentum {
-                    lr: self.f32s[hyper.index()][0],
-                    ..op
-                };
-                let (mut p, mut vel) = (self.take(param), self.take(velocity));
-                reference::sgd_momentum(&op, &mut p, &self.f32s[grad.index()], &mut vel);
-                self.put(param, p);
-                self.put(velocity, vel);
-            }
-            Step::Decode {
-                op,
-                pred,
-                dets,
-                counts,
-            } => {
-                let found = reference::decode(&op, &self.f32s[pred.index()]);
-                let mut d = std::mem::take(&mut self.bytes[dets.index()]);
-                let c = &mut self.bytes[counts.index()];
-                d.fill(0);
-                for (b, list) in found.iter().enumerate() {
-                    c[4 * b..4 * b + 4].copy_from_slice(&(list.len() as u32).to_le_bytes());
-                    for (j, (class, score, bx)) in list.iter().enumerate() {
-                        let at = DETECTION_BYTES * (b * op.top_k as usize + j);
-                        let words = [
-                            *class,
-                            score.to_bits(),
-                            bx[0].to_bits(),
-                            bx[1].to_bits(),
-                            bx[2].to_bits(),
-                            bx[3].to_bits(),
-                        ];
-                        for (w, v) in words.iter().enumerate() {
-                            d[at + 4 * w..at + 4 * w + 4].copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
-                }
-                self.bytes[dets.index()] = d;
-            }
-        }
-    }
+fn cpu_bytes(cpu: &mut CpuExec, id: TensorId, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    cpu.read_bytes(id, &mut v).unwrap();
+    v
 }
 
 /// Detections of a bytes tensor as `(count, [class, score, x0, y0, x1, y1])` per image.
@@ -838,18 +341,18 @@ fn elementwise_kernels_match_the_reference() {
     let Some(mut exec) = gpu("elementwise_kernels", &rec) else {
         return;
     };
-    let mut cpu = RefExec::new(&rec);
+    let mut cpu = cpu(&rec);
     for t in [a, b, ux, ugy, param, sparam, grad] {
         let len = rec.get(t).len;
         let data = random_vec(&mut rng, len, -2.0, 2.0);
         exec.write_f32(t, &data).unwrap();
-        cpu.write_f32(t, &data);
+        cpu.write_f32(t, &data).unwrap();
     }
     let bytes: Vec<u8> = (0..rec.get(records).len)
         .map(|_| (rng.next_u64() >> 56) as u8)
         .collect();
     exec.write_bytes(records, &bytes).unwrap();
-    cpu.write_bytes(records, &bytes);
+    cpu.write_bytes(records, &bytes).unwrap();
     // Three optimizer steps with a changing learning rate: state carries over and the
     // bias corrections come from `hyper` each time.
     for step in 1..=3u32 {
@@ -857,15 +360,16 @@ fn elementwise_kernels_match_the_reference() {
         let (c1, c2) = op.bias_corrections();
         let h = [1e-2 * step as f32, step as f32, c1, c2];
         exec.write_f32(hyper, &h).unwrap();
-        cpu.write_f32(hyper, &h);
+        cpu.write_f32(hyper, &h).unwrap();
         exec.run(0).unwrap();
-        cpu.run(0);
+        cpu.run(0).unwrap();
         for t in [
             sum, acc, uy, ugx, outs[0], outs[1], param, m, v, sparam, vel,
         ] {
             let name = &rec.get(t).name;
             let got = read(&mut exec, t, rec.get(t).len);
-            close(&format!("{name} after step {step}"), &got, &cpu.read_f32(t));
+            let want = cpu_read(&mut cpu, t, rec.get(t).len);
+            close(&format!("{name} after step {step}"), &got, &want);
         }
     }
     assert_clean(exec.engine());
@@ -973,23 +477,24 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
     let Some(mut exec) = gpu("targets_loss_and_loss_gradient", &rec) else {
         return;
     };
-    let mut cpu = RefExec::new(&rec);
+    let mut cpu = cpu(&rec);
     for (i, (layout, records, outs, pred, loss, grad, n, classes, grid)) in cases.iter().enumerate()
     {
         let bytes = records_with_boxes(&mut rng, *n as usize, grid * 8, *classes, layout);
         exec.write_bytes(*records, &bytes).unwrap();
-        cpu.write_bytes(*records, &bytes);
+        cpu.write_bytes(*records, &bytes).unwrap();
         // Logits over a wide range, so both tails of the focal loss are exercised.
         let p = random_vec(&mut rng, rec.get(*pred).len, -8.0, 8.0);
         exec.write_f32(*pred, &p).unwrap();
-        cpu.write_f32(*pred, &p);
+        cpu.write_f32(*pred, &p).unwrap();
         exec.run(i).unwrap();
-        cpu.run(i);
+        cpu.run(i).unwrap();
         for &t in outs.iter().chain([loss, grad]) {
             let name = &rec.get(t).name;
-            close(name, &read(&mut exec, t, rec.get(t).len), &cpu.read_f32(t));
+            let len = rec.get(t).len;
+            close(name, &read(&mut exec, t, len), &cpu_read(&mut cpu, t, len));
         }
-        let l = cpu.read_f32(*loss);
+        let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
         assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
         let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
         assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
@@ -1061,7 +566,7 @@ fn decode_matches_the_reference_in_order_and_values() {
     let Some(mut exec) = gpu("decode", &rec) else {
         return;
     };
-    let mut cpu = RefExec::new(&rec);
+    let mut cpu = cpu(&rec);
     for (i, (op, &(pred, dets, counts))) in ops.iter().zip(&ids).enumerate() {
         let plane = (op.grid_h * op.grid_w) as usize;
         let k = op.classes as usize;
@@ -1078,14 +583,18 @@ fn decode_matches_the_reference_in_order_and_values() {
             }
         }
         exec.write_f32(pred, &p).unwrap();
-        cpu.write_f32(pred, &p);
+        cpu.write_f32(pred, &p).unwrap();
         exec.run(i).unwrap();
-        cpu.run(i);
+        cpu.run(i).unwrap();
         let (mut d, mut c) = (vec![0u8; rec.get(dets).len], vec![0u8; rec.get(counts).len]);
         exec.read_bytes(dets, &mut d).unwrap();
         exec.read_bytes(counts, &mut c).unwrap();
         let got = detections(&d, &c, op);
-        let want = detections(&cpu.read_bytes(dets), &cpu.read_bytes(counts), op);
+        let want = detections(
+            &cpu_bytes(&mut cpu, dets, d.len()),
+            &cpu_bytes(&mut cpu, counts, c.len()),
+            op,
+        );
         for (b, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.len(), w.len(), "case {i} image {b}: detection count");
             assert!(
@@ -1157,7 +666,7 @@ fn compare_tensors(
     what: &str,
     rec: &Recording,
     exec: &mut VulkanExec,
-    cpu: &RefExec,
+    cpu: &mut CpuExec,
     keep: impl Fn(&crate::compute::recording::Tensor) -> bool,
 ) -> usize {
     let mut compared = 0;
@@ -1167,7 +676,10 @@ fn compare_tensors(
         }
         let id = TensorId(i as u32);
         let got = read(exec, id, t.len);
-        let want: Vec<f64> = cpu.read_f32(id).iter().map(|&v| f64::from(v)).collect();
+        let want: Vec<f64> = cpu_read(cpu, id, t.len)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
         assert_close(&format!("{what}: {}", t.name), &got, &want, MODEL_TOL);
         compared += 1;
     }
@@ -1188,15 +700,15 @@ fn det_s_train_steps_match_the_cpu() {
     let Some(mut exec) = gpu("det_s_train_steps", rec) else {
         return;
     };
-    let mut cpu = RefExec::new(rec);
+    let mut cpu = cpu(rec);
     for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
         exec.write_f32(p.value, &v).unwrap();
-        cpu.write_f32(p.value, &v);
+        cpu.write_f32(p.value, &v).unwrap();
     }
     let mut rng = SplitMix64::new(15);
     let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
     exec.write_bytes(g.records, &records).unwrap();
-    cpu.write_bytes(g.records, &records);
+    cpu.write_bytes(g.records, &records).unwrap();
     let train = g.entry(ENTRY_TRAIN);
     let mut losses = Vec::new();
     for step in 1..=3u32 {
@@ -1212,19 +724,16 @@ fn det_s_train_steps_match_the_cpu() {
         let (c1, c2) = adam.bias_corrections();
         let hyper = [adam.lr, step as f32, c1, c2];
         exec.write_f32(g.hyper, &hyper).unwrap();
-        cpu.write_f32(g.hyper, &hyper);
+        cpu.write_f32(g.hyper, &hyper).unwrap();
         exec.run(train).unwrap();
-        cpu.run(train);
+        cpu.run(train).unwrap();
         let loss = read(&mut exec, g.loss, LOSS_LEN);
-        close(
-            &format!("loss of step {step}"),
-            &loss,
-            &cpu.read_f32(g.loss),
-        );
+        let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
+        close(&format!("loss of step {step}"), &loss, &want);
         losses.push(loss[0]);
         // Every activation, target and gradient of the step, then the updated parameters
         // and AdamW moments.
-        let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &cpu, |_| true);
+        let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &mut cpu, |_| true);
         assert_eq!(
             n,
             rec.tensors.len() - 3,
@@ -1236,49 +745,33 @@ fn det_s_train_steps_match_the_cpu() {
         "three steps on one batch lower its loss: {losses:?}"
     );
 
-    // Evaluation and inference on the trained weights: the loss, and the detections as the
-    // reference decodes the GPU's own output (decode compares logits exactly, so it is fed
-    // the same numbers).
+    // Evaluation and inference on the trained weights: the loss and the network output,
+    // and the detections as the CPU decodes the GPU's own output (decode compares logits
+    // exactly, so it is fed the same numbers).
     let eval = g.entry(ENTRY_EVAL);
     exec.run(eval).unwrap();
-    cpu.run(eval);
-    close(
-        "eval loss",
-        &read(&mut exec, g.loss, LOSS_LEN),
-        &cpu.read_f32(g.loss),
-    );
+    cpu.run(eval).unwrap();
+    let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
+    close("eval loss", &read(&mut exec, g.loss, LOSS_LEN), &want);
     let infer = g.entry(ENTRY_INFER);
     exec.run(infer).unwrap();
+    cpu.run(infer).unwrap();
+    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, |t| {
+        t.role != Role::Param && t.role != Role::State && !t.name.starts_with("grad.")
+    });
+    assert!(n > 20, "{n} tensors compared");
     let pred = read(&mut exec, g.pred, rec.get(g.pred).len);
-    cpu.run(infer);
-    assert_close(
-        "infer output",
-        &pred,
-        &cpu.read_f32(g.pred)
-            .iter()
-            .map(|&v| f64::from(v))
-            .collect::<Vec<_>>(),
-        MODEL_TOL,
-    );
-    let mut reference = RefExec::new(rec);
-    reference.write_f32(g.pred, &pred);
-    let decode_only = reference.rec.entry(
-        "decode",
-        vec![rec.entries[infer].steps.last().unwrap().clone()],
-    );
-    reference.run(decode_only);
-    let (mut d, mut c) = (
+    let (mut want_d, mut want_c) = (
         vec![0u8; rec.get(g.dets).len],
         vec![0u8; rec.get(g.counts).len],
     );
+    let mut scratch = Vec::with_capacity(cpu::decode::scratch_len(&g.decode));
+    cpu::decode::decode_into_bytes(&g.decode, &pred, &mut scratch, &mut want_d, &mut want_c);
+    let (mut d, mut c) = (vec![0u8; want_d.len()], vec![0u8; want_c.len()]);
     exec.read_bytes(g.dets, &mut d).unwrap();
     exec.read_bytes(g.counts, &mut c).unwrap();
     let got = detections(&d, &c, &g.decode);
-    let want = detections(
-        &reference.read_bytes(g.dets),
-        &reference.read_bytes(g.counts),
-        &g.decode,
-    );
+    let want = detections(&want_d, &want_c, &g.decode);
     for (b, (got, want)) in got.iter().zip(&want).enumerate() {
         assert!(!got.is_empty(), "image {b}: detections");
         let classes = |v: &Vec<(u32, [f32; 5])>| v.iter().map(|d| d.0).collect::<Vec<_>>();
