@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use super::cpu::exec::CpuExec;
 use super::recording::{Recording, TensorId};
-use super::vulkan::{self, Timestamps};
+use super::vulkan;
+use super::vulkan::exec::VulkanExec;
 
 /// Which engine to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -55,6 +56,8 @@ pub struct ExecOptions {
 pub enum Error {
     #[error("Vulkan engine: {0}")]
     Vulkan(#[from] vulkan::Error),
+    #[error("Vulkan engine: {0}")]
+    VulkanExec(String),
     #[error("CPU engine: {0}")]
     Cpu(String),
     #[error(
@@ -82,6 +85,7 @@ pub struct RunTiming {
 #[derive(Debug)]
 pub enum Exec {
     Cpu(CpuExec),
+    Vulkan(Box<VulkanExec>),
 }
 
 impl Exec {
@@ -97,11 +101,6 @@ impl Exec {
             validation: options.validation,
             device: options.device,
             ..vulkan::Options::default()
-        };
-        let timestamps = if options.per_kernel_timing {
-            Timestamps::PerDispatch
-        } else {
-            Timestamps::Step
         };
         let use_vulkan = match options.engine {
             EngineChoice::Cpu => false,
@@ -133,9 +132,15 @@ impl Exec {
             },
         };
         if use_vulkan {
-            // TODO(merge gpu-kernels): VulkanExec.
-            let _ = timestamps;
-            Err(Error::Cpu("the Vulkan kernels are not merged yet".into()))
+            let engine = vulkan::Engine::new(&vulkan_options)?;
+            let exec = VulkanExec::new(
+                engine,
+                recording,
+                options.per_kernel_timing,
+                options.mem_budget,
+            )
+            .map_err(Error::VulkanExec)?;
+            Ok(Exec::Vulkan(Box::new(exec)))
         } else {
             let threads = match options.threads {
                 0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -155,11 +160,12 @@ impl Exec {
                 c.threads(),
                 if c.threads() == 1 { "" } else { "s" }
             ),
+            Exec::Vulkan(v) => format!("vulkan: {}", v.engine().info().label()),
         }
     }
 
     pub fn is_vulkan(&self) -> bool {
-        false
+        matches!(self, Exec::Vulkan(_))
     }
 
     pub fn run(&mut self, entry: usize) -> Result<RunTiming> {
@@ -170,6 +176,14 @@ impl Exec {
                     device: t.wall,
                     wall: t.wall,
                     per_kernel: t.per_step,
+                })
+            }
+            Exec::Vulkan(v) => {
+                let t = v.run(entry).map_err(Error::VulkanExec)?;
+                Ok(RunTiming {
+                    device: t.gpu.unwrap_or(t.wall),
+                    wall: t.wall,
+                    per_kernel: t.per_dispatch,
                 })
             }
         }
@@ -183,30 +197,39 @@ impl Exec {
                 .iter()
                 .map(|s| s.name().to_owned())
                 .collect(),
+            Exec::Vulkan(v) => v
+                .kernels(entry)
+                .iter()
+                .map(|(k, _)| (*k).to_owned())
+                .collect(),
         }
     }
 
     pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<()> {
         match self {
             Exec::Cpu(c) => c.write_f32(id, data).map_err(Error::Cpu),
+            Exec::Vulkan(v) => v.write_f32(id, data).map_err(Error::VulkanExec),
         }
     }
 
     pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<()> {
         match self {
             Exec::Cpu(c) => c.read_f32(id, out).map_err(Error::Cpu),
+            Exec::Vulkan(v) => v.read_f32(id, out).map_err(Error::VulkanExec),
         }
     }
 
     pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<()> {
         match self {
             Exec::Cpu(c) => c.write_bytes(id, data).map_err(Error::Cpu),
+            Exec::Vulkan(v) => v.write_bytes(id, data).map_err(Error::VulkanExec),
         }
     }
 
     pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<()> {
         match self {
             Exec::Cpu(c) => c.read_bytes(id, out).map_err(Error::Cpu),
+            Exec::Vulkan(v) => v.read_bytes(id, out).map_err(Error::VulkanExec),
         }
     }
 }

@@ -317,6 +317,20 @@ pub(crate) unsafe fn record_dispatches(
             raw.cmd_reset_query_pool(cmd, pool.raw, 0, pool.count);
             raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, pool.raw, 0);
         }
+        // A replayed command buffer reads what the previous submission's shaders, an upload's
+        // copy or a zero fill wrote: submission order alone orders execution, not memory.
+        let from_before = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+        raw.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::DependencyFlags::empty(),
+            &from_before,
+            &[],
+            &[],
+        );
         let mut bound = vk::Pipeline::null();
         for (i, (d, &set)) in dispatches.iter().zip(sets).enumerate() {
             if d.pipeline != bound {
@@ -359,13 +373,14 @@ pub(crate) unsafe fn record_dispatches(
         if let Some((pool, Timestamps::Step)) = queries {
             raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.raw, 1);
         }
+        // Results are read by the host directly or through a download's copy.
         let to_host = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            .dst_access_mask(vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ)];
         raw.cmd_pipeline_barrier(
             cmd,
             vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-            vk::PipelineStageFlags::HOST,
+            vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
             vk::DependencyFlags::empty(),
             &to_host,
             &[],
@@ -625,6 +640,54 @@ impl Engine {
         let mut staging = self.buffer("staging-download", out.len() as u64, Location::GpuToCpu)?;
         self.copy(buffer, offset, &staging, 0, out.len() as u64)?;
         staging.read(0, out)
+    }
+
+    /// Sets every byte of `buffers` to zero (`vkCmdFillBuffer`, one submission, waited for),
+    /// visible to later dispatches and host reads.
+    pub fn fill_zero(&mut self, buffers: &[&Buffer]) -> Result<()> {
+        if let Some(b) = buffers.iter().find(|b| !b.same_device(&self.device)) {
+            return Err(Error::Buffer {
+                name: b.name().to_owned(),
+                detail: "made by another engine".to_owned(),
+            });
+        }
+        if buffers.is_empty() {
+            return Ok(());
+        }
+        let cmd = self.compute.begin(true)?;
+        let after = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE
+                    | vk::AccessFlags::HOST_READ,
+            )];
+        // SAFETY: `cmd` is recording; the buffers are borrowed for this call, belong to this
+        // device (checked) and were made with TRANSFER_DST usage; WHOLE_SIZE fills whole
+        // 4-byte words of each (buffer sizes here are multiples of 4 or the tail is left).
+        unsafe {
+            for b in buffers {
+                self.device
+                    .raw
+                    .cmd_fill_buffer(cmd, b.raw(), 0, vk::WHOLE_SIZE, 0);
+            }
+            self.device.raw.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::COMPUTE_SHADER
+                    | vk::PipelineStageFlags::TRANSFER
+                    | vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &after,
+                &[],
+                &[],
+            );
+        }
+        self.compute.end()?;
+        self.compute.submit_and_wait(&self.device.compute)?;
+        Ok(())
     }
 
     /// `vkCmdCopyBuffer` of `bytes` from `src` to `dst`, waited for.

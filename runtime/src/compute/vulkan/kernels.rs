@@ -21,13 +21,61 @@ pub const MAX_INVOCATIONS: u32 = 256;
 /// Shared memory every kernel must stay within (V3D: 16 KiB).
 pub const MAX_SHARED_BYTES: u32 = 16 * 1024;
 
-/// A GPU kernel.
+/// A GPU kernel. The comments give the bindings in order (read-only unless marked `rw` or
+/// `w`) and the push constants; the shader files say the rest. Every convolution kernel takes
+/// the same 64-byte push block (`shaders/conv_push.glsl`, built by
+/// [`super::lower::conv_push`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// `y[i] = a * x[i] + y[i]` for `i < n`: bindings `x` (read), `y` (read-write); push
     /// constants `{ n: u32, a: f32 }`; workgroup size x = specialisation constant 0
     /// (default 64). The engine's proof kernel.
     Saxpy,
+    /// Dense / grouped / pointwise conv + bias + ReLU as an implicit GEMM: `x, w, b, y (w)`.
+    Conv2d,
+    /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
+    Conv2dGradInput,
+    /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
+    /// `x, y, gy, partial (w), gw (w), gb (w)`.
+    Conv2dGradWeight,
+    /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`.
+    Conv2dGradReduce,
+    /// Depthwise conv + bias + ReLU, direct: `x, w, b, y (w)`.
+    Depthwise,
+    /// Input gradient of a depthwise conv: `w, y, gy, gx (w)`.
+    DepthwiseGradInput,
+    /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
+    DepthwiseGradWeight,
+    /// `out = a + b`: `a, b, out (w)`; push `{ len }`.
+    Add,
+    /// `dst += src`: `dst (rw), src`; push `{ len }`.
+    AddAssign,
+    /// Nearest ×2 upsample: `x, y (w)`; push `{ n, c, h, w }`.
+    Upsample,
+    /// Its backward (sum of four): `gy, gx (w)`; push `{ n, c, h, w }`.
+    UpsampleGrad,
+    /// u8 HWC records → f32 NCHW `/255`: `records, out (w)`; push `{ n, h, w, record_stride,
+    /// flip }`.
+    Normalize,
+    /// CenterNet targets from the records' boxes: `records, out (rw)`; push the ten fields of
+    /// [`crate::compute::ops::Targets`].
+    Targets,
+    /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
+    /// grid_w, alpha, beta, offset_weight, size_weight, parts, cells_per_part }`.
+    LossPartial,
+    /// Loss, second pass: `partial, loss (w)`; the same push block.
+    LossFinish,
+    /// Loss gradient: `pred, target, loss, grad (w)`; the same push block.
+    LossGrad,
+    /// AdamW: `param (rw), grad, m (rw), v (rw), hyper`; push `{ len, beta1, beta2, eps,
+    /// weight_decay }`.
+    AdamW,
+    /// SGD with momentum: `param (rw), grad, velocity (rw), hyper`; push `{ len, momentum,
+    /// weight_decay }`.
+    Sgd,
+    /// Peak decode + top-K: `pred, dets (w), counts (w)`; push `{ n, classes, grid_h, grid_w,
+    /// stride, threshold, top_k }`.
+    Decode,
 }
 
 /// What the pipeline needs to know about a kernel.
@@ -59,23 +107,121 @@ macro_rules! spirv {
     };
 }
 
-const SAXPY: KernelInfo = KernelInfo {
-    name: "saxpy",
-    spirv: spirv!("saxpy"),
-    bindings: 2,
-    push_bytes: 8,
-    local_size: [64, 1, 1],
-    local_size_ids: [Some(0), None, None],
-    shared_bytes: 0,
-};
+/// A table entry; `x` = `Some(id)`: the workgroup's x size is specialisation constant `id`.
+macro_rules! kernel {
+    ($name:literal, bindings $b:expr, push $p:expr, local $l:expr, x $x:expr, shared $s:expr) => {
+        KernelInfo {
+            name: $name,
+            spirv: spirv!($name),
+            bindings: $b,
+            push_bytes: $p,
+            local_size: $l,
+            local_size_ids: [$x, None, None],
+            shared_bytes: $s,
+        }
+    };
+}
+
+/// Push bytes of the convolution kernels (`shaders/conv_push.glsl`).
+pub const CONV_PUSH_BYTES: u32 = 64;
+/// Push bytes of the loss kernels (`shaders/loss.glsl`).
+pub const LOSS_PUSH_BYTES: u32 = 40;
+/// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
+/// output columns and reduction depth per step.
+pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
+/// Candidate slots of the decode kernel's sort; `top_k` may be at most half of it.
+pub const DECODE_SLOTS: u32 = 1024;
+
+const GEMM_LOCAL: [u32; 3] = [16, 16, 1];
+/// The two tiles, plus at most four double-buffered tables of `GEMM_BK` words.
+const GEMM_SHARED: u32 =
+    4 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
+const LINEAR: [u32; 3] = [256, 1, 1];
+
+const SAXPY: KernelInfo =
+    kernel!("saxpy", bindings 2, push 8, local [64, 1, 1], x Some(0), shared 0);
+const CONV2D: KernelInfo = kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
+    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
+    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
+    push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const DEPTHWISE: KernelInfo =
+    kernel!("depthwise", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", bindings 4,
+    push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
+    push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
+const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
+const ADD_ASSIGN: KernelInfo =
+    kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
+const UPSAMPLE: KernelInfo =
+    kernel!("upsample", bindings 2, push 16, local LINEAR, x Some(0), shared 0);
+const UPSAMPLE_GRAD: KernelInfo =
+    kernel!("upsample_grad", bindings 2, push 16, local LINEAR, x Some(0), shared 0);
+const NORMALIZE: KernelInfo =
+    kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0);
+const TARGETS: KernelInfo =
+    kernel!("targets", bindings 2, push 40, local LINEAR, x Some(0), shared 0);
+const LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
+    local LINEAR, x None, shared 16 * 256);
+const LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
+    local LINEAR, x None, shared 16 * 256);
+const LOSS_GRAD: KernelInfo =
+    kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
+const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
+const DECODE: KernelInfo =
+    kernel!("decode", bindings 3, push 28, local LINEAR, x None, shared 8 * DECODE_SLOTS);
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 1] = [Kernel::Saxpy];
+    pub const ALL: [Kernel; 20] = [
+        Kernel::Saxpy,
+        Kernel::Conv2d,
+        Kernel::Conv2dGradInput,
+        Kernel::Conv2dGradWeight,
+        Kernel::Conv2dGradReduce,
+        Kernel::Depthwise,
+        Kernel::DepthwiseGradInput,
+        Kernel::DepthwiseGradWeight,
+        Kernel::Add,
+        Kernel::AddAssign,
+        Kernel::Upsample,
+        Kernel::UpsampleGrad,
+        Kernel::Normalize,
+        Kernel::Targets,
+        Kernel::LossPartial,
+        Kernel::LossFinish,
+        Kernel::LossGrad,
+        Kernel::AdamW,
+        Kernel::Sgd,
+        Kernel::Decode,
+    ];
 
     pub fn info(self) -> &'static KernelInfo {
         match self {
             Kernel::Saxpy => &SAXPY,
+            Kernel::Conv2d => &CONV2D,
+            Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
+            Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
+            Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
+            Kernel::Depthwise => &DEPTHWISE,
+            Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
+            Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,
+            Kernel::Add => &ADD,
+            Kernel::AddAssign => &ADD_ASSIGN,
+            Kernel::Upsample => &UPSAMPLE,
+            Kernel::UpsampleGrad => &UPSAMPLE_GRAD,
+            Kernel::Normalize => &NORMALIZE,
+            Kernel::Targets => &TARGETS,
+            Kernel::LossPartial => &LOSS_PARTIAL,
+            Kernel::LossFinish => &LOSS_FINISH,
+            Kernel::LossGrad => &LOSS_GRAD,
+            Kernel::AdamW => &ADAMW,
+            Kernel::Sgd => &SGD,
+            Kernel::Decode => &DECODE,
         }
     }
 

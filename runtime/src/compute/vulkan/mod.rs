@@ -16,6 +16,10 @@
 //!   against device, driver and shaders, and ignored (never a crash) when stale or corrupt.
 //! - [`engine`]: [`Engine`] ties them together: `buffer`, `pipeline`, `run`, `upload`,
 //!   `download`.
+//! - [`lower`]: a [`crate::compute::Recording`]'s steps as dispatches (kernel, grid,
+//!   bindings, push constants), as plain data.
+//! - [`exec`]: [`VulkanExec`], a recording on the engine: its buffers (sized against the
+//!   memory budget first), pipelines and one recorded command buffer per entry, replayed.
 //!
 //! # Ownership: why nothing can be freed in the wrong order
 //!
@@ -51,7 +55,11 @@ pub mod buffer;
 pub mod cache;
 pub mod context;
 pub mod engine;
+pub mod exec;
+#[cfg(test)]
+mod kernel_tests;
 pub mod kernels;
+pub mod lower;
 pub mod pipeline;
 pub mod program;
 #[doc(hidden)]
@@ -66,6 +74,7 @@ pub use context::{
     QueueFamilyInfo, ValidationLog, LOADER_ENV, VALIDATION_ENV,
 };
 pub use engine::{Dispatch, Engine, Timestamps, Timing};
+pub use exec::VulkanExec;
 pub use kernels::{Kernel, KernelInfo, MAX_INVOCATIONS, MAX_SHARED_BYTES};
 pub use pipeline::{Pipeline, SpecConstant};
 pub use program::{Program, ProgramDispatch};

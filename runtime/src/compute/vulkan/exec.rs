@@ -1,0 +1,376 @@
+//! [`VulkanExec`]: a [`Recording`] on the Vulkan engine. Every tensor gets a buffer, sized
+//! and checked against the memory budget before anything is allocated; every entry is
+//! lowered ([`super::lower`]) and recorded once into its own command buffer, which
+//! [`VulkanExec::run`] replays.
+//!
+//! Memory: inputs (records, `hyper`) live in [`Location::CpuToGpu`] memory (written by the
+//! host every step), outputs (loss, detections) in [`Location::GpuToCpu`], everything else in
+//! [`Location::GpuOnly`]. On unified-memory devices gpu-allocator hands out host-visible
+//! memory for all of them, and host reads and writes go straight to it; elsewhere they go
+//! through a staging copy. Every buffer starts zeroed, as the CPU engine's tensors do (the
+//! optimizer state must start at 0).
+
+use std::collections::HashMap;
+
+use super::buffer::{Buffer, Location};
+use super::engine::{Engine, Timestamps, Timing};
+use super::lower::{lower, Lowered, Slot};
+use super::pipeline::Pipeline;
+use super::program::{Program, ProgramDispatch};
+use crate::compute::recording::{Elem, Recording, Role, Step, TensorId};
+
+/// A recording set up on the Vulkan engine: see the module docs.
+pub struct VulkanExec {
+    program: Program,
+    engine: Engine,
+    recording: Recording,
+    /// `(kernel name, step index)` of every dispatch, per entry.
+    kernels: Vec<Vec<(&'static str, usize)>>,
+    bytes: u64,
+}
+
+/// What the buffers of a recording take: tensors and scratch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sizes {
+    tensors: u64,
+    conv_partial: u64,
+    loss_partial: u64,
+}
+
+impl Sizes {
+    fn of(recording: &Recording, lowered: &Lowered) -> Sizes {
+        // Scratch buffers are bound even where unused (a binding needs a buffer).
+        Sizes {
+            tensors: recording.bytes(),
+            conv_partial: 4 * lowered.conv_partial_floats.max(1) as u64,
+            loss_partial: 4 * lowered.loss_partial_floats.max(1) as u64,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.tensors + self.conv_partial + self.loss_partial
+    }
+}
+
+/// The refusal of a recording over the budget: how much it needs, the largest tensors, and
+/// the batch that would fit (the tensors other than parameters and optimizer state scale with
+/// the batch).
+fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> String {
+    let needed = sizes.total();
+    let mut largest: Vec<_> = recording.tensors.iter().collect();
+    largest.sort_by_key(|t| std::cmp::Reverse(t.bytes()));
+    let list: Vec<String> = largest
+        .iter()
+        .take(5)
+        .map(|t| format!("{} ({} bytes)", t.name, t.bytes()))
+        .collect();
+    let fixed: u64 = recording
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.role, Role::Param | Role::State))
+        .map(|t| t.bytes())
+        .sum();
+    let batch = recording
+        .entries
+        .iter()
+        .flat_map(|e| &e.steps)
+        .map(step_batch)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let fits = if budget <= fixed {
+        format!(
+            "the parameters and optimizer state alone take {fixed} bytes: no batch fits; raise \
+             --mem-budget"
+        )
+    } else {
+        let per_sample = (needed - fixed).div_ceil(u64::from(batch)).max(1);
+        let most = (budget - fixed) / per_sample;
+        if most == 0 {
+            format!(
+                "not even a batch of 1 fits (about {} bytes); raise --mem-budget",
+                fixed + per_sample
+            )
+        } else {
+            format!("a batch of at most about {most} would fit (it is {batch}); lower --batch")
+        }
+    };
+    format!(
+        "the Vulkan engine needs {needed} bytes ({} of tensors, {} of scratch), over the memory \
+         budget of {budget} bytes; the largest tensors: {}; {fits}",
+        sizes.tensors,
+        sizes.conv_partial + sizes.loss_partial,
+        list.join(", ")
+    )
+}
+
+/// The batch a step works on (0 for steps that have none).
+fn step_batch(step: &Step) -> u32 {
+    match step {
+        Step::ConvForward { op, .. } | Step::ConvBackward { op, .. } => op.n,
+        Step::UpsampleForward { op, .. } | Step::UpsampleBackward { op, .. } => op.n,
+        Step::Normalize { op, .. } => op.n,
+        Step::Targets { op, .. } => op.n,
+        Step::LossForward { op, .. } | Step::LossBackward { op, .. } => op.n,
+        Step::Decode { op, .. } => op.n,
+        _ => 0,
+    }
+}
+
+fn location(role: Role) -> Location {
+    match role {
+        Role::Input => Location::CpuToGpu,
+        Role::Output => Location::GpuToCpu,
+        Role::Param | Role::State | Role::Activation => Location::GpuOnly,
+    }
+}
+
+impl VulkanExec {
+    /// Sets `recording` up on `engine`: lowers it, refuses it when its buffers need more than
+    /// `mem_budget` bytes (before allocating anything), allocates and zeroes every buffer,
+    /// makes the pipelines and records each entry. With `timestamps`, each run reports the
+    /// GPU time of every dispatch; without, only of the whole step (where the queue has
+    /// timestamps at all).
+    pub fn new(
+        mut engine: Engine,
+        recording: &Recording,
+        timestamps: bool,
+        mem_budget: Option<u64>,
+    ) -> Result<VulkanExec, String> {
+        let lowered = lower(recording)?;
+        let sizes = Sizes::of(recording, &lowered);
+        if let Some(budget) = mem_budget {
+            if sizes.total() > budget {
+                return Err(over_budget(recording, &sizes, budget));
+            }
+        }
+        let max_range = u64::from(engine.info().limits.max_storage_buffer_range);
+        if let Some(t) = recording.tensors.iter().find(|t| t.bytes() > max_range) {
+            return Err(format!(
+                "tensor {:?} takes {} bytes, more than the {max_range} this device can bind",
+                t.name,
+                t.bytes()
+            ));
+        }
+
+        let err = |e: super::Error| e.to_string();
+        let mut buffers = Vec::with_capacity(recording.tensors.len() + 2);
+        for t in &recording.tensors {
+            buffers.push(
+                engine
+                    .buffer(&t.name, t.bytes(), location(t.role))
+                    .map_err(err)?,
+            );
+        }
+        let conv_partial = buffers.len();
+        buffers.push(
+            engine
+                .buffer(
+                    "scratch.conv-partial",
+                    sizes.conv_partial,
+                    Location::GpuOnly,
+                )
+                .map_err(err)?,
+        );
+        let loss_partial = buffers.len();
+        buffers.push(
+            engine
+                .buffer(
+                    "scratch.loss-partial",
+                    sizes.loss_partial,
+                    Location::GpuOnly,
+                )
+                .map_err(err)?,
+        );
+        engine
+            .fill_zero(&buffers.iter().collect::<Vec<&Buffer>>())
+            .map_err(err)?;
+
+        // One pipeline per kernel, shared by every dispatch of it (shapes are push constants).
+        let mut pipelines: Vec<Pipeline> = Vec::new();
+        let mut pipeline_of = HashMap::new();
+        let mut entries = Vec::with_capacity(lowered.entries.len());
+        let mut kernels = Vec::with_capacity(lowered.entries.len());
+        for dispatches in &lowered.entries {
+            let mut program_dispatches = Vec::with_capacity(dispatches.len());
+            for d in dispatches {
+                let pipeline = match pipeline_of.get(&d.kernel) {
+                    Some(&i) => i,
+                    None => {
+                        pipelines.push(engine.pipeline(d.kernel, &[]).map_err(err)?);
+                        pipeline_of.insert(d.kernel, pipelines.len() - 1);
+                        pipelines.len() - 1
+                    }
+                };
+                program_dispatches.push(ProgramDispatch {
+                    pipeline,
+                    buffers: d
+                        .bindings
+                        .iter()
+                        .map(|s| match *s {
+                            Slot::Tensor(t) => t.index(),
+                            Slot::ConvPartial => conv_partial,
+                            Slot::LossPartial => loss_partial,
+                        })
+                        .collect(),
+                    push: d.push.clone(),
+                    groups: d.groups,
+                });
+            }
+            kernels.push(
+                dispatches
+                    .iter()
+                    .map(|d| (d.kernel.name(), d.step))
+                    .collect(),
+            );
+            entries.push(program_dispatches);
+        }
+        let entry_refs: Vec<&[ProgramDispatch]> = entries.iter().map(Vec::as_slice).collect();
+        let program = Program::new(
+            &engine,
+            buffers,
+            pipelines,
+            &entry_refs,
+            if timestamps {
+                Timestamps::PerDispatch
+            } else {
+                Timestamps::Step
+            },
+        )
+        .map_err(err)?;
+        Ok(VulkanExec {
+            program,
+            engine,
+            recording: recording.clone(),
+            kernels,
+            bytes: sizes.total(),
+        })
+    }
+
+    /// Bytes of device buffers [`VulkanExec::new`] would allocate for `recording`: its
+    /// tensors and the scratch of split reductions (what the memory budget is checked
+    /// against).
+    pub fn needed_bytes(recording: &Recording) -> Result<u64, String> {
+        Ok(Sizes::of(recording, &lower(recording)?).total())
+    }
+
+    /// Runs entry `entry` (one submission of its recorded command buffer) and waits for it.
+    /// The timing has the GPU time of the step (and of each dispatch with timestamps on),
+    /// the wall time, and their difference, the submission overhead
+    /// ([`Timing::overhead`]).
+    pub fn run(&mut self, entry: usize) -> Result<Timing, String> {
+        if entry >= self.recording.entries.len() {
+            return Err(format!(
+                "entry {entry} of a recording with {}",
+                self.recording.entries.len()
+            ));
+        }
+        self.program.run(entry).map_err(|e| e.to_string())
+    }
+
+    /// The `(kernel name, step index)` of every dispatch of entry `entry`, in order: labels
+    /// for [`Timing::per_dispatch`].
+    pub fn kernels(&self, entry: usize) -> Vec<(&'static str, usize)> {
+        self.kernels[entry].clone()
+    }
+
+    /// The engine (device, validation messages, allocation report).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Bytes of device buffers this executor holds: the tensors and the scratch.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn recording(&self) -> &Recording {
+        &self.recording
+    }
+
+    /// The buffer index of `id`, checked to hold `elem`s and `given` of them (exactly, or
+    /// at most with `prefix`: byte tensors may be written and read in part).
+    fn check(&self, id: TensorId, elem: Elem, given: usize, prefix: bool) -> Result<usize, String> {
+        let what = |e: Elem| match e {
+            Elem::F32 => "floats",
+            Elem::Bytes => "bytes",
+        };
+        let t = self
+            .recording
+            .tensors
+            .get(id.index())
+            .ok_or_else(|| format!("tensor {} does not exist", id.0))?;
+        if t.elem != elem {
+            return Err(format!(
+                "tensor {:?} holds {}, not {}",
+                t.name,
+                what(t.elem),
+                what(elem)
+            ));
+        }
+        if given > t.len || (!prefix && given != t.len) {
+            return Err(format!(
+                "tensor {:?} holds {} {}; {given} given",
+                t.name,
+                t.len,
+                what(elem)
+            ));
+        }
+        Ok(id.index())
+    }
+
+    fn upload(&mut self, index: usize, data: &[u8]) -> Result<(), String> {
+        let buffer = self.program.buffer_mut(index);
+        self.engine
+            .upload(buffer, 0, data)
+            .map_err(|e| e.to_string())
+    }
+
+    fn download(&mut self, index: usize, out: &mut [u8]) -> Result<(), String> {
+        let buffer = self.program.buffer_mut(index);
+        self.engine
+            .download(buffer, 0, out)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes the whole of an `f32` tensor.
+    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
+        let index = self.check(id, Elem::F32, data.len(), false)?;
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.upload(index, &bytes)
+    }
+
+    /// Reads the whole of an `f32` tensor.
+    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
+        let index = self.check(id, Elem::F32, out.len(), false)?;
+        let mut bytes = vec![0u8; 4 * out.len()];
+        self.download(index, &mut bytes)?;
+        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
+    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
+        let index = self.check(id, Elem::Bytes, data.len(), true)?;
+        self.upload(index, data)
+    }
+
+    /// Reads the start of a byte tensor into `out` (it may be shorter than the tensor).
+    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
+        let index = self.check(id, Elem::Bytes, out.len(), true)?;
+        self.download(index, out)
+    }
+}
+
+impl std::fmt::Debug for VulkanExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VulkanExec")
+            .field("device", &self.engine.info().label())
+            .field("tensors", &self.recording.tensors.len())
+            .field("entries", &self.recording.entries.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}

@@ -1,0 +1,783 @@
+//! Every GPU kernel against its CPU twin, through the whole path a model takes: a
+//! [`Recording`], lowered, set up by [`VulkanExec`] and replayed, with the Khronos validation
+//! layer on (any message fails the test). Shapes are random-ish and deliberately awkward:
+//! odd sizes, strides 1–3, grids that do not fill a GEMM tile, sums long enough to be split.
+//!
+//! Tolerance: [`assert_close`] (`compute::cpu::gradcheck`) at `1e-4` relative, per element
+//! `|gpu − cpu| ≤ 1e-4 · max(|cpu|, 1e-2 · max|cpu|)`; the floor keeps elements much smaller
+//! than the tensor's largest (sums that cancel) to an absolute error of `1e-6 · max|cpu|`.
+//! Integer results (classes, counts, decode order) must match exactly.
+
+use super::exec::VulkanExec;
+use super::testing::{assert_clean, engine};
+use crate::compute::cpu::exec::CpuExec;
+use crate::compute::cpu::gradcheck::{assert_close, random_vec};
+use crate::compute::cpu::{self, Scratch};
+use crate::compute::ops::{
+    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, SgdMomentum, Targets, Upsample2x,
+};
+use crate::compute::recording::{
+    Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
+};
+use crate::loader::order::SplitMix64;
+
+/// The comparison tolerance (module docs).
+const TOL: f64 = 1e-4;
+
+fn close(name: &str, got: &[f32], want: &[f32]) {
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    assert_close(name, got, &want, TOL);
+}
+
+/// The recording on a validated engine, or `None` (skipped) without Vulkan.
+fn gpu(test: &str, rec: &Recording) -> Option<VulkanExec> {
+    let engine = engine(test)?;
+    Some(VulkanExec::new(engine, rec, false, None).unwrap())
+}
+
+fn read(exec: &mut VulkanExec, id: TensorId, len: usize) -> Vec<f32> {
+    let mut v = vec![0.0; len];
+    exec.read_f32(id, &mut v).unwrap();
+    v
+}
+
+/// The CPU engine on the same recording (the twin of every kernel), two threads.
+fn cpu(rec: &Recording) -> CpuExec {
+    CpuExec::new(rec, 2).unwrap()
+}
+
+fn cpu_read(cpu: &mut CpuExec, id: TensorId, len: usize) -> Vec<f32> {
+    let mut v = vec![0.0; len];
+    cpu.read_f32(id, &mut v).unwrap();
+    v
+}
+
+fn cpu_bytes(cpu: &mut CpuExec, id: TensorId, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    cpu.read_bytes(id, &mut v).unwrap();
+    v
+}
+
+/// Detections of a bytes tensor as `(count, [class, score, x0, y0, x1, y1])` per image.
+fn detections(dets: &[u8], counts: &[u8], op: &Decode) -> Vec<Vec<(u32, [f32; 5])>> {
+    (0..op.n as usize)
+        .map(|b| {
+            let count = u32::from_le_bytes(counts[4 * b..4 * b + 4].try_into().unwrap());
+            (0..count as usize)
+                .map(|j| {
+                    let at = DETECTION_BYTES * (b * op.top_k as usize + j);
+                    let w = |i: usize| {
+                        u32::from_le_bytes(dets[at + 4 * i..at + 4 * i + 4].try_into().unwrap())
+                    };
+                    let f = |i: usize| f32::from_bits(w(i));
+                    (w(0), [f(1), f(2), f(3), f(4), f(5)])
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn conv_cases() -> Vec<Conv2d> {
+    let grouped = |n, c_in, h, w, c_out, k, s, groups, relu| Conv2d {
+        groups,
+        ..Conv2d::dense(n, c_in, h, w, c_out, k, s, relu)
+    };
+    vec![
+        // Dense: det-s's stem shape on an odd image; a 5×5 kernel; stride 3; a 1×1 with
+        // stride 2 (dense, not pointwise); a sum long enough to be split over the batch.
+        Conv2d::dense(2, 3, 13, 11, 16, 3, 2, true),
+        Conv2d::dense(1, 5, 9, 6, 7, 5, 1, false),
+        Conv2d::dense(3, 2, 10, 8, 3, 3, 3, true),
+        Conv2d::dense(2, 6, 7, 9, 5, 1, 2, false),
+        Conv2d::dense(3, 3, 40, 41, 8, 3, 1, true),
+        // Grouped: two and three groups.
+        grouped(2, 4, 7, 5, 6, 3, 1, 2, true),
+        grouped(1, 6, 8, 8, 9, 3, 2, 3, false),
+        // Pointwise: more channels than a tile, odd planes; a split weight gradient.
+        Conv2d::pointwise(3, 33, 5, 7, 65, true),
+        Conv2d::pointwise(2, 4, 50, 51, 4, false),
+        // Depthwise: strides 1 and 2, a 5×5 kernel, no padding, a split weight gradient.
+        Conv2d::depthwise(2, 5, 9, 7, 3, 2, true),
+        Conv2d::depthwise(1, 3, 6, 11, 5, 1, false),
+        Conv2d {
+            pad: 0,
+            ..Conv2d::depthwise(2, 4, 7, 7, 3, 1, true)
+        },
+        Conv2d::depthwise(2, 2, 48, 49, 3, 1, true),
+    ]
+}
+
+#[test]
+fn conv_forward_and_backward_match_the_cpu_twin() {
+    let mut rng = SplitMix64::new(11);
+    let cases = conv_cases();
+    let mut rec = Recording::new();
+    struct Ids {
+        x: TensorId,
+        w: TensorId,
+        b: TensorId,
+        y: TensorId,
+        y_in: TensorId,
+        gy: TensorId,
+        gx: TensorId,
+        gw: TensorId,
+        gb: TensorId,
+    }
+    let mut ids = Vec::new();
+    for (i, op) in cases.iter().enumerate() {
+        let op = *op;
+        let t =
+            |rec: &mut Recording, name: &str, len, role| rec.f32(&format!("{name}{i}"), len, role);
+        let id = Ids {
+            x: t(&mut rec, "x", op.input_len(), Role::Input),
+            w: t(&mut rec, "w", op.weight_len(), Role::Param),
+            b: t(&mut rec, "b", op.bias_len(), Role::Param),
+            y: t(&mut rec, "y", op.output_len(), Role::Output),
+            y_in: t(&mut rec, "y_in", op.output_len(), Role::Input),
+            gy: t(&mut rec, "gy", op.output_len(), Role::Input),
+            gx: t(&mut rec, "gx", op.input_len(), Role::Output),
+            gw: t(&mut rec, "gw", op.weight_len(), Role::Output),
+            gb: t(&mut rec, "gb", op.bias_len(), Role::Output),
+        };
+        // The backward pass gets the CPU's forward output as `y` (the ReLU mask), so both
+        // engines mask the same elements.
+        rec.entry(
+            &format!("case{i}"),
+            vec![
+                Step::ConvForward {
+                    op,
+                    x: id.x,
+                    w: id.w,
+                    b: id.b,
+                    y: id.y,
+                },
+                Step::ConvBackward {
+                    op,
+                    x: id.x,
+                    w: id.w,
+                    y: id.y_in,
+                    gy: id.gy,
+                    gx: Some(id.gx),
+                    gw: id.gw,
+                    gb: id.gb,
+                },
+            ],
+        );
+        ids.push(id);
+    }
+    let Some(mut exec) = gpu("conv_forward_and_backward", &rec) else {
+        return;
+    };
+    let mut scratch = Scratch::new(2);
+    for (i, (op, id)) in cases.iter().zip(&ids).enumerate() {
+        scratch.reserve(cpu::conv2d_forward_scratch_len(op));
+        scratch.reserve(cpu::conv2d_backward_scratch_len(op));
+        let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+        let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+        let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+        let gy = random_vec(&mut rng, op.output_len(), -1.0, 1.0);
+        let mut y = vec![0.0; op.output_len()];
+        cpu::conv2d_forward(op, &x, &w, &b, &mut y, &mut scratch);
+        let (mut gx, mut gw, mut gb) = (
+            vec![0.0; op.input_len()],
+            vec![0.0; op.weight_len()],
+            vec![0.0; op.bias_len()],
+        );
+        cpu::conv2d_backward(
+            op,
+            &x,
+            &w,
+            &y,
+            &gy,
+            Some(&mut gx),
+            &mut gw,
+            &mut gb,
+            &mut scratch,
+        );
+        for (t, v) in [
+            (id.x, &x),
+            (id.w, &w),
+            (id.b, &b),
+            (id.y_in, &y),
+            (id.gy, &gy),
+        ] {
+            exec.write_f32(t, v).unwrap();
+        }
+        exec.run(i).unwrap();
+        let what = format!("{:?} {op:?}", op.kind());
+        close(&format!("y of {what}"), &read(&mut exec, id.y, y.len()), &y);
+        close(
+            &format!("gx of {what}"),
+            &read(&mut exec, id.gx, gx.len()),
+            &gx,
+        );
+        close(
+            &format!("gw of {what}"),
+            &read(&mut exec, id.gw, gw.len()),
+            &gw,
+        );
+        close(
+            &format!("gb of {what}"),
+            &read(&mut exec, id.gb, gb.len()),
+            &gb,
+        );
+    }
+    // The split reductions were exercised: dense, pointwise and depthwise cases above are
+    // long enough to be cut into parts.
+    let reduces = (0..cases.len())
+        .filter(|&e| exec.kernels(e).iter().any(|k| k.0 == "conv2d_grad_reduce"))
+        .count();
+    assert!(reduces >= 3, "{reduces} cases split their weight gradient");
+    assert_clean(exec.engine());
+}
+
+#[test]
+fn elementwise_kernels_match_the_reference() {
+    let mut rng = SplitMix64::new(12);
+    let mut rec = Recording::new();
+    let add = Add { len: 1001 };
+    let a = rec.f32("a", 1001, Role::Input);
+    let b = rec.f32("b", 1001, Role::Input);
+    let sum = rec.f32("sum", 1001, Role::Output);
+    let acc = rec.f32("acc", 1001, Role::Output);
+    let up = Upsample2x {
+        n: 2,
+        c: 3,
+        h: 5,
+        w: 7,
+    };
+    let ux = rec.f32("ux", up.input_len(), Role::Input);
+    let uy = rec.f32("uy", up.output_len(), Role::Output);
+    let ugy = rec.f32("ugy", up.output_len(), Role::Input);
+    let ugx = rec.f32("ugx", up.input_len(), Role::Output);
+    let norms = [false, true].map(|flip| Normalize {
+        n: 3,
+        h: 5,
+        w: 7,
+        record_stride: 5 * 7 * 3 + 9,
+        flip,
+    });
+    let records = rec.tensor(
+        "records",
+        norms[0].input_bytes() + 3,
+        Elem::Bytes,
+        Role::Input,
+    );
+    let outs = [0, 1].map(|i| rec.f32(&format!("norm{i}"), norms[0].output_len(), Role::Output));
+    let adam = AdamW {
+        len: 777,
+        lr: 0.0,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+        step: 1,
+    };
+    let sgd = SgdMomentum {
+        len: 777,
+        lr: 0.0,
+        momentum: 0.9,
+        weight_decay: 1e-3,
+    };
+    let param = rec.f32("param", 777, Role::Param);
+    let grad = rec.f32("grad", 777, Role::Input);
+    let m = rec.f32("m", 777, Role::State);
+    let v = rec.f32("v", 777, Role::State);
+    let sparam = rec.f32("sparam", 777, Role::Param);
+    let vel = rec.f32("vel", 777, Role::State);
+    let hyper = rec.f32("hyper", HYPER_LEN, Role::Input);
+    let mut steps = vec![
+        Step::Add {
+            op: add,
+            a,
+            b,
+            out: sum,
+        },
+        Step::Add {
+            op: add,
+            a,
+            b,
+            out: acc,
+        },
+        Step::AddAssign {
+            op: add,
+            dst: acc,
+            src: sum,
+        },
+        Step::UpsampleForward {
+            op: up,
+            x: ux,
+            y: uy,
+        },
+        Step::UpsampleBackward {
+            op: up,
+            gy: ugy,
+            gx: ugx,
+        },
+    ];
+    for (op, out) in norms.iter().zip(outs) {
+        steps.push(Step::Normalize {
+            op: *op,
+            records,
+            out,
+        });
+    }
+    steps.push(Step::AdamW {
+        op: adam,
+        param,
+        grad,
+        m,
+        v,
+        hyper,
+    });
+    steps.push(Step::Sgd {
+        op: sgd,
+        param: sparam,
+        grad,
+        velocity: vel,
+        hyper,
+    });
+    rec.entry("all", steps);
+    let Some(mut exec) = gpu("elementwise_kernels", &rec) else {
+        return;
+    };
+    let mut cpu = cpu(&rec);
+    for t in [a, b, ux, ugy, param, sparam, grad] {
+        let len = rec.get(t).len;
+        let data = random_vec(&mut rng, len, -2.0, 2.0);
+        exec.write_f32(t, &data).unwrap();
+        cpu.write_f32(t, &data).unwrap();
+    }
+    let bytes: Vec<u8> = (0..rec.get(records).len)
+        .map(|_| (rng.next_u64() >> 56) as u8)
+        .collect();
+    exec.write_bytes(records, &bytes).unwrap();
+    cpu.write_bytes(records, &bytes).unwrap();
+    // Three optimizer steps with a changing learning rate: state carries over and the
+    // bias corrections come from `hyper` each time.
+    for step in 1..=3u32 {
+        let op = AdamW { step, ..adam };
+        let (c1, c2) = op.bias_corrections();
+        let h = [1e-2 * step as f32, step as f32, c1, c2];
+        exec.write_f32(hyper, &h).unwrap();
+        cpu.write_f32(hyper, &h).unwrap();
+        exec.run(0).unwrap();
+        cpu.run(0).unwrap();
+        for t in [
+            sum, acc, uy, ugx, outs[0], outs[1], param, m, v, sparam, vel,
+        ] {
+            let name = &rec.get(t).name;
+            let got = read(&mut exec, t, rec.get(t).len);
+            let want = cpu_read(&mut cpu, t, rec.get(t).len);
+            close(&format!("{name} after step {step}"), &got, &want);
+        }
+    }
+    assert_clean(exec.engine());
+}
+
+/// `n` records of `layout`-like shape: random image bytes, random boxes.
+fn records_with_boxes(
+    rng: &mut SplitMix64,
+    n: usize,
+    side: u32,
+    classes: u32,
+    layout: &crate::format::RecordLayout,
+) -> Vec<u8> {
+    use crate::format::{RecordBox, RecordMeta};
+    let mut out = vec![0u8; n * layout.record_size];
+    for (i, rec) in out.chunks_exact_mut(layout.record_size).enumerate() {
+        let image: Vec<u8> = (0..layout.image_bytes)
+            .map(|_| (rng.next_u64() >> 56) as u8)
+            .collect();
+        let count = (rng.next_u64() % (u64::from(layout.max_boxes) + 1)) as usize;
+        let s = side as f32;
+        let boxes: Vec<RecordBox> = (0..count)
+            .map(|_| {
+                let w = 4.0 + rng.next_f32() * (s / 2.0);
+                let h = 4.0 + rng.next_f32() * (s / 2.0);
+                let x0 = rng.next_f32() * (s - w);
+                let y0 = rng.next_f32() * (s - h);
+                RecordBox {
+                    class: (rng.next_u64() % u64::from(classes)) as u32,
+                    x0,
+                    y0,
+                    x1: x0 + w,
+                    y1: y0 + h,
+                }
+            })
+            .collect();
+        let meta = RecordMeta {
+            index: i as u64,
+            ..RecordMeta::default()
+        };
+        layout.encode(rec, &image, &meta, &boxes);
+    }
+    out
+}
+
+#[test]
+fn targets_loss_and_loss_gradient_match_the_reference() {
+    use crate::format::RecordLayout;
+    let mut rng = SplitMix64::new(13);
+    // (batch, classes, grid, max boxes): one loss part, and 9·16·16 = 2304 cells in two.
+    let shapes = [(3u32, 3u32, 8u32, 5u32), (9, 2, 16, 12)];
+    let mut rec = Recording::new();
+    let mut cases = Vec::new();
+    for (i, &(n, classes, grid, max_boxes)) in shapes.iter().enumerate() {
+        let layout = RecordLayout::new(grid * 8, grid * 8, 3, max_boxes).unwrap();
+        let records = rec.tensor(
+            &format!("records{i}"),
+            n as usize * layout.record_size,
+            Elem::Bytes,
+            Role::Input,
+        );
+        let mut steps = Vec::new();
+        let mut outs = Vec::new();
+        for flip in [false, true] {
+            let op = Targets {
+                n,
+                classes,
+                grid_h: grid,
+                grid_w: grid,
+                stride: 8,
+                max_boxes,
+                record_stride: layout.record_size as u32,
+                meta_offset: layout.image_bytes as u32,
+                min_overlap: 0.7,
+                flip,
+            };
+            let out = rec.f32(&format!("targets{i}{flip}"), op.output_len(), Role::Output);
+            steps.push(Step::Targets { op, records, out });
+            outs.push(out);
+        }
+        let loss_op = CenterLoss {
+            offset_weight: 0.5,
+            size_weight: 2.0,
+            ..CenterLoss::det_s(n, classes, grid, grid)
+        };
+        let pred = rec.f32(&format!("pred{i}"), loss_op.pred_len(), Role::Input);
+        let loss = rec.f32(&format!("loss{i}"), LOSS_LEN, Role::Output);
+        let grad = rec.f32(&format!("grad{i}"), loss_op.pred_len(), Role::Output);
+        steps.push(Step::LossForward {
+            op: loss_op,
+            pred,
+            target: outs[1],
+            loss,
+        });
+        steps.push(Step::LossBackward {
+            op: loss_op,
+            pred,
+            target: outs[1],
+            loss,
+            grad,
+        });
+        rec.entry(&format!("case{i}"), steps);
+        cases.push((layout, records, outs, pred, loss, grad, n, classes, grid));
+    }
+    let Some(mut exec) = gpu("targets_loss_and_loss_gradient", &rec) else {
+        return;
+    };
+    let mut cpu = cpu(&rec);
+    for (i, (layout, records, outs, pred, loss, grad, n, classes, grid)) in cases.iter().enumerate()
+    {
+        let bytes = records_with_boxes(&mut rng, *n as usize, grid * 8, *classes, layout);
+        exec.write_bytes(*records, &bytes).unwrap();
+        cpu.write_bytes(*records, &bytes).unwrap();
+        // Logits over a wide range, so both tails of the focal loss are exercised.
+        let p = random_vec(&mut rng, rec.get(*pred).len, -8.0, 8.0);
+        exec.write_f32(*pred, &p).unwrap();
+        cpu.write_f32(*pred, &p).unwrap();
+        exec.run(i).unwrap();
+        cpu.run(i).unwrap();
+        for &t in outs.iter().chain([loss, grad]) {
+            let name = &rec.get(t).name;
+            let len = rec.get(t).len;
+            close(name, &read(&mut exec, t, len), &cpu_read(&mut cpu, t, len));
+        }
+        let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
+        assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
+        let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
+        assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
+    }
+    assert_clean(exec.engine());
+}
+
+#[test]
+fn decode_matches_the_reference_in_order_and_values() {
+    let mut rng = SplitMix64::new(14);
+    let ops = [
+        // Fewer candidates than top_k; more than top_k; a grid bigger than one sort window
+        // (3·24·24 = 1728 cells > 1024 − 100), so the selection takes several rounds.
+        Decode {
+            n: 2,
+            classes: 2,
+            grid_h: 5,
+            grid_w: 7,
+            stride: 8,
+            threshold: 0.3,
+            top_k: 100,
+        },
+        Decode {
+            n: 3,
+            classes: 3,
+            grid_h: 9,
+            grid_w: 8,
+            stride: 4,
+            threshold: 0.0,
+            top_k: 7,
+        },
+        Decode {
+            n: 2,
+            classes: 3,
+            grid_h: 24,
+            grid_w: 24,
+            stride: 8,
+            threshold: 0.05,
+            top_k: 100,
+        },
+    ];
+    let mut rec = Recording::new();
+    let mut ids = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let pred = rec.f32(&format!("pred{i}"), op.input_len(), Role::Input);
+        let dets = rec.tensor(
+            &format!("dets{i}"),
+            op.output_len() * DETECTION_BYTES,
+            Elem::Bytes,
+            Role::Output,
+        );
+        let counts = rec.tensor(
+            &format!("counts{i}"),
+            4 * op.n as usize,
+            Elem::Bytes,
+            Role::Output,
+        );
+        rec.entry(
+            &format!("case{i}"),
+            vec![Step::Decode {
+                op: *op,
+                pred,
+                dets,
+                counts,
+            }],
+        );
+        ids.push((pred, dets, counts));
+    }
+    let Some(mut exec) = gpu("decode", &rec) else {
+        return;
+    };
+    let mut cpu = cpu(&rec);
+    for (i, (op, &(pred, dets, counts))) in ops.iter().zip(&ids).enumerate() {
+        let plane = (op.grid_h * op.grid_w) as usize;
+        let k = op.classes as usize;
+        let mut p = random_vec(&mut rng, op.input_len(), -4.0, 2.0);
+        // Plateaus of equal logits (two adjacent cells, and the same value on two classes):
+        // equal scores, ordered by (class, y, x).
+        for b in 0..op.n as usize {
+            let img = &mut p[b * (k + 4) * plane..][..(k + 4) * plane];
+            img[plane / 2] = 3.0;
+            img[plane / 2 + 1] = 3.0;
+            img[plane + 3] = 3.0;
+            for v in &mut img[k * plane..(k + 2) * plane] {
+                *v = v.abs() / 2.0;
+            }
+        }
+        exec.write_f32(pred, &p).unwrap();
+        cpu.write_f32(pred, &p).unwrap();
+        exec.run(i).unwrap();
+        cpu.run(i).unwrap();
+        let (mut d, mut c) = (vec![0u8; rec.get(dets).len], vec![0u8; rec.get(counts).len]);
+        exec.read_bytes(dets, &mut d).unwrap();
+        exec.read_bytes(counts, &mut c).unwrap();
+        let got = detections(&d, &c, op);
+        let want = detections(
+            &cpu_bytes(&mut cpu, dets, d.len()),
+            &cpu_bytes(&mut cpu, counts, c.len()),
+            op,
+        );
+        for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.len(), w.len(), "case {i} image {b}: detection count");
+            assert!(
+                !g.is_empty(),
+                "case {i} image {b}: no detections to compare"
+            );
+            let classes: Vec<u32> = g.iter().map(|d| d.0).collect();
+            let want_classes: Vec<u32> = w.iter().map(|d| d.0).collect();
+            assert_eq!(
+                classes, want_classes,
+                "case {i} image {b}: classes in order"
+            );
+            let flat =
+                |v: &Vec<(u32, [f32; 5])>| -> Vec<f32> { v.iter().flat_map(|d| d.1).collect() };
+            close(
+                &format!("case {i} image {b} detections"),
+                &flat(g),
+                &flat(w),
+            );
+        }
+        if i == 1 {
+            assert!(got.iter().all(|g| g.len() == 7), "top_k caps the count");
+        }
+    }
+    assert_clean(exec.engine());
+}
+
+#[test]
+fn memory_budget_is_checked_before_allocating() {
+    use crate::format::RecordLayout;
+    use crate::model::arch::{Arch, ModelConfig};
+    use crate::model::graph::{GraphOptions, ModelGraph};
+    let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+    let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
+    let g = ModelGraph::build(&arch, 8, &layout, &GraphOptions::default()).unwrap();
+    let needed = VulkanExec::needed_bytes(&g.recording).unwrap();
+    assert!(needed > g.recording.bytes(), "scratch is counted");
+    let Some(engine) = engine("memory_budget") else {
+        return;
+    };
+    let e = VulkanExec::new(engine, &g.recording, false, Some(needed - 1)).unwrap_err();
+    assert!(e.contains(&format!("needs {needed} bytes")), "{e}");
+    assert!(e.contains("over the memory budget"), "{e}");
+    assert!(e.contains("the largest tensors: "), "{e}");
+    assert!(
+        e.contains("a batch of at most about 7 would fit (it is 8)"),
+        "{e}"
+    );
+    let engine = super::testing::engine("memory_budget").unwrap();
+    let e = VulkanExec::new(engine, &g.recording, false, Some(1000)).unwrap_err();
+    assert!(e.contains("no batch fits"), "{e}");
+    let engine = super::testing::engine("memory_budget").unwrap();
+    let exec = VulkanExec::new(engine, &g.recording, false, Some(needed)).unwrap();
+    assert_eq!(exec.bytes(), needed);
+    let report = exec.engine().allocation_report();
+    assert!(report.get("scratch.conv-partial").is_some());
+    assert_eq!(report.buffers.len(), g.recording.tensors.len() + 2);
+    assert_clean(exec.engine());
+}
+
+/// Tolerance of the whole-model comparison: the [`TOL`] metric, looser because rounding
+/// differences of ~100 kernels in a row (forward, backward through 19 convolutions, AdamW)
+/// add up; measured worst on lavapipe about 1e-4 (the stem's weight gradient, a sum of
+/// 8192 terms at the end of the chain).
+const MODEL_TOL: f64 = 5e-4;
+
+/// Compares every `f32` tensor `keep` selects; returns how many.
+fn compare_tensors(
+    what: &str,
+    rec: &Recording,
+    exec: &mut VulkanExec,
+    cpu: &mut CpuExec,
+    keep: impl Fn(&crate::compute::recording::Tensor) -> bool,
+) -> usize {
+    let mut compared = 0;
+    for (i, t) in rec.tensors.iter().enumerate() {
+        if t.elem != Elem::F32 || !keep(t) {
+            continue;
+        }
+        let id = TensorId(i as u32);
+        let got = read(exec, id, t.len);
+        let want: Vec<f64> = cpu_read(cpu, id, t.len)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
+        assert_close(&format!("{what}: {}", t.name), &got, &want, MODEL_TOL);
+        compared += 1;
+    }
+    compared
+}
+
+#[test]
+fn det_s_train_steps_match_the_cpu() {
+    use crate::format::RecordLayout;
+    use crate::model::arch::{Arch, ModelConfig};
+    use crate::model::graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
+    use crate::model::init::init_params;
+    let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+    let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
+    let options = GraphOptions::default();
+    let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
+    let rec = &g.recording;
+    let Some(mut exec) = gpu("det_s_train_steps", rec) else {
+        return;
+    };
+    let mut cpu = cpu(rec);
+    for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
+        exec.write_f32(p.value, &v).unwrap();
+        cpu.write_f32(p.value, &v).unwrap();
+    }
+    let mut rng = SplitMix64::new(15);
+    let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
+    exec.write_bytes(g.records, &records).unwrap();
+    cpu.write_bytes(g.records, &records).unwrap();
+    let train = g.entry(ENTRY_TRAIN);
+    let mut losses = Vec::new();
+    for step in 1..=3u32 {
+        let adam = AdamW {
+            len: 1,
+            lr: 1e-3,
+            beta1: options.beta1,
+            beta2: options.beta2,
+            eps: options.eps,
+            weight_decay: options.weight_decay,
+            step,
+        };
+        let (c1, c2) = adam.bias_corrections();
+        let hyper = [adam.lr, step as f32, c1, c2];
+        exec.write_f32(g.hyper, &hyper).unwrap();
+        cpu.write_f32(g.hyper, &hyper).unwrap();
+        exec.run(train).unwrap();
+        cpu.run(train).unwrap();
+        let loss = read(&mut exec, g.loss, LOSS_LEN);
+        let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
+        close(&format!("loss of step {step}"), &loss, &want);
+        losses.push(loss[0]);
+        // Every activation, target and gradient of the step, then the updated parameters
+        // and AdamW moments.
+        let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &mut cpu, |_| true);
+        assert_eq!(
+            n,
+            rec.tensors.len() - 3,
+            "all but records, detections, counts"
+        );
+    }
+    assert!(
+        losses[2] < losses[0],
+        "three steps on one batch lower its loss: {losses:?}"
+    );
+
+    // Evaluation and inference on the trained weights: the loss and the network output,
+    // and the detections as the CPU decodes the GPU's own output (decode compares logits
+    // exactly, so it is fed the same numbers).
+    let eval = g.entry(ENTRY_EVAL);
+    exec.run(eval).unwrap();
+    cpu.run(eval).unwrap();
+    let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
+    close("eval loss", &read(&mut exec, g.loss, LOSS_LEN), &want);
+    let infer = g.entry(ENTRY_INFER);
+    exec.run(infer).unwrap();
+    cpu.run(infer).unwrap();
+    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, |t| {
+        t.role != Role::Param && t.role != Role::State && !t.name.starts_with("grad.")
+    });
+    assert!(n > 20, "{n} tensors compared");
+    let pred = read(&mut exec, g.pred, rec.get(g.pred).len);
+    let (mut want_d, mut want_c) = (
+        vec![0u8; rec.get(g.dets).len],
+        vec![0u8; rec.get(g.counts).len],
+    );
+    let mut scratch = Vec::with_capacity(cpu::decode::scratch_len(&g.decode));
+    cpu::decode::decode_into_bytes(&g.decode, &pred, &mut scratch, &mut want_d, &mut want_c);
+    let (mut d, mut c) = (vec![0u8; want_d.len()], vec![0u8; want_c.len()]);
+    exec.read_bytes(g.dets, &mut d).unwrap();
+    exec.read_bytes(g.counts, &mut c).unwrap();
+    let got = detections(&d, &c, &g.decode);
+    let want = detections(&want_d, &want_c, &g.decode);
+    for (b, (got, want)) in got.iter().zip(&want).enumerate() {
+        assert!(!got.is_empty(), "image {b}: detections");
+        let classes = |v: &Vec<(u32, [f32; 5])>| v.iter().map(|d| d.0).collect::<Vec<_>>();
+        assert_eq!(classes(got), classes(want), "image {b}: classes in order");
+        let flat = |v: &Vec<(u32, [f32; 5])>| v.iter().flat_map(|d| d.1).collect::<Vec<_>>();
+        close(&format!("image {b} detections"), &flat(got), &flat(want));
+    }
+    assert_clean(exec.engine());
+}

@@ -1,0 +1,584 @@
+//! Lowering: a [`Recording`] entry's [`Step`]s become GPU dispatches — the kernel, its
+//! workgroup counts, the buffers it binds (the recording's tensors, or one of two scratch
+//! buffers) and its push constants. Every integer field of an op goes into push constants, so
+//! pipelines depend only on the kernel and are shared by every layer.
+//!
+//! This is plain data, device-independent and testable without a GPU; [`super::exec`] turns
+//! it into buffers, pipelines and recorded command buffers.
+//!
+//! Steps and their dispatches:
+//!
+//! | step | dispatches |
+//! |---|---|
+//! | conv forward | `conv2d` (dense, grouped, pointwise: implicit GEMM) or `depthwise` |
+//! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
+//! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
+//! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
+//! | loss backward, AdamW, SGD, decode | one each |
+//!
+//! Splitting: a weight gradient sums over every image and output pixel. For the early layers
+//! of a large batch that is a long sum onto few outputs, so it is cut into `splits` parts
+//! (a workgroup each) written to the conv scratch buffer and added in a fixed order by a
+//! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
+
+use super::kernels::{Kernel, CONV_PUSH_BYTES, DECODE_SLOTS, GEMM_TILE, LOSS_PUSH_BYTES};
+use crate::compute::ops::{CenterLoss, Conv2d, ConvKind};
+use crate::compute::recording::{Recording, Step, TensorId};
+
+/// Invocations of the one-dimensional kernels' workgroups (their default workgroup size).
+pub const LINEAR_WORKGROUP: u32 = 256;
+/// Workgroup count every Vulkan device supports in each dimension.
+pub const MAX_GROUPS: u32 = 65_535;
+
+/// Terms of a split weight-gradient sum below which it is not split further.
+const MIN_SPLIT_TERMS: u64 = 2048;
+/// Most parts a weight gradient or the loss is split into.
+const MAX_SPLITS: u64 = 64;
+/// Workgroups a split weight gradient aims to keep busy.
+const TARGET_GROUPS: u64 = 128;
+/// Grid cells one loss workgroup sums.
+const LOSS_CELLS_PER_PART: u64 = 2048;
+
+/// A buffer a dispatch binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// A tensor of the recording.
+    Tensor(TensorId),
+    /// Partial weight gradients of split conv backward passes
+    /// ([`Lowered::conv_partial_floats`]).
+    ConvPartial,
+    /// Partial sums of the loss ([`Lowered::loss_partial_floats`]).
+    LossPartial,
+}
+
+/// One dispatch, as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoweredDispatch {
+    pub kernel: Kernel,
+    /// Binding `i` is `bindings[i]`.
+    pub bindings: Vec<Slot>,
+    pub push: Vec<u8>,
+    pub groups: [u32; 3],
+    /// Index of the step (in its entry) this dispatch belongs to.
+    pub step: usize,
+}
+
+/// A whole recording, lowered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lowered {
+    /// Dispatches of each entry, in the recording's entry order.
+    pub entries: Vec<Vec<LoweredDispatch>>,
+    /// Floats the conv scratch buffer must hold (0: nothing is split).
+    pub conv_partial_floats: usize,
+    /// Floats the loss scratch buffer must hold (0: no loss is split).
+    pub loss_partial_floats: usize,
+}
+
+/// Lowers every entry of `recording` (which must validate).
+pub fn lower(recording: &Recording) -> Result<Lowered, String> {
+    recording.validate()?;
+    let mut lowered = Lowered {
+        entries: Vec::with_capacity(recording.entries.len()),
+        conv_partial_floats: 0,
+        loss_partial_floats: 0,
+    };
+    for entry in &recording.entries {
+        let mut dispatches = Vec::new();
+        for (i, step) in entry.steps.iter().enumerate() {
+            lower_step(step, i, &mut lowered, &mut dispatches)
+                .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
+        }
+        lowered.entries.push(dispatches);
+    }
+    Ok(lowered)
+}
+
+fn words(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The 64-byte push block of every convolution kernel (`shaders/conv_push.glsl`).
+pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
+    let push = words(&[
+        op.n,
+        op.c_in,
+        op.h,
+        op.w,
+        op.c_out,
+        op.kernel,
+        op.stride,
+        op.pad,
+        op.groups,
+        u32::from(op.relu),
+        op.out_h(),
+        op.out_w(),
+        splits,
+        chunk,
+        0,
+        0,
+    ]);
+    debug_assert_eq!(push.len(), CONV_PUSH_BYTES as usize);
+    push
+}
+
+/// The push block of the loss kernels (`shaders/loss.glsl`).
+pub fn loss_push(op: &CenterLoss, parts: u32, cells_per_part: u32) -> Vec<u8> {
+    let push = words(&[
+        op.n,
+        op.classes,
+        op.grid_h,
+        op.grid_w,
+        op.alpha.to_bits(),
+        op.beta.to_bits(),
+        op.offset_weight.to_bits(),
+        op.size_weight.to_bits(),
+        parts,
+        cells_per_part,
+    ]);
+    debug_assert_eq!(push.len(), LOSS_PUSH_BYTES as usize);
+    push
+}
+
+/// Workgroups for a grid-stride kernel over `len` items.
+fn linear_groups(len: u64) -> [u32; 3] {
+    let groups = len
+        .div_ceil(u64::from(LINEAR_WORKGROUP))
+        .clamp(1, u64::from(MAX_GROUPS));
+    [groups as u32, 1, 1]
+}
+
+/// Checks a grid against the limit every device supports.
+fn checked(groups: [u64; 3], what: &str) -> Result<[u32; 3], String> {
+    if groups.iter().any(|&g| g == 0 || g > u64::from(MAX_GROUPS)) {
+        return Err(format!(
+            "{what}: workgroup grid {groups:?} is outside 1..={MAX_GROUPS} per dimension"
+        ));
+    }
+    Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
+}
+
+/// `(splits, chunk)` for a sum of `terms` terms onto outputs spread over `tiles` workgroups:
+/// `chunk` a multiple of the GEMM depth, `splits · chunk ≥ terms`.
+fn split(terms: u64, tiles: u64) -> (u32, u32) {
+    let bk = u64::from(GEMM_TILE[2]);
+    let wanted = TARGET_GROUPS.div_ceil(tiles.max(1));
+    let splits = wanted.min(terms / MIN_SPLIT_TERMS).clamp(1, MAX_SPLITS);
+    let chunk = terms.div_ceil(splits).div_ceil(bk) * bk;
+    let splits = terms.div_ceil(chunk);
+    (splits as u32, chunk as u32)
+}
+
+fn lower_step(
+    step: &Step,
+    index: usize,
+    lowered: &mut Lowered,
+    out: &mut Vec<LoweredDispatch>,
+) -> Result<(), String> {
+    use Slot::Tensor as T;
+    let mut push = |kernel: Kernel, bindings: Vec<Slot>, push: Vec<u8>, groups: [u32; 3]| {
+        debug_assert_eq!(bindings.len(), kernel.info().bindings as usize, "{kernel}");
+        debug_assert_eq!(push.len(), kernel.info().push_bytes as usize, "{kernel}");
+        out.push(LoweredDispatch {
+            kernel,
+            bindings,
+            push,
+            groups,
+            step: index,
+        });
+    };
+    let [bm, bn, _] = GEMM_TILE.map(u64::from);
+    match *step {
+        Step::ConvForward { op, x, w, b, y } => {
+            let bindings = vec![T(x), T(w), T(b), T(y)];
+            if op.kind() == ConvKind::Depthwise {
+                let groups = linear_groups(op.output_len() as u64);
+                push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
+            } else {
+                let plane = u64::from(op.out_h()) * u64::from(op.out_w());
+                let grid = checked(
+                    [
+                        plane.div_ceil(bn),
+                        u64::from(op.c_out_per_group()).div_ceil(bm),
+                        u64::from(op.n) * u64::from(op.groups),
+                    ],
+                    "conv",
+                )?;
+                push(Kernel::Conv2d, bindings, conv_push(&op, 1, 0), grid);
+            }
+        }
+        Step::ConvBackward {
+            op,
+            x,
+            w,
+            y,
+            gy,
+            gx,
+            gw,
+            gb,
+        } => {
+            let depthwise = op.kind() == ConvKind::Depthwise;
+            if let Some(gx) = gx {
+                let bindings = vec![T(w), T(y), T(gy), T(gx)];
+                if depthwise {
+                    let groups = linear_groups(op.input_len() as u64);
+                    push(
+                        Kernel::DepthwiseGradInput,
+                        bindings,
+                        conv_push(&op, 1, 0),
+                        groups,
+                    );
+                } else {
+                    let plane = u64::from(op.h) * u64::from(op.w);
+                    let grid = checked(
+                        [
+                            plane.div_ceil(bn),
+                            u64::from(op.c_in_per_group()).div_ceil(bm),
+                            u64::from(op.n) * u64::from(op.groups),
+                        ],
+                        "conv input gradient",
+                    )?;
+                    push(
+                        Kernel::Conv2dGradInput,
+                        bindings,
+                        conv_push(&op, 1, 0),
+                        grid,
+                    );
+                }
+            }
+            let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
+            // Weight columns per output channel; the partial sums keep one more, the bias.
+            let red = u64::from(op.c_in_per_group()) * u64::from(op.kernel * op.kernel);
+            let row = red + 1;
+            let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
+            let splits = if depthwise {
+                let taps = u64::from(op.kernel * op.kernel) + 1;
+                let (splits, chunk) = split(terms, u64::from(op.c_out) * taps);
+                let grid = checked(
+                    [u64::from(op.c_out), taps, u64::from(splits)],
+                    "depthwise weight gradient",
+                )?;
+                push(
+                    Kernel::DepthwiseGradWeight,
+                    bindings,
+                    conv_push(&op, splits, chunk),
+                    grid,
+                );
+                splits
+            } else {
+                let tiles = red.div_ceil(bn)
+                    * u64::from(op.c_out_per_group()).div_ceil(bm)
+                    * u64::from(op.groups);
+                let (splits, chunk) = split(terms, tiles);
+                let grid = checked(
+                    [
+                        red.div_ceil(bn),
+                        u64::from(op.c_out_per_group()).div_ceil(bm),
+                        u64::from(op.groups) * u64::from(splits),
+                    ],
+                    "conv weight gradient",
+                )?;
+                push(
+                    Kernel::Conv2dGradWeight,
+                    bindings,
+                    conv_push(&op, splits, chunk),
+                    grid,
+                );
+                splits
+            };
+            if splits > 1 {
+                let len = u64::from(op.c_out) * row;
+                lowered.conv_partial_floats = lowered
+                    .conv_partial_floats
+                    .max((len * u64::from(splits)) as usize);
+                push(
+                    Kernel::Conv2dGradReduce,
+                    vec![Slot::ConvPartial, T(gw), T(gb)],
+                    conv_push(&op, splits, 0),
+                    linear_groups(len),
+                );
+            }
+        }
+        Step::Add { op, a, b, out } => push(
+            Kernel::Add,
+            vec![T(a), T(b), T(out)],
+            words(&[op.len]),
+            linear_groups(u64::from(op.len)),
+        ),
+        Step::AddAssign { op, dst, src } => push(
+            Kernel::AddAssign,
+            vec![T(dst), T(src)],
+            words(&[op.len]),
+            linear_groups(u64::from(op.len)),
+        ),
+        Step::UpsampleForward { op, x, y } => push(
+            Kernel::Upsample,
+            vec![T(x), T(y)],
+            words(&[op.n, op.c, op.h, op.w]),
+            linear_groups(op.output_len() as u64),
+        ),
+        Step::UpsampleBackward { op, gy, gx } => push(
+            Kernel::UpsampleGrad,
+            vec![T(gy), T(gx)],
+            words(&[op.n, op.c, op.h, op.w]),
+            linear_groups(op.input_len() as u64),
+        ),
+        Step::Normalize { op, records, out } => push(
+            Kernel::Normalize,
+            vec![T(records), T(out)],
+            words(&[op.n, op.h, op.w, op.record_stride, u32::from(op.flip)]),
+            linear_groups(op.output_len() as u64),
+        ),
+        Step::Targets { op, records, out } => push(
+            Kernel::Targets,
+            vec![T(records), T(out)],
+            words(&[
+                op.n,
+                op.classes,
+                op.grid_h,
+                op.grid_w,
+                op.stride,
+                op.max_boxes,
+                op.record_stride,
+                op.meta_offset,
+                op.min_overlap.to_bits(),
+                u32::from(op.flip),
+            ]),
+            linear_groups(u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w)),
+        ),
+        Step::LossForward {
+            op,
+            pred,
+            target,
+            loss,
+        } => {
+            let cells = u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w);
+            let parts = cells.div_ceil(LOSS_CELLS_PER_PART).clamp(1, MAX_SPLITS);
+            let per = cells.div_ceil(parts);
+            let parts = cells.div_ceil(per);
+            let lp = loss_push(&op, parts as u32, per as u32);
+            push(
+                Kernel::LossPartial,
+                vec![T(pred), T(target), Slot::LossPartial, T(loss)],
+                lp.clone(),
+                [parts as u32, 1, 1],
+            );
+            if parts > 1 {
+                lowered.loss_partial_floats = lowered.loss_partial_floats.max(4 * parts as usize);
+                push(
+                    Kernel::LossFinish,
+                    vec![Slot::LossPartial, T(loss)],
+                    lp,
+                    [1, 1, 1],
+                );
+            }
+        }
+        Step::LossBackward {
+            op,
+            pred,
+            target,
+            loss,
+            grad,
+        } => push(
+            Kernel::LossGrad,
+            vec![T(pred), T(target), T(loss), T(grad)],
+            loss_push(&op, 1, 0),
+            linear_groups(op.pred_len() as u64),
+        ),
+        Step::AdamW {
+            op,
+            param,
+            grad,
+            m,
+            v,
+            hyper,
+        } => push(
+            Kernel::AdamW,
+            vec![T(param), T(grad), T(m), T(v), T(hyper)],
+            words(&[
+                op.len,
+                op.beta1.to_bits(),
+                op.beta2.to_bits(),
+                op.eps.to_bits(),
+                op.weight_decay.to_bits(),
+            ]),
+            linear_groups(u64::from(op.len)),
+        ),
+        Step::Sgd {
+            op,
+            param,
+            grad,
+            velocity,
+            hyper,
+        } => push(
+            Kernel::Sgd,
+            vec![T(param), T(grad), T(velocity), T(hyper)],
+            words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
+            linear_groups(u64::from(op.len)),
+        ),
+        Step::Decode {
+            op,
+            pred,
+            dets,
+            counts,
+        } => {
+            if op.top_k > DECODE_SLOTS / 2 {
+                return Err(format!(
+                    "decode top_k {} is more than the {} the GPU decode keeps per image",
+                    op.top_k,
+                    DECODE_SLOTS / 2
+                ));
+            }
+            let grid = checked([u64::from(op.n), 1, 1], "decode")?;
+            push(
+                Kernel::Decode,
+                vec![T(pred), T(dets), T(counts)],
+                words(&[
+                    op.n,
+                    op.classes,
+                    op.grid_h,
+                    op.grid_w,
+                    op.stride,
+                    op.threshold.to_bits(),
+                    op.top_k,
+                ]),
+                grid,
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::ops::{AdamW, Decode};
+    use crate::compute::recording::Role;
+
+    #[test]
+    fn splits_cover_the_sum_in_whole_gemm_steps() {
+        for (terms, tiles) in [
+            (1, 1),
+            (2047, 1),
+            (4096, 1),
+            (131_072, 1),
+            (2048, 500),
+            (5, 9),
+        ] {
+            let (s, c) = split(terms, tiles);
+            assert!(s >= 1 && u64::from(s) <= MAX_SPLITS, "{terms} {tiles}: {s}");
+            assert_eq!(c % GEMM_TILE[2], 0);
+            assert!(u64::from(s) * u64::from(c) >= terms);
+            assert!(u64::from(s - 1) * u64::from(c) < terms, "no empty part");
+        }
+        assert_eq!(split(131_072, 1).0, 64);
+        assert_eq!(split(2048, 500).0, 1);
+    }
+
+    #[test]
+    fn conv_backward_dispatches_by_kind_and_split() {
+        let mut r = Recording::new();
+        let big = Conv2d::dense(32, 3, 128, 128, 16, 3, 2, true);
+        let dw = Conv2d::depthwise(2, 16, 9, 7, 3, 2, true);
+        let mut steps = Vec::new();
+        for (i, op) in [big, dw].into_iter().enumerate() {
+            let x = r.f32(&format!("x{i}"), op.input_len(), Role::Input);
+            let w = r.f32(&format!("w{i}"), op.weight_len(), Role::Param);
+            let y = r.f32(&format!("y{i}"), op.output_len(), Role::Input);
+            let gy = r.f32(&format!("gy{i}"), op.output_len(), Role::Input);
+            let gw = r.f32(&format!("gw{i}"), op.weight_len(), Role::Output);
+            let gb = r.f32(&format!("gb{i}"), op.bias_len(), Role::Output);
+            let gx = (i == 1).then(|| r.f32(&format!("gx{i}"), op.input_len(), Role::Output));
+            steps.push(Step::ConvBackward {
+                op,
+                x,
+                w,
+                y,
+                gy,
+                gx,
+                gw,
+                gb,
+            });
+        }
+        r.entry("bwd", steps);
+        let l = lower(&r).unwrap();
+        let kernels: Vec<_> = l.entries[0].iter().map(|d| (d.kernel, d.step)).collect();
+        assert_eq!(
+            kernels,
+            [
+                (Kernel::Conv2dGradWeight, 0),
+                (Kernel::Conv2dGradReduce, 0),
+                (Kernel::DepthwiseGradInput, 1),
+                (Kernel::DepthwiseGradWeight, 1),
+            ]
+        );
+        // 32·64·64 terms onto one tile: split 64 ways into [64][16][28] partial sums.
+        assert_eq!(l.entries[0][0].groups, [1, 1, 64]);
+        assert_eq!(l.conv_partial_floats, 64 * 16 * 28);
+        assert_eq!(l.entries[0][3].groups, [16, 10, 1]);
+        assert_eq!(l.loss_partial_floats, 0);
+    }
+
+    #[test]
+    fn push_constants_carry_the_op_fields() {
+        let op = Conv2d::dense(2, 4, 9, 7, 6, 3, 2, true);
+        let p = conv_push(&op, 3, 48);
+        let w: Vec<u32> = p
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(w, [2, 4, 9, 7, 6, 3, 2, 1, 1, 1, 5, 4, 3, 48, 0, 0]);
+        let mut r = Recording::new();
+        let adam = AdamW {
+            len: 10,
+            lr: 0.5,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            step: 1,
+        };
+        let t = |r: &mut Recording, n: &str, role| r.f32(n, 10, role);
+        let (param, grad) = (t(&mut r, "p", Role::Param), t(&mut r, "g", Role::Input));
+        let (m, v) = (t(&mut r, "m", Role::State), t(&mut r, "v", Role::State));
+        let hyper = r.f32("hyper", 4, Role::Input);
+        let decode = Decode {
+            n: 1,
+            classes: 1,
+            grid_h: 2,
+            grid_w: 2,
+            stride: 8,
+            threshold: 0.1,
+            top_k: 600,
+        };
+        let pred = r.f32("pred", decode.input_len(), Role::Input);
+        let dets = r.tensor("dets", 600 * 24, crate::compute::Elem::Bytes, Role::Output);
+        let counts = r.tensor("counts", 4, crate::compute::Elem::Bytes, Role::Output);
+        r.entry(
+            "opt",
+            vec![Step::AdamW {
+                op: adam,
+                param,
+                grad,
+                m,
+                v,
+                hyper,
+            }],
+        );
+        let l = lower(&r).unwrap();
+        let d = &l.entries[0][0];
+        assert_eq!(d.kernel, Kernel::AdamW);
+        assert_eq!(&d.push[4..8], &0.9f32.to_le_bytes());
+        assert_eq!(d.bindings[4], Slot::Tensor(hyper));
+        r.entry(
+            "decode",
+            vec![Step::Decode {
+                op: decode,
+                pred,
+                dets,
+                counts,
+            }],
+        );
+        let e = lower(&r).unwrap_err();
+        assert!(e.contains("top_k 600") && e.contains("\"decode\""), "{e}");
+    }
+}

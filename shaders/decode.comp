@@ -1,0 +1,149 @@
+#version 450
+// decode: detections from the model output (ops::Decode), one workgroup per image.
+//
+// A heat-map cell is a candidate when its logit is the maximum of its 3×3 neighbourhood on
+// its class channel (cells outside the grid ignored) and sigmoid(logit) ≥ threshold. The best
+// top_k are kept, ordered by score, ties by (class, y, x) — which is the cell's index in the
+// image's output, c·h·w + y·w + x, so a key is (score bits, index): scores are ≥ 0, so their
+// bits order like the floats.
+//
+// Selection in shared memory: slots [0, top_k) hold the best so far, slots [top_k, 1024)
+// take the next 1024 − top_k cells (one slot per cell, an empty key where the cell is not a
+// candidate), and a bitonic sort of all 1024 keys puts the best first. Rounds repeat over
+// the image's cells; every step is a fixed function of the data (deterministic). 8 KiB of
+// shared memory; top_k ≤ 512 (the lowering refuses more).
+//
+// Output: counts[b] = detections found (≤ top_k); detection j of image b at words
+// 6·(b·top_k + j): class, score, x0, y0, x1, y1 (ops::Detection), centre
+// ((x + offset_x)·stride, (y + offset_y)·stride), size (e^log_w·stride, e^log_h·stride).
+// Unused slots are zeroed.
+
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Pred { float pred[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Dets { uint dets[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Counts { uint counts[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint classes;
+    uint grid_h;
+    uint grid_w;
+    uint stride;
+    float threshold;
+    uint top_k;
+} pc;
+
+#define CAP 1024u
+#define EMPTY 0xffffffffu
+
+shared uint key_score[CAP];
+shared uint key_index[CAP];
+
+// Whether key a ranks before key b: higher score, then lower index. The empty key (score
+// bits 0, index EMPTY) ranks after every candidate.
+bool before(uint sa, uint ia, uint sb, uint ib) {
+    return sa > sb || (sa == sb && ia < ib);
+}
+
+void main() {
+    uint b = gl_WorkGroupID.x;
+    uint tid = gl_LocalInvocationID.x;
+    uint plane = pc.grid_h * pc.grid_w;
+    uint cells = pc.classes * plane;
+    uint base = b * (pc.classes + 4u) * plane;
+    uint window = CAP - pc.top_k;
+    for (uint s = tid; s < CAP; s += 256u) {
+        key_score[s] = 0u;
+        key_index[s] = EMPTY;
+    }
+    for (uint r0 = 0u; r0 < cells; r0 += window) {
+        barrier();
+        for (uint s = pc.top_k + tid; s < CAP; s += 256u) {
+            uint cell = r0 + (s - pc.top_k);
+            uint ks = 0u;
+            uint ki = EMPTY;
+            if (cell < cells) {
+                uint c = cell / plane;
+                uint q = cell - c * plane;
+                int y = int(q / pc.grid_w);
+                int x = int(q % pc.grid_w);
+                float l = pred[base + cell];
+                bool peak = true;
+                for (int dy = -1; dy <= 1; dy++) {
+                    for (int dx = -1; dx <= 1; dx++) {
+                        int yy = y + dy;
+                        int xx = x + dx;
+                        if (yy >= 0 && yy < int(pc.grid_h) && xx >= 0 && xx < int(pc.grid_w)
+                            && pred[base + c * plane + uint(yy) * pc.grid_w + uint(xx)] > l) {
+                            peak = false;
+                        }
+                    }
+                }
+                float score = 1.0 / (1.0 + exp(-l));
+                if (peak && score >= pc.threshold) {
+                    ks = floatBitsToUint(score);
+                    ki = cell;
+                }
+            }
+            key_score[s] = ks;
+            key_index[s] = ki;
+        }
+        // Bitonic sort of the CAP keys, best first.
+        for (uint k = 2u; k <= CAP; k <<= 1) {
+            for (uint j = k >> 1; j > 0u; j >>= 1) {
+                barrier();
+                for (uint i = tid; i < CAP; i += 256u) {
+                    uint l = i ^ j;
+                    if (l > i) {
+                        uint si = key_score[i];
+                        uint ii = key_index[i];
+                        uint sl = key_score[l];
+                        uint il = key_index[l];
+                        bool swap = (i & k) == 0u ? before(sl, il, si, ii) : before(si, ii, sl, il);
+                        if (swap) {
+                            key_score[i] = sl;
+                            key_index[i] = il;
+                            key_score[l] = si;
+                            key_index[l] = ii;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    barrier();
+    // The sorted prefix: count the filled slots and write the detections.
+    for (uint j = tid; j < pc.top_k; j += 256u) {
+        uint cell = key_index[j];
+        uint at = 6u * (b * pc.top_k + j);
+        bool filled = cell != EMPTY;
+        if (filled && (j + 1u == pc.top_k || key_index[j + 1u] == EMPTY)) {
+            counts[b] = j + 1u;
+        }
+        if (j == 0u && !filled) {
+            counts[b] = 0u;
+        }
+        if (!filled) {
+            for (uint w = 0u; w < 6u; w++) {
+                dets[at + w] = 0u;
+            }
+            continue;
+        }
+        uint c = cell / plane;
+        uint q = cell - c * plane;
+        float y = float(q / pc.grid_w);
+        float x = float(q % pc.grid_w);
+        float stride = float(pc.stride);
+        float cx = (x + pred[base + pc.classes * plane + q]) * stride;
+        float cy = (y + pred[base + (pc.classes + 1u) * plane + q]) * stride;
+        float bw = exp(pred[base + (pc.classes + 2u) * plane + q]) * stride;
+        float bh = exp(pred[base + (pc.classes + 3u) * plane + q]) * stride;
+        dets[at] = c;
+        dets[at + 1u] = key_score[j];
+        dets[at + 2u] = floatBitsToUint(cx - bw / 2.0);
+        dets[at + 3u] = floatBitsToUint(cy - bh / 2.0);
+        dets[at + 4u] = floatBitsToUint(cx + bw / 2.0);
+        dets[at + 5u] = floatBitsToUint(cy + bh / 2.0);
+    }
+}

@@ -1,0 +1,85 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// loss_partial: first pass of the detector's loss (ops::CenterLoss). Workgroup g sums, over
+// its cells_per_part grid cells, the focal loss of every class channel, the L1 of the
+// offsets and of the log sizes at centre cells, and the number of centre cells; a tree in
+// shared memory adds the 256 invocations' sums in a fixed order and the workgroup writes
+// its four sums to partial[4·g ..]. loss_finish adds the parts (deterministic: no float
+// atomics). With one part this pass writes the final loss itself.
+//
+// Loss tensor (recording::LOSS_LEN): [total, focal, offset, size, centres], everything but
+// centres divided by max(1, centres), the L1 terms weighted.
+
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Pred { float pred[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Target { float target[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Partial { float partial[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Loss { float loss[]; };
+
+#include "loss.glsl"
+
+shared vec4 sums[256];
+
+void main() {
+    uint plane = pc.grid_h * pc.grid_w;
+    uint cells = pc.n * plane;
+    uint begin = gl_WorkGroupID.x * pc.cells_per_part;
+    uint end = min(cells, begin + pc.cells_per_part);
+    vec4 s = vec4(0.0); // focal, offset L1, size L1, centres
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += 256u) {
+        uint b = i / plane;
+        uint q = i - b * plane;
+        uint pb = b * (pc.classes + 4u) * plane + q;
+        uint tb = b * (pc.classes + 5u) * plane + q;
+        for (uint c = 0u; c < pc.classes; c++) {
+            float l = pred[pb + c * plane];
+            float y = target[tb + c * plane];
+            if (y == 1.0) {
+                // −(1 − p)^α · ln p, ln p = −softplus(−l), 1 − p = sigmoid(−l)
+                s.x += pow_e(sigmoid(-l), pc.alpha) * softplus(-l);
+            } else {
+                // −(1 − y)^β · p^α · ln(1 − p), ln(1 − p) = −softplus(l)
+                s.x += pow_e(1.0 - y, pc.beta) * pow_e(sigmoid(l), pc.alpha) * softplus(l);
+            }
+        }
+        if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
+            s.y += abs(pred[pb + pc.classes * plane] - target[tb + pc.classes * plane])
+                + abs(pred[pb + (pc.classes + 1u) * plane]
+                    - target[tb + (pc.classes + 1u) * plane]);
+            s.z += abs(pred[pb + (pc.classes + 2u) * plane]
+                    - target[tb + (pc.classes + 2u) * plane])
+                + abs(pred[pb + (pc.classes + 3u) * plane]
+                    - target[tb + (pc.classes + 3u) * plane]);
+            s.w += 1.0;
+        }
+    }
+    sums[gl_LocalInvocationID.x] = s;
+    barrier();
+    for (uint half_ = 128u; half_ > 0u; half_ >>= 1) {
+        if (gl_LocalInvocationID.x < half_) {
+            sums[gl_LocalInvocationID.x] += sums[gl_LocalInvocationID.x + half_];
+        }
+        barrier();
+    }
+    if (gl_LocalInvocationID.x == 0u) {
+        vec4 t = sums[0];
+        if (pc.parts > 1u) {
+            uint at = 4u * gl_WorkGroupID.x;
+            partial[at] = t.x;
+            partial[at + 1u] = t.y;
+            partial[at + 2u] = t.z;
+            partial[at + 3u] = t.w;
+        } else {
+            float norm = max(1.0, t.w);
+            float focal = t.x / norm;
+            float off = pc.offset_weight * t.y / norm;
+            float size = pc.size_weight * t.z / norm;
+            loss[0] = focal + off + size;
+            loss[1] = focal;
+            loss[2] = off;
+            loss[3] = size;
+            loss[4] = t.w;
+        }
+    }
+}

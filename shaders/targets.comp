@@ -1,0 +1,112 @@
+#version 450
+// targets: CenterNet training targets rendered from the boxes inside the records
+// (ops::Targets; the same arithmetic as the CPU twin, compute/cpu/targets.rs, so a centre
+// lands in the same cell on both). One invocation per grid cell (image b, cell (gx, gy)) writes all
+// classes + 5 channels of that cell, looping over the image's boxes in order: heat maps
+// combine by maximum (so every cell's value is independent of the others: no atomics), and
+// where two boxes share a centre cell the later box's offset and size win.
+//
+// A record's metadata is read as little-endian 32-bit words (meta_offset and record_stride
+// are multiples of 4): box count (u16) in the low half of word meta_offset + 4, box i at
+// meta_offset + 40 + 20·i as class: u32, x0, y0, x1, y1: f32.
+
+layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Records { uint words[]; };
+layout(std430, set = 0, binding = 1) buffer Out { float o[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint classes;
+    uint grid_h;
+    uint grid_w;
+    uint stride;
+    uint max_boxes;
+    uint record_stride;
+    uint meta_offset;
+    float min_overlap;
+    uint flip;
+} pc;
+
+// CenterNet's gaussian_radius (as published, including its use of (b + √d)/2 for the first
+// two roots), for a box of height h and width w in grid cells.
+float gaussian_radius(float h, float w, float overlap) {
+    float b1 = h + w;
+    float c1 = w * h * (1.0 - overlap) / (1.0 + overlap);
+    float r1 = (b1 + sqrt(max(b1 * b1 - 4.0 * c1, 0.0))) / 2.0;
+    float a2 = 4.0;
+    float b2 = 2.0 * (h + w);
+    float c2 = (1.0 - overlap) * w * h;
+    float r2 = (b2 + sqrt(max(b2 * b2 - 4.0 * a2 * c2, 0.0))) / 2.0;
+    float a3 = 4.0 * overlap;
+    float b3 = -2.0 * overlap * (h + w);
+    float c3 = (overlap - 1.0) * w * h;
+    float r3 = (b3 + sqrt(max(b3 * b3 - 4.0 * a3 * c3, 0.0))) / 2.0;
+    return min(r1, min(r2, r3));
+}
+
+void main() {
+    uint plane = pc.grid_h * pc.grid_w;
+    uint cells = pc.n * plane;
+    uint channels = pc.classes + 5u;
+    float image_w = float(pc.grid_w * pc.stride);
+    float stride = float(pc.stride);
+    uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < cells; i += step) {
+        uint b = i / plane;
+        uint q = i - b * plane;
+        int gy = int(q / pc.grid_w);
+        int gx = int(q % pc.grid_w);
+        uint base = b * channels * plane + q;
+        for (uint c = 0u; c < channels; c++) {
+            o[base + c * plane] = 0.0;
+        }
+        uint meta = (b * pc.record_stride + pc.meta_offset) >> 2;
+        uint count = min(words[meta + 1u] & 0xffffu, pc.max_boxes);
+        for (uint k = 0u; k < count; k++) {
+            uint at = meta + 10u + 5u * k;
+            uint cls = words[at];
+            float x0 = uintBitsToFloat(words[at + 1u]);
+            float y0 = uintBitsToFloat(words[at + 2u]);
+            float x1 = uintBitsToFloat(words[at + 3u]);
+            float y1 = uintBitsToFloat(words[at + 4u]);
+            if (pc.flip != 0u) {
+                float t = x0;
+                x0 = image_w - x1;
+                x1 = image_w - t;
+            }
+            float bw = (x1 - x0) / stride;
+            float bh = (y1 - y0) / stride;
+            // Boxes of another class or without a positive finite size are skipped (`!(v > 0)`
+            // is also true for NaN).
+            if (cls >= pc.classes || !(bw > 0.0 && bh > 0.0) || isinf(bw) || isinf(bh)) {
+                continue;
+            }
+            float cx = (x0 + x1) / (2.0 * stride);
+            float cy = (y0 + y1) / (2.0 * stride);
+            int ccx = clamp(int(floor(cx)), 0, int(pc.grid_w) - 1);
+            int ccy = clamp(int(floor(cy)), 0, int(pc.grid_h) - 1);
+            int r = int(floor(max(gaussian_radius(bh, bw, pc.min_overlap), 0.0)));
+            int dx = gx - ccx;
+            int dy = gy - ccy;
+            if (abs(dx) <= r && abs(dy) <= r) {
+                float sigma = float(2 * r + 1) / 6.0;
+                // The centre is exactly 1 (the focal loss tests y == 1); exp(−0) on a GPU
+                // need not be.
+                float v = (dx == 0 && dy == 0)
+                    ? 1.0
+                    : exp(-float(dx * dx + dy * dy) / (2.0 * sigma * sigma));
+                uint at_heat = base + cls * plane;
+                o[at_heat] = max(o[at_heat], v);
+            }
+            if (dx == 0 && dy == 0) {
+                o[base + pc.classes * plane] = cx - float(ccx);
+                o[base + (pc.classes + 1u) * plane] = cy - float(ccy);
+                o[base + (pc.classes + 2u) * plane] = log(bw);
+                o[base + (pc.classes + 3u) * plane] = log(bh);
+                o[base + (pc.classes + 4u) * plane] = 1.0;
+            }
+        }
+    }
+}

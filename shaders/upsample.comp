@@ -1,0 +1,30 @@
+#version 450
+// upsample: nearest-neighbour ×2 (ops::Upsample2x), n·c planes of h × w → 2h × 2w; output
+// (y, x) copies input (y/2, x/2). One invocation per output element, grid-stride loop.
+
+layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+} pc;
+
+void main() {
+    uint ow = 2u * pc.w;
+    uint plane_out = 4u * pc.h * pc.w;
+    uint len = pc.n * pc.c * plane_out;
+    uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
+        uint bc = i / plane_out;
+        uint p = i - bc * plane_out;
+        uint oy = p / ow;
+        uint ox = p - oy * ow;
+        y[i] = x[(bc * pc.h + oy / 2u) * pc.w + ox / 2u];
+    }
+}

@@ -1,0 +1,32 @@
+#version 450
+// upsample_grad: backward of the nearest ×2 upsample (ops::Upsample2x): each input gradient
+// is the sum of its four output gradients, (0,0) + (0,1) + (1,0) + (1,1) in that order. One
+// invocation per input element (a gather: no atomics), grid-stride loop.
+
+layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer GY { float gy[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer GX { float gx[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+} pc;
+
+void main() {
+    uint plane = pc.h * pc.w;
+    uint ow = 2u * pc.w;
+    uint len = pc.n * pc.c * plane;
+    uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
+        uint bc = i / plane;
+        uint q = i - bc * plane;
+        uint iy = q / pc.w;
+        uint ix = q - iy * pc.w;
+        uint top = (bc * 2u * pc.h + 2u * iy) * ow + 2u * ix;
+        gx[i] = (gy[top] + gy[top + 1u]) + (gy[top + ow] + gy[top + ow + 1u]);
+    }
+}
