@@ -8,9 +8,11 @@
 //! - [`super::Program`]: dispatches over buffers the program owns, recorded once into a command
 //!   buffer and replayed every step (the training and inference steps).
 //!
-//! Both record the same way (`record_dispatches`): bind, push constants, dispatch, then a
-//! compute→compute memory barrier so each dispatch sees the previous one's writes, and at the
-//! end a compute→host barrier so the host reads finished results. Timestamps (when asked and
+//! Both record the same way (`record_dispatches`): a barrier first, so the commands see what
+//! earlier submissions, uploads and fills wrote (a replayed command buffer runs after them),
+//! then bind, push constants, dispatch, with a compute→compute memory barrier so each dispatch
+//! sees the previous one's writes, and at the end a compute→host/transfer barrier so the host
+//! (or a download's copy) reads finished results. Timestamps (when asked and
 //! when the queue has them) are written before the first dispatch and after each one.
 
 use std::sync::Arc;

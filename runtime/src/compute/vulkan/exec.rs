@@ -145,11 +145,19 @@ impl VulkanExec {
             }
         }
         let max_range = u64::from(engine.info().limits.max_storage_buffer_range);
-        if let Some(t) = recording.tensors.iter().find(|t| t.bytes() > max_range) {
+        let scratch = [
+            ("scratch.conv-partial", sizes.conv_partial),
+            ("scratch.loss-partial", sizes.loss_partial),
+        ];
+        let mut all = recording
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.bytes()))
+            .chain(scratch);
+        if let Some((name, bytes)) = all.find(|&(_, b)| b > max_range) {
             return Err(format!(
-                "tensor {:?} takes {} bytes, more than the {max_range} this device can bind",
-                t.name,
-                t.bytes()
+                "buffer {name:?} takes {bytes} bytes, more than the {max_range} this device \
+                 binds as one storage buffer; lower the batch"
             ));
         }
 
@@ -163,25 +171,10 @@ impl VulkanExec {
             );
         }
         let conv_partial = buffers.len();
-        buffers.push(
-            engine
-                .buffer(
-                    "scratch.conv-partial",
-                    sizes.conv_partial,
-                    Location::GpuOnly,
-                )
-                .map_err(err)?,
-        );
-        let loss_partial = buffers.len();
-        buffers.push(
-            engine
-                .buffer(
-                    "scratch.loss-partial",
-                    sizes.loss_partial,
-                    Location::GpuOnly,
-                )
-                .map_err(err)?,
-        );
+        let loss_partial = conv_partial + 1;
+        for (name, bytes) in scratch {
+            buffers.push(engine.buffer(name, bytes, Location::GpuOnly).map_err(err)?);
+        }
         engine
             .fill_zero(&buffers.iter().collect::<Vec<&Buffer>>())
             .map_err(err)?;
@@ -270,8 +263,9 @@ impl VulkanExec {
 
     /// The `(kernel name, step index)` of every dispatch of entry `entry`, in order: labels
     /// for [`Timing::per_dispatch`].
+    /// Empty for an entry the recording does not have.
     pub fn kernels(&self, entry: usize) -> Vec<(&'static str, usize)> {
-        self.kernels[entry].clone()
+        self.kernels.get(entry).cloned().unwrap_or_default()
     }
 
     /// The engine (device, validation messages, allocation report).

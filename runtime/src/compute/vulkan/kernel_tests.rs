@@ -781,3 +781,215 @@ fn det_s_train_steps_match_the_cpu() {
     }
     assert_clean(exec.engine());
 }
+
+/// Tolerance of the finite-difference checks: `compute::cpu::gradcheck`'s loose check of an
+/// `f32` kernel against central differences of itself (`h = 1e-2`), `1e-2` relative.
+const FD_TOL: f64 = 1e-2;
+const FD_STEP: f32 = 1e-2;
+
+#[test]
+fn conv_and_upsample_gradients_match_central_differences_on_the_gpu() {
+    use crate::compute::cpu::gradcheck::numeric_grad_f32;
+    let mut rng = SplitMix64::new(16);
+    // Small shapes (every coordinate costs two GPU runs); no ReLU, whose kinks a 1e-2 step
+    // would cross (the mask is checked against the CPU twin above).
+    let convs = [
+        Conv2d::dense(1, 2, 5, 4, 3, 3, 2, false),
+        Conv2d {
+            groups: 2,
+            ..Conv2d::dense(1, 4, 4, 3, 2, 3, 1, false)
+        },
+        Conv2d::pointwise(2, 3, 3, 2, 4, false),
+        Conv2d::depthwise(1, 2, 5, 5, 3, 2, false),
+    ];
+    let up = Upsample2x {
+        n: 1,
+        c: 2,
+        h: 3,
+        w: 2,
+    };
+    let mut rec = Recording::new();
+    let mut ids = Vec::new();
+    for (i, &op) in convs.iter().enumerate() {
+        let t =
+            |rec: &mut Recording, name: &str, len, role| rec.f32(&format!("{name}{i}"), len, role);
+        let (x, w) = (
+            t(&mut rec, "x", op.input_len(), Role::Input),
+            t(&mut rec, "w", op.weight_len(), Role::Input),
+        );
+        let b = t(&mut rec, "b", op.bias_len(), Role::Input);
+        let y = t(&mut rec, "y", op.output_len(), Role::Output);
+        let gy = t(&mut rec, "gy", op.output_len(), Role::Input);
+        let (gx, gw, gb) = (
+            t(&mut rec, "gx", op.input_len(), Role::Output),
+            t(&mut rec, "gw", op.weight_len(), Role::Output),
+            t(&mut rec, "gb", op.bias_len(), Role::Output),
+        );
+        let fwd = rec.entry(
+            &format!("fwd{i}"),
+            vec![Step::ConvForward { op, x, w, b, y }],
+        );
+        let bwd = rec.entry(
+            &format!("bwd{i}"),
+            vec![Step::ConvBackward {
+                op,
+                x,
+                w,
+                y,
+                gy,
+                gx: Some(gx),
+                gw,
+                gb,
+            }],
+        );
+        ids.push((op, [x, w, b], [gx, gw, gb], y, gy, fwd, bwd));
+    }
+    let (ux, uy) = (
+        rec.f32("ux", up.input_len(), Role::Input),
+        rec.f32("uy", up.output_len(), Role::Output),
+    );
+    let (ugy, ugx) = (
+        rec.f32("ugy", up.output_len(), Role::Input),
+        rec.f32("ugx", up.input_len(), Role::Output),
+    );
+    let up_fwd = rec.entry(
+        "up",
+        vec![Step::UpsampleForward {
+            op: up,
+            x: ux,
+            y: uy,
+        }],
+    );
+    let up_bwd = rec.entry(
+        "up-bwd",
+        vec![Step::UpsampleBackward {
+            op: up,
+            gy: ugy,
+            gx: ugx,
+        }],
+    );
+    let Some(mut exec) = gpu("gradients_match_central_differences", &rec) else {
+        return;
+    };
+    // L = Σ r·y for a fixed random r: dL/dy = r, the output gradient fed to the backward pass.
+    let dot = |a: &[f32], b: &[f32]| -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum()
+    };
+    for (op, inputs, grads, y, gy, fwd, bwd) in ids {
+        let values: Vec<Vec<f32>> = inputs
+            .iter()
+            .map(|&t| random_vec(&mut rng, rec.get(t).len, -1.0, 1.0))
+            .collect();
+        for (&t, v) in inputs.iter().zip(&values) {
+            exec.write_f32(t, v).unwrap();
+        }
+        let r = random_vec(&mut rng, op.output_len(), -1.0, 1.0);
+        exec.write_f32(gy, &r).unwrap();
+        exec.run(bwd).unwrap();
+        for (k, (&t, v)) in inputs.iter().zip(&values).enumerate() {
+            let analytic = read(&mut exec, grads[k], v.len());
+            let numeric = numeric_grad_f32(v, FD_STEP, |p| {
+                exec.write_f32(t, p).unwrap();
+                exec.run(fwd).unwrap();
+                dot(&r, &read(&mut exec, y, op.output_len()))
+            });
+            exec.write_f32(t, v).unwrap();
+            let name = ["gx", "gw", "gb"][k];
+            assert_close(&format!("{name} of {op:?}"), &analytic, &numeric, FD_TOL);
+        }
+    }
+    let x = random_vec(&mut rng, up.input_len(), -1.0, 1.0);
+    let r = random_vec(&mut rng, up.output_len(), -1.0, 1.0);
+    exec.write_f32(ugy, &r).unwrap();
+    exec.run(up_bwd).unwrap();
+    let analytic = read(&mut exec, ugx, x.len());
+    let numeric = numeric_grad_f32(&x, FD_STEP, |p| {
+        exec.write_f32(ux, p).unwrap();
+        exec.run(up_fwd).unwrap();
+        dot(&r, &read(&mut exec, uy, up.output_len()))
+    });
+    assert_close("upsample gx", &analytic, &numeric, FD_TOL);
+    assert_clean(exec.engine());
+}
+
+#[test]
+fn loss_gradient_matches_central_differences_on_the_gpu() {
+    use crate::compute::cpu::gradcheck::numeric_grad_f32;
+    let mut rng = SplitMix64::new(17);
+    let op = CenterLoss {
+        offset_weight: 0.7,
+        size_weight: 1.3,
+        ..CenterLoss::det_s(2, 2, 4, 5)
+    };
+    let plane = (op.grid_h * op.grid_w) as usize;
+    let k = op.classes as usize;
+    let mut rec = Recording::new();
+    let pred = rec.f32("pred", op.pred_len(), Role::Input);
+    let target = rec.f32("target", op.target_len(), Role::Input);
+    let loss = rec.f32("loss", LOSS_LEN, Role::Output);
+    let grad = rec.f32("grad", op.pred_len(), Role::Output);
+    let fwd = rec.entry(
+        "fwd",
+        vec![Step::LossForward {
+            op,
+            pred,
+            target,
+            loss,
+        }],
+    );
+    let bwd = rec.entry(
+        "bwd",
+        vec![
+            Step::LossForward {
+                op,
+                pred,
+                target,
+                loss,
+            },
+            Step::LossBackward {
+                op,
+                pred,
+                target,
+                loss,
+                grad,
+            },
+        ],
+    );
+    let Some(mut exec) = gpu("loss_gradient_matches_central_differences", &rec) else {
+        return;
+    };
+    // Targets: heat in [0, 1) with some cells exactly 1 (their centres, mask 1), offsets and
+    // log sizes; predictions whose regression values stay 0.3 away from their targets (no
+    // L1 kink within a step).
+    let mut t = random_vec(&mut rng, op.target_len(), 0.0, 0.9);
+    let mut p = random_vec(&mut rng, op.pred_len(), -3.0, 3.0);
+    for b in 0..op.n as usize {
+        let (tb, pb) = (b * (k + 5) * plane, b * (k + 4) * plane);
+        for cell in 0..plane {
+            let centre = cell % 4 == b;
+            t[tb + (k + 4) * plane + cell] = if centre { 1.0 } else { 0.0 };
+            if centre {
+                t[tb + (cell % k) * plane + cell] = 1.0;
+            }
+            for c in 0..4 {
+                let target = t[tb + (k + c) * plane + cell];
+                let side = if rng.next_f32() < 0.5 { -0.3 } else { 0.3 };
+                p[pb + (k + c) * plane + cell] = target + side;
+            }
+        }
+    }
+    exec.write_f32(target, &t).unwrap();
+    exec.write_f32(pred, &p).unwrap();
+    exec.run(bwd).unwrap();
+    let analytic = read(&mut exec, grad, p.len());
+    let numeric = numeric_grad_f32(&p, FD_STEP, |q| {
+        exec.write_f32(pred, q).unwrap();
+        exec.run(fwd).unwrap();
+        f64::from(read(&mut exec, loss, LOSS_LEN)[0])
+    });
+    assert_close("loss gradient", &analytic, &numeric, FD_TOL);
+    assert_clean(exec.engine());
+}

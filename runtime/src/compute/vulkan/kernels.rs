@@ -305,6 +305,22 @@ mod tests {
     }
 
     #[test]
+    fn every_shader_file_is_in_the_table() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shaders");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".comp").map(str::to_owned)
+            })
+            .collect();
+        files.sort();
+        let mut table: Vec<String> = Kernel::ALL.iter().map(|k| k.name().to_owned()).collect();
+        table.sort();
+        assert_eq!(files, table, "shaders/*.comp and Kernel::ALL");
+    }
+
+    #[test]
     fn fnv_is_the_reference_fnv1a() {
         let mut h = Fnv::new();
         h.write(b"a");
