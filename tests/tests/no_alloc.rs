@@ -1,5 +1,5 @@
-//! After warm-up, delivering a batch allocates nothing, on any thread (DESIGN.md: "after
-//! warm-up a training step allocates nothing on the heap").
+//! After warm-up, delivering a batch and running a training step allocate nothing, on any
+//! thread (DESIGN.md: "after warm-up a training step allocates nothing on the heap").
 //!
 //! This file is its own test binary, so the counting allocator below sees only this test's
 //! process: the loader threads, the consumer (this test) and the test harness. It holds one
@@ -13,8 +13,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
+use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
+use fulcrum::compute::recording::{HYPER_LEN, LOSS_LEN};
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
+use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
 use fulcrum_tests::*;
 
 struct Counting;
@@ -150,8 +153,55 @@ fn wait_for_threads(prefix: &str, n: usize) {
     }
 }
 
+/// Allocations made during `MEASURED_STEPS` det-s training steps on the CPU engine with two
+/// threads, after warm-up: records in, hyper-parameters in, the step, the loss out — what the
+/// trainer does per step besides taking the batch.
+fn allocations_while_training(dir: &std::path::Path) -> u64 {
+    const MEASURED_STEPS: usize = 3;
+    let dataset = Dataset::open(dir, DirectMode::Off).expect("open");
+    let model = ModelConfig::named("det-s", dataset.manifest.num_classes()).unwrap();
+    let arch = Arch::new(&model);
+    let batch = 4;
+    let graph = ModelGraph::build(&arch, batch, &dataset.layout, &GraphOptions::default()).unwrap();
+    let options = ExecOptions {
+        engine: EngineChoice::Cpu,
+        threads: 2,
+        ..ExecOptions::default()
+    };
+    let mut exec = Exec::new(&graph.recording, &options).unwrap();
+    for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+        exec.write_f32(p.value, &v).unwrap();
+    }
+    let mut records = vec![0u8; batch as usize * dataset.layout.record_size];
+    dataset.read_records(0, &mut records).unwrap();
+    let entry = graph.entry(ENTRY_TRAIN);
+    let mut loss = [0f32; LOSS_LEN];
+    let mut step = |exec: &mut Exec, k: usize| {
+        let hyper: [f32; HYPER_LEN] = [1e-3, k as f32, 0.1, 0.001];
+        exec.write_bytes(graph.records, &records).unwrap();
+        exec.write_f32(graph.hyper, &hyper).unwrap();
+        exec.run(entry).unwrap();
+        exec.read_f32(graph.loss, &mut loss).unwrap();
+    };
+    for k in 1..=2 {
+        step(&mut exec, k);
+    }
+    wait_for_threads("fulcrum-compute", 1);
+    let before = ALLOCATIONS.load(Relaxed);
+    TRACES_LEFT.store(5, Relaxed);
+    TRACE.store(std::env::var_os("FULCRUM_ALLOC_TRACE").is_some(), Relaxed);
+    for k in 3..3 + MEASURED_STEPS {
+        step(&mut exec, k);
+    }
+    TRACE.store(false, Relaxed);
+    let during = ALLOCATIONS.load(Relaxed) - before;
+    assert!(loss[0].is_finite() && loss[0] > 0.0, "{loss:?}");
+    during
+}
+
+/// One test (see the module docs): loading, then training steps, each measured alone.
 #[test]
-fn delivering_batches_allocates_nothing_on_any_thread() {
+fn delivering_batches_and_training_steps_allocate_nothing_on_any_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = pack_synthetic_sharded(tmp.path(), 96, 32, 40);
     assert!(
@@ -166,4 +216,11 @@ fn delivering_batches_allocates_nothing_on_any_thread() {
              after warm-up; rerun with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
         );
     }
+    let det_s_data = pack_synthetic(&tmp.path().join("det-s"), 8, 128);
+    let allocations = allocations_while_training(&det_s_data);
+    assert_eq!(
+        allocations, 0,
+        "{allocations} heap allocations in training steps after warm-up; rerun with \
+         FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
+    );
 }

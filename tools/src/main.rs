@@ -21,6 +21,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    Demo(cmd::demo::Args),
     Pack(cmd::pack::Args),
     Inspect(cmd::inspect::Args),
     Load(cmd::load::Args),
@@ -39,6 +40,7 @@ fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(a),
         Command::Pack(a) => cmd::pack::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Load(a) => cmd::load::run(a),

@@ -190,3 +190,52 @@ pub fn evaluate(
         wall: started.elapsed(),
     })
 }
+
+/// The trivial baseline, scored like [`evaluate`]: for every image, one box per class
+/// covering the whole picture (the letterboxed content, padding excluded), score 1. A
+/// detector worth its weights beats it clearly.
+pub fn full_image_baseline(dataset: &Dataset, iou: f32) -> Result<MapReport> {
+    let layout = &dataset.layout;
+    let classes = dataset.manifest.num_classes();
+    let mut acc = MapAccumulator::new(classes as usize, iou);
+    let mut record = vec![0u8; layout.record_size];
+    for index in 0..dataset.records() {
+        dataset
+            .read_records(index, &mut record)
+            .map_err(loader::Error::from)?;
+        layout
+            .verify(&record, index, classes)
+            .map_err(|problem| loader::Error::Corrupt {
+                path: dataset.dir.clone(),
+                record: index,
+                problem,
+            })?;
+        let meta = layout.read_meta(&record);
+        let (w, h) = (layout.width as f32, layout.height as f32);
+        let guesses: Vec<Scored> = (0..classes)
+            .map(|class| Scored {
+                class,
+                score: 1.0,
+                x0: meta.pad_x,
+                y0: meta.pad_y,
+                x1: w - meta.pad_x,
+                y1: h - meta.pad_y,
+            })
+            .collect();
+        let truth: Vec<Scored> = (0..layout.box_count(&record) as usize)
+            .map(|b| {
+                let r = layout.read_box(&record, b);
+                Scored {
+                    class: r.class,
+                    score: 1.0,
+                    x0: r.x0,
+                    y0: r.y0,
+                    x1: r.x1,
+                    y1: r.y1,
+                }
+            })
+            .collect();
+        acc.add_image(&guesses, &truth);
+    }
+    Ok(acc.finish())
+}

@@ -13,6 +13,35 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Which {
     Io(IoArgs),
+    Compute(ComputeArgs),
+}
+
+/// det-s on every engine present, the CPU engine first as the baseline: forward latency at
+/// batch 1, training step (forward, loss, backward, AdamW) at --batch, time per kernel family,
+/// GFLOP/s, and on Vulkan the split between device time and submission overhead.
+#[derive(clap::Args)]
+pub struct ComputeArgs {
+    /// Training batch.
+    #[arg(long, default_value_t = 32)]
+    batch: u32,
+    /// Runs per figure (medians are reported).
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// CPU engine threads [default: every core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Skip the Vulkan engine.
+    #[arg(long)]
+    cpu_only: bool,
+    /// Vulkan device index (`fulcrum devices`) [default: the best].
+    #[arg(long)]
+    device: Option<usize>,
+    /// Kernels listed per entry.
+    #[arg(long, default_value_t = 8)]
+    top: usize,
+    /// Also write the figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 /// Disk → ring → loaders: raw O_DIRECT read limit, io_uring and pread backends, loaders with
@@ -46,7 +75,91 @@ pub struct IoArgs {
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     match a.which {
         Which::Io(io) => run_io(io),
+        Which::Compute(c) => run_compute(c),
     }
+}
+
+pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
+    use fulcrum::compute::bench::{self, ComputeBenchConfig, EntryFigures};
+    use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+
+    let base = ComputeBenchConfig {
+        model: "det-s".into(),
+        classes: 2,
+        train_batch: a.batch,
+        runs: a.runs.max(1),
+        exec: ExecOptions {
+            engine: EngineChoice::Cpu,
+            threads: a.threads.unwrap_or_else(fulcrum_board::host_cores),
+            device: a.device,
+            ..ExecOptions::default()
+        },
+    };
+    let mut reports = vec![bench::run(&base, &|what| eprintln!("cpu: {what}"))?];
+    if !a.cpu_only {
+        let vulkan = ComputeBenchConfig {
+            exec: ExecOptions {
+                engine: EngineChoice::Vulkan,
+                ..base.exec.clone()
+            },
+            ..base.clone()
+        };
+        match bench::run(&vulkan, &|what| eprintln!("vulkan: {what}")) {
+            Ok(r) => reports.push(r),
+            Err(e) => eprintln!("vulkan: not measured: {e}"),
+        }
+    }
+    let cpu = &reports[0];
+    println!(
+        "det-s ({} parameters), medians of {} runs",
+        cpu.params, base.runs
+    );
+    println!(
+        "{:<44} {:>12} {:>12} {:>9} {:>10} {:>8}",
+        "engine",
+        "fwd b=1 ms",
+        format!("step b={} ms", a.batch),
+        "GFLOP/s",
+        "overhead",
+        "vs cpu"
+    );
+    for r in &reports {
+        println!(
+            "{:<44} {:>12.3} {:>12.2} {:>9.1} {:>9.1}% {:>7.2}×",
+            r.engine,
+            r.forward_batch1.device_ms,
+            r.train_step.device_ms,
+            r.train_step.gflops,
+            100.0 * r.train_step.overhead_ms / r.train_step.wall_ms.max(1e-9),
+            cpu.train_step.device_ms / r.train_step.device_ms.max(1e-9),
+        );
+    }
+    let show = |name: &str, f: &EntryFigures| {
+        println!(
+            "  {name}: device {:.3} ms, wall {:.3} ms (host overhead {:.3} ms), {} kernels, {:.3} GFLOP",
+            f.device_ms, f.wall_ms, f.overhead_ms, f.kernels, f.gflop
+        );
+        for k in f.per_kernel.iter().take(a.top) {
+            println!(
+                "    {:<22} {:>4}× {:>9.3} ms {:>5.1}%",
+                k.kernel,
+                k.calls,
+                k.ms,
+                100.0 * k.share
+            );
+        }
+    };
+    for r in &reports {
+        println!("{}:", r.engine);
+        show("forward, batch 1", &r.forward_batch1);
+        show(&format!("training step, batch {}", a.batch), &r.train_step);
+    }
+    if let Some(path) = &a.json {
+        let json = serde_json::json!({ "model": "det-s", "runs": base.runs, "engines": reports });
+        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fulcrum::infer::evaluate::{evaluate, EvalOptions, EvalReport};
+use fulcrum::infer::evaluate::{evaluate, full_image_baseline, EvalOptions, EvalReport};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
 use fulcrum::train::Checkpoint;
@@ -27,6 +27,9 @@ pub struct Args {
     /// IoU a detection needs to count as a match.
     #[arg(long, default_value_t = 0.5)]
     iou: f32,
+    /// Also score the trivial baseline (one whole-image box per class and image) the same way.
+    #[arg(long)]
+    baseline: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -53,6 +56,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })?;
     bar.finish_and_clear();
     print!("{}", table(&report, a.iou));
+    let baseline = if a.baseline {
+        let b = full_image_baseline(&dataset, a.iou)?;
+        println!(
+            "baseline (one whole-image box per class and image): mAP@{} {:.3}",
+            a.iou, b.map
+        );
+        Some(b.map)
+    } else {
+        None
+    };
     if let Some(path) = &a.json {
         let json = serde_json::json!({
             "checkpoint": a.weights,
@@ -67,6 +80,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "detections": report.map.detections,
             "loss": report.loss,
             "seconds": report.wall.as_secs_f64(),
+            "baseline_map": baseline,
         });
         fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     }

@@ -3,7 +3,7 @@
 //! By [`ConvKind`]:
 //!
 //! - **Pointwise**: per image `Y = W · X` (`c_out × c_in` times `c_in × h·w`) with
-//!   `matrixmultiply`; backward `dW += G · Xᵀ`, `dX = Wᵀ · G` (transposes are strides, no
+//!   the allocation-free GEMM of `gemm.rs`; backward `dW += G · Xᵀ`, `dX = Wᵀ · G` (transposes are strides, no
 //!   copies).
 //! - **Dense / grouped**: per image and group, `im2col` (one row per input channel and tap, one
 //!   column per output pixel), then the same products; the backward pass scatters the column

@@ -1,0 +1,234 @@
+//! The compute benchmark behind `fulcrum bench compute`: det-s on one engine — forward latency
+//! at batch 1, a whole training step (forward, loss, backward, AdamW) at a training batch, time
+//! per kernel family, GFLOP/s, and on Vulkan the split between device time and the host's
+//! submission overhead.
+//!
+//! Inputs are synthetic records (random pixels, a few boxes) written once; weights are the
+//! initialisation. Times are medians over the runs after warm-up.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::exec::{Exec, ExecOptions, Result};
+use super::recording::{Recording, Step, HYPER_LEN};
+use crate::format::{RecordBox, RecordLayout, RecordMeta};
+use crate::loader::order::SplitMix64;
+use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ComputeBenchConfig {
+    pub model: String,
+    pub classes: u32,
+    pub train_batch: u32,
+    /// Runs measured per figure (after two warm-up runs).
+    pub runs: usize,
+    pub exec: ExecOptions,
+}
+
+/// Time spent in one kernel family per run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct KernelTime {
+    pub kernel: String,
+    pub calls: usize,
+    pub ms: f64,
+    pub share: f64,
+}
+
+/// One entry's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EntryFigures {
+    pub batch: u32,
+    /// Median device time per run (GPU timestamps on Vulkan; wall time on the CPU engine).
+    pub device_ms: f64,
+    /// Median host wall time per run (submission, waiting and readback of nothing included).
+    pub wall_ms: f64,
+    /// `wall − device`: what the host adds around the device's work.
+    pub overhead_ms: f64,
+    /// Dispatches (Vulkan) or kernel calls (CPU) per run.
+    pub kernels: usize,
+    pub gflop: f64,
+    pub gflops: f64,
+    pub per_kernel: Vec<KernelTime>,
+}
+
+/// The figures of one engine.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ComputeBenchReport {
+    pub engine: String,
+    pub model: String,
+    pub params: usize,
+    pub forward_batch1: EntryFigures,
+    pub train_step: EntryFigures,
+}
+
+/// Floating-point work of an entry: convolutions forward (`flops`) and backward (twice that).
+fn entry_flops(rec: &Recording, entry: usize) -> u64 {
+    rec.entries[entry]
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::ConvForward { op, .. } => op.flops(),
+            Step::ConvBackward { op, .. } => 2 * op.flops(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Synthetic records: random pixels and one or two boxes each.
+fn records(layout: &RecordLayout, n: u32, classes: u32, seed: u64) -> Vec<u8> {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = vec![0u8; n as usize * layout.record_size];
+    let mut image = vec![0u8; layout.image_bytes];
+    let side = layout.width as f32;
+    for (i, record) in out.chunks_exact_mut(layout.record_size).enumerate() {
+        image
+            .iter_mut()
+            .for_each(|b| *b = (rng.next_u64() >> 56) as u8);
+        let boxes: Vec<RecordBox> = (0..1 + i % 2)
+            .map(|_| {
+                let (x, y) = (rng.next_f32() * side * 0.6, rng.next_f32() * side * 0.6);
+                let s = 8.0 + rng.next_f32() * side * 0.3;
+                RecordBox {
+                    class: (rng.next_u64() % classes as u64) as u32,
+                    x0: x,
+                    y0: y,
+                    x1: (x + s).min(side),
+                    y1: (y + s).min(side),
+                }
+            })
+            .collect();
+        let meta = RecordMeta {
+            index: i as u64,
+            ..RecordMeta::default()
+        };
+        layout.encode(record, &image, &meta, &boxes);
+    }
+    out
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Measures one entry of a freshly built graph at `batch`.
+fn measure(config: &ComputeBenchConfig, batch: u32, train: bool) -> Result<(EntryFigures, String)> {
+    let model =
+        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
+    let arch = Arch::new(&model);
+    let layout =
+        RecordLayout::new(model.input, model.input, 3, 8).map_err(super::exec::Error::Cpu)?;
+    let options = GraphOptions {
+        train,
+        ..GraphOptions::default()
+    };
+    let graph =
+        ModelGraph::build(&arch, batch, &layout, &options).map_err(super::exec::Error::Cpu)?;
+    let entry = graph.entry(if train { ENTRY_TRAIN } else { ENTRY_INFER });
+
+    // Whole-entry timing: per-step timestamps only (per-kernel timing adds barriers and
+    // queries that would inflate the figure).
+    let mut exec = Exec::new(
+        &graph.recording,
+        &ExecOptions {
+            per_kernel_timing: false,
+            ..config.exec.clone()
+        },
+    )?;
+    let engine = exec.describe();
+    setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
+    let (mut device, mut wall) = (Vec::new(), Vec::new());
+    for i in 0..config.runs + 2 {
+        let t = exec.run(entry)?;
+        if i >= 2 {
+            device.push(t.device);
+            wall.push(t.wall);
+        }
+    }
+    drop(exec);
+
+    // Per kernel, in a second executor with per-kernel timing.
+    let mut exec = Exec::new(
+        &graph.recording,
+        &ExecOptions {
+            per_kernel_timing: true,
+            ..config.exec.clone()
+        },
+    )?;
+    setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
+    let names = exec.kernel_names(entry);
+    let mut sums: BTreeMap<String, (usize, Duration)> = BTreeMap::new();
+    let runs = config.runs.clamp(1, 5);
+    exec.run(entry)?;
+    for _ in 0..runs {
+        let t = exec.run(entry)?;
+        for (name, d) in names.iter().zip(&t.per_kernel) {
+            let e = sums.entry(name.clone()).or_default();
+            e.0 += 1;
+            e.1 += *d;
+        }
+    }
+    let total: Duration = sums.values().map(|v| v.1).sum();
+    let mut per_kernel: Vec<KernelTime> = sums
+        .into_iter()
+        .map(|(kernel, (calls, d))| KernelTime {
+            kernel,
+            calls: calls / runs,
+            ms: d.as_secs_f64() * 1e3 / runs as f64,
+            share: d.as_secs_f64() / total.as_secs_f64().max(1e-12),
+        })
+        .collect();
+    per_kernel.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+
+    let (device, wall) = (median(device), median(wall));
+    let gflop = entry_flops(&graph.recording, entry) as f64 / 1e9;
+    Ok((
+        EntryFigures {
+            batch,
+            device_ms: device.as_secs_f64() * 1e3,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            overhead_ms: wall.saturating_sub(device).as_secs_f64() * 1e3,
+            kernels: names.len(),
+            gflop,
+            gflops: gflop / device.as_secs_f64().max(1e-12),
+            per_kernel,
+        },
+        engine,
+    ))
+}
+
+fn setup(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    arch: &Arch,
+    layout: &RecordLayout,
+    batch: u32,
+    classes: u32,
+) -> Result<()> {
+    for (p, v) in graph.params.iter().zip(init::init_params(arch, 1)) {
+        exec.write_f32(p.value, &v)?;
+    }
+    exec.write_bytes(graph.records, &records(layout, batch, classes, 7))?;
+    let hyper: [f32; HYPER_LEN] = [1e-3, 1.0, 0.1, 0.001];
+    exec.write_f32(graph.hyper, &hyper)
+}
+
+/// Runs the benchmark on the engine `config.exec` chooses.
+pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
+    progress("forward at batch 1");
+    let (forward_batch1, engine) = measure(config, 1, false)?;
+    progress(&format!("training step at batch {}", config.train_batch));
+    let (train_step, _) = measure(config, config.train_batch, true)?;
+    let model =
+        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
+    Ok(ComputeBenchReport {
+        engine,
+        model: config.model.clone(),
+        params: Arch::new(&model).param_count(),
+        forward_batch1,
+        train_step,
+    })
+}
