@@ -1,14 +1,21 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// conv2d: y = relu?(conv(x, w) + b) for dense, grouped and pointwise convolutions
-// (ops::Conv2d), as an implicit GEMM per image and group:
-//     Y[o][p] = Σ_r W[o][r] · X[r][p]
-// o an output channel of the group (M = c_out/groups), p an output pixel (N = out_h·out_w),
-// r = (input channel of the group, ky, kx) (K = c_in/groups·k·k). X is read straight from
-// the input with the zero padding applied on the fly (no im2col buffer). Bias and ReLU are
-// fused into the store.
+// conv2d: y = relu?(conv(x, w) + b) for dense and grouped convolutions (ops::Conv2d; 1×1
+// convolutions take pointwise.comp), direct: no im2col buffer, no shared memory, no barrier.
+// In det-s this is the stem (3 input channels: a GEMM's depth would be 27).
 //
-// Grid: (⌈N/64⌉, ⌈M/32⌉, n·groups).
+// One invocation per output pixel (of any image: pixels of the whole batch are numbered
+// b·out_h·out_w + p), eight output channels per workgroup row. For each input channel and
+// tap the invocation loads its one input value (neighbouring invocations read neighbouring
+// pixels) and multiplies it into eight accumulators by weights that are the same for every
+// invocation of the workgroup (uniform loads, broadcast from the cache). Padding is applied
+// on the fly; bias and ReLU are fused into the store.
+//
+// Grid: (⌈n·out_h·out_w / 256⌉, ⌈(c_out/groups) / 8⌉, groups).
+
+#define OCB 8u
+
+layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
@@ -16,82 +23,56 @@ layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
 #include "conv_push.glsl"
-#include "gemm.glsl"
-
-uint grp;       // group of this workgroup
-uint cog;       // output channels per group
-uint taps;      // k·k
-uint red;       // K = c_in/groups · taps
-uint x_base;    // first input element of this image and group
-int col_iy;     // this invocation's output pixel, as the input row / column of tap (0, 0)
-int col_ix;
-
-// Per depth r: the input channel's offset and the tap.
-shared uint tab_off[2][16];
-shared int tab_ky[2][16];
-shared int tab_kx[2][16];
-
-void gemm_column(uint p) {
-    uint oy = p / pc.out_w;
-    uint ox = p - oy * pc.out_w;
-    col_iy = int(oy * pc.stride) - int(pc.pad);
-    col_ix = int(ox * pc.stride) - int(pc.pad);
-}
-
-void gemm_prepare(uint slot, uint i, uint r) {
-    uint ci = r / taps;
-    uint t = r - ci * taps;
-    uint ky = t / pc.k;
-    tab_off[slot][i] = ci * pc.h * pc.w;
-    tab_ky[slot][i] = int(ky);
-    tab_kx[slot][i] = int(t - ky * pc.k);
-}
-
-float load_a(uint m, uint kk, uint r) {
-    return wt[(grp * cog + m) * red + r];
-}
-
-float load_b(uint kk, uint r) {
-    int iy = col_iy + tab_ky[gemm_slot][kk];
-    int ix = col_ix + tab_kx[gemm_slot][kk];
-    // A negative coordinate becomes a huge uint: one comparison per axis.
-    if (uint(iy) >= pc.h || uint(ix) >= pc.w) {
-        return 0.0;
-    }
-    return x[x_base + tab_off[gemm_slot][kk] + uint(iy) * pc.w + uint(ix)];
-}
-
 
 void main() {
-    uint img = gl_WorkGroupID.z / pc.groups;
-    grp = gl_WorkGroupID.z % pc.groups;
+    uint grp = gl_WorkGroupID.z;
     uint cig = pc.c_in / pc.groups;
-    cog = pc.c_out / pc.groups;
-    taps = pc.k * pc.k;
-    red = cig * taps;
-    x_base = (img * pc.c_in + grp * cig) * pc.h * pc.w;
+    uint cog = pc.c_out / pc.groups;
+    uint taps = pc.k * pc.k;
+    uint red = cig * taps;
+    uint plane_in = pc.h * pc.w;
     uint plane_out = pc.out_h * pc.out_w;
-    gemm_m = cog;
-    gemm_n = plane_out;
-    uint m0 = gl_WorkGroupID.y * GEMM_BM;
-    uint n0 = gl_WorkGroupID.x * GEMM_BN;
-    gemm_tile(m0, n0, 0u, red);
-    for (uint i = 0u; i < 2u; i++) {
-        uint m = m0 + gl_LocalInvocationID.y + 16u * i;
-        if (m >= cog) {
-            continue;
-        }
-        uint o = grp * cog + m;
-        float b = bias[o];
-        for (uint j = 0u; j < 4u; j++) {
-            uint p = n0 + gl_LocalInvocationID.x + 16u * j;
-            if (p < plane_out) {
-                float v = acc[i][j] + b;
-                if (pc.relu != 0u) {
-                    v = max(v, 0.0);
+    uint o0 = gl_WorkGroupID.y * OCB;
+    // Output channels of this row that exist (uniform): rows past cog reuse the last one.
+    uint rows = min(OCB, cog - o0);
+    uint at = gl_GlobalInvocationID.x;
+    if (at >= pc.n * plane_out) {
+        return;
+    }
+    uint b = at / plane_out;
+    uint p = at - b * plane_out;
+    uint oy = p / pc.out_w;
+    uint ox = p - oy * pc.out_w;
+    int iy0 = int(oy * pc.stride) - int(pc.pad);
+    int ix0 = int(ox * pc.stride) - int(pc.pad);
+    uint x_base = (b * pc.c_in + grp * cig) * plane_in;
+    uint w_base = (grp * cog + o0) * red;
+    float acc[OCB];
+    for (uint j = 0u; j < OCB; j++) {
+        acc[j] = 0.0;
+    }
+    for (uint ci = 0u; ci < cig; ci++) {
+        for (uint ky = 0u; ky < pc.k; ky++) {
+            int iy = iy0 + int(ky);
+            for (uint kx = 0u; kx < pc.k; kx++) {
+                int ix = ix0 + int(kx);
+                // A negative coordinate becomes a huge uint: one comparison per axis.
+                float v = (uint(iy) < pc.h && uint(ix) < pc.w)
+                    ? x[x_base + ci * plane_in + uint(iy) * pc.w + uint(ix)]
+                    : 0.0;
+                uint r = (ci * pc.k + ky) * pc.k + kx;
+                for (uint j = 0u; j < OCB; j++) {
+                    acc[j] += wt[w_base + min(j, rows - 1u) * red + r] * v;
                 }
-                y[(img * pc.c_out + o) * plane_out + p] = v;
             }
         }
+    }
+    for (uint j = 0u; j < rows; j++) {
+        uint o = grp * cog + o0 + j;
+        float v = acc[j] + bias[o];
+        if (pc.relu != 0u) {
+            v = max(v, 0.0);
+        }
+        y[(b * pc.c_out + o) * plane_out + p] = v;
     }
 }

@@ -31,8 +31,11 @@ pub enum Kernel {
     /// constants `{ n: u32, a: f32 }`; workgroup size x = specialisation constant 0
     /// (default 64). The engine's proof kernel.
     Saxpy,
-    /// Dense / grouped / pointwise conv + bias + ReLU as an implicit GEMM: `x, w, b, y (w)`.
+    /// Dense / grouped conv + bias + ReLU, direct (a pixel and eight output channels an
+    /// invocation): `x, w, b, y (w)`.
     Conv2d,
+    /// Pointwise (1×1) conv + bias + ReLU, a tiled GEMM: `x, w, b, y (w)`.
+    Pointwise,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
     Conv2dGradInput,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
@@ -129,6 +132,9 @@ pub const LOSS_PUSH_BYTES: u32 = 40;
 /// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
 /// output columns and reduction depth per step.
 pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
+/// Output channels one invocation of the direct `conv2d` kernel computes
+/// (`OCB` in `shaders/conv2d.comp`).
+pub const CONV_CHANNEL_BLOCK: u32 = 8;
 /// Candidate slots of the decode kernel's sort; `top_k` may be at most half of it.
 pub const DECODE_SLOTS: u32 = 1024;
 
@@ -140,7 +146,10 @@ const LINEAR: [u32; 3] = [256, 1, 1];
 
 const SAXPY: KernelInfo =
     kernel!("saxpy", bindings 2, push 8, local [64, 1, 1], x Some(0), shared 0);
-const CONV2D: KernelInfo = kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D: KernelInfo =
+    kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
+    local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
@@ -177,9 +186,10 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 20] = [
+    pub const ALL: [Kernel; 21] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
+        Kernel::Pointwise,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradReduce,
@@ -204,6 +214,7 @@ impl Kernel {
         match self {
             Kernel::Saxpy => &SAXPY,
             Kernel::Conv2d => &CONV2D,
+            Kernel::Pointwise => &POINTWISE,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,

@@ -10,7 +10,7 @@
 //!
 //! | step | dispatches |
 //! |---|---|
-//! | conv forward | `conv2d` (dense, grouped, pointwise: implicit GEMM) or `depthwise` |
+//! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM) or `depthwise` (direct) |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
@@ -21,7 +21,9 @@
 //! (a workgroup each) written to the conv scratch buffer and added in a fixed order by a
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
-use super::kernels::{Kernel, CONV_PUSH_BYTES, DECODE_SLOTS, GEMM_TILE, LOSS_PUSH_BYTES};
+use super::kernels::{
+    Kernel, CONV_CHANNEL_BLOCK, CONV_PUSH_BYTES, DECODE_SLOTS, GEMM_TILE, LOSS_PUSH_BYTES,
+};
 use crate::compute::ops::{CenterLoss, Conv2d, ConvKind};
 use crate::compute::recording::{Recording, Step, TensorId};
 
@@ -190,20 +192,35 @@ fn lower_step(
     match *step {
         Step::ConvForward { op, x, w, b, y } => {
             let bindings = vec![T(x), T(w), T(b), T(y)];
-            if op.kind() == ConvKind::Depthwise {
-                let groups = linear_groups(op.output_len() as u64);
-                push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
-            } else {
-                let plane = u64::from(op.out_h()) * u64::from(op.out_w());
-                let grid = checked(
-                    [
-                        plane.div_ceil(bn),
-                        u64::from(op.c_out_per_group()).div_ceil(bm),
-                        u64::from(op.n) * u64::from(op.groups),
-                    ],
-                    "conv",
-                )?;
-                push(Kernel::Conv2d, bindings, conv_push(&op, 1, 0), grid);
+            match op.kind() {
+                ConvKind::Depthwise => {
+                    let groups = linear_groups(op.output_len() as u64);
+                    push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
+                }
+                ConvKind::Pointwise => {
+                    let plane = u64::from(op.h) * u64::from(op.w);
+                    let grid = checked(
+                        [
+                            plane.div_ceil(bn),
+                            u64::from(op.c_out).div_ceil(bm),
+                            u64::from(op.n),
+                        ],
+                        "pointwise conv",
+                    )?;
+                    push(Kernel::Pointwise, bindings, conv_push(&op, 1, 0), grid);
+                }
+                ConvKind::Dense | ConvKind::Grouped => {
+                    let pixels = op.output_len() as u64 / u64::from(op.c_out);
+                    let grid = checked(
+                        [
+                            pixels.div_ceil(u64::from(LINEAR_WORKGROUP)),
+                            u64::from(op.c_out_per_group()).div_ceil(u64::from(CONV_CHANNEL_BLOCK)),
+                            u64::from(op.groups),
+                        ],
+                        "conv",
+                    )?;
+                    push(Kernel::Conv2d, bindings, conv_push(&op, 1, 0), grid);
+                }
             }
         }
         Step::ConvBackward {
