@@ -158,3 +158,50 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
         baseline.map.map
     );
 }
+
+#[test]
+fn training_trace_holds_loads_waits_and_device_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pack_synthetic(&tmp.path().join("data"), 32, 128);
+    let log = std::sync::Arc::new(fulcrum::trace::TraceLog::new(4096));
+    let options = RunOptions {
+        max_steps: Some(6),
+        trace: Some(log.clone()),
+        ..options(false)
+    };
+    trainer::train(
+        &config(&data, &tmp.path().join("run"), 2),
+        &options,
+        &AtomicBool::new(false),
+        &mut trainer::Quiet,
+    )
+    .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&log.to_chrome_json()).unwrap();
+    let count = |name: &str| {
+        json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == name)
+            .count()
+    };
+    assert_eq!(count("device step"), 6);
+    assert_eq!(count("wait for batch"), 6);
+    assert!(count("load") >= 6, "{} loads", count("load"));
+    let timeline = log.to_timeline("run", 2);
+    let busy = timeline
+        .consumer
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.state,
+                fulcrum::balance::timeline::ConsumerState::Busy { .. }
+            )
+        })
+        .count();
+    assert_eq!(busy, 6);
+    assert_eq!(timeline.loaders.len(), 1);
+    assert!(timeline.queue.steps.iter().all(|&(_, n)| n <= 4));
+    let svg = fulcrum::balance::timeline::svg(&[timeline]);
+    assert!(svg.starts_with("<svg") && svg.contains("loader 0"));
+}

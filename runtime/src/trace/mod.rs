@@ -18,8 +18,10 @@ pub enum Kind {
     Load = 2,
     /// The consumer waited for the next batch.
     ConsumerWait = 3,
-    /// The consumer held a batch (the step, in training).
+    /// The consumer held a batch (in training: copying it into the step's input).
     Consume = 4,
+    /// The training step on the device (recorded by the trainer).
+    Step = 5,
 }
 
 impl Kind {
@@ -29,6 +31,7 @@ impl Kind {
             2 => Kind::Load,
             3 => Kind::ConsumerWait,
             4 => Kind::Consume,
+            5 => Kind::Step,
             _ => return None,
         })
     }
@@ -38,7 +41,8 @@ impl Kind {
             Kind::SlotWait => "wait for slot",
             Kind::Load => "load",
             Kind::ConsumerWait => "wait for batch",
-            Kind::Consume => "step",
+            Kind::Consume => "take batch",
+            Kind::Step => "device step",
         }
     }
 }
@@ -176,6 +180,101 @@ impl TraceLog {
         }));
         let doc = json!({"displayTimeUnit": "ms", "traceEvents": out, "otherData": {"dropped_events": self.dropped()}});
         doc.to_string() + "\n"
+    }
+}
+
+impl TraceLog {
+    /// The recorded events as the simulator's timeline (see [`crate::balance::timeline`]), so
+    /// a measured run and its simulation draw the same way: one row per loader (its load
+    /// units), the ready queue (a batch counts from the end of its last load until the
+    /// consumer stops waiting for it) and the consumer (device steps busy, waits stalled).
+    pub fn to_timeline(&self, title: &str, ring_slots: u32) -> crate::balance::timeline::Timeline {
+        use crate::balance::timeline::{
+            ConsumerSpan, ConsumerState, LoaderRow, QueueSeries, Span, Timeline,
+        };
+        use std::collections::BTreeMap;
+        let events = self.events();
+        let origin = events.iter().map(|e| e.start_ns).min().unwrap_or(0);
+        let sec = |ns: u64| (ns - origin) as f64 / 1e9;
+        let mut loaders: BTreeMap<u16, Vec<Span>> = BTreeMap::new();
+        let mut ready: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut consumer = Vec::new();
+        let mut queue_changes: Vec<(u64, i32)> = Vec::new();
+        for e in &events {
+            match e.kind {
+                Kind::Load => {
+                    loaders.entry(e.row).or_default().push(Span {
+                        start: sec(e.start_ns),
+                        end: sec(e.end_ns),
+                        batch: e.batch,
+                    });
+                    let r = ready.entry(e.batch).or_default();
+                    *r = (*r).max(e.end_ns);
+                }
+                Kind::ConsumerWait => {
+                    consumer.push(ConsumerSpan {
+                        start: sec(e.start_ns),
+                        end: sec(e.end_ns),
+                        state: ConsumerState::Stall,
+                    });
+                    queue_changes.push((e.end_ns, -1));
+                }
+                Kind::Step => consumer.push(ConsumerSpan {
+                    start: sec(e.start_ns),
+                    end: sec(e.end_ns),
+                    state: ConsumerState::Busy {
+                        batch: e.batch,
+                        loader: None,
+                    },
+                }),
+                Kind::SlotWait | Kind::Consume => {}
+            }
+        }
+        queue_changes.extend(ready.values().map(|&t| (t, 1)));
+        queue_changes.sort();
+        let mut level = 0i32;
+        let mut steps = vec![(0.0, 0)];
+        for (t, d) in queue_changes {
+            level = (level + d).max(0);
+            steps.push((sec(t.max(origin)), level as u32));
+        }
+        let end = events.iter().map(|e| sec(e.end_ns)).fold(0.0, f64::max);
+        let stalled: f64 = consumer
+            .iter()
+            .filter(|c| c.state == ConsumerState::Stall)
+            .map(|c| c.end - c.start)
+            .sum();
+        Timeline {
+            title: title.to_owned(),
+            notes: vec![format!(
+                "measured: {} events over {:.2} s; consumer waited {:.1} % of it{}",
+                events.len(),
+                end,
+                100.0 * stalled / end.max(1e-9),
+                if self.dropped() > 0 {
+                    format!(
+                        "; {} events past the log's capacity dropped",
+                        self.dropped()
+                    )
+                } else {
+                    String::new()
+                }
+            )],
+            end,
+            loaders: loaders
+                .into_iter()
+                .map(|(row, spans)| LoaderRow {
+                    label: format!("loader {row}"),
+                    spans,
+                })
+                .collect(),
+            queue: QueueSeries {
+                label: "ready batches".to_owned(),
+                capacity: Some(ring_slots),
+                steps,
+            },
+            consumer,
+        }
     }
 }
 

@@ -91,6 +91,8 @@ pub struct RunOptions {
     pub resume: bool,
     /// Stop after this many steps in total (tests; the checkpoint is written).
     pub max_steps: Option<u64>,
+    /// Record loader, wait and device-step spans here (allocated up front by the caller).
+    pub trace: Option<std::sync::Arc<crate::trace::TraceLog>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -285,6 +287,7 @@ pub fn train(
         },
         on_corrupt: options.on_corrupt,
         io: options.io,
+        trace: options.trace.clone(),
         ..LoaderConfig::default()
     };
 
@@ -410,7 +413,7 @@ pub fn train(
         };
         let waited = started.elapsed();
         exec.write_bytes(graph.records, batch.records())?;
-        let epoch = batch.epoch;
+        let (epoch, batch_index) = (batch.epoch, batch.index);
         drop(batch);
 
         let step = progress.step + 1;
@@ -422,7 +425,17 @@ pub fn train(
         .bias_corrections();
         hyper.copy_from_slice(&[lr, step as f32, c1, c2]);
         exec.write_f32(graph.hyper, &hyper)?;
+        let step_started = options.trace.as_ref().map(|log| log.now());
         let timing = exec.run(train_entry)?;
+        if let (Some(log), Some(t0)) = (&options.trace, step_started) {
+            log.record(
+                crate::trace::Kind::Step,
+                crate::trace::CONSUMER_ROW,
+                batch_index,
+                t0,
+                log.now(),
+            );
+        }
         exec.read_f32(graph.loss, &mut loss)?;
         if !loss[0].is_finite() {
             return Err(Error::Config(format!(

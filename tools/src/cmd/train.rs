@@ -80,6 +80,14 @@ pub struct Args {
     /// Corrupt records: fail stops naming the record; skip replaces and counts it.
     #[arg(long, default_value = "fail")]
     on_corrupt: OnCorrupt,
+    /// Record loader units, batch waits and device steps, and write them as Chrome trace JSON
+    /// (opens in Perfetto) and, beside it with the extension .svg, as the simulator's timeline.
+    #[arg(long, value_name = "JSON")]
+    trace: Option<PathBuf>,
+    /// Capacity of the trace log in events (32 bytes each, allocated up front; later events
+    /// are counted and dropped).
+    #[arg(long, default_value_t = 65536)]
+    trace_events: usize,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -166,11 +174,37 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         mem_budget: a.mem_budget,
         resume: a.resume,
         max_steps: a.max_steps,
+        trace: a
+            .trace
+            .as_ref()
+            .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events))),
     };
     let mut printer = Printer { bar: None };
     let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
     if let Some(bar) = printer.bar.take() {
         bar.finish_and_clear();
+    }
+    if let (Some(path), Some(log)) = (&a.trace, &options.trace) {
+        fulcrum::durable::write_atomic(path, log.to_chrome_json().as_bytes())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let title = format!(
+            "fulcrum train: {} loader(s), batch {}, ring {} on {}",
+            a.loaders, a.batch, a.ring, report.engine
+        );
+        let svg = fulcrum::balance::timeline::svg(&[log.to_timeline(&title, a.ring as u32)]);
+        let svg_path = path.with_extension("svg");
+        fulcrum::durable::write_atomic(&svg_path, svg.as_bytes())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", svg_path.display()))?;
+        println!(
+            "trace: {} (Perfetto) and {} ({} events{})",
+            path.display(),
+            svg_path.display(),
+            log.events().len(),
+            match log.dropped() {
+                0 => String::new(),
+                d => format!(", {d} dropped: raise --trace-events"),
+            }
+        );
     }
     println!(
         "{} at step {} (epoch {}), loss {}; checkpoint {}",
