@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2048)]
     images: u64,
     /// Training epochs.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 16)]
     epochs: u64,
     #[arg(long, default_value_t = 32)]
     batch: u32,
@@ -124,7 +124,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         epochs: a.epochs,
         lr: 1e-2,
         warmup: 50,
-        augment: false,
+        augment: true,
         out: run_dir.clone(),
         checkpoint_every: a.epochs,
         ..TrainConfig::default()
