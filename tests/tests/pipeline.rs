@@ -412,7 +412,7 @@ fn a_trace_of_a_real_run_holds_every_unit_and_batch_in_causal_order() {
             let loads = of("load", b);
             assert_eq!(loads.len(), 3, "batch {b} ({io:?})");
             assert!(loads.iter().all(|&(_, _, tid)| tid < 2));
-            let (waits, steps) = (of("wait for batch", b), of("step", b));
+            let (waits, steps) = (of("wait for batch", b), of("take batch", b));
             assert_eq!((waits.len(), steps.len()), (1, 1), "batch {b}");
             assert_eq!(steps[0].2, u64::from(fulcrum::trace::CONSUMER_ROW));
             // Causality: every unit of a batch ends before the consumer takes the batch.
