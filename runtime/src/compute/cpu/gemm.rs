@@ -115,7 +115,10 @@ mod kernels {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
-            if a.cs == 1 && b.rs == 1 && b.cs != 1 {
+            if b.cs == 1 {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above), all it needs.
+                unsafe { rows_avx2(m, k, n, alpha, a, b, c, ldc) };
+            } else if a.cs == 1 && b.rs == 1 {
                 // SAFETY: the CPU has AVX2 and FMA (checked just above), all it needs.
                 unsafe { dots_avx2(m, k, n, alpha, a, b, c, ldc) };
             } else {
@@ -125,6 +128,75 @@ mod kernels {
             return;
         }
         accumulate_generic(m, k, n, alpha, a, b, c, ldc);
+    }
+
+    /// The `b.cs == 1` path of [`body`] with explicit FMA: 4 × 16 register tiles of C (eight
+    /// accumulators), each B row loaded once per tile row set and each A element broadcast
+    /// once; the compiler's own version multiplies and adds separately.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_avx2(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: Mat<'_>,
+        b: Mat<'_>,
+        c: &mut [f32],
+        ldc: usize,
+    ) {
+        use std::arch::x86_64::{
+            _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
+            _mm256_setzero_ps, _mm256_storeu_ps,
+        };
+        let at = |i: usize, p: usize| alpha * a.data[i * a.rs + p * a.cs];
+        let (m4, n16) = (m - m % 4, n - n % 16);
+        for i in (0..m4).step_by(4) {
+            // Every A element of the four rows and every B element of the tile is inside the
+            // slices: the caller checked the last element of each view.
+            let arow: [usize; 4] = [i * a.rs, (i + 1) * a.rs, (i + 2) * a.rs, (i + 3) * a.rs];
+            for j in (0..n16).step_by(16) {
+                // Bounds of the tile's last B row and last C row, checked once here so the
+                // loop below can use raw loads.
+                assert!((k - 1) * b.rs + j + 16 <= b.data.len());
+                assert!((i + 3) * ldc + j + 16 <= c.len());
+                assert!(arow[3] + (k - 1) * a.cs < a.data.len());
+                // SAFETY: the CPU has AVX2 and FMA (the caller's contract); every B load reads
+                // p·rs + j .. + 16 with p < k, every A read is at (i + r, p) with r < 4, p < k,
+                // and every C access is (i + r)·ldc + j .. + 16, all within the asserts above.
+                unsafe {
+                    let (bp, ap) = (b.data.as_ptr(), a.data.as_ptr());
+                    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                    for p in 0..k {
+                        let b0 = _mm256_loadu_ps(bp.add(p * b.rs + j));
+                        let b1 = _mm256_loadu_ps(bp.add(p * b.rs + j + 8));
+                        for r in 0..4 {
+                            let av = _mm256_set1_ps(*ap.add(arow[r] + p * a.cs));
+                            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                        }
+                    }
+                    let al = _mm256_set1_ps(alpha);
+                    let cp = c.as_mut_ptr();
+                    for (r, acc_r) in acc.iter().enumerate() {
+                        for (h, v) in acc_r.iter().enumerate() {
+                            let o = cp.add((i + r) * ldc + j + 8 * h);
+                            _mm256_storeu_ps(
+                                o,
+                                _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(al, *v)),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..m4 {
+            edge_row(i, n16..n, k, &at, b, c, ldc);
+        }
+        for i in m4..m {
+            edge_row(i, 0..n, k, &at, b, c, ldc);
+        }
     }
 
     /// The dot path of [`body`] (both operands contiguous along k, as in `dW += G·Xᵀ`) with
