@@ -346,14 +346,24 @@ fn backward_body(
                 row.fill(0.0);
                 continue;
             }
-            for (ix, v) in row.iter_mut().enumerate() {
-                let col = ix + g.p;
-                let j = col / g.s;
-                *v = if j < g.pwid {
-                    dph[((col % g.s) * g.rows + r) * g.pwid + j]
-                } else {
-                    0.0
-                };
+            // Phase by phase, so there is no division per element: input columns ix with
+            // (ix + p) % s == q sit at consecutive entries (ix + p)/s of phase q; columns past
+            // the last phase entry got no gradient.
+            row.fill(0.0);
+            for q in 0..g.s {
+                let ix0 = (q + g.s - g.p % g.s) % g.s;
+                if ix0 >= g.w {
+                    continue;
+                }
+                let src = &dph[(q * g.rows + r) * g.pwid..][..g.pwid];
+                let j0 = (ix0 + g.p) / g.s;
+                for (v, d) in row[ix0..]
+                    .iter_mut()
+                    .step_by(g.s)
+                    .zip(&src[j0.min(g.pwid)..])
+                {
+                    *v = *d;
+                }
             }
         }
     }
