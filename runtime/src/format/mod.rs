@@ -66,6 +66,7 @@ mod error;
 mod header;
 mod manifest;
 mod record;
+pub(crate) use record::{le_f32, le_u32};
 
 pub use error::{Error, Result};
 pub use header::{ShardHeader, FORMAT_VERSION, HEADER_SIZE, MAGIC};

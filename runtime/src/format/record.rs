@@ -78,10 +78,11 @@ pub struct RecordLayout {
 fn le_u16(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
-fn le_u32(b: &[u8], o: usize) -> u32 {
+/// Little-endian reads at byte offset `o` (also used by the CPU kernels that read records).
+pub(crate) fn le_u32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
 }
-fn le_f32(b: &[u8], o: usize) -> f32 {
+pub(crate) fn le_f32(b: &[u8], o: usize) -> f32 {
     f32::from_le_bytes(b[o..o + 4].try_into().unwrap())
 }
 

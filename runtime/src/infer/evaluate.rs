@@ -52,6 +52,30 @@ pub struct EvalReport {
     pub wall: Duration,
 }
 
+/// Checks a record read straight from `dataset`'s shards (checksum, index, labels).
+fn verify(dataset: &Dataset, record: &[u8], index: u64) -> Result<()> {
+    let classes = dataset.manifest.num_classes();
+    dataset
+        .layout
+        .verify(record, index, classes)
+        .map_err(|problem| {
+            loader::Error::Corrupt {
+                path: dataset.dir.clone(),
+                record: index,
+                problem,
+            }
+            .into()
+        })
+}
+
+/// A record's ground-truth boxes.
+fn truth_boxes<'a>(
+    layout: &'a crate::format::RecordLayout,
+    record: &'a [u8],
+) -> impl Iterator<Item = Scored> + 'a {
+    (0..layout.box_count(record) as usize).map(|b| Scored::from(layout.read_box(record, b)))
+}
+
 /// Checks that `checkpoint` can run on `dataset`'s records (same classes, same image size).
 pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()> {
     let data_classes = &dataset.manifest.classes;
@@ -128,14 +152,7 @@ pub fn evaluate(
             .map_err(loader::Error::from)?;
         records[n * rs..].fill(0);
         for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
-            let index = first + i as u64;
-            layout
-                .verify(record, index, classes)
-                .map_err(|problem| loader::Error::Corrupt {
-                    path: dataset.dir.clone(),
-                    record: index,
-                    problem,
-                })?;
+            verify(dataset, record, first + i as u64)?;
         }
         exec.write_bytes(graph.records, &records)?;
         exec.run(entry)?;
@@ -150,28 +167,9 @@ pub fn evaluate(
         }
         for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
             found.clear();
-            found.extend(
-                detections_from_bytes(&graph.decode, i, &dets, &counts).map(|d| Scored {
-                    class: d.class,
-                    score: d.score,
-                    x0: d.x0,
-                    y0: d.y0,
-                    x1: d.x1,
-                    y1: d.y1,
-                }),
-            );
+            found.extend(detections_from_bytes(&graph.decode, i, &dets, &counts).map(Scored::from));
             truth.clear();
-            truth.extend((0..layout.box_count(record) as usize).map(|b| {
-                let r = layout.read_box(record, b);
-                Scored {
-                    class: r.class,
-                    score: 1.0,
-                    x0: r.x0,
-                    y0: r.y0,
-                    x1: r.x1,
-                    y1: r.y1,
-                }
-            }));
+            truth.extend(truth_boxes(layout, record));
             acc.add_image(&found, &truth);
         }
         first += n as u64;
@@ -203,13 +201,7 @@ pub fn full_image_baseline(dataset: &Dataset, iou: f32) -> Result<MapReport> {
         dataset
             .read_records(index, &mut record)
             .map_err(loader::Error::from)?;
-        layout
-            .verify(&record, index, classes)
-            .map_err(|problem| loader::Error::Corrupt {
-                path: dataset.dir.clone(),
-                record: index,
-                problem,
-            })?;
+        verify(dataset, &record, index)?;
         let meta = layout.read_meta(&record);
         let (w, h) = (layout.width as f32, layout.height as f32);
         let guesses: Vec<Scored> = (0..classes)
@@ -222,19 +214,7 @@ pub fn full_image_baseline(dataset: &Dataset, iou: f32) -> Result<MapReport> {
                 y1: h - meta.pad_y,
             })
             .collect();
-        let truth: Vec<Scored> = (0..layout.box_count(&record) as usize)
-            .map(|b| {
-                let r = layout.read_box(&record, b);
-                Scored {
-                    class: r.class,
-                    score: 1.0,
-                    x0: r.x0,
-                    y0: r.y0,
-                    x1: r.x1,
-                    y1: r.y1,
-                }
-            })
-            .collect();
+        let truth: Vec<Scored> = truth_boxes(layout, &record).collect();
         acc.add_image(&guesses, &truth);
     }
     Ok(acc.finish())

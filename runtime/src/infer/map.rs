@@ -16,6 +16,33 @@ pub struct Scored {
     pub y1: f32,
 }
 
+impl From<crate::compute::ops::Detection> for Scored {
+    fn from(d: crate::compute::ops::Detection) -> Self {
+        Scored {
+            class: d.class,
+            score: d.score,
+            x0: d.x0,
+            y0: d.y0,
+            x1: d.x1,
+            y1: d.y1,
+        }
+    }
+}
+
+/// A ground-truth box (score 1).
+impl From<crate::format::RecordBox> for Scored {
+    fn from(b: crate::format::RecordBox) -> Self {
+        Scored {
+            class: b.class,
+            score: 1.0,
+            x0: b.x0,
+            y0: b.y0,
+            x1: b.x1,
+            y1: b.y1,
+        }
+    }
+}
+
 /// Intersection over union of two boxes (0 for empty ones).
 pub fn iou(a: &Scored, b: &Scored) -> f32 {
     let iw = (a.x1.min(b.x1) - a.x0.max(b.x0)).max(0.0);

@@ -1,8 +1,10 @@
 //! Detections from the model's output ([`Decode`]): 3×3 peaks on the heat maps above a score
 //! threshold, the top K per image, boxes from the offset and size channels.
 
+use super::loss::sigmoid;
 use crate::compute::ops::{Decode, Detection};
 use crate::compute::recording::DETECTION_BYTES;
+use crate::format::{le_f32, le_u32};
 
 /// A peak before box decoding; sorted by score, then class, row, column.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -17,15 +19,6 @@ pub struct Candidate {
 /// scratch passed to [`decode`] must have.
 pub fn scratch_len(op: &Decode) -> usize {
     op.classes as usize * op.grid_h as usize * op.grid_w as usize
-}
-
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
 }
 
 /// Best first: higher score, then lower (class, y, x).
@@ -162,23 +155,18 @@ pub fn detections_from_bytes<'a>(
     dets: &'a [u8],
     counts: &[u8],
 ) -> impl Iterator<Item = Detection> + 'a {
-    let at = 4 * image;
-    let count = u32::from_le_bytes([counts[at], counts[at + 1], counts[at + 2], counts[at + 3]]);
+    let count = le_u32(counts, 4 * image);
     let k = op.top_k as usize;
     dets[image * k * DETECTION_BYTES..]
         .chunks_exact(DETECTION_BYTES)
         .take(count.min(op.top_k) as usize)
-        .map(|b| {
-            let w =
-                |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
-            Detection {
-                class: w(0),
-                score: f32::from_bits(w(1)),
-                x0: f32::from_bits(w(2)),
-                y0: f32::from_bits(w(3)),
-                x1: f32::from_bits(w(4)),
-                y1: f32::from_bits(w(5)),
-            }
+        .map(|b| Detection {
+            class: le_u32(b, 0),
+            score: le_f32(b, 4),
+            x0: le_f32(b, 8),
+            y0: le_f32(b, 12),
+            x1: le_f32(b, 16),
+            y1: le_f32(b, 20),
         })
 }
 

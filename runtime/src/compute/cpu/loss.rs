@@ -38,8 +38,8 @@ fn softplus(x: f32) -> f32 {
     x.max(0.0) + (-x.abs()).exp().ln_1p()
 }
 
-/// `1 / (1 + e^−x)` without overflow.
-fn sigmoid(x: f32) -> f32 {
+/// `1 / (1 + e^−x)` without overflow (also the decoder's score).
+pub(crate) fn sigmoid(x: f32) -> f32 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {

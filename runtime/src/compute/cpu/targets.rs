@@ -2,6 +2,7 @@
 //! maps, centre offsets, log sizes and the centre mask.
 
 use crate::compute::ops::Targets;
+use crate::format::{le_f32, le_u32};
 
 /// CenterNet's radius (in the units of `height`, `width`) within which a box's corners may move
 /// and still overlap the original by at least `min_overlap` IoU: the smallest root of the three
@@ -19,14 +20,6 @@ pub fn gaussian_radius(height: f32, width: f32, min_overlap: f32) -> f32 {
     let c3 = (o - 1.0) * w * h;
     let r3 = (b3 + (b3 * b3 - 4.0 * a3 * c3).max(0.0).sqrt()) / 2.0;
     r1.min(r2).min(r3)
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn le_f32(b: &[u8], at: usize) -> f32 {
-    f32::from_bits(le_u32(b, at))
 }
 
 /// Renders the targets of `op.n` records into `out` (overwritten). Boxes with a class outside
