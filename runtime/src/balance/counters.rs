@@ -14,6 +14,11 @@ pub struct StageCounters {
     pub busy_ns: AtomicU64,
     /// Wall time spent waiting on another stage (a free slot, a ready batch).
     pub wait_ns: AtomicU64,
+    /// Units of work added (calls to [`StageCounters::add`]).
+    pub units: AtomicU64,
+    /// Sum of each unit's busy time squared, in µs²: with `busy` and `units`, the spread of
+    /// unit times (the autotuner sizes the ring from it).
+    pub busy_sq_us2: AtomicU64,
 }
 
 impl StageCounters {
@@ -23,6 +28,9 @@ impl StageCounters {
         self.cpu_ns.fetch_add(cpu.as_nanos() as u64, Relaxed);
         self.busy_ns.fetch_add(busy.as_nanos() as u64, Relaxed);
         self.wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
+        self.units.fetch_add(1, Relaxed);
+        let us = busy.as_micros().min(u32::MAX as u128) as u64;
+        self.busy_sq_us2.fetch_add(us * us, Relaxed);
     }
 
     pub fn snapshot(&self) -> StageSnapshot {
@@ -32,6 +40,8 @@ impl StageCounters {
             cpu: Duration::from_nanos(self.cpu_ns.load(Relaxed)),
             busy: Duration::from_nanos(self.busy_ns.load(Relaxed)),
             wait: Duration::from_nanos(self.wait_ns.load(Relaxed)),
+            units: self.units.load(Relaxed),
+            busy_sq_us2: self.busy_sq_us2.load(Relaxed),
         }
     }
 }
@@ -67,12 +77,43 @@ pub struct StageSnapshot {
     pub cpu: Duration,
     pub busy: Duration,
     pub wait: Duration,
+    pub units: u64,
+    pub busy_sq_us2: u64,
 }
 
 impl StageSnapshot {
     /// CPU seconds per item: for the loaders this is `T_g`.
     pub fn cpu_per_item(&self) -> Option<Duration> {
         (self.items > 0).then(|| self.cpu / self.items as u32)
+    }
+
+    /// Wall seconds of work per item (CPU plus what the work waited on: reads, a slow step).
+    pub fn busy_per_item(&self) -> Option<Duration> {
+        (self.items > 0).then(|| self.busy / self.items as u32)
+    }
+
+    /// What happened between `earlier` and `self` (both snapshots of the same counters).
+    pub fn since(&self, earlier: &StageSnapshot) -> StageSnapshot {
+        StageSnapshot {
+            items: self.items.saturating_sub(earlier.items),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            busy: self.busy.saturating_sub(earlier.busy),
+            wait: self.wait.saturating_sub(earlier.wait),
+            units: self.units.saturating_sub(earlier.units),
+            busy_sq_us2: self.busy_sq_us2.saturating_sub(earlier.busy_sq_us2),
+        }
+    }
+
+    /// Coefficient of variation (std / mean) of the units' busy times; `None` below 2 units.
+    pub fn unit_busy_cv(&self) -> Option<f64> {
+        if self.units < 2 {
+            return None;
+        }
+        let n = self.units as f64;
+        let mean = self.busy.as_secs_f64() * 1e6 / n;
+        let var = (self.busy_sq_us2 as f64 / n - mean * mean).max(0.0);
+        (mean > 0.0).then(|| var.sqrt() / mean)
     }
 }
 
@@ -113,5 +154,28 @@ mod tests {
         assert_eq!(s.cpu, Duration::from_millis(12));
         assert_eq!(s.cpu_per_item(), Some(Duration::from_nanos(1500)));
         assert_eq!(StageSnapshot::default().cpu_per_item(), None);
+        // 4000 units of exactly 4 µs: no spread.
+        assert_eq!(s.units, 4000);
+        assert_eq!(s.unit_busy_cv(), Some(0.0));
+    }
+
+    #[test]
+    fn spread_of_unit_times() {
+        let c = StageCounters::default();
+        let before = c.snapshot();
+        // Units of 10 and 30 µs: mean 20, std 10, cv 0.5.
+        for us in [10, 30, 10, 30] {
+            c.add(
+                1,
+                0,
+                Duration::ZERO,
+                Duration::from_micros(us),
+                Duration::ZERO,
+            );
+        }
+        let d = c.snapshot().since(&before);
+        assert_eq!(d.units, 4);
+        assert_eq!(d.busy_per_item(), Some(Duration::from_micros(20)));
+        assert!((d.unit_busy_cv().unwrap() - 0.5).abs() < 1e-12);
     }
 }

@@ -164,6 +164,15 @@ impl Exec {
         }
     }
 
+    /// Host cores the engine keeps busy while it runs: its threads on the CPU, none on a GPU
+    /// (the host thread waits for the fence).
+    pub fn host_threads(&self) -> usize {
+        match self {
+            Exec::Cpu(c) => c.threads(),
+            Exec::Vulkan(_) => 0,
+        }
+    }
+
     pub fn is_vulkan(&self) -> bool {
         matches!(self, Exec::Vulkan(_))
     }

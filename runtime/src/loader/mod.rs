@@ -84,6 +84,12 @@ pub struct LoaderConfig {
     pub trace: Option<Arc<TraceLog>>,
     /// Hard limit on the memory the pipeline may hold; checked before anything is allocated.
     pub mem_budget: Option<u64>,
+    /// Extra wall time per record, slept by the loader after augmenting it: a stand-in for a
+    /// slower board or heavier decoding, to test and demonstrate the autotuner. Zero normally.
+    pub slow_down: std::time::Duration,
+    /// Count into these (a loader restarted with another configuration keeps the run's
+    /// totals); `None` starts from zero.
+    pub counters: Option<Arc<PipelineCounters>>,
 }
 
 impl Default for LoaderConfig {
@@ -105,12 +111,15 @@ impl Default for LoaderConfig {
             verify: true,
             trace: None,
             mem_budget: None,
+            slow_down: std::time::Duration::ZERO,
+            counters: None,
         }
     }
 }
 
 impl LoaderConfig {
-    fn part_records(&self) -> usize {
+    /// Records per unit of work a loader claims.
+    pub fn part_records(&self) -> usize {
         match self.part_records {
             0 => self.batch.div_ceil(2 * self.loaders.max(1)).clamp(1, 32),
             n => n.min(self.batch),
@@ -279,7 +288,7 @@ impl Loader {
         }
 
         let backend_kind = backends[0].kind();
-        let counters = Arc::new(PipelineCounters::default());
+        let counters = config.counters.clone().unwrap_or_default();
         let threads = backends
             .into_iter()
             .enumerate()

@@ -40,6 +40,7 @@ pub(super) struct Worker {
     seed: u64,
     shuffle: bool,
     pin: CoreSet,
+    slow_down: Duration,
     /// Where this unit's records live; capacity for a whole part, allocated once.
     locs: Vec<RecordLoc>,
     /// Global record index of each of this unit's records.
@@ -77,6 +78,7 @@ impl Worker {
             seed: config.seed,
             shuffle: config.shuffle,
             pin: config.pin,
+            slow_down: config.slow_down,
             locs: Vec::with_capacity(part),
             indices: Vec::with_capacity(part),
         }
@@ -120,7 +122,7 @@ impl Worker {
             let (indices, augmenter) = (&self.indices, &mut self.augmenter);
             let (verify, augment, on_corrupt, classes) =
                 (self.verify, self.augment, self.on_corrupt, self.num_classes);
-            let seed = self.seed;
+            let (seed, slow_down) = (self.seed, self.slow_down);
             let read = self.backend.read_records(
                 &self.locs,
                 layout.record_size,
@@ -149,6 +151,9 @@ impl Worker {
                     }
                     if augment {
                         augmenter.apply(record, derive_seed(&[seed, epoch, first + j as u64]));
+                    }
+                    if !slow_down.is_zero() {
+                        std::thread::sleep(slow_down);
                     }
                     processing += t.elapsed();
                     ControlFlow::Continue(())

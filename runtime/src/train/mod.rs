@@ -1,5 +1,7 @@
 //! Training: the step loop, the learning-rate schedule and checkpoints.
 
+pub mod autotune;
+pub mod bench_balance;
 pub mod checkpoint;
 pub mod schedule;
 pub mod trainer;

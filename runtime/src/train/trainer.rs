@@ -5,15 +5,18 @@
 //! it while the device computes), write `[lr, step, c1, c2]`, run the `train` entry, read the
 //! loss. Nothing is allocated per step: every buffer is sized before the first step.
 //!
-//! Per epoch the balance equation is evaluated from what was measured: `T_g` (loader CPU per
-//! record), `C` (loader threads), `B` and `T_step` (device time per step: GPU timestamps on
-//! Vulkan, the step's wall time on the CPU engine).
+//! Per epoch the balance equation is evaluated from what was measured: `T_g` (a loader's wall
+//! time per record, with the share of it that was CPU), `C` (loader threads), `B` and
+//! `T_step` (device time per step: GPU timestamps on Vulkan, the step's wall time on the CPU
+//! engine).
 //!
 //! Checkpoints (`last.safetensors` in the output folder) are written atomically at the end of
 //! every `checkpoint_every` epochs, at the end, and when a stop is requested (SIGINT/SIGTERM:
 //! the current step finishes first). `resume` continues from one to the same weights an
 //! uninterrupted run reaches: the epoch order and augmentation are functions of (seed, epoch,
-//! position), the schedule of the step, and the loader starts at the saved batch.
+//! position), the schedule of the step, and the loader starts at the saved batch. The same
+//! property lets `--autotune` (see [`super::autotune`]) restart the loader with another
+//! configuration mid-run without changing what is trained.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
 use super::checkpoint::{self, Checkpoint, Progress};
 use super::schedule::Schedule;
-use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan};
+use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
 use crate::compute::ops::AdamW;
 use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
@@ -55,6 +59,17 @@ pub struct TrainConfig {
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
+    /// io_uring reads in flight per loader.
+    #[serde(default = "default_io_depth")]
+    pub io_depth: u32,
+    /// Let the autotuner choose batch (within the budget), loaders, ring and I/O queue depth;
+    /// the checkpoint then stores what it chose.
+    #[serde(default)]
+    pub autotune: bool,
+}
+
+fn default_io_depth() -> u32 {
+    crate::io::UringOptions::default().queue_depth
 }
 
 impl Default for TrainConfig {
@@ -74,6 +89,8 @@ impl Default for TrainConfig {
             augment: true,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
+            io_depth: default_io_depth(),
+            autotune: false,
         }
     }
 }
@@ -93,6 +110,8 @@ pub struct RunOptions {
     pub max_steps: Option<u64>,
     /// Record loader, wait and device-step spans here (allocated up front by the caller).
     pub trace: Option<std::sync::Arc<crate::trace::TraceLog>>,
+    /// Extra wall time per record in the loaders (tests and `bench balance`: a slow loader).
+    pub loader_slow_down: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +180,8 @@ pub struct EpochReport {
     pub cores: usize,
     pub batch: u32,
     pub step_time: Duration,
+    /// Share of the loaders' `T_g` that was CPU time (low: they waited on reads or sleeps).
+    pub loader_cpu_share: f64,
 }
 
 impl EpochReport {
@@ -168,11 +189,12 @@ impl EpochReport {
     pub fn balance_line(&self) -> String {
         match &self.balance {
             Some(b) => format!(
-                "T_g·B/C = {:.2} ms ({:.1} µs × {} / {}) vs T_step = {:.2} ms → {}, device idle {:.1} % (measured wait {:.1} %)",
+                "T_g·B/C = {:.2} ms ({:.1} µs × {} / {}, loader CPU {:.0} %) vs T_step = {:.2} ms → {}, device idle {:.1} % (measured wait {:.1} %)",
                 b.load_per_batch_ms,
                 self.tg.as_secs_f64() * 1e6,
                 self.batch,
                 self.cores,
+                100.0 * self.loader_cpu_share,
                 b.step_ms,
                 if b.input_bound { "input-bound" } else { "compute-bound" },
                 100.0 * b.device_idle,
@@ -189,6 +211,8 @@ pub trait Observer {
     fn step(&mut self, _report: &StepReport) {}
     fn epoch(&mut self, _report: &EpochReport) {}
     fn checkpoint(&mut self, _path: &Path, _progress: &Progress) {}
+    /// The autotuner chose something (`--autotune`).
+    fn tuned(&mut self, _decision: &Decision) {}
 }
 
 /// An observer that ignores everything.
@@ -205,6 +229,20 @@ pub struct TrainReport {
     pub interrupted: bool,
     pub engine: String,
     pub final_loss: Option<f32>,
+    /// The configuration the run ended with (the autotuner's choice with `--autotune`).
+    pub tuning: Tuning,
+    /// The autotuner's decisions, in order, with their reasons.
+    pub decisions: Vec<Decision>,
+    /// Why the autotuner found no configuration within the limits that balances, if it did not.
+    pub unbalanced: Option<String>,
+    /// Steps the step loop waited for input, over all steps, as a fraction of the loop's wall
+    /// time; and the same after the autotuner settled (without it: the same figure).
+    pub input_wait: f64,
+    pub input_wait_settled: Option<f64>,
+    /// Wall time of the step loop.
+    pub loop_time: Duration,
+    /// Wall time of the autotuner's probe before the first step, if it ran one.
+    pub probe_time: Option<Duration>,
 }
 
 /// Trains per `config`; `stop` is polled between steps (set it from a signal handler).
@@ -220,40 +258,11 @@ pub fn train(
         ModelConfig::named(&config.model, dataset.manifest.num_classes()).map_err(Error::Config)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
 
-    // Where to start: fresh, or from the checkpoint.
+    // Where to start: fresh, or from the checkpoint (whose tuning an autotuned run reuses).
+    let mut config = config.clone();
     let resumed = if options.resume {
         let c = Checkpoint::load(&checkpoint_path)?;
-        if c.model != model {
-            return Err(Error::Config(format!(
-                "{}: the checkpoint is a {} for {} classes; --data has {} classes",
-                checkpoint_path.display(),
-                c.model.name,
-                c.model.classes,
-                model.classes
-            )));
-        }
-        if let Some(saved) = &c.train {
-            let saved: TrainConfig = serde_json::from_value(saved.clone()).map_err(|e| {
-                Error::Config(format!(
-                    "{}: training config: {e}",
-                    checkpoint_path.display()
-                ))
-            })?;
-            let same = TrainConfig {
-                epochs: config.epochs,
-                out: config.out.clone(),
-                data: config.data.clone(),
-                ..saved.clone()
-            };
-            if &same != config {
-                return Err(Error::Config(format!(
-                    "{}: the run was started with other options ({}); resume with the same \
-                     options (only --epochs may grow)",
-                    checkpoint_path.display(),
-                    describe_difference(&saved, config)
-                )));
-            }
-        }
+        check_resumable(&c, &model, &mut config, &checkpoint_path)?;
         Some(c)
     } else {
         if checkpoint_path.exists() {
@@ -264,6 +273,7 @@ pub fn train(
         }
         None
     };
+    let config = &config;
 
     let arch = Arch::new(&model);
     let graph_options = GraphOptions {
@@ -271,9 +281,7 @@ pub fn train(
         weight_decay: config.weight_decay,
         ..GraphOptions::default()
     };
-    let graph = ModelGraph::build(&arch, config.batch, &dataset.layout, &graph_options)
-        .map_err(Error::Config)?;
-    let loader_config = LoaderConfig {
+    let mut loader_config = LoaderConfig {
         batch: config.batch as usize,
         ring_slots: config.ring,
         loaders: config.loaders,
@@ -287,18 +295,63 @@ pub fn train(
         },
         on_corrupt: options.on_corrupt,
         io: options.io,
+        uring: crate::io::UringOptions {
+            queue_depth: config.io_depth,
+            ..Default::default()
+        },
         trace: options.trace.clone(),
+        slow_down: options.loader_slow_down,
+        counters: Some(Default::default()),
         ..LoaderConfig::default()
     };
+    let memory_of = |lc: &LoaderConfig, model_bytes: u64| {
+        let mut plan = loader::plan(&dataset, lc, options.io);
+        plan.add(
+            "model tensors (weights, optimizer, activations, gradients)",
+            1,
+            model_bytes,
+        );
+        plan
+    };
+    let fits =
+        |lc: &LoaderConfig, model_bytes: u64| memory_of(lc, model_bytes).fits(options.mem_budget);
+
+    // The autotuner picks the batch first: the largest up to the requested that fits.
+    let fresh_tuning = config.autotune && resumed.is_none();
+    let mut decisions_before_start = Vec::new();
+    if fresh_tuning && options.mem_budget.is_some() {
+        let fits_batch = |b: u64| {
+            let lc = tuned_loader_config(&loader_config, &start_tuning(b as u32));
+            ModelGraph::build(&arch, b as u32, &dataset.layout, &graph_options)
+                .is_ok_and(|g| fits(&lc, g.recording.bytes()))
+        };
+        match balance::largest_fitting(config.batch as u64, fits_batch) {
+            Some(b) if b < config.batch as u64 => {
+                decisions_before_start.push(Decision {
+                    step: 0,
+                    what: format!("batch {b}"),
+                    why: format!(
+                        "batch {} does not fit --mem-budget {} with one loader and a ring of 2; \
+                         {b} is the largest that does",
+                        config.batch,
+                        balance::human(options.mem_budget.unwrap_or_default())
+                    ),
+                });
+                loader_config.batch = b as usize;
+            }
+            _ => {}
+        }
+    }
+    let batch_size = loader_config.batch as u32;
+    let graph = ModelGraph::build(&arch, batch_size, &dataset.layout, &graph_options)
+        .map_err(Error::Config)?;
+    let model_bytes = graph.recording.bytes();
+    if fresh_tuning {
+        loader_config = tuned_loader_config(&loader_config, &start_tuning(batch_size));
+    }
 
     // The budget covers the pipeline and the engine together, checked before allocating.
-    let pipeline_plan = loader::plan(&dataset, &loader_config, options.io);
-    let mut memory = pipeline_plan.clone();
-    memory.add(
-        "model tensors (weights, optimizer, activations, gradients)",
-        1,
-        graph.recording.bytes(),
-    );
+    let memory = memory_of(&loader_config, model_bytes);
     if let Some(budget) = options.mem_budget {
         if !memory.fits(Some(budget)) {
             return Err(budget_error(
@@ -313,13 +366,13 @@ pub fn train(
         }
     }
 
-    let batches_per_epoch = dataset.records() / config.batch as u64;
+    let batches_per_epoch = dataset.records() / batch_size as u64;
     if batches_per_epoch == 0 {
         return Err(Error::Config(format!(
             "{} has {} records, fewer than one batch of {}",
             config.data.display(),
             dataset.records(),
-            config.batch
+            batch_size
         )));
     }
     let total_steps = batches_per_epoch * config.epochs;
@@ -331,6 +384,50 @@ pub fn train(
     };
 
     let mut exec = Exec::new(&graph.recording, &options.exec)?;
+    let train_entry = graph.entry(ENTRY_TRAIN);
+    let first_step = resumed.as_ref().map_or(0, |c| c.progress.step);
+    if first_step >= total_steps {
+        return Err(Error::Config(format!(
+            "{}: the run already finished {first_step} steps of {total_steps}; raise --epochs to train on",
+            checkpoint_path.display(),
+        )));
+    }
+
+    // The autotuner's start: the equation from a probe, or the checkpoint's tuning.
+    // (Over a copy: the tuned fields are the tuning's, the rest stays as it is now.)
+    let base = loader_config.clone();
+    let part_records = |loaders: usize| {
+        LoaderConfig {
+            loaders,
+            ..base.clone()
+        }
+        .part_records()
+    };
+    let fits_tuning = |t: &Tuning| fits(&tuned_loader_config(&base, t), model_bytes);
+    let mut probe_time = None;
+    let mut tuner = if !config.autotune {
+        None
+    } else {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let limits = Limits::for_machine(cores, exec.host_threads());
+        let tuner = if fresh_tuning {
+            // Before the weights are written: the probe's steps leave nothing behind.
+            let started = Instant::now();
+            let probe = probe(&mut exec, train_entry, &graph, &dataset, &loader_config)?;
+            probe_time = Some(started.elapsed());
+            let mut t = Autotuner::start(batch_size, &probe, limits, part_records, &fits_tuning);
+            t.prepend(decisions_before_start);
+            t
+        } else {
+            Autotuner::resumed(current_tuning(config), limits)
+        };
+        for d in tuner.decisions() {
+            observer.tuned(d);
+        }
+        loader_config = tuned_loader_config(&loader_config, &tuner.tuning());
+        Some(tuner)
+    };
+
     let mut progress = Progress {
         seed: config.seed,
         ..Progress::default()
@@ -351,21 +448,17 @@ pub fn train(
             }
         }
     }
-    if progress.step >= total_steps {
-        return Err(Error::Config(format!(
-            "{}: the run already finished {} steps of {total_steps}; raise --epochs to train on",
-            checkpoint_path.display(),
-            progress.step
-        )));
-    }
 
-    let mut loader = Loader::start(
-        &dataset,
-        &LoaderConfig {
-            start_batch: progress.step,
-            ..loader_config.clone()
-        },
-    )?;
+    let start_loader = |lc: &LoaderConfig, at: u64| {
+        Loader::start(
+            &dataset,
+            &LoaderConfig {
+                start_batch: at,
+                ..lc.clone()
+            },
+        )
+    };
+    let mut loader = start_loader(&loader_config, progress.step)?;
     let engine = exec.describe();
     observer.start(&RunInfo {
         model: model.name.clone(),
@@ -374,12 +467,11 @@ pub fn train(
         batches_per_epoch,
         total_steps,
         first_step: progress.step,
-        memory,
+        memory: memory_of(&loader_config, model_bytes),
         backend: loader.backend().name().to_owned(),
         param_count: arch.param_count(),
     });
 
-    let train_entry = graph.entry(ENTRY_TRAIN);
     let adam = AdamW {
         len: 1,
         lr: 0.0,
@@ -389,8 +481,19 @@ pub fn train(
         weight_decay: 0.0,
         step: 1,
     };
-    let save = |exec: &mut Exec, progress: &Progress, observer: &mut dyn Observer| -> Result<()> {
-        let c = snapshot(exec, &graph, config, &classes, progress)?;
+    let save = |exec: &mut Exec,
+                progress: &Progress,
+                tuning: &Tuning,
+                observer: &mut dyn Observer|
+     -> Result<()> {
+        let saved = TrainConfig {
+            batch: tuning.batch,
+            loaders: tuning.loaders,
+            ring: tuning.ring,
+            io_depth: tuning.io_depth,
+            ..config.clone()
+        };
+        let c = snapshot(exec, &graph, &saved, &classes, progress)?;
         c.save(&checkpoint_path)?;
         observer.checkpoint(&checkpoint_path, progress);
         Ok(())
@@ -402,6 +505,10 @@ pub fn train(
     let mut interrupted = false;
     let mut final_loss = None;
     let mut epoch_acc = EpochAcc::new(loader.counters());
+    let mut window = tuner.as_ref().map(|_| WindowAcc::new(&loader_config, None));
+    let run_started = Instant::now();
+    let mut total_waited = Duration::ZERO;
+    let mut settled_at: Option<(Instant, Duration)> = None;
     loop {
         if stop.load(Ordering::Relaxed) || options.max_steps.is_some_and(|m| progress.step >= m) {
             interrupted = stop.load(Ordering::Relaxed);
@@ -458,22 +565,48 @@ pub fn train(
             device: timing.device,
             wall: started.elapsed(),
         };
+        total_waited += waited;
         epoch_acc.add(&report);
         observer.step(&report);
 
+        // The autotuner looks at whole windows and may restart the loader at the next batch.
+        if let (Some(tuner), Some(acc)) = (&mut tuner, &mut window) {
+            if let Some(w) = acc.add(&report, &loader.counters()) {
+                let seen = tuner.decisions().len();
+                let change = tuner.observe(step, &w, part_records, &fits_tuning);
+                for d in &tuner.decisions()[seen..] {
+                    observer.tuned(d);
+                }
+                if let Some(t) = change {
+                    loader_config = tuned_loader_config(&loader_config, &t);
+                    drop(loader);
+                    loader = start_loader(&loader_config, progress.step)?;
+                }
+                if tuner.settled() {
+                    settled_at = Some((Instant::now(), total_waited));
+                    window = None;
+                } else {
+                    *acc = WindowAcc::new(&loader_config, Some(w.step_mean));
+                }
+            }
+        }
+
         if progress.batch_in_epoch == 0 {
-            let e = epoch_acc.finish(epoch, loader.counters(), config.loaders, config.batch);
+            let e = epoch_acc.finish(epoch, loader.counters(), loader_config.loaders, batch_size);
             observer.epoch(&e);
             epochs.push(e);
             epoch_acc = EpochAcc::new(loader.counters());
             let done = progress.epoch;
             if done % config.checkpoint_every.max(1) == 0 && done < config.epochs {
-                save(&mut exec, &progress, observer)?;
+                save(&mut exec, &progress, &current(&loader_config), observer)?;
             }
         }
     }
     drop(loader);
-    save(&mut exec, &progress, observer)?;
+    let tuning = current(&loader_config);
+    save(&mut exec, &progress, &tuning, observer)?;
+    let loop_time = run_started.elapsed();
+    let input_wait = total_waited.as_secs_f64() / loop_time.as_secs_f64().max(1e-9);
     Ok(TrainReport {
         progress,
         checkpoint: checkpoint_path.clone(),
@@ -481,7 +614,217 @@ pub fn train(
         interrupted,
         engine,
         final_loss,
+        tuning,
+        decisions: tuner
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.decisions().to_vec()),
+        unbalanced: tuner
+            .as_ref()
+            .and_then(|t| t.unbalanced().map(str::to_owned)),
+        input_wait,
+        input_wait_settled: match (&tuner, settled_at) {
+            (None, _) => Some(input_wait),
+            (Some(_), Some((at, waited_then))) => {
+                let wall = at.elapsed().as_secs_f64();
+                (wall > 0.0).then(|| (total_waited - waited_then).as_secs_f64() / wall)
+            }
+            (Some(_), None) => None,
+        },
+        loop_time,
+        probe_time,
     })
+}
+
+/// The first configuration the autotuner's probe runs with.
+fn start_tuning(batch: u32) -> Tuning {
+    Tuning {
+        batch,
+        loaders: 1,
+        ring: 2,
+        io_depth: default_io_depth(),
+    }
+}
+
+/// The loader configuration for a tuning.
+fn tuned_loader_config(base: &LoaderConfig, t: &Tuning) -> LoaderConfig {
+    LoaderConfig {
+        batch: t.batch as usize,
+        loaders: t.loaders,
+        ring_slots: t.ring,
+        uring: crate::io::UringOptions {
+            queue_depth: t.io_depth,
+            ..base.uring
+        },
+        ..base.clone()
+    }
+}
+
+/// The tuning a loader configuration runs with.
+fn current(lc: &LoaderConfig) -> Tuning {
+    Tuning {
+        batch: lc.batch as u32,
+        loaders: lc.loaders,
+        ring: lc.ring_slots,
+        io_depth: lc.uring.queue_depth,
+    }
+}
+
+/// The tuning a (saved) training configuration holds.
+fn current_tuning(c: &TrainConfig) -> Tuning {
+    Tuning {
+        batch: c.batch,
+        loaders: c.loaders,
+        ring: c.ring,
+        io_depth: c.io_depth,
+    }
+}
+
+/// Checks that checkpoint `c` continues a run of `model` with `config`'s options; an autotuned
+/// run takes the checkpoint's batch, loaders, ring and queue depth into `config`.
+fn check_resumable(
+    c: &Checkpoint,
+    model: &ModelConfig,
+    config: &mut TrainConfig,
+    path: &Path,
+) -> Result<()> {
+    if &c.model != model {
+        return Err(Error::Config(format!(
+            "{}: the checkpoint is a {} for {} classes; --data has {} classes",
+            path.display(),
+            c.model.name,
+            c.model.classes,
+            model.classes
+        )));
+    }
+    let Some(saved) = &c.train else {
+        return Ok(());
+    };
+    let saved: TrainConfig = serde_json::from_value(saved.clone())
+        .map_err(|e| Error::Config(format!("{}: training config: {e}", path.display())))?;
+    if config.autotune {
+        config.batch = saved.batch;
+        config.loaders = saved.loaders;
+        config.ring = saved.ring;
+        config.io_depth = saved.io_depth;
+    }
+    // Loaders, ring and queue depth change only the speed, never the result.
+    let same = TrainConfig {
+        epochs: config.epochs,
+        out: config.out.clone(),
+        data: config.data.clone(),
+        loaders: config.loaders,
+        ring: config.ring,
+        io_depth: config.io_depth,
+        autotune: config.autotune,
+        ..saved.clone()
+    };
+    if &same != config {
+        return Err(Error::Config(format!(
+            "{}: the run was started with other options ({}); resume with the same \
+             options (only --epochs may grow)",
+            path.display(),
+            describe_difference(&saved, config)
+        )));
+    }
+    Ok(())
+}
+
+/// Runs a few steps and loads a few batches to measure `T_step` and `T_g` for the autotuner.
+/// Runs before the weights are written: the steps' updates are overwritten (and run at lr 0).
+fn probe(
+    exec: &mut Exec,
+    train_entry: usize,
+    graph: &ModelGraph,
+    dataset: &Dataset,
+    lc: &LoaderConfig,
+) -> Result<Probe> {
+    const STEPS: usize = 3;
+    const BATCHES: u64 = 3;
+    exec.write_f32(graph.hyper, &[0.0, 1.0, 1.0, 1.0])?;
+    let mut step = Duration::MAX;
+    for i in 0..STEPS {
+        let t = exec.run(train_entry)?;
+        // The first run pays one-time costs (pipelines, page faults).
+        if i > 0 {
+            step = step.min(t.device);
+        }
+    }
+    let mut loader = Loader::start(
+        dataset,
+        &LoaderConfig {
+            counters: None,
+            trace: None,
+            epochs: lc.epochs.max(1),
+            ..lc.clone()
+        },
+    )?;
+    let before = loader.counters().loaders;
+    let mut taken = 0;
+    while taken < BATCHES.min(loader.batches_per_epoch() * lc.epochs) {
+        if loader.next_batch()?.is_none() {
+            break;
+        }
+        taken += 1;
+    }
+    let loaders = loader.counters().loaders.since(&before);
+    Ok(Probe { step, loaders })
+}
+
+/// Collects one autotuner window: skips the steps right after a (re)start, while the ring
+/// fills, then sums a window's steps.
+struct WindowAcc {
+    skip: u64,
+    steps_wanted: u64,
+    started: Option<(Instant, StageSnapshot)>,
+    steps: u64,
+    waited: Duration,
+    device_s: f64,
+    device_s2: f64,
+}
+
+impl WindowAcc {
+    fn new(lc: &LoaderConfig, step: Option<Duration>) -> Self {
+        WindowAcc {
+            skip: lc.ring_slots as u64 + 1,
+            steps_wanted: step.map_or(8, Autotuner::window_steps),
+            started: None,
+            steps: 0,
+            waited: Duration::ZERO,
+            device_s: 0.0,
+            device_s2: 0.0,
+        }
+    }
+
+    /// Adds a step; returns the window when it is complete.
+    fn add(&mut self, r: &StepReport, counters: &balance::PipelineSnapshot) -> Option<Window> {
+        if self.skip > 0 {
+            self.skip -= 1;
+            if self.skip == 0 {
+                self.started = Some((Instant::now(), counters.loaders));
+            }
+            return None;
+        }
+        let (since, at_start) = self.started?;
+        self.steps += 1;
+        self.waited += r.waited;
+        let d = r.device.as_secs_f64();
+        self.device_s += d;
+        self.device_s2 += d * d;
+        if self.steps < self.steps_wanted {
+            return None;
+        }
+        let n = self.steps as f64;
+        let mean = self.device_s / n;
+        let var = (self.device_s2 / n - mean * mean).max(0.0);
+        Some(Window {
+            steps: self.steps,
+            wall: since.elapsed(),
+            waited: self.waited,
+            step_mean: Duration::from_secs_f64(mean),
+            step_cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+            loaders: counters.loaders.since(&at_start),
+        })
+    }
 }
 
 /// Sums over one epoch.
@@ -521,16 +864,11 @@ impl EpochAcc {
         batch: u32,
     ) -> EpochReport {
         let wall = self.started.elapsed();
-        let records = counters.loaders.items - self.counters_at_start.loaders.items;
-        let cpu = counters
-            .loaders
-            .cpu
-            .saturating_sub(self.counters_at_start.loaders.cpu);
-        let tg = if records > 0 {
-            cpu / records as u32
-        } else {
-            Duration::ZERO
-        };
+        // T_g is a loader's wall time per record: its CPU plus whatever its work waited on
+        // (reads, a core shared with the engine), which is what sets a loader's rate.
+        let loaders = counters.loaders.since(&self.counters_at_start.loaders);
+        let tg = loaders.busy_per_item().unwrap_or_default();
+        let loader_cpu_share = loaders.cpu.as_secs_f64() / loaders.busy.as_secs_f64().max(1e-12);
         let step_time = if self.steps > 0 {
             self.device / self.steps as u32
         } else {
@@ -558,6 +896,7 @@ impl EpochAcc {
             cores,
             batch,
             step_time,
+            loader_cpu_share,
         }
     }
 }

@@ -14,6 +14,37 @@ pub struct Args {
 enum Which {
     Io(IoArgs),
     Compute(ComputeArgs),
+    Balance(BalanceArgs),
+}
+
+/// The balance equation in a real training run: the same training on synthetic data, once
+/// with a deliberately starved input pipeline (one loader, a ring of 2, every loader slowed
+/// so that one needs --slowdown × the step time per batch) and once with --autotune on the
+/// same slowed loaders; device idle waiting for input for both, and the tuner's decisions.
+#[derive(clap::Args)]
+pub struct BalanceArgs {
+    /// Packed dataset [default: a synthetic one packed once under ~/.cache/fulcrum].
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Records of the default synthetic dataset.
+    #[arg(long, default_value_t = 4096)]
+    records: u64,
+    #[arg(long, default_value_t = 32)]
+    batch: u32,
+    /// Training steps per run.
+    #[arg(long, default_value_t = 150)]
+    steps: u64,
+    /// One loader's time per batch as a multiple of the step time.
+    #[arg(long, default_value_t = 3.0)]
+    slowdown: f64,
+    /// Memory budget for both runs (the autotuner stays inside it).
+    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    mem_budget: Option<u64>,
+    /// Also write the figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    engine: super::engine::EngineArgs,
 }
 
 /// det-s on every engine present, the CPU engine first as the baseline: forward latency at
@@ -76,7 +107,87 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     match a.which {
         Which::Io(io) => run_io(io),
         Which::Compute(c) => run_compute(c),
+        Which::Balance(b) => run_balance(b),
     }
+}
+
+pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
+    use fulcrum::train::bench_balance::{self, BalanceBenchConfig, RunFigures};
+    use fulcrum::train::trainer::RunOptions;
+
+    if !(a.slowdown.is_finite() && a.slowdown > 0.0) || a.steps == 0 || a.batch == 0 {
+        anyhow::bail!("--slowdown must be positive, --steps and --batch at least 1");
+    }
+    let data = match a.data {
+        Some(d) => d,
+        None => balance::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
+    };
+    crate::signals::install();
+    let config = BalanceBenchConfig {
+        data,
+        batch: a.batch,
+        steps: a.steps,
+        slowdown: a.slowdown,
+        scratch: std::env::temp_dir().join(format!("fulcrum-bench-balance-{}", std::process::id())),
+        options: RunOptions {
+            exec: a.engine.options(a.mem_budget),
+            mem_budget: a.mem_budget,
+            ..RunOptions::default()
+        },
+    };
+    let r = bench_balance::run(&config, &|what| eprintln!("bench balance: {what}"))?;
+    println!(
+        "bench balance: det-s, batch {} on {}; step {:.2} ms; loaders slowed by {:.3} ms per record \
+         (one loader: {:.1}× a step per batch)",
+        r.batch, r.engine, r.step_ms, r.delay_per_record_ms, a.slowdown
+    );
+    println!(
+        "  {:<10} {:<50} {:>7} {:>10} {:>12} {:>14}",
+        "run", "configuration", "steps", "samples/s", "device idle", "after settling"
+    );
+    let row = |f: &RunFigures| {
+        println!(
+            "  {:<10} {:<50} {:>7} {:>10.0} {:>11.1}% {:>14}",
+            f.name,
+            f.tuning.to_string(),
+            f.steps,
+            f.samples_per_s,
+            100.0 * f.device_idle,
+            f.device_idle_settled
+                .map_or("-".to_owned(), |w| format!("{:.1}%", 100.0 * w)),
+        );
+    };
+    row(&r.starved);
+    row(&r.autotuned);
+    println!(
+        "  autotuned / starved throughput: {:.2}×{}",
+        r.autotuned.samples_per_s / r.starved.samples_per_s.max(1e-9),
+        r.autotuned.probe_seconds.map_or(String::new(), |p| format!(
+            " (the autotuner's probe took {p:.2} s before its first step)"
+        ))
+    );
+    for d in &r.autotuned.decisions {
+        println!("  autotune (step {}): {} — {}", d.step, d.what, d.why);
+    }
+    if let Some(why) = &r.autotuned.unbalanced {
+        println!("  autotune: {why}");
+    }
+    let goal = 0.02;
+    println!(
+        "  goal: device idle from input waits ≤ {:.0} % with autotune: {} ({:.1} %)",
+        100.0 * goal,
+        if r.autotuned.device_idle <= goal {
+            "met"
+        } else {
+            "NOT met"
+        },
+        100.0 * r.autotuned.device_idle
+    );
+    if let Some(path) = &a.json {
+        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&r)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {

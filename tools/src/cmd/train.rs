@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use fulcrum::balance::human;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
+use fulcrum::train::autotune::Decision;
 use fulcrum::train::trainer::{
     self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
 };
@@ -20,6 +21,11 @@ use super::engine::EngineArgs;
 /// checkpoint OUT/last.safetensors is written atomically after every epoch and when the run
 /// is stopped (Ctrl-C or SIGTERM: the current step finishes first); `--resume` continues it
 /// to the same weights an uninterrupted run reaches.
+///
+/// With --autotune fulcrum chooses the loader count, ring depth, I/O queue depth and (within
+/// --mem-budget) the batch: it starts from the balance equation with a short probe, then
+/// adjusts on measured windows of steps, printing each decision with its reason. The choice
+/// is stored in the checkpoint, so --resume starts tuned.
 #[derive(clap::Args)]
 pub struct Args {
     /// Packed dataset folder (`fulcrum pack`).
@@ -55,6 +61,17 @@ pub struct Args {
     /// Ring slots (prefetch depth), each one batch.
     #[arg(long, default_value_t = 4)]
     ring: usize,
+    /// io_uring reads in flight per loader.
+    #[arg(long, default_value_t = 32)]
+    io_depth: u32,
+    /// Choose loaders, ring, I/O queue depth and (within --mem-budget, at most --batch) the
+    /// batch from measurements, instead of --loaders, --ring and --io-depth.
+    #[arg(long)]
+    autotune: bool,
+    /// Make every loader slower by this much per record (e.g. 2ms): a stand-in for a weaker
+    /// board or heavier decoding, to see the balance and the autotuner at work.
+    #[arg(long, value_parser = fulcrum::balance::parse_duration, value_name = "TIME")]
+    loader_delay: Option<std::time::Duration>,
     /// Turn augmentation off.
     #[arg(long)]
     no_augment: bool,
@@ -143,6 +160,14 @@ impl Observer for Printer {
         }
     }
 
+    fn tuned(&mut self, d: &Decision) {
+        let line = format!("autotune (step {}): {} — {}", d.step, d.what, d.why);
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ => println!("{line}"),
+        }
+    }
+
     fn checkpoint(&mut self, path: &Path, p: &Progress) {
         log::debug!("checkpoint {} at step {}", path.display(), p.step);
     }
@@ -161,6 +186,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         loaders: a.loaders,
         ring: a.ring,
+        io_depth: a.io_depth,
+        autotune: a.autotune,
         augment: !a.no_augment,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
@@ -178,6 +205,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .trace
             .as_ref()
             .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events))),
+        loader_slow_down: a.loader_delay.unwrap_or_default(),
     };
     let mut printer = Printer { bar: None };
     let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
@@ -187,11 +215,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let (Some(path), Some(log)) = (&a.trace, &options.trace) {
         fulcrum::durable::write_atomic(path, log.to_chrome_json().as_bytes())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let t = report.tuning;
         let title = format!(
             "fulcrum train: {} loader(s), batch {}, ring {} on {}",
-            a.loaders, a.batch, a.ring, report.engine
+            t.loaders, t.batch, t.ring, report.engine
         );
-        let svg = fulcrum::balance::timeline::svg(&[log.to_timeline(&title, a.ring as u32)]);
+        let svg = fulcrum::balance::timeline::svg(&[log.to_timeline(&title, t.ring as u32)]);
         let svg_path = path.with_extension("svg");
         fulcrum::durable::write_atomic(&svg_path, svg.as_bytes())
             .map_err(|e| anyhow::anyhow!("{}: {e}", svg_path.display()))?;
@@ -205,6 +234,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 d => format!(", {d} dropped: raise --trace-events"),
             }
         );
+    }
+    if a.autotune {
+        println!(
+            "autotune: {}; device idle waiting for input {:.1} % over the run{}",
+            report.tuning,
+            100.0 * report.input_wait,
+            report.input_wait_settled.map_or(String::new(), |w| format!(
+                ", {:.1} % after it settled",
+                100.0 * w
+            ))
+        );
+        if let Some(why) = &report.unbalanced {
+            println!("autotune: {why}");
+        }
     }
     println!(
         "{} at step {} (epoch {}), loss {}; checkpoint {}",
