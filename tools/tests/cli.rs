@@ -152,12 +152,27 @@ fn help_describes_every_subcommand_and_its_key_options() {
                 "--seed",
             ],
         ),
-        (&["bench", "--help"], &["io"]),
+        (&["bench", "--help"], &["io", "compute", "balance"]),
         (
             &["bench", "io", "--help"],
             &["--data", "--seconds", "--json", "--batch", "--ring"],
         ),
         (&["board", "--help"], &["pi4", "generic"]),
+        (
+            &["train", "--help"],
+            &[
+                "--autotune",
+                "--mem-budget",
+                "--loader-delay",
+                "--io-depth",
+                "--resume",
+                "--trace",
+            ],
+        ),
+        (
+            &["bench", "balance", "--help"],
+            &["--slowdown", "--steps", "--json", "--mem-budget", "starved"],
+        ),
     ];
     for (args, words) in cases {
         let run = fulcrum(cwd, args);
@@ -782,4 +797,63 @@ fn devices_lists_vulkan_and_the_cpu_and_survives_a_machine_without_vulkan() {
         );
         assert_eq!(v["picked"], 0);
     }
+}
+
+/// Packs `n` synthetic records at det-s's 128×128 into `cwd/name`.
+fn pack_for_training(cwd: &Path, name: &str, n: u64) -> PathBuf {
+    let n = n.to_string();
+    fulcrum(cwd, &["pack", "--synthetic", &n, "--out", name]).expect(0);
+    cwd.join(name)
+}
+
+#[test]
+fn train_autotune_prints_its_decisions_and_bench_balance_compares_both_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    pack_for_training(cwd, "D", 96);
+    let common = ["--engine", "cpu", "--threads", "1", "--batch", "8"];
+
+    let mut args = vec!["train", "--data", "D", "--out", "run", "--autotune"];
+    args.extend_from_slice(&["--epochs", "1", "--max-steps", "6", "--loader-delay", "2ms"]);
+    args.extend_from_slice(&common);
+    let run = fulcrum(cwd, &args);
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "autotune (step 0):",
+            "loader(s)",
+            "T_step",
+            "ring 2",
+            "I/O queue depth",
+            "device idle waiting for input",
+        ],
+    );
+
+    let mut args = vec!["bench", "balance", "--data", "D", "--steps", "24"];
+    args.extend_from_slice(&["--json", "balance.json"]);
+    args.extend_from_slice(&common);
+    let run = fulcrum(cwd, &args);
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &["starved", "autotuned", "device idle", "goal"],
+    );
+    let text = std::fs::read_to_string(cwd.join("balance.json")).expect("balance.json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(doc["starved"]["tuning"]["loaders"], 1, "{doc}");
+    assert_eq!(doc["starved"]["steps"], 24);
+    assert_eq!(doc["autotuned"]["steps"], 24);
+    // One loader needs 3 steps per batch: the equation asks for more.
+    assert!(
+        doc["autotuned"]["tuning"]["loaders"]
+            .as_u64()
+            .is_some_and(|n| n >= 2),
+        "{doc}"
+    );
+    for run in ["starved", "autotuned"] {
+        let idle = doc[run]["device_idle"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&idle), "{run}: {idle}");
+    }
+    assert!(doc["delay_per_record_ms"].as_f64().is_some_and(|d| d > 0.0));
 }
