@@ -25,8 +25,16 @@
 
 layout(local_size_x = 16, local_size_y = 16, local_size_z = 1) in;
 
-shared float gemm_as[GEMM_BK * GEMM_BM];
-shared float gemm_bs[GEMM_BK * GEMM_BN];
+// With GEMM_F16 (the kernel enables GL_EXT_shader_explicit_arithmetic_types_float16) the
+// tiles hold f16 and the products are f16; the sums stay f32.
+#ifdef GEMM_F16
+#define GEMM_T float16_t
+#else
+#define GEMM_T float
+#endif
+
+shared GEMM_T gemm_as[GEMM_BK * GEMM_BM];
+shared GEMM_T gemm_bs[GEMM_BK * GEMM_BN];
 
 uint gemm_m;
 uint gemm_n;
@@ -65,13 +73,13 @@ void gemm_tile(uint m0, uint n0, uint k_begin, uint k_end) {
         for (uint e = tid; e < GEMM_BM * GEMM_BK; e += 256u) {
             uint mm = e / GEMM_BK;
             uint m = m0 + mm;
-            gemm_as[a_kk * GEMM_BM + mm] = (m < gemm_m && ka < k_end) ? load_a(m, a_kk, ka) : 0.0;
+            gemm_as[a_kk * GEMM_BM + mm] = GEMM_T((m < gemm_m && ka < k_end) ? load_a(m, a_kk, ka) : 0.0);
         }
         // B: 1024 values, four per invocation, in column b_n.
         for (uint e = tid; e < GEMM_BK * GEMM_BN; e += 256u) {
             uint kk = e / GEMM_BN;
             uint k = k0 + kk;
-            gemm_bs[e] = (b_valid && k < k_end) ? load_b(kk, k) : 0.0;
+            gemm_bs[e] = GEMM_T((b_valid && k < k_end) ? load_b(kk, k) : 0.0);
         }
         // The next step's table, into the other slot (last read before the previous barrier).
         if (tid < GEMM_BK) {
@@ -79,16 +87,16 @@ void gemm_tile(uint m0, uint n0, uint k_begin, uint k_end) {
         }
         barrier();
         for (uint kk = 0u; kk < GEMM_BK; kk++) {
-            float a0 = gemm_as[kk * GEMM_BM + ty];
-            float a1 = gemm_as[kk * GEMM_BM + ty + 16u];
+            GEMM_T a0 = gemm_as[kk * GEMM_BM + ty];
+            GEMM_T a1 = gemm_as[kk * GEMM_BM + ty + 16u];
 #ifdef GEMM_ROW_SUMS
-            row_sum[0] += a0;
-            row_sum[1] += a1;
+            row_sum[0] += float(a0);
+            row_sum[1] += float(a1);
 #endif
             for (uint j = 0u; j < 4u; j++) {
-                float b = gemm_bs[kk * GEMM_BN + tx + 16u * j];
-                acc[0][j] += a0 * b;
-                acc[1][j] += a1 * b;
+                GEMM_T b = gemm_bs[kk * GEMM_BN + tx + 16u * j];
+                acc[0][j] += float(a0 * b);
+                acc[1][j] += float(a1 * b);
             }
         }
         barrier();

@@ -50,6 +50,8 @@ pub struct ExecOptions {
     pub validation: bool,
     /// Refuse a recording whose tensors need more than this many bytes.
     pub mem_budget: Option<u64>,
+    /// Vulkan: the fp16 kernel variants where the device offers `shaderFloat16`.
+    pub fp16: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +102,7 @@ impl Exec {
         let vulkan_options = vulkan::Options {
             validation: options.validation,
             device: options.device,
+            fp16: options.fp16,
             ..vulkan::Options::default()
         };
         let use_vulkan = match options.engine {
@@ -160,7 +163,11 @@ impl Exec {
                 c.threads(),
                 if c.threads() == 1 { "" } else { "s" }
             ),
-            Exec::Vulkan(v) => format!("vulkan: {}", v.engine().info().label()),
+            Exec::Vulkan(v) => format!(
+                "vulkan: {}{}",
+                v.engine().info().label(),
+                if v.engine().fp16() { ", fp16" } else { "" }
+            ),
         }
     }
 

@@ -64,6 +64,10 @@ pub struct ComputeArgs {
     /// Skip the Vulkan engine.
     #[arg(long)]
     cpu_only: bool,
+    /// Also measure the Vulkan engine with its fp16 kernel variants (where the device has
+    /// shaderFloat16).
+    #[arg(long)]
+    fp16: bool,
     /// Vulkan device index (`fulcrum devices`) [default: the best].
     #[arg(long)]
     device: Option<usize>,
@@ -219,6 +223,19 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             Ok(r) => reports.push(r),
             Err(e) => eprintln!("vulkan: not measured: {e}"),
         }
+        if a.fp16 {
+            let fp16 = ComputeBenchConfig {
+                exec: ExecOptions {
+                    fp16: true,
+                    ..vulkan.exec.clone()
+                },
+                ..vulkan.clone()
+            };
+            match bench::run(&fp16, &|what| eprintln!("vulkan fp16: {what}")) {
+                Ok(r) => reports.push(r),
+                Err(e) => eprintln!("vulkan fp16: not measured: {e}"),
+            }
+        }
     }
     let cpu = &reports[0];
     println!(
@@ -226,7 +243,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         cpu.params, base.runs
     );
     println!(
-        "{:<44} {:>12} {:>12} {:>9} {:>10} {:>8}",
+        "{:<52} {:>12} {:>12} {:>9} {:>10} {:>8}",
         "engine",
         "fwd b=1 ms",
         format!("step b={} ms", a.batch),
@@ -236,7 +253,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     );
     for r in &reports {
         println!(
-            "{:<44} {:>12.3} {:>12.2} {:>9.1} {:>9.1}% {:>7.2}×",
+            "{:<52} {:>12.3} {:>12.2} {:>9.1} {:>9.1}% {:>7.2}×",
             r.engine,
             r.forward_batch1.device_ms,
             r.train_step.device_ms,

@@ -18,6 +18,10 @@ pub struct EngineArgs {
     /// Enable the Khronos validation layer (slow; for debugging shaders).
     #[arg(long)]
     pub validation: bool,
+    /// Vulkan: use the fp16 kernel variants where the device offers shaderFloat16 (faster on
+    /// most GPUs; about 1e-3 relative error, so meant for inference).
+    #[arg(long)]
+    pub fp16: bool,
 }
 
 impl EngineArgs {
@@ -30,6 +34,7 @@ impl EngineArgs {
             per_kernel_timing: false,
             validation: self.validation,
             mem_budget,
+            fp16: self.fp16,
         }
     }
 }

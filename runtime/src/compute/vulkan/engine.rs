@@ -531,6 +531,11 @@ impl Engine {
         })
     }
 
+    /// The fp16 kernel variants are enabled (asked for, and the device has `shaderFloat16`).
+    pub fn fp16(&self) -> bool {
+        self.device.fp16
+    }
+
     /// The device in use.
     pub fn info(&self) -> &DeviceInfo {
         &self.device.info

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use super::buffer::{Buffer, Location};
 use super::engine::{Engine, Timestamps, Timing};
-use super::lower::{lower, Lowered, Slot};
+use super::lower::{lower, lower_with, Lowered, Slot};
 use super::pipeline::Pipeline;
 use super::program::{Program, ProgramDispatch};
 use crate::compute::recording::{Elem, Recording, Role, Step, TensorId};
@@ -137,7 +137,7 @@ impl VulkanExec {
         timestamps: bool,
         mem_budget: Option<u64>,
     ) -> Result<VulkanExec, String> {
-        let lowered = lower(recording)?;
+        let lowered = lower_with(recording, engine.fp16())?;
         let sizes = Sizes::of(recording, &lowered);
         if let Some(budget) = mem_budget {
             if sizes.total() > budget {

@@ -993,3 +993,97 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
     assert_close("loss gradient", &analytic, &numeric, FD_TOL);
     assert_clean(exec.engine());
 }
+
+/// The fp16 variant of the pointwise conv (f16 tiles and products, f32 sums) against the f32
+/// CPU twin. Rounding each input to f16 costs at most 2⁻¹¹ relative, so every output is within
+/// `FP16_TOL · max|y|` (sums of up to 65 products of values in [-1, 1]); and it must differ
+/// from the f32 result somewhere, or the variant was not in use.
+#[test]
+fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
+    const FP16_TOL: f64 = 4e-3;
+    let cases = [
+        Conv2d::pointwise(3, 33, 5, 7, 65, true),
+        Conv2d::pointwise(2, 64, 16, 16, 48, false),
+    ];
+    let mut rec = Recording::new();
+    let mut ids = Vec::new();
+    for (i, op) in cases.iter().enumerate() {
+        let t =
+            |rec: &mut Recording, name: &str, len, role| rec.f32(&format!("{name}{i}"), len, role);
+        let (x, w, b, y) = (
+            t(&mut rec, "x", op.input_len(), Role::Input),
+            t(&mut rec, "w", op.weight_len(), Role::Param),
+            t(&mut rec, "b", op.bias_len(), Role::Param),
+            t(&mut rec, "y", op.output_len(), Role::Output),
+        );
+        rec.entry(
+            &format!("case{i}"),
+            vec![Step::ConvForward {
+                op: *op,
+                x,
+                w,
+                b,
+                y,
+            }],
+        );
+        ids.push((x, w, b, y));
+    }
+    let options = super::Options {
+        validation: true,
+        pipeline_cache: super::CacheDir::Off,
+        fp16: true,
+        ..super::Options::default()
+    };
+    let Some(engine) = super::testing::engine_with_options("pointwise_fp16", &options) else {
+        return;
+    };
+    if !engine.fp16() {
+        assert!(
+            !super::testing::required(),
+            "FULCRUM_REQUIRE_VULKAN=1: {} has no shaderFloat16 for the fp16 variant",
+            engine.info().label()
+        );
+        eprintln!(
+            "SKIP: pointwise_fp16: {} has no shaderFloat16",
+            engine.info().label()
+        );
+        return;
+    }
+    let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
+    let mut rng = SplitMix64::new(5);
+    let mut scratch = Scratch::new(2);
+    for (i, (op, &(x_id, w_id, b_id, y_id))) in cases.iter().zip(&ids).enumerate() {
+        assert_eq!(
+            exec.kernels(i)[0].0,
+            "pointwise_f16",
+            "the variant is lowered"
+        );
+        scratch.reserve(cpu::conv2d_forward_scratch_len(op));
+        let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+        let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+        let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+        let mut want = vec![0.0; op.output_len()];
+        cpu::conv2d_forward(op, &x, &w, &b, &mut want, &mut scratch);
+        for (t, v) in [(x_id, &x), (w_id, &w), (b_id, &b)] {
+            exec.write_f32(t, v).unwrap();
+        }
+        exec.run(i).unwrap();
+        let got = read(&mut exec, y_id, want.len());
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs() as f64)
+            .fold(0.0, f64::max);
+        assert!(
+            worst <= FP16_TOL * scale,
+            "case {i}: worst error {worst:e} over {FP16_TOL} × max|y| = {scale}"
+        );
+        assert!(worst > 1e-6 * scale, "case {i}: no f16 rounding seen");
+        eprintln!(
+            "pointwise_fp16 case {i}: worst error {:.1e} × max|y|",
+            worst / scale
+        );
+    }
+    assert_clean(exec.engine());
+}

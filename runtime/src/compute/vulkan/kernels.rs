@@ -8,7 +8,8 @@
 //!
 //! Kernels respect the weakest target fulcrum runs on: at most [`MAX_INVOCATIONS`]
 //! invocations per workgroup and [`MAX_SHARED_BYTES`] of shared memory, and no fp16
-//! arithmetic required. The pipeline refuses a workgroup size above the limit; a unit test
+//! arithmetic required: fp16 kernels are variants ([`KernelInfo::fp16`]) used only where the
+//! device offers `shaderFloat16` and the engine was asked for them. The pipeline refuses a workgroup size above the limit; a unit test
 //! checks every table entry.
 //!
 //! To add a kernel: write `shaders/NAME.comp`, run the script, add a variant to [`Kernel`]
@@ -36,6 +37,9 @@ pub enum Kernel {
     Conv2d,
     /// Pointwise (1×1) conv + bias + ReLU, a tiled GEMM: `x, w, b, y (w)`.
     Pointwise,
+    /// [`Kernel::Pointwise`] with f16 tiles and products (f32 sums), for devices with
+    /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
+    PointwiseF16,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
     Conv2dGradInput,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
@@ -97,6 +101,8 @@ pub struct KernelInfo {
     pub local_size_ids: [Option<u32>; 3],
     /// Shared memory the kernel declares, at the largest workgroup size it allows.
     pub shared_bytes: u32,
+    /// Needs the device's `shaderFloat16` (a variant; never the only kernel for a step).
+    pub fp16: bool,
 }
 
 macro_rules! spirv {
@@ -121,6 +127,7 @@ macro_rules! kernel {
             local_size: $l,
             local_size_ids: [$x, None, None],
             shared_bytes: $s,
+            fp16: false,
         }
     };
 }
@@ -142,6 +149,9 @@ const GEMM_LOCAL: [u32; 3] = [16, 16, 1];
 /// The two tiles, plus at most four double-buffered tables of `GEMM_BK` words.
 const GEMM_SHARED: u32 =
     4 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
+/// The same with f16 tiles.
+const GEMM_SHARED_F16: u32 =
+    2 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
 const LINEAR: [u32; 3] = [256, 1, 1];
 
 const SAXPY: KernelInfo =
@@ -150,6 +160,11 @@ const CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const POINTWISE_F16: KernelInfo = KernelInfo {
+    fp16: true,
+    ..kernel!("pointwise_f16", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
+        shared GEMM_SHARED_F16)
+};
 const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
@@ -186,10 +201,11 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 21] = [
+    pub const ALL: [Kernel; 22] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
+        Kernel::PointwiseF16,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradReduce,
@@ -215,6 +231,7 @@ impl Kernel {
             Kernel::Saxpy => &SAXPY,
             Kernel::Conv2d => &CONV2D,
             Kernel::Pointwise => &POINTWISE,
+            Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,

@@ -76,8 +76,13 @@ pub struct Lowered {
     pub loss_partial_floats: usize,
 }
 
-/// Lowers every entry of `recording` (which must validate).
+/// Lowers every entry of `recording` (which must validate) to the f32 kernels.
 pub fn lower(recording: &Recording) -> Result<Lowered, String> {
+    lower_with(recording, false)
+}
+
+/// As [`lower`]; with `fp16`, steps that have an fp16 variant use it.
+pub fn lower_with(recording: &Recording, fp16: bool) -> Result<Lowered, String> {
     recording.validate()?;
     let mut lowered = Lowered {
         entries: Vec::with_capacity(recording.entries.len()),
@@ -87,7 +92,7 @@ pub fn lower(recording: &Recording) -> Result<Lowered, String> {
     for entry in &recording.entries {
         let mut dispatches = Vec::new();
         for (i, step) in entry.steps.iter().enumerate() {
-            lower_step(step, i, &mut lowered, &mut dispatches)
+            lower_step(step, i, fp16, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
         }
         lowered.entries.push(dispatches);
@@ -173,6 +178,7 @@ fn split(terms: u64, tiles: u64) -> (u32, u32) {
 fn lower_step(
     step: &Step,
     index: usize,
+    fp16: bool,
     lowered: &mut Lowered,
     out: &mut Vec<LoweredDispatch>,
 ) -> Result<(), String> {
@@ -207,7 +213,12 @@ fn lower_step(
                         ],
                         "pointwise conv",
                     )?;
-                    push(Kernel::Pointwise, bindings, conv_push(&op, 1, 0), grid);
+                    let kernel = if fp16 {
+                        Kernel::PointwiseF16
+                    } else {
+                        Kernel::Pointwise
+                    };
+                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
                     let pixels = op.output_len() as u64 / u64::from(op.c_out);

@@ -71,6 +71,11 @@ impl Pipeline {
             kernel: info.name,
             detail,
         };
+        if info.fp16 && !device.fp16 {
+            return Err(fail(
+                "an fp16 variant, and shaderFloat16 is not enabled on this device".into(),
+            ));
+        }
         for (i, s) in spec.iter().enumerate() {
             if spec[..i].iter().any(|t| t.id == s.id) {
                 return Err(fail(format!(

@@ -27,7 +27,12 @@ pub fn engine_with(test: &str, cache: CacheDir) -> Option<Engine> {
         pipeline_cache: cache,
         ..Options::default()
     };
-    match Engine::new(&options) {
+    engine_with_options(test, &options)
+}
+
+/// As [`engine`], with `options` (which should ask for validation).
+pub fn engine_with_options(test: &str, options: &Options) -> Option<Engine> {
+    match Engine::new(options) {
         Ok(e) => Some(e),
         Err(e) if required() => {
             panic!("{REQUIRE_ENV}=1 but Vulkan with validation is unavailable: {e}")

@@ -1,0 +1,64 @@
+// The pointwise kernel's body, shared by pointwise.comp (f32 arithmetic) and pointwise_f16.comp
+// (the GEMM's products in f16 where the device offers shaderFloat16; GEMM_F16 defined).
+// pointwise: y = relu?(W·x + b) for a 1×1, stride-1, unpadded, one-group convolution
+// (ops::ConvKind::Pointwise), a tiled matrix product per image:
+//     Y[o][p] = Σ_c W[o][c] · X[c][p]
+// (M = c_out, N = h·w, K = c_in) through shared-memory tiles (gemm.glsl): every loaded
+// input value is used by 32 output channels and every weight by 64 pixels. Bias and ReLU
+// are fused into the store.
+//
+// Grid: (⌈N/64⌉, ⌈M/32⌉, n).
+
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+
+#include "conv_push.glsl"
+#include "gemm.glsl"
+
+uint x_base; // this image's input
+uint col;    // this invocation's B column (pixel)
+
+void gemm_column(uint p) {
+    col = p;
+}
+
+void gemm_prepare(uint slot, uint i, uint k) {
+}
+
+float load_a(uint m, uint kk, uint c) {
+    return wt[m * pc.c_in + c];
+}
+
+float load_b(uint kk, uint c) {
+    return x[x_base + c * pc.h * pc.w + col];
+}
+
+void main() {
+    uint img = gl_WorkGroupID.z;
+    uint plane = pc.h * pc.w;
+    x_base = img * pc.c_in * plane;
+    gemm_m = pc.c_out;
+    gemm_n = plane;
+    uint m0 = gl_WorkGroupID.y * GEMM_BM;
+    uint n0 = gl_WorkGroupID.x * GEMM_BN;
+    gemm_tile(m0, n0, 0u, pc.c_in);
+    for (uint i = 0u; i < 2u; i++) {
+        uint o = m0 + gl_LocalInvocationID.y + 16u * i;
+        if (o >= pc.c_out) {
+            continue;
+        }
+        float b = bias[o];
+        for (uint j = 0u; j < 4u; j++) {
+            uint p = n0 + gl_LocalInvocationID.x + 16u * j;
+            if (p < plane) {
+                float v = acc[i][j] + b;
+                if (pc.relu != 0u) {
+                    v = max(v, 0.0);
+                }
+                y[(img * pc.c_out + o) * plane + p] = v;
+            }
+        }
+    }
+}
