@@ -10,7 +10,7 @@
 //!   gradient back with `col2im`.
 //! - **Depthwise**: direct loops, see [`super::depthwise`].
 //!
-//! Bias and ReLU are applied in one pass over the product. The backward pass first masks the
+//! Bias and ReLU are applied as the product is stored (the GEMM's epilogue). The backward pass first masks the
 //! output gradient with `output > 0` when the op has a ReLU (the gradient at exactly 0 is 0),
 //! from the stored *output*, so the pre-activation need not be kept.
 //!
@@ -18,7 +18,7 @@
 //! thread sums its images' weight and bias gradients into its own buffer (the first thread
 //! directly into the outputs) and the partial sums are added at the end.
 
-use super::gemm::{rm, sgemm, tr};
+use super::gemm::{rm, sgemm, sgemm_ep, tr, Epilogue};
 use super::scratch::{run_parts, split_parts, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
@@ -94,6 +94,14 @@ fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
                     let src = &plane[iy * w + lo * s + kx - p..];
                     if s == 1 {
                         out[lo..hi].copy_from_slice(&src[..hi - lo]);
+                    } else if s == 2 && hi > lo {
+                        // Pairs: a known stride the compiler vectorises (with shuffles); the
+                        // last element alone, as its pair may run past the plane.
+                        let (body, end) = out[lo..hi].split_at_mut(hi - lo - 1);
+                        for (d, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
+                            *d = pair[0];
+                        }
+                        end[0] = src[2 * (hi - lo - 1)];
                     } else {
                         for (d, v) in out[lo..hi].iter_mut().zip(src.iter().step_by(s)) {
                             *d = *v;
@@ -134,17 +142,6 @@ fn col2im_add(op: &Conv2d, c: usize, col: &[f32], gx: &mut [f32]) {
     }
 }
 
-/// `y[c][·] = relu?(y[c][·] + bias[c])` for every channel plane of one image.
-fn bias_act(y: &mut [f32], bias: &[f32], plane: usize, relu: bool) {
-    for (row, &b) in y.chunks_exact_mut(plane).zip(bias) {
-        if relu {
-            row.iter_mut().for_each(|v| *v = (*v + b).max(0.0));
-        } else {
-            row.iter_mut().for_each(|v| *v += b);
-        }
-    }
-}
-
 fn forward_image(
     op: &Conv2d,
     x: &[f32],
@@ -158,7 +155,11 @@ fn forward_image(
         ConvKind::Depthwise => depthwise::forward_image(op, x, weight, bias, y, scratch),
         ConvKind::Pointwise => {
             let (ci, co) = (op.c_in as usize, op.c_out as usize);
-            sgemm(
+            let ep = Epilogue {
+                bias: Some(bias),
+                relu: op.relu,
+            };
+            sgemm_ep(
                 co,
                 ci,
                 plane_out,
@@ -168,8 +169,8 @@ fn forward_image(
                 0.0,
                 y,
                 plane_out,
+                ep,
             );
-            bias_act(y, bias, plane_out, op.relu);
         }
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
@@ -178,7 +179,11 @@ fn forward_image(
             for g in 0..groups {
                 let xg = &x[g * in_img / groups..][..in_img / groups];
                 im2col(op, cig, xg, col);
-                sgemm(
+                let ep = Epilogue {
+                    bias: Some(&bias[g * cog..]),
+                    relu: op.relu,
+                };
+                sgemm_ep(
                     cog,
                     cols,
                     plane_out,
@@ -188,9 +193,9 @@ fn forward_image(
                     0.0,
                     &mut y[g * cog * plane_out..],
                     plane_out,
+                    ep,
                 );
             }
-            bias_act(y, bias, plane_out, op.relu);
         }
     }
 }
