@@ -168,8 +168,12 @@ mod kernels {
         ldc: usize,
         ep: Epilogue<'_>,
     ) -> bool {
+        // With both operands contiguous along k, the dot path pays a horizontal sum per
+        // element of C and k block; the row path a transposing copy of B, which m rows of C
+        // share. Measured on det-s's `dW = G·Xᵀ`: the row path wins while k ≤ 4·m.
+        let dots = a.cs == 1 && b.rs == 1 && b.cs != 1 && k > 4 * m;
         #[cfg(target_arch = "x86_64")]
-        if b.cs == 1
+        if !dots
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
         {
@@ -177,7 +181,7 @@ mod kernels {
             unsafe { rows_avx2(m, k, n, alpha, a, b, beta, c, ldc, ep) };
             return true;
         }
-        let _ = (m, k, n, alpha, a, b, beta, c, ldc, ep);
+        let _ = (m, k, n, alpha, a, b, beta, c, ldc, ep, dots);
         false
     }
 
@@ -242,17 +246,7 @@ mod kernels {
             let w = (n - j).min(16);
             for k0 in (0..k).step_by(KC) {
                 let kl = KC.min(k - k0);
-                for (p, row) in panel.chunks_exact_mut(16).take(kl).enumerate() {
-                    let src = &b.data[(k0 + p) * b.rs + j..][..w];
-                    if let (Ok(d), Ok(s)) = (<&mut [f32; 16]>::try_from(&mut *row), src.try_into())
-                    {
-                        // A fixed-size copy: inlined, where a slice copy calls memmove.
-                        *d = *<&[f32; 16]>::clone(&s);
-                    } else {
-                        row[..w].copy_from_slice(src);
-                        row[w..].fill(0.0);
-                    }
-                }
+                pack_panel(&mut panel, b, k0, kl, j, w);
                 let t = RowTiles {
                     a,
                     k0,
@@ -280,6 +274,45 @@ mod kernels {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Copies rows `k0 .. k0 + kl`, columns `j .. j + w` of B into `panel` (16 floats a row,
+    /// zero past `w`). B's rows contiguous: a row at a time. B transposed (its columns
+    /// contiguous, as Xᵀ in `dW = G·Xᵀ`): a column at a time, which makes the product an
+    /// outer-product sum with no horizontal additions.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn pack_panel(
+        panel: &mut [f32; KC * 16],
+        b: Mat<'_>,
+        k0: usize,
+        kl: usize,
+        j: usize,
+        w: usize,
+    ) {
+        let rows = panel.chunks_exact_mut(16).take(kl);
+        if b.cs == 1 {
+            for (p, row) in rows.enumerate() {
+                let src = &b.data[(k0 + p) * b.rs + j..][..w];
+                if let (Ok(d), Ok(s)) = (<&mut [f32; 16]>::try_from(&mut *row), src.try_into()) {
+                    // A fixed-size copy: inlined, where a slice copy calls memmove.
+                    *d = *<&[f32; 16]>::clone(&s);
+                } else {
+                    row[..w].copy_from_slice(src);
+                    row[w..].fill(0.0);
+                }
+            }
+            return;
+        }
+        if w < 16 {
+            rows.for_each(|row| row[w..].fill(0.0));
+        }
+        for q in 0..w {
+            let col = (j + q) * b.cs + k0 * b.rs;
+            for p in 0..kl {
+                panel[p * 16 + q] = b.data[col + p * b.rs];
             }
         }
     }
