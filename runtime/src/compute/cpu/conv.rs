@@ -70,11 +70,13 @@ fn check_lens(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y_len: usize
 
 /// Writes `col[(ci·k + ky)·k + kx][oy·ow + ox] = x[ci][oy·s + ky − p][ox·s + kx − p]` (zero
 /// outside the input) for the `c` channels of `x`.
-fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
+///
+/// Only output rows `oys` (`col` then has `oys.len()·ow` columns).
+fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32], oys: std::ops::Range<usize>) {
     let (h, w) = (op.h as usize, op.w as usize);
     let (k, s, p) = (op.kernel as usize, op.stride as usize, op.pad as usize);
-    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
-    let mut rows = col.chunks_exact_mut(oh * ow);
+    let ow = op.out_w() as usize;
+    let mut rows = col.chunks_exact_mut(oys.len() * ow);
     for ci in 0..c {
         let plane = &x[ci * h * w..][..h * w];
         for ky in 0..k {
@@ -83,7 +85,7 @@ fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
                 // Output columns whose input column ox·s + kx − p lies in 0..w.
                 let lo = p.saturating_sub(kx).div_ceil(s).min(ow);
                 let hi = (w + p).saturating_sub(kx).div_ceil(s).clamp(lo, ow);
-                for (oy, out) in row.chunks_exact_mut(ow).enumerate() {
+                for (oy, out) in oys.clone().zip(row.chunks_exact_mut(ow)) {
                     let iy = (oy * s + ky).wrapping_sub(p);
                     if iy >= h {
                         out.fill(0.0);
@@ -175,26 +177,34 @@ fn forward_image(
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
             let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
-            let col = &mut scratch[..cols * plane_out];
+            let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+            // Output rows in blocks whose columns (~16 KiB) stay in L1 between im2col and the
+            // product.
+            let block = (4096 / (cols * ow)).clamp(1, oh);
             for g in 0..groups {
                 let xg = &x[g * in_img / groups..][..in_img / groups];
-                im2col(op, cig, xg, col);
                 let ep = Epilogue {
                     bias: Some(&bias[g * cog..]),
                     relu: op.relu,
                 };
-                sgemm_ep(
-                    cog,
-                    cols,
-                    plane_out,
-                    1.0,
-                    rm(&weight[g * cog * cols..], cols),
-                    rm(col, plane_out),
-                    0.0,
-                    &mut y[g * cog * plane_out..],
-                    plane_out,
-                    ep,
-                );
+                for oy0 in (0..oh).step_by(block) {
+                    let oys = oy0..(oy0 + block).min(oh);
+                    let nb = oys.len() * ow;
+                    let col = &mut scratch[..cols * nb];
+                    im2col(op, cig, xg, col, oys);
+                    sgemm_ep(
+                        cog,
+                        cols,
+                        nb,
+                        1.0,
+                        rm(&weight[g * cog * cols..], cols),
+                        rm(col, nb),
+                        0.0,
+                        &mut y[g * cog * plane_out + oy0 * ow..],
+                        plane_out,
+                        ep,
+                    );
+                }
             }
         }
     }
@@ -213,9 +223,9 @@ pub fn conv2d_forward(
     check_lens(op, input, weight, bias, output.len());
     let n = op.n as usize;
     let (in_img, out_img, _, _) = image_sizes(op);
-    let parts = scratch.threads().min(n);
     let per = conv2d_forward_scratch_len(op);
     let pool = scratch.pool();
+    let parts = scratch.threads().min(n);
     let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
     let chunks = split_parts(output, n, out_img, parts).zip(split_parts(scr, parts, per, parts));
     run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
@@ -294,7 +304,8 @@ fn backward_image(
     }
     for grp in 0..groups {
         let gg = &g[grp * cog * plane_out..][..cog * plane_out];
-        im2col(op, cig, &x[grp * in_img / groups..][..in_img / groups], col);
+        let xg = &x[grp * in_img / groups..][..in_img / groups];
+        im2col(op, cig, xg, col, 0..op.out_h() as usize);
         // dW_g (cog × cols) += G_g (cog × P) · colᵀ (P × cols)
         sgemm(
             cog,
