@@ -21,6 +21,14 @@ impl<'a> Taps<'a> {
         self.at.map(|a| &self.src[a + oy * self.step..][..ow])
     }
 
+    /// Where the runs of row `oy` start, unchecked: for the AVX2 loops, after [`Taps::check`].
+    #[inline(always)]
+    #[cfg(target_arch = "x86_64")]
+    fn ptrs(&self, oy: usize) -> [*const f32; 9] {
+        let base = self.src.as_ptr();
+        self.at.map(|a| base.wrapping_add(a + oy * self.step))
+    }
+
     /// Panics unless every run of rows `0..oh` lies inside `src` (the AVX2 loops read raw).
     fn check(&self, oh: usize, ow: usize) {
         for a in self.at {
@@ -216,11 +224,11 @@ mod avx2 {
         let (bv, zero) = (_mm256_set1_ps(bias), _mm256_setzero_ps());
         let ow8 = ow - ow % 8;
         for (oy, o) in out.chunks_exact_mut(ow).enumerate() {
-            let t = taps.row(oy, ow);
+            let t = taps.ptrs(oy);
             for x in (0..ow8).step_by(8) {
-                // SAFETY: every run of `t` and `o` is `ow ≥ x + 8` long.
+                // SAFETY: every run of `t` (checked by the caller) and `o` is `ow ≥ x + 8` long.
                 unsafe {
-                    let ld = |i: usize| _mm256_loadu_ps(t[i].as_ptr().add(x));
+                    let ld = |i: usize| _mm256_loadu_ps(t[i].add(x));
                     // One accumulator per kernel row: three short FMA chains, not one long one.
                     let mut a0 = _mm256_fmadd_ps(wv[0], ld(0), bv);
                     let mut a1 = _mm256_mul_ps(wv[3], ld(3));
@@ -238,9 +246,10 @@ mod avx2 {
                     _mm256_storeu_ps(o.as_mut_ptr().add(x), v);
                 }
             }
-            for i in ow8..ow {
-                let a = bias + (0..9).map(|k| w[k] * t[k][i]).sum::<f32>();
-                o[i] = if relu { a.max(0.0) } else { a };
+            for (i, out) in o.iter_mut().enumerate().skip(ow8) {
+                // SAFETY: as above, i < ow.
+                let a = bias + (0..9).map(|k| w[k] * unsafe { *t[k].add(i) }).sum::<f32>();
+                *out = if relu { a.max(0.0) } else { a };
             }
         }
     }
@@ -259,11 +268,12 @@ mod avx2 {
         let mut bacc = zero;
         let (mut tail, mut btail) = ([0f32; 9], 0f32);
         for (oy, grow) in wg.gy.chunks_exact(ow).enumerate() {
-            let t = taps.row(oy, ow);
+            let t = taps.ptrs(oy);
             let yrow = wg.y.map(|y| &y[oy * ow..][..ow]);
             let d = &mut wg.dst[wg.at + oy * wg.ld..][..ow];
             for x in (0..ow8).step_by(8) {
-                // SAFETY: every row slice here is `ow ≥ x + 8` long.
+                // SAFETY: every row slice here and every run of `t` (checked by the caller)
+                // is `ow ≥ x + 8` long.
                 unsafe {
                     let mut g = _mm256_loadu_ps(grow.as_ptr().add(x));
                     if let Some(y) = yrow {
@@ -273,8 +283,8 @@ mod avx2 {
                     }
                     _mm256_storeu_ps(d.as_mut_ptr().add(x), g);
                     bacc = _mm256_add_ps(bacc, g);
-                    for (a, tap) in acc.iter_mut().zip(&t) {
-                        *a = _mm256_fmadd_ps(g, _mm256_loadu_ps(tap.as_ptr().add(x)), *a);
+                    for (a, tap) in acc.iter_mut().zip(t) {
+                        *a = _mm256_fmadd_ps(g, _mm256_loadu_ps(tap.add(x)), *a);
                     }
                 }
             }
@@ -285,8 +295,9 @@ mod avx2 {
                 };
                 d[i] = g;
                 btail += g;
-                for (s, tap) in tail.iter_mut().zip(&t) {
-                    *s += g * tap[i];
+                for (s, tap) in tail.iter_mut().zip(t) {
+                    // SAFETY: every run of `t` is `ow > i` long (checked by the caller).
+                    *s += g * unsafe { *tap.add(i) };
                 }
             }
         }
