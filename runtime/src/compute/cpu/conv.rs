@@ -10,7 +10,7 @@
 //!   gradient back with `col2im`.
 //! - **Depthwise**: direct loops, see [`super::depthwise`].
 //!
-//! Bias and ReLU are applied in one pass over the product. The backward pass first masks the
+//! Bias and ReLU are applied as the product is stored (the GEMM's epilogue). The backward pass first masks the
 //! output gradient with `output > 0` when the op has a ReLU (the gradient at exactly 0 is 0),
 //! from the stored *output*, so the pre-activation need not be kept.
 //!
@@ -18,7 +18,7 @@
 //! thread sums its images' weight and bias gradients into its own buffer (the first thread
 //! directly into the outputs) and the partial sums are added at the end.
 
-use super::gemm::{rm, sgemm, tr};
+use super::gemm::{rm, sgemm, sgemm_ep, tr, Epilogue};
 use super::scratch::{run_parts, split_parts, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
@@ -70,11 +70,13 @@ fn check_lens(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y_len: usize
 
 /// Writes `col[(ci·k + ky)·k + kx][oy·ow + ox] = x[ci][oy·s + ky − p][ox·s + kx − p]` (zero
 /// outside the input) for the `c` channels of `x`.
-fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
+///
+/// Only output rows `oys` (`col` then has `oys.len()·ow` columns).
+fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32], oys: std::ops::Range<usize>) {
     let (h, w) = (op.h as usize, op.w as usize);
     let (k, s, p) = (op.kernel as usize, op.stride as usize, op.pad as usize);
-    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
-    let mut rows = col.chunks_exact_mut(oh * ow);
+    let ow = op.out_w() as usize;
+    let mut rows = col.chunks_exact_mut(oys.len() * ow);
     for ci in 0..c {
         let plane = &x[ci * h * w..][..h * w];
         for ky in 0..k {
@@ -83,7 +85,7 @@ fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
                 // Output columns whose input column ox·s + kx − p lies in 0..w.
                 let lo = p.saturating_sub(kx).div_ceil(s).min(ow);
                 let hi = (w + p).saturating_sub(kx).div_ceil(s).clamp(lo, ow);
-                for (oy, out) in row.chunks_exact_mut(ow).enumerate() {
+                for (oy, out) in oys.clone().zip(row.chunks_exact_mut(ow)) {
                     let iy = (oy * s + ky).wrapping_sub(p);
                     if iy >= h {
                         out.fill(0.0);
@@ -94,6 +96,14 @@ fn im2col(op: &Conv2d, c: usize, x: &[f32], col: &mut [f32]) {
                     let src = &plane[iy * w + lo * s + kx - p..];
                     if s == 1 {
                         out[lo..hi].copy_from_slice(&src[..hi - lo]);
+                    } else if s == 2 && hi > lo {
+                        // Pairs: a known stride the compiler vectorises (with shuffles); the
+                        // last element alone, as its pair may run past the plane.
+                        let (body, end) = out[lo..hi].split_at_mut(hi - lo - 1);
+                        for (d, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
+                            *d = pair[0];
+                        }
+                        end[0] = src[2 * (hi - lo - 1)];
                     } else {
                         for (d, v) in out[lo..hi].iter_mut().zip(src.iter().step_by(s)) {
                             *d = *v;
@@ -134,17 +144,6 @@ fn col2im_add(op: &Conv2d, c: usize, col: &[f32], gx: &mut [f32]) {
     }
 }
 
-/// `y[c][·] = relu?(y[c][·] + bias[c])` for every channel plane of one image.
-fn bias_act(y: &mut [f32], bias: &[f32], plane: usize, relu: bool) {
-    for (row, &b) in y.chunks_exact_mut(plane).zip(bias) {
-        if relu {
-            row.iter_mut().for_each(|v| *v = (*v + b).max(0.0));
-        } else {
-            row.iter_mut().for_each(|v| *v += b);
-        }
-    }
-}
-
 fn forward_image(
     op: &Conv2d,
     x: &[f32],
@@ -158,7 +157,11 @@ fn forward_image(
         ConvKind::Depthwise => depthwise::forward_image(op, x, weight, bias, y, scratch),
         ConvKind::Pointwise => {
             let (ci, co) = (op.c_in as usize, op.c_out as usize);
-            sgemm(
+            let ep = Epilogue {
+                bias: Some(bias),
+                relu: op.relu,
+            };
+            sgemm_ep(
                 co,
                 ci,
                 plane_out,
@@ -168,29 +171,41 @@ fn forward_image(
                 0.0,
                 y,
                 plane_out,
+                ep,
             );
-            bias_act(y, bias, plane_out, op.relu);
         }
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
             let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
-            let col = &mut scratch[..cols * plane_out];
+            let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+            // Output rows in blocks whose columns (~16 KiB) stay in L1 between im2col and the
+            // product.
+            let block = (4096 / (cols * ow)).clamp(1, oh);
             for g in 0..groups {
                 let xg = &x[g * in_img / groups..][..in_img / groups];
-                im2col(op, cig, xg, col);
-                sgemm(
-                    cog,
-                    cols,
-                    plane_out,
-                    1.0,
-                    rm(&weight[g * cog * cols..], cols),
-                    rm(col, plane_out),
-                    0.0,
-                    &mut y[g * cog * plane_out..],
-                    plane_out,
-                );
+                let ep = Epilogue {
+                    bias: Some(&bias[g * cog..]),
+                    relu: op.relu,
+                };
+                for oy0 in (0..oh).step_by(block) {
+                    let oys = oy0..(oy0 + block).min(oh);
+                    let nb = oys.len() * ow;
+                    let col = &mut scratch[..cols * nb];
+                    im2col(op, cig, xg, col, oys);
+                    sgemm_ep(
+                        cog,
+                        cols,
+                        nb,
+                        1.0,
+                        rm(&weight[g * cog * cols..], cols),
+                        rm(col, nb),
+                        0.0,
+                        &mut y[g * cog * plane_out + oy0 * ow..],
+                        plane_out,
+                        ep,
+                    );
+                }
             }
-            bias_act(y, bias, plane_out, op.relu);
         }
     }
 }
@@ -208,9 +223,9 @@ pub fn conv2d_forward(
     check_lens(op, input, weight, bias, output.len());
     let n = op.n as usize;
     let (in_img, out_img, _, _) = image_sizes(op);
-    let parts = scratch.threads().min(n);
     let per = conv2d_forward_scratch_len(op);
     let pool = scratch.pool();
+    let parts = scratch.threads().min(n);
     let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
     let chunks = split_parts(output, n, out_img, parts).zip(split_parts(scr, parts, per, parts));
     run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
@@ -289,7 +304,8 @@ fn backward_image(
     }
     for grp in 0..groups {
         let gg = &g[grp * cog * plane_out..][..cog * plane_out];
-        im2col(op, cig, &x[grp * in_img / groups..][..in_img / groups], col);
+        let xg = &x[grp * in_img / groups..][..in_img / groups];
+        im2col(op, cig, xg, col, 0..op.out_h() as usize);
         // dW_g (cog × cols) += G_g (cog × P) · colᵀ (P × cols)
         sgemm(
             cog,

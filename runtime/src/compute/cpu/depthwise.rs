@@ -7,6 +7,7 @@
 //! are unrolled by hand into one pass over the row). The backward pass accumulates the input
 //! gradient into phases the same way and copies it out.
 
+use super::dw3x3::{self, Avx2, Taps, WeightGrad};
 use crate::compute::ops::Conv2d;
 
 /// Sizes of the phase planes for one op.
@@ -62,6 +63,39 @@ impl Geometry {
     fn tap(&self, oy: usize, ky: usize, kx: usize) -> usize {
         ((kx % self.s) * self.rows + oy * self.s + ky) * self.pwid + kx / self.s
     }
+
+    /// The nine 3×3 taps over phases `ph`.
+    fn taps3<'a>(&self, ph: &'a [f32]) -> Taps<'a> {
+        Taps {
+            src: ph,
+            at: std::array::from_fn(|t| self.tap(0, t / 3, t % 3)),
+            step: self.s * self.pwid,
+        }
+    }
+
+    /// Input gradient by [`dw3x3::input_grad_s2`]: 3×3, stride 2, pad 1, input twice the
+    /// output.
+    fn s2_gather(&self) -> bool {
+        (self.k, self.s, self.p) == (3, 2, 1) && self.h == 2 * self.oh && self.w == 2 * self.ow
+    }
+}
+
+/// Zeroes the entries of a `rows × ld` plane outside the block of `h × w` at `(top, left)`.
+fn zero_frame(
+    buf: &mut [f32],
+    ld: usize,
+    rows: usize,
+    (top, left): (usize, usize),
+    (h, w): (usize, usize),
+) {
+    for (r, row) in buf[..rows * ld].chunks_exact_mut(ld).enumerate() {
+        if r < top || r >= top + h {
+            row.fill(0.0);
+        } else {
+            row[..left].fill(0.0);
+            row[left + w..].fill(0.0);
+        }
+    }
 }
 
 /// Floats of scratch one thread needs for the forward pass.
@@ -99,6 +133,13 @@ fn fill_phases(x: &[f32], g: &Geometry, ph: &mut [f32]) {
             let src = &x[iy * g.w..][..g.w];
             if g.s == 1 {
                 row[j_lo..j_hi].copy_from_slice(&src[x0..x0 + (j_hi - j_lo)]);
+            } else if g.s == 2 && j_hi > j_lo {
+                // Pairs, which the compiler vectorises; the last alone (its pair may not exist).
+                let (body, end) = row[j_lo..j_hi].split_at_mut(j_hi - j_lo - 1);
+                for (d, pair) in body.iter_mut().zip(src[x0..].chunks_exact(2)) {
+                    *d = pair[0];
+                }
+                end[0] = src[x0 + 2 * (j_hi - j_lo - 1)];
             } else {
                 for (d, v) in row[j_lo..j_hi]
                     .iter_mut()
@@ -108,27 +149,6 @@ fn fill_phases(x: &[f32], g: &Geometry, ph: &mut [f32]) {
                 }
             }
         }
-    }
-}
-
-/// `out = bias + Σ taps`, then ReLU when `RELU`: the 3×3 case, all nine taps in one pass.
-#[inline(always)]
-fn row_3x3<const RELU: bool>(out: &mut [f32], t: [&[f32]; 9], w: &[f32], bias: f32) {
-    let n = out.len();
-    let w: [f32; 9] = w[..9].try_into().unwrap();
-    let [t0, t1, t2, t3, t4, t5, t6, t7, t8] = t.map(|t| &t[..n]);
-    for i in 0..n {
-        let a = bias
-            + w[0] * t0[i]
-            + w[1] * t1[i]
-            + w[2] * t2[i]
-            + w[3] * t3[i]
-            + w[4] * t4[i]
-            + w[5] * t5[i]
-            + w[6] * t6[i]
-            + w[7] * t7[i]
-            + w[8] * t8[i];
-        out[i] = if RELU { a.max(0.0) } else { a };
     }
 }
 
@@ -144,7 +164,7 @@ fn axpy(out: &mut [f32], w: f32, t: &[f32]) {
 /// `lanes += a·b` in eight independent partial sums (so the compiler can vectorise it); the
 /// lanes carry over from row to row, so a tap pays one horizontal sum, not one per row.
 #[inline(always)]
-fn dot_lanes(lanes: &mut [f32; 8], a: &[f32], b: &[f32]) {
+pub(super) fn dot_lanes(lanes: &mut [f32; 8], a: &[f32], b: &[f32]) {
     let b = &b[..a.len()];
     let (ac, ar) = a.split_at(a.len() / 8 * 8);
     let (bc, br) = b.split_at(ac.len());
@@ -159,7 +179,7 @@ fn dot_lanes(lanes: &mut [f32; 8], a: &[f32], b: &[f32]) {
 }
 
 #[inline(always)]
-fn hsum(acc: &[f32; 8]) -> f32 {
+pub(super) fn hsum(acc: &[f32; 8]) -> f32 {
     (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
@@ -172,13 +192,13 @@ pub(crate) fn forward_image(
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
-    forward_body(op, x, weight, bias, y, scratch);
+    forward_with(Avx2::detect(), op, x, weight, bias, y, scratch);
 }
 
-// The forward pass stays at the baseline width: its rows are short, and 8-lane vectors
-// measured slower than 4-lane ones with their longer scalar tails.
-#[inline(always)]
-fn forward_body(
+/// [`forward_image`] with the 3×3 plane kernels of `isa`; other kernel sizes by taps, at the
+/// compiler's baseline width.
+fn forward_with(
+    isa: Option<Avx2>,
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
@@ -193,24 +213,19 @@ fn forward_body(
         fill_phases(&x[c * g.h * g.w..][..g.h * g.w], &g, ph);
         let wc = &weight[c * kk..][..kk];
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
+        if let Ok(w9) = <&[f32; 9]>::try_from(wc) {
+            dw3x3::conv(isa, g.taps3(ph), w9, bias[c], op.relu, yc, g.ow);
+            continue;
+        }
         for (oy, out) in yc.chunks_exact_mut(g.ow).enumerate() {
-            if g.k == 3 {
-                let t: [&[f32]; 9] = std::array::from_fn(|i| &ph[g.tap(oy, i / 3, i % 3)..]);
-                if op.relu {
-                    row_3x3::<true>(out, t, wc, bias[c]);
-                } else {
-                    row_3x3::<false>(out, t, wc, bias[c]);
+            out.fill(bias[c]);
+            for ky in 0..g.k {
+                for kx in 0..g.k {
+                    axpy(out, wc[ky * g.k + kx], &ph[g.tap(oy, ky, kx)..]);
                 }
-            } else {
-                out.fill(bias[c]);
-                for ky in 0..g.k {
-                    for kx in 0..g.k {
-                        axpy(out, wc[ky * g.k + kx], &ph[g.tap(oy, ky, kx)..]);
-                    }
-                }
-                if op.relu {
-                    out.iter_mut().for_each(|v| *v = v.max(0.0));
-                }
+            }
+            if op.relu {
+                out.iter_mut().for_each(|v| *v = v.max(0.0));
             }
         }
     }
@@ -231,19 +246,20 @@ pub(crate) fn backward_image(
     scratch: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above), all the function needs.
-        unsafe { backward_avx2(op, x, weight, y, gy, gx, gw, gb, scratch) };
+    if let Some(isa) = Avx2::detect() {
+        // SAFETY: an `Avx2` exists only where the CPU has AVX2 and FMA, all the function needs.
+        unsafe { backward_avx2(isa, op, x, weight, y, gy, gx, gw, gb, scratch) };
         return;
     }
-    backward_body(op, x, weight, y, gy, gx, gw, gb, scratch);
+    backward_body(None, op, x, weight, y, gy, gx, gw, gb, scratch);
 }
 
-/// [`backward_body`] compiled for AVX2 + FMA.
+/// [`backward_body`] compiled for AVX2 + FMA (the loops that are not explicit AVX2 too).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn backward_avx2(
+    isa: Avx2,
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
@@ -254,12 +270,13 @@ unsafe fn backward_avx2(
     gb: &mut [f32],
     scratch: &mut [f32],
 ) {
-    backward_body(op, x, weight, y, gy, gx, gw, gb, scratch);
+    backward_body(Some(isa), op, x, weight, y, gy, gx, gw, gb, scratch);
 }
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn backward_body(
+    isa: Option<Avx2>,
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
@@ -279,91 +296,157 @@ fn backward_body(
     let masked = &mut rest[..oplane];
     for c in 0..op.c_in as usize {
         let gyc = &gy[c * oplane..][..oplane];
-        let gyc: &[f32] = if op.relu {
-            let yc = &y[c * oplane..][..oplane];
-            for ((m, &gv), &yv) in masked.iter_mut().zip(gyc).zip(yc) {
-                *m = if yv > 0.0 { gv } else { 0.0 };
-            }
-            masked
-        } else {
-            gyc
-        };
-        gb[c] += crate::compute::cpu::reduce::sum_f32(gyc);
-
+        let yc = op.relu.then(|| &y[c * oplane..][..oplane]);
         fill_phases(&x[c * plane..][..plane], &g, ph);
         let wc = &weight[c * kk..][..kk];
         let gwc = &mut gw[c * kk..][..kk];
+        let gxc = gx.as_deref_mut().map(|gx| &mut gx[c * plane..][..plane]);
+        let bufs = (&mut *dph, &mut *masked);
+        let gbc = &mut gb[c];
+        match <&[f32; 9]>::try_from(wc) {
+            Ok(w9) => backward_3x3(isa, &g, ph, (gyc, yc), w9, (gwc, gbc), gxc, bufs),
+            Err(_) => backward_taps(&g, ph, (gyc, yc), wc, (gwc, gbc), gxc, bufs),
+        }
+    }
+}
+
+/// The output gradient of a plane masked by `y > 0` (when there is a `y`).
+type OutGrad<'a> = (&'a [f32], Option<&'a [f32]>);
+
+/// One channel of the 3×3 backward pass by the plane kernels: the masked gradient is written
+/// once, straight into the buffer its input-gradient gather reads (zero-framed), in the same
+/// pass that sums the weight and bias gradients.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn backward_3x3(
+    isa: Option<Avx2>,
+    g: &Geometry,
+    ph: &[f32],
+    (gy, y): OutGrad<'_>,
+    w: &[f32; 9],
+    (gw, gb): (&mut [f32], &mut f32),
+    gx: Option<&mut [f32]>,
+    (dph, masked): (&mut [f32], &mut [f32]),
+) {
+    let gt = g.transposed().filter(|_| gx.is_some());
+    let gather = gx.is_some() && g.s2_gather();
+    let (dst, at, ld): (&mut [f32], usize, usize) = if let Some(t) = gt {
+        zero_frame(dph, t.pwid, t.rows, (t.p, t.p), (g.oh, g.ow));
+        (dph, t.p * t.pwid + t.p, t.pwid)
+    } else if gather {
+        zero_frame(dph, g.ow + 1, g.oh + 1, (0, 0), (g.oh, g.ow));
+        (dph, 0, g.ow + 1)
+    } else {
+        (masked, 0, g.ow)
+    };
+    let wg = WeightGrad { gy, y, dst, at, ld };
+    let (sums, bsum) = dw3x3::weight_grad(isa, g.taps3(ph), wg, g.ow);
+    gw.iter_mut().zip(sums).for_each(|(d, v)| *d += v);
+    *gb += bsum;
+    let Some(gx) = gx else {
+        return;
+    };
+    if let Some(t) = gt {
+        // Stride 1: a conv of the padded gradient with the flipped kernel.
+        let flipped: [f32; 9] = std::array::from_fn(|i| w[8 - i]);
+        let taps = t.taps3(&dph[..t.phases_len()]);
+        dw3x3::conv(isa, taps, &flipped, 0.0, false, gx, g.w);
+    } else if gather {
+        dw3x3::input_grad_s2(isa, &dph[..(g.oh + 1) * (g.ow + 1)], w, gx, g.ow);
+    } else {
+        scatter_input_grad(g, masked, w, dph, gx);
+    }
+}
+
+/// One channel of the backward pass for any kernel size, tap by tap.
+#[inline(always)]
+fn backward_taps(
+    g: &Geometry,
+    ph: &[f32],
+    (gy, y): OutGrad<'_>,
+    wc: &[f32],
+    (gwc, gb): (&mut [f32], &mut f32),
+    gxc: Option<&mut [f32]>,
+    (dph, masked): (&mut [f32], &mut [f32]),
+) {
+    let gyc: &[f32] = match y {
+        Some(yc) => {
+            for ((m, &gv), &yv) in masked.iter_mut().zip(gy).zip(yc) {
+                *m = if yv > 0.0 { gv } else { 0.0 };
+            }
+            masked
+        }
+        None => gy,
+    };
+    *gb += crate::compute::cpu::reduce::sum_f32(gyc);
+    for ky in 0..g.k {
+        for kx in 0..g.k {
+            let mut lanes = [0.0f32; 8];
+            for (oy, grow) in gyc.chunks_exact(g.ow).enumerate() {
+                dot_lanes(&mut lanes, grow, &ph[g.tap(oy, ky, kx)..]);
+            }
+            gwc[ky * g.k + kx] += hsum(&lanes);
+        }
+    }
+    let Some(gxc) = gxc else {
+        return;
+    };
+    let Some(t) = g.transposed() else {
+        return scatter_input_grad(g, gyc, wc, dph, gxc);
+    };
+    // Stride 1: a gather per input row (each written once, contiguous, no zero-fill and no
+    // copy-out) instead of scattering every output row into the phases.
+    debug_assert_eq!((t.oh, t.ow), (g.h, g.w));
+    let kk = g.k * g.k;
+    let tph = &mut dph[..t.phases_len()];
+    fill_phases(gyc, &t, tph);
+    for (iy, out) in gxc.chunks_exact_mut(g.w).enumerate() {
+        out.fill(0.0);
         for ky in 0..g.k {
             for kx in 0..g.k {
-                let mut lanes = [0.0f32; 8];
-                for (oy, grow) in gyc.chunks_exact(g.ow).enumerate() {
-                    dot_lanes(&mut lanes, grow, &ph[g.tap(oy, ky, kx)..]);
-                }
-                gwc[ky * g.k + kx] += hsum(&lanes);
+                let flipped = wc[kk - 1 - (ky * g.k + kx)];
+                axpy(out, flipped, &tph[t.tap(iy, ky, kx)..]);
             }
         }
+    }
+}
 
-        let Some(gx) = gx.as_deref_mut() else {
-            continue;
-        };
-        let gxc = &mut gx[c * plane..][..plane];
-        if let Some(t) = gt {
-            // Stride 1: a gather per input row (each written once, contiguous, no zero-fill
-            // and no copy-out) instead of scattering every output row into the phases.
-            debug_assert_eq!((t.oh, t.ow), (g.h, g.w));
-            let tph = &mut dph[..t.phases_len()];
-            fill_phases(gyc, &t, tph);
-            for (iy, out) in gxc.chunks_exact_mut(g.w).enumerate() {
-                if g.k == 3 {
-                    let taps: [&[f32]; 9] =
-                        std::array::from_fn(|i| &tph[t.tap(iy, i / 3, i % 3)..]);
-                    let wf: [f32; 9] = std::array::from_fn(|i| wc[8 - i]);
-                    row_3x3::<false>(out, taps, &wf, 0.0);
-                } else {
-                    out.fill(0.0);
-                    for ky in 0..g.k {
-                        for kx in 0..g.k {
-                            let flipped = wc[kk - 1 - (ky * g.k + kx)];
-                            axpy(out, flipped, &tph[t.tap(iy, ky, kx)..]);
-                        }
-                    }
-                }
-            }
-            continue;
-        }
-        dph.fill(0.0);
-        for (oy, grow) in gyc.chunks_exact(g.ow).enumerate() {
-            for ky in 0..g.k {
-                for kx in 0..g.k {
-                    let at = g.tap(oy, ky, kx);
-                    axpy(&mut dph[at..at + g.ow], wc[ky * g.k + kx], grow);
-                }
+/// The input gradient of a plane by scattering every output row into zeroed phases (`dph`),
+/// then copying them out.
+fn scatter_input_grad(g: &Geometry, gyc: &[f32], wc: &[f32], dph: &mut [f32], gxc: &mut [f32]) {
+    let dph = &mut dph[..g.phases_len()];
+    dph.fill(0.0);
+    for (oy, grow) in gyc.chunks_exact(g.ow).enumerate() {
+        for ky in 0..g.k {
+            for kx in 0..g.k {
+                let at = g.tap(oy, ky, kx);
+                axpy(&mut dph[at..at + g.ow], wc[ky * g.k + kx], grow);
             }
         }
-        for (iy, row) in gxc.chunks_exact_mut(g.w).enumerate() {
-            let r = iy + g.p;
-            if r >= g.rows {
-                row.fill(0.0);
+    }
+    for (iy, row) in gxc.chunks_exact_mut(g.w).enumerate() {
+        let r = iy + g.p;
+        if r >= g.rows {
+            row.fill(0.0);
+            continue;
+        }
+        // Phase by phase, so there is no division per element: input columns ix with
+        // (ix + p) % s == q sit at consecutive entries (ix + p)/s of phase q; columns past
+        // the last phase entry got no gradient.
+        row.fill(0.0);
+        for q in 0..g.s {
+            let ix0 = (q + g.s - g.p % g.s) % g.s;
+            if ix0 >= g.w {
                 continue;
             }
-            // Phase by phase, so there is no division per element: input columns ix with
-            // (ix + p) % s == q sit at consecutive entries (ix + p)/s of phase q; columns past
-            // the last phase entry got no gradient.
-            row.fill(0.0);
-            for q in 0..g.s {
-                let ix0 = (q + g.s - g.p % g.s) % g.s;
-                if ix0 >= g.w {
-                    continue;
-                }
-                let src = &dph[(q * g.rows + r) * g.pwid..][..g.pwid];
-                let j0 = (ix0 + g.p) / g.s;
-                for (v, d) in row[ix0..]
-                    .iter_mut()
-                    .step_by(g.s)
-                    .zip(&src[j0.min(g.pwid)..])
-                {
-                    *v = *d;
-                }
+            let src = &dph[(q * g.rows + r) * g.pwid..][..g.pwid];
+            let j0 = (ix0 + g.p) / g.s;
+            for (v, d) in row[ix0..]
+                .iter_mut()
+                .step_by(g.s)
+                .zip(&src[j0.min(g.pwid)..])
+            {
+                *v = *d;
             }
         }
     }
@@ -409,9 +492,50 @@ mod tests {
         [gx, gw, gb]
     }
 
+    /// `relu?(bias + conv)` by the definition, in f64.
+    fn forward_reference(op: &Conv2d, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+        let (c, h, wd) = (op.c_in as usize, op.h as usize, op.w as usize);
+        let (k, s, p) = (op.kernel as usize, op.stride as usize, op.pad as usize);
+        let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+        let mut y = Vec::with_capacity(c * oh * ow);
+        for ch in 0..c {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut v = b[ch] as f64;
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let (iy, ix) =
+                                ((oy * s + ky).wrapping_sub(p), (ox * s + kx).wrapping_sub(p));
+                            if iy < h && ix < wd {
+                                v += w[(ch * k + ky) * k + kx] as f64
+                                    * x[(ch * h + iy) * wd + ix] as f64;
+                            }
+                        }
+                    }
+                    y.push(if op.relu { v.max(0.0) } else { v });
+                }
+            }
+        }
+        y
+    }
+
+    fn assert_near(op: &Conv2d, what: &str, got: &[f32], want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (g, r) in got.iter().zip(want) {
+            assert!(
+                (*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()),
+                "{op:?} {what}: {g} vs {r}"
+            );
+        }
+    }
+
+    /// Forward and backward against the definition, with the portable plane kernels and (where
+    /// the CPU has them) the AVX2 ones; shapes with rows shorter and longer than a vector, and
+    /// stride-2 planes exactly twice their output (the gather path) and not.
     #[test]
     fn backward_matches_the_definition_for_every_stride_kernel_and_pad() {
         let mut rng = SplitMix64::new(7);
+        let isas = [None, Avx2::detect()];
         for (k, s, p, h, wd, relu) in [
             (3, 1, 1, 9, 11, true),
             (3, 1, 0, 7, 6, false),
@@ -419,6 +543,10 @@ mod tests {
             (5, 1, 2, 8, 13, false),
             (5, 2, 2, 11, 8, true),
             (3, 1, 2, 5, 5, false),
+            (3, 1, 1, 6, 19, true),
+            (3, 2, 1, 8, 34, true),
+            (3, 2, 1, 6, 32, false),
+            (3, 2, 1, 7, 33, true),
         ] {
             let op = Conv2d {
                 n: 1,
@@ -436,31 +564,31 @@ mod tests {
             let w = random_vec(&mut rng, 3 * k * k, -1.0, 1.0);
             let b = random_vec(&mut rng, 3, -0.5, 0.5);
             let on = 3 * (op.out_h() * op.out_w()) as usize;
-            let mut y = vec![0.0; on];
-            let mut scr = vec![f32::NAN; forward_scratch_len(&op)];
-            forward_image(&op, &x, &w, &b, &mut y, &mut scr);
             let gy = random_vec(&mut rng, on, -1.0, 1.0);
-            let (mut gx, mut gw, mut gb) = (vec![f32::NAN; x.len()], vec![0.0; w.len()], [0.0; 3]);
-            let mut scr = vec![f32::NAN; backward_scratch_len(&op)];
-            backward_image(
-                &op,
-                &x,
-                &w,
-                &y,
-                &gy,
-                Some(&mut gx),
-                &mut gw,
-                &mut gb,
-                &mut scr,
-            );
-            let want = reference(&op, &x, &w, &y, &gy);
-            for (got, want) in [&gx[..], &gw, &gb].into_iter().zip(&want) {
-                for (g, r) in got.iter().zip(want) {
-                    assert!(
-                        (*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()),
-                        "{op:?}: {g} vs {r}"
-                    );
+            for isa in isas {
+                let mut y = vec![f32::NAN; on];
+                let mut scr = vec![f32::NAN; forward_scratch_len(&op)];
+                forward_with(isa, &op, &x, &w, &b, &mut y, &mut scr);
+                assert_near(&op, "output", &y, &forward_reference(&op, &x, &w, &b));
+                let (mut gx, mut gw, mut gb) =
+                    (vec![f32::NAN; x.len()], vec![0.0; w.len()], [0.0; 3]);
+                let mut scr = vec![f32::NAN; backward_scratch_len(&op)];
+                let gxs = Some(&mut gx[..]);
+                backward_body(isa, &op, &x, &w, &y, &gy, gxs, &mut gw, &mut gb, &mut scr);
+                let want = reference(&op, &x, &w, &y, &gy);
+                for ((got, want), what) in [&gx[..], &gw, &gb]
+                    .into_iter()
+                    .zip(&want)
+                    .zip(["gx", "gw", "gb"])
+                {
+                    assert_near(&op, what, got, want);
                 }
+                // Without an input gradient (a first layer) the weights get the same.
+                let (mut gw2, mut gb2) = (vec![0.0; w.len()], [0.0; 3]);
+                backward_body(
+                    isa, &op, &x, &w, &y, &gy, None, &mut gw2, &mut gb2, &mut scr,
+                );
+                assert_eq!((gw2, gb2), (gw, gb));
             }
         }
     }

@@ -37,6 +37,31 @@ fn last(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
     (rows - 1) * rs + (cols - 1) * cs
 }
 
+/// What is applied to each element of C as it is stored: `relu?(… + bias[i])` for row `i`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Epilogue<'a> {
+    /// One value per row of C, added after the product.
+    pub bias: Option<&'a [f32]>,
+    /// `max(0, ·)` last.
+    pub relu: bool,
+}
+
+impl Epilogue<'_> {
+    /// `relu?(v + bias[i])`, the scalar form of what the register tiles do.
+    #[inline(always)]
+    fn apply(&self, i: usize, v: f32) -> f32 {
+        let v = match self.bias {
+            Some(b) => v + b[i],
+            None => v,
+        };
+        if self.relu {
+            v.max(0.0)
+        } else {
+            v
+        }
+    }
+}
+
 /// `C ← alpha·A·B + beta·C`, with `A` `m × k`, `B` `k × n` and `C` `m × n` row-major with
 /// leading dimension `ldc`. With `beta = 0`, `C` is not read (it may hold anything, NaN too).
 #[allow(clippy::too_many_arguments)]
@@ -51,6 +76,24 @@ pub(crate) fn sgemm(
     c: &mut [f32],
     ldc: usize,
 ) {
+    sgemm_ep(m, k, n, alpha, a, b, beta, c, ldc, Epilogue::default());
+}
+
+/// [`sgemm`] followed by `ep` on every element of C, in the same pass where the CPU allows
+/// (the AVX2 row path): `C ← relu?(alpha·A·B + beta·C + bias)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_ep(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -63,25 +106,26 @@ pub(crate) fn sgemm(
         "sgemm: C ({m}×{n}, ldc {ldc}) outside its slice of {}",
         c.len()
     );
-    if k == 0 {
-        for i in 0..m {
-            for v in &mut c[i * ldc..i * ldc + n] {
-                *v = if beta == 0.0 { 0.0 } else { beta * *v };
-            }
-        }
-        return;
+    if let Some(bias) = ep.bias {
+        assert!(bias.len() >= m, "sgemm: {} biases for {m} rows", bias.len());
     }
-    assert!(
-        last(m, k, a.rs, a.cs) < a.data.len(),
-        "sgemm: A ({m}×{k}) outside its slice of {}",
-        a.data.len()
-    );
-    assert!(
-        last(k, n, b.rs, b.cs) < b.data.len(),
-        "sgemm: B ({k}×{n}) outside its slice of {}",
-        b.data.len()
-    );
-    // Scale C by beta first (beta = 0 overwrites: C may hold NaN), then accumulate A·B.
+    if k > 0 {
+        assert!(
+            last(m, k, a.rs, a.cs) < a.data.len(),
+            "sgemm: A ({m}×{k}) outside its slice of {}",
+            a.data.len()
+        );
+        assert!(
+            last(k, n, b.rs, b.cs) < b.data.len(),
+            "sgemm: B ({k}×{n}) outside its slice of {}",
+            b.data.len()
+        );
+        if kernels::fused(m, k, n, alpha, a, b, beta, c, ldc, ep) {
+            return;
+        }
+    }
+    // Scale C by beta first (beta = 0 overwrites: C may hold NaN), then accumulate A·B, then
+    // the epilogue in a pass of its own.
     for i in 0..m {
         let row = &mut c[i * ldc..i * ldc + n];
         if beta == 0.0 {
@@ -90,7 +134,16 @@ pub(crate) fn sgemm(
             row.iter_mut().for_each(|v| *v *= beta);
         }
     }
-    kernels::accumulate(m, k, n, alpha, a, b, c, ldc);
+    if k > 0 {
+        kernels::accumulate(m, k, n, alpha, a, b, c, ldc);
+    }
+    if ep.bias.is_some() || ep.relu {
+        for i in 0..m {
+            for v in &mut c[i * ldc..i * ldc + n] {
+                *v = ep.apply(i, *v);
+            }
+        }
+    }
 }
 
 /// The product loops, compiled twice on x86-64 (baseline SSE2, and AVX2 + FMA picked at run
@@ -98,7 +151,39 @@ pub(crate) fn sgemm(
 /// step's "no allocation after warm-up" rule holds inside the GEMM too (a packing GEMM such
 /// as `matrixmultiply` allocates its packing buffers on every call).
 mod kernels {
-    use super::Mat;
+    use super::{Epilogue, Mat};
+
+    /// The whole of `C ← ep(alpha·A·B + beta·C)` in one pass where a fused kernel fits the
+    /// operands and the CPU (bounds checked by the caller); `false`: nothing done.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fused(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: Mat<'_>,
+        b: Mat<'_>,
+        beta: f32,
+        c: &mut [f32],
+        ldc: usize,
+        ep: Epilogue<'_>,
+    ) -> bool {
+        // With both operands contiguous along k, the dot path pays a horizontal sum per
+        // element of C and k block; the row path a transposing copy of B, which m rows of C
+        // share. Measured on det-s's `dW = G·Xᵀ`: the row path wins while k ≤ 4·m.
+        let dots = a.cs == 1 && b.rs == 1 && b.cs != 1 && k > 4 * m;
+        #[cfg(target_arch = "x86_64")]
+        if !dots
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above), all it needs.
+            unsafe { rows_avx2(m, k, n, alpha, a, b, beta, c, ldc, ep) };
+            return true;
+        }
+        let _ = (m, k, n, alpha, a, b, beta, c, ldc, ep, dots);
+        false
+    }
 
     /// `C += alpha·A·B` (bounds checked by the caller).
     #[allow(clippy::too_many_arguments)]
@@ -115,10 +200,7 @@ mod kernels {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
-            if b.cs == 1 {
-                // SAFETY: the CPU has AVX2 and FMA (checked just above), all it needs.
-                unsafe { rows_avx2(m, k, n, alpha, a, b, c, ldc) };
-            } else if a.cs == 1 && b.rs == 1 {
+            if a.cs == 1 && b.rs == 1 {
                 // SAFETY: the CPU has AVX2 and FMA (checked just above), all it needs.
                 unsafe { dots_avx2(m, k, n, alpha, a, b, c, ldc) };
             } else {
@@ -130,9 +212,20 @@ mod kernels {
         accumulate_generic(m, k, n, alpha, a, b, c, ldc);
     }
 
-    /// The `b.cs == 1` path of [`body`] with explicit FMA: 4 × 16 register tiles of C (eight
-    /// accumulators), each B row loaded once per tile row set and each A element broadcast
-    /// once; the compiler's own version multiplies and adds separately.
+    /// Rows of B packed per column tile by [`rows_avx2`]: a `KC × 16` panel (16 KiB, on the
+    /// stack).
+    #[cfg(target_arch = "x86_64")]
+    const KC: usize = 256;
+
+    /// The `b.cs == 1` path with explicit FMA and the epilogue fused: C in register tiles of
+    /// up to 4 rows × 16 columns (eight accumulators), each B row of the tile loaded once per
+    /// row set and each A element broadcast once, stored once.
+    ///
+    /// Column tiles are the outer loop: a tile's `k × 16` block of B is first copied into a
+    /// contiguous panel (zero-padded past a ragged last column), which stays in L1 while every
+    /// row set passes over it. Read in place, B's rows lie a plane apart — often a multiple of
+    /// 4 KiB, so they all fall into the same L1 set and every row set would fetch them again.
+    /// `k` past [`KC`] goes in blocks, C carrying the partial sums between them.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -143,59 +236,174 @@ mod kernels {
         alpha: f32,
         a: Mat<'_>,
         b: Mat<'_>,
+        beta: f32,
         c: &mut [f32],
         ldc: usize,
+        ep: Epilogue<'_>,
     ) {
-        use std::arch::x86_64::{
-            _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-            _mm256_setzero_ps, _mm256_storeu_ps,
-        };
-        let at = |i: usize, p: usize| alpha * a.data[i * a.rs + p * a.cs];
-        let (m4, n16) = (m - m % 4, n - n % 16);
-        for i in (0..m4).step_by(4) {
-            // Every A element of the four rows and every B element of the tile is inside the
-            // slices: the caller checked the last element of each view.
-            let arow: [usize; 4] = [i * a.rs, (i + 1) * a.rs, (i + 2) * a.rs, (i + 3) * a.rs];
-            for j in (0..n16).step_by(16) {
-                // Bounds of the tile's last B row and last C row, checked once here so the
-                // loop below can use raw loads.
-                assert!((k - 1) * b.rs + j + 16 <= b.data.len());
-                assert!((i + 3) * ldc + j + 16 <= c.len());
-                assert!(arow[3] + (k - 1) * a.cs < a.data.len());
-                // SAFETY: the CPU has AVX2 and FMA (the caller's contract); every B load reads
-                // p·rs + j .. + 16 with p < k, every A read is at (i + r, p) with r < 4, p < k,
-                // and every C access is (i + r)·ldc + j .. + 16, all within the asserts above.
-                unsafe {
-                    let (bp, ap) = (b.data.as_ptr(), a.data.as_ptr());
-                    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-                    for p in 0..k {
-                        let b0 = _mm256_loadu_ps(bp.add(p * b.rs + j));
-                        let b1 = _mm256_loadu_ps(bp.add(p * b.rs + j + 8));
-                        for r in 0..4 {
-                            let av = _mm256_set1_ps(*ap.add(arow[r] + p * a.cs));
-                            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-                            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-                        }
-                    }
-                    let al = _mm256_set1_ps(alpha);
-                    let cp = c.as_mut_ptr();
-                    for (r, acc_r) in acc.iter().enumerate() {
-                        for (h, v) in acc_r.iter().enumerate() {
-                            let o = cp.add((i + r) * ldc + j + 8 * h);
-                            _mm256_storeu_ps(
-                                o,
-                                _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(al, *v)),
-                            );
+        let mut panel = [0f32; KC * 16];
+        for j in (0..n).step_by(16) {
+            let w = (n - j).min(16);
+            for k0 in (0..k).step_by(KC) {
+                let kl = KC.min(k - k0);
+                pack_panel(&mut panel, b, k0, kl, j, w);
+                let t = RowTiles {
+                    a,
+                    k0,
+                    panel: &panel[..kl * 16],
+                    alpha,
+                    // Blocks after the first add to what C holds; the last stores the result.
+                    beta: if k0 == 0 { beta } else { 1.0 },
+                    ep: if k0 + kl == k {
+                        ep
+                    } else {
+                        Epilogue::default()
+                    },
+                    c: c.as_mut_ptr(),
+                    ldc,
+                };
+                for i in (0..m).step_by(4) {
+                    // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns
+                    // j..j + w) lies inside A and C, whose last elements the caller checked.
+                    unsafe {
+                        match (m - i).min(4) {
+                            4 => t.tile::<4>(i, j, w),
+                            3 => t.tile::<3>(i, j, w),
+                            2 => t.tile::<2>(i, j, w),
+                            _ => t.tile::<1>(i, j, w),
                         }
                     }
                 }
             }
         }
-        for i in 0..m4 {
-            edge_row(i, n16..n, k, &at, b, c, ldc);
+    }
+
+    /// Copies rows `k0 .. k0 + kl`, columns `j .. j + w` of B into `panel` (16 floats a row,
+    /// zero past `w`). B's rows contiguous: a row at a time. B transposed (its columns
+    /// contiguous, as Xᵀ in `dW = G·Xᵀ`): a column at a time, which makes the product an
+    /// outer-product sum with no horizontal additions.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn pack_panel(
+        panel: &mut [f32; KC * 16],
+        b: Mat<'_>,
+        k0: usize,
+        kl: usize,
+        j: usize,
+        w: usize,
+    ) {
+        let rows = panel.chunks_exact_mut(16).take(kl);
+        if b.cs == 1 {
+            for (p, row) in rows.enumerate() {
+                let src = &b.data[(k0 + p) * b.rs + j..][..w];
+                if let (Ok(d), Ok(s)) = (<&mut [f32; 16]>::try_from(&mut *row), src.try_into()) {
+                    // A fixed-size copy: inlined, where a slice copy calls memmove.
+                    *d = *<&[f32; 16]>::clone(&s);
+                } else {
+                    row[..w].copy_from_slice(src);
+                    row[w..].fill(0.0);
+                }
+            }
+            return;
         }
-        for i in m4..m {
-            edge_row(i, 0..n, k, &at, b, c, ldc);
+        if w < 16 {
+            rows.for_each(|row| row[w..].fill(0.0));
+        }
+        for q in 0..w {
+            let col = (j + q) * b.cs + k0 * b.rs;
+            for p in 0..kl {
+                panel[p * 16 + q] = b.data[col + p * b.rs];
+            }
+        }
+    }
+
+    /// One k block of [`rows_avx2`]: A from column `k0`, B's packed panel (`kl × 16`), C as a
+    /// raw pointer so tiles can be written through it.
+    #[cfg(target_arch = "x86_64")]
+    struct RowTiles<'a> {
+        a: Mat<'a>,
+        k0: usize,
+        panel: &'a [f32],
+        alpha: f32,
+        beta: f32,
+        ep: Epilogue<'a>,
+        c: *mut f32,
+        ldc: usize,
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    impl RowTiles<'_> {
+        /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C.
+        ///
+        /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R` and columns `k0 .. k0 + kl`
+        /// are inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
+        /// elements the caller checked against their slices).
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn tile<const R: usize>(&self, i: usize, j: usize, w: usize) {
+            use std::arch::x86_64::{
+                __m256i, _mm256_add_ps, _mm256_broadcast_ss, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
+                _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps,
+                _mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
+                _mm256_setzero_ps, _mm256_storeu_ps,
+            };
+            let a = &self.a;
+            let full = w == 16;
+            // Lane l of half h is live when 8·h + l < w.
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask: [__m256i; 2] = [
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
+            ];
+            // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
+            // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+            // (i + r)·ldc + j + 8h .. + 8, live lanes only when ragged; all inside the checked
+            // views. Pointers that may point past them are formed with wrapping arithmetic.
+            unsafe {
+                let mut ap: [*const f32; R] = std::array::from_fn(|r| {
+                    a.data
+                        .as_ptr()
+                        .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
+                });
+                let mut acc = [[_mm256_setzero_ps(); 2]; R];
+                for row in self.panel.chunks_exact(16) {
+                    let b0 = _mm256_loadu_ps(row.as_ptr());
+                    let b1 = _mm256_loadu_ps(row.as_ptr().add(8));
+                    for r in 0..R {
+                        let av = _mm256_broadcast_ss(&*ap[r]);
+                        ap[r] = ap[r].wrapping_add(a.cs);
+                        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                    }
+                }
+                let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
+                for (r, acc_r) in acc.iter().enumerate() {
+                    let bias = self.ep.bias.map(|bs| _mm256_set1_ps(bs[i + r]));
+                    for (h, v) in acc_r.iter().enumerate() {
+                        let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
+                        let mut v = _mm256_mul_ps(al, *v);
+                        if self.beta != 0.0 {
+                            let old = if full {
+                                _mm256_loadu_ps(o)
+                            } else {
+                                _mm256_maskload_ps(o, mask[h])
+                            };
+                            v = _mm256_fmadd_ps(be, old, v);
+                        }
+                        if let Some(bv) = bias {
+                            v = _mm256_add_ps(v, bv);
+                        }
+                        if self.ep.relu {
+                            v = _mm256_max_ps(v, _mm256_setzero_ps());
+                        }
+                        if full {
+                            _mm256_storeu_ps(o, v);
+                        } else {
+                            _mm256_maskstore_ps(o, mask[h], v);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -457,8 +665,9 @@ mod tests {
 
     #[test]
     fn products_with_transposes_match_the_naive_loop() {
-        // Shapes with edges past every tile, and a k past the dot path's block of 512.
-        for (m, k, n) in [(5, 7, 3), (9, 1100, 5), (6, 20, 37)] {
+        // Shapes with edges past every tile, and k past the row path's block of 256 and the dot
+        // path's of 512.
+        for (m, k, n) in [(5, 7, 3), (9, 1100, 5), (6, 20, 37), (7, 300, 18)] {
             products_match(m, k, n);
         }
         let mut c = vec![3.0; 4];
@@ -487,6 +696,39 @@ mod tests {
             for (x, y) in c.iter().zip(&want) {
                 assert!((*x as f64 - 2.0 * y).abs() <= tol * (1.0 + y.abs()));
             }
+        }
+    }
+
+    /// Bias and ReLU fused into the store, with beta 0 (C holds NaN) and 1, on ragged tiles.
+    #[test]
+    fn epilogue_adds_bias_then_relu() {
+        let (m, k, n) = (7, 5, 21);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.73).cos()).collect();
+        let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.3 - 1.0).collect();
+        let want = naive(m, k, n, rm(&a, k), rm(&b, n));
+        let ep = Epilogue {
+            bias: Some(&bias),
+            relu: true,
+        };
+        let mut c = vec![f32::NAN; m * n];
+        sgemm_ep(m, k, n, 1.0, rm(&a, k), rm(&b, n), 0.0, &mut c, n, ep);
+        let expect = |i: usize, base: f64| (base + bias[i] as f64).max(0.0);
+        for (idx, (x, y)) in c.iter().zip(&want).enumerate() {
+            let e = expect(idx / n, *y);
+            assert!(
+                (*x as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "{x} vs {e}"
+            );
+        }
+        let before = c.clone();
+        sgemm_ep(m, k, n, 1.0, rm(&a, k), rm(&b, n), 1.0, &mut c, n, ep);
+        for (idx, ((x, y), old)) in c.iter().zip(&want).zip(&before).enumerate() {
+            let e = expect(idx / n, *y + *old as f64);
+            assert!(
+                (*x as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "{x} vs {e}"
+            );
         }
     }
 

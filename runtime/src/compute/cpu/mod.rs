@@ -9,6 +9,7 @@ pub mod add;
 pub mod conv;
 pub mod decode;
 pub mod depthwise;
+mod dw3x3;
 pub mod exec;
 mod gemm;
 #[cfg(test)]
