@@ -127,6 +127,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         lr: 1e-2,
         // About 0.8 epochs of the default batch.
         warmup: 100,
+        // AdamW's usual decoupled decay (the library default, 5e-4, barely acts at this lr).
+        weight_decay: 0.05,
         augment: true,
         out: run_dir.clone(),
         checkpoint_every: a.epochs,
