@@ -2,11 +2,14 @@
 //! batches (the loader is deterministic), the same initial weights, and losses that agree step
 //! by step over the first 50 steps.
 //!
-//! Tolerances, relative to the CPU engine's loss: 1e-5 for each of the first 10 steps, 1e-2 for
+//! Tolerances, relative to the CPU engine's loss: 1e-5 for each of the first 10 steps, 5e-2 for
 //! all 50. The engines agree to ~1e-7 until one of them puts an activation on the other side of
 //! a ReLU kink (their sums round differently); from then on the difference compounds through
-//! AdamW. Measured on lavapipe: that happened at step 41 with one CPU build (8.8e-4 by step
-//! 50) and at step 23 with the next (2.5e-3 at most); ≤ 3.1e-7 before it in both.
+//! AdamW (batch 2), so how far it gets by step 50 depends on the build and on the data, not on
+//! a kernel being wrong. Measured on lavapipe: that happened at step 41 with one CPU build
+//! (8.8e-4 by step 50) and at step 23 with the next (2.5e-3 at most); with the synthetic data
+//! of the labelling policy (objects at least half visible, 16 px and up) at step 22, 2.9e-2 at
+//! most. ≤ 3.1e-7 before it every time.
 
 use std::sync::atomic::AtomicBool;
 
@@ -26,7 +29,7 @@ impl Observer for Losses {
 const STEPS: u64 = 50;
 const EARLY_STEPS: usize = 10;
 const EARLY_TOLERANCE: f32 = 1e-5;
-const TOLERANCE: f32 = 1e-2;
+const TOLERANCE: f32 = 5e-2;
 
 fn losses(data: &std::path::Path, out: &std::path::Path, engine: EngineChoice) -> Vec<f32> {
     let config = TrainConfig {

@@ -36,7 +36,9 @@ pub struct Args {
     /// Training epochs.
     #[arg(long, default_value_t = 16)]
     epochs: u64,
-    #[arg(long, default_value_t = 32)]
+    /// Records per batch: 16 takes twice the optimizer steps of 32 for the same samples, at
+    /// about the same samples/s on the CPU engine, and det-s learns more from them.
+    #[arg(long, default_value_t = 16)]
     batch: u32,
     #[command(flatten)]
     engine: EngineArgs,
@@ -123,7 +125,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         epochs: a.epochs,
         lr: 1e-2,
-        warmup: 50,
+        // About 0.8 epochs of the default batch.
+        warmup: 100,
+        // AdamW's usual decoupled decay (the library default, 5e-4, barely acts at this lr).
+        weight_decay: 0.05,
         augment: true,
         out: run_dir.clone(),
         checkpoint_every: a.epochs,
