@@ -105,16 +105,35 @@ impl StageSnapshot {
         }
     }
 
+    /// Share of the busy time that was CPU: low means the work waited (reads, sleeps, a
+    /// core shared with other threads).
+    pub fn cpu_share(&self) -> f64 {
+        self.cpu.as_secs_f64() / self.busy.as_secs_f64().max(1e-12)
+    }
+
     /// Coefficient of variation (std / mean) of the units' busy times; `None` below 2 units.
     pub fn unit_busy_cv(&self) -> Option<f64> {
         if self.units < 2 {
             return None;
         }
-        let n = self.units as f64;
-        let mean = self.busy.as_secs_f64() * 1e6 / n;
-        let var = (self.busy_sq_us2 as f64 / n - mean * mean).max(0.0);
-        (mean > 0.0).then(|| var.sqrt() / mean)
+        coefficient_of_variation(
+            self.units,
+            self.busy.as_secs_f64() * 1e6,
+            self.busy_sq_us2 as f64,
+        )
     }
+}
+
+/// std / mean of `n` values from their sum and sum of squares; `None` without values or with
+/// a zero mean.
+pub fn coefficient_of_variation(n: u64, sum: f64, sum_sq: f64) -> Option<f64> {
+    if n == 0 {
+        return None;
+    }
+    let n = n as f64;
+    let mean = sum / n;
+    let var = (sum_sq / n - mean * mean).max(0.0);
+    (mean > 0.0).then(|| var.sqrt() / mean)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

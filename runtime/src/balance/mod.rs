@@ -13,7 +13,9 @@ pub use bench_io::{
 };
 pub use budget::{human, largest_fitting, parse_size, MemoryPlan, PlanItem};
 
-pub use counters::{PipelineCounters, PipelineSnapshot, StageCounters, StageSnapshot};
+pub use counters::{
+    coefficient_of_variation, PipelineCounters, PipelineSnapshot, StageCounters, StageSnapshot,
+};
 pub use equation::{evaluate, parse_duration, BalanceInput, BalanceReport, Binding, WhatIf};
 pub use simulate::{
     closed_form, constant_forecast, constant_schedule, simulate, ConstantForecast, DistKind,

@@ -134,12 +134,8 @@ impl Window {
     }
 }
 
-/// Share of the loaders' work time that was CPU: low means they wait (reads, sleeps) and more
-/// loaders than free cores can still help.
-fn cpu_share(s: &StageSnapshot) -> f64 {
-    s.cpu.as_secs_f64() / s.busy.as_secs_f64().max(1e-12)
-}
-
+/// Loaders whose work is at least this share CPU compete for cores; below it they mostly wait
+/// (reads, sleeps) and more loaders than free cores can still help.
 const CPU_BOUND_SHARE: f64 = 0.7;
 
 /// Loaders the equation asks for, with headroom.
@@ -239,7 +235,7 @@ impl Autotuner {
             limits,
         );
         let busy = probe.loaders.busy_per_item().unwrap_or_default();
-        let share = cpu_share(&probe.loaders);
+        let share = probe.loaders.cpu_share();
         let needed = loaders_needed(busy, batch, probe.step);
         let cap = t.loader_cap(share);
         let mut loaders = needed.min(cap);
@@ -400,7 +396,7 @@ impl Autotuner {
         part_records: &impl Fn(usize) -> usize,
         fits: &dyn Fn(&Tuning) -> bool,
     ) {
-        let share = cpu_share(&w.loaders);
+        let share = w.loaders.cpu_share();
         let busy = w.loaders.busy_per_item().unwrap_or_default();
         let needed = loaders_needed(busy, self.tuning.batch, w.step_mean);
         let cap = self.loader_cap(share);

@@ -161,7 +161,7 @@ fn figures(name: &str, r: &TrainReport, batch: u32) -> RunFigures {
         seconds: loop_seconds,
         samples_per_s: (r.progress.step * batch as u64) as f64 / loop_seconds.max(1e-9),
         device_idle: r.input_wait,
-        device_idle_settled: r.input_wait_settled.filter(|_| !r.decisions.is_empty()),
+        device_idle_settled: r.input_wait_settled,
         probe_seconds: r.probe_time.map(|p| p.as_secs_f64()),
         decisions: r.decisions.clone(),
         unbalanced: r.unbalanced.clone(),

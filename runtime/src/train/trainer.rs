@@ -72,6 +72,29 @@ fn default_io_depth() -> u32 {
     crate::io::UringOptions::default().queue_depth
 }
 
+impl TrainConfig {
+    /// The batch, loaders, ring and queue depth it holds.
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            batch: self.batch,
+            loaders: self.loaders,
+            ring: self.ring,
+            io_depth: self.io_depth,
+        }
+    }
+
+    /// The same configuration with tuning `t`.
+    pub fn with_tuning(&self, t: &Tuning) -> TrainConfig {
+        TrainConfig {
+            batch: t.batch,
+            loaders: t.loaders,
+            ring: t.ring,
+            io_depth: t.io_depth,
+            ..self.clone()
+        }
+    }
+}
+
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
@@ -236,7 +259,8 @@ pub struct TrainReport {
     /// Why the autotuner found no configuration within the limits that balances, if it did not.
     pub unbalanced: Option<String>,
     /// Steps the step loop waited for input, over all steps, as a fraction of the loop's wall
-    /// time; and the same after the autotuner settled (without it: the same figure).
+    /// time; and the same after the autotuner settled (`None` without `--autotune`, or if it
+    /// never settled).
     pub input_wait: f64,
     pub input_wait_settled: Option<f64>,
     /// Wall time of the step loop.
@@ -419,7 +443,7 @@ pub fn train(
             t.prepend(decisions_before_start);
             t
         } else {
-            Autotuner::resumed(current_tuning(config), limits)
+            Autotuner::resumed(config.tuning(), limits)
         };
         for d in tuner.decisions() {
             observer.tuned(d);
@@ -486,14 +510,13 @@ pub fn train(
                 tuning: &Tuning,
                 observer: &mut dyn Observer|
      -> Result<()> {
-        let saved = TrainConfig {
-            batch: tuning.batch,
-            loaders: tuning.loaders,
-            ring: tuning.ring,
-            io_depth: tuning.io_depth,
-            ..config.clone()
-        };
-        let c = snapshot(exec, &graph, &saved, &classes, progress)?;
+        let c = snapshot(
+            exec,
+            &graph,
+            &config.with_tuning(tuning),
+            &classes,
+            progress,
+        )?;
         c.save(&checkpoint_path)?;
         observer.checkpoint(&checkpoint_path, progress);
         Ok(())
@@ -598,12 +621,17 @@ pub fn train(
             epoch_acc = EpochAcc::new(loader.counters());
             let done = progress.epoch;
             if done % config.checkpoint_every.max(1) == 0 && done < config.epochs {
-                save(&mut exec, &progress, &current(&loader_config), observer)?;
+                save(
+                    &mut exec,
+                    &progress,
+                    &loader_tuning(&loader_config),
+                    observer,
+                )?;
             }
         }
     }
     drop(loader);
-    let tuning = current(&loader_config);
+    let tuning = loader_tuning(&loader_config);
     save(&mut exec, &progress, &tuning, observer)?;
     let loop_time = run_started.elapsed();
     let input_wait = total_waited.as_secs_f64() / loop_time.as_secs_f64().max(1e-9);
@@ -622,14 +650,10 @@ pub fn train(
             .as_ref()
             .and_then(|t| t.unbalanced().map(str::to_owned)),
         input_wait,
-        input_wait_settled: match (&tuner, settled_at) {
-            (None, _) => Some(input_wait),
-            (Some(_), Some((at, waited_then))) => {
-                let wall = at.elapsed().as_secs_f64();
-                (wall > 0.0).then(|| (total_waited - waited_then).as_secs_f64() / wall)
-            }
-            (Some(_), None) => None,
-        },
+        input_wait_settled: settled_at.and_then(|(at, waited_then)| {
+            let wall = at.elapsed().as_secs_f64();
+            (wall > 0.0).then(|| (total_waited - waited_then).as_secs_f64() / wall)
+        }),
         loop_time,
         probe_time,
     })
@@ -660,22 +684,12 @@ fn tuned_loader_config(base: &LoaderConfig, t: &Tuning) -> LoaderConfig {
 }
 
 /// The tuning a loader configuration runs with.
-fn current(lc: &LoaderConfig) -> Tuning {
+fn loader_tuning(lc: &LoaderConfig) -> Tuning {
     Tuning {
         batch: lc.batch as u32,
         loaders: lc.loaders,
         ring: lc.ring_slots,
         io_depth: lc.uring.queue_depth,
-    }
-}
-
-/// The tuning a (saved) training configuration holds.
-fn current_tuning(c: &TrainConfig) -> Tuning {
-    Tuning {
-        batch: c.batch,
-        loaders: c.loaders,
-        ring: c.ring,
-        io_depth: c.io_depth,
     }
 }
 
@@ -702,10 +716,7 @@ fn check_resumable(
     let saved: TrainConfig = serde_json::from_value(saved.clone())
         .map_err(|e| Error::Config(format!("{}: training config: {e}", path.display())))?;
     if config.autotune {
-        config.batch = saved.batch;
-        config.loaders = saved.loaders;
-        config.ring = saved.ring;
-        config.io_depth = saved.io_depth;
+        *config = config.with_tuning(&saved.tuning());
     }
     // Loaders, ring and queue depth change only the speed, never the result.
     let same = TrainConfig {
@@ -813,15 +824,13 @@ impl WindowAcc {
         if self.steps < self.steps_wanted {
             return None;
         }
-        let n = self.steps as f64;
-        let mean = self.device_s / n;
-        let var = (self.device_s2 / n - mean * mean).max(0.0);
         Some(Window {
             steps: self.steps,
             wall: since.elapsed(),
             waited: self.waited,
-            step_mean: Duration::from_secs_f64(mean),
-            step_cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+            step_mean: Duration::from_secs_f64(self.device_s / self.steps as f64),
+            step_cv: balance::coefficient_of_variation(self.steps, self.device_s, self.device_s2)
+                .unwrap_or(0.0),
             loaders: counters.loaders.since(&at_start),
         })
     }
@@ -868,7 +877,7 @@ impl EpochAcc {
         // (reads, a core shared with the engine), which is what sets a loader's rate.
         let loaders = counters.loaders.since(&self.counters_at_start.loaders);
         let tg = loaders.busy_per_item().unwrap_or_default();
-        let loader_cpu_share = loaders.cpu.as_secs_f64() / loaders.busy.as_secs_f64().max(1e-12);
+        let loader_cpu_share = loaders.cpu_share();
         let step_time = if self.steps > 0 {
             self.device / self.steps as u32
         } else {
