@@ -1,6 +1,8 @@
 //! The same training on the Vulkan engine (lavapipe in CI) and on the CPU engine: the same
 //! batches (the loader is deterministic), the same initial weights, and losses that agree step
-//! by step over the first 50 steps.
+//! by step over the first 50 steps. On Vulkan the ring's slots are host memory the device
+//! imports (the GPU copies each batch); the same run from a plain host-memory ring gives the
+//! same losses bit for bit.
 //!
 //! Tolerances, relative to the CPU engine's loss: 1e-5 for each of the first 10 steps, 5e-2 for
 //! all 50. The engines agree to ~1e-7 until one of them puts an activation on the other side of
@@ -14,15 +16,23 @@
 use std::sync::atomic::AtomicBool;
 
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
-use fulcrum::compute::vulkan::testing;
-use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfig};
+use fulcrum::compute::vulkan::{testing, IMPORTED_KIND};
+use fulcrum::ring::RingMemory;
+use fulcrum::train::trainer::{self, Observer, RunInfo, RunOptions, StepReport, TrainConfig};
 use fulcrum_tests::*;
 
-struct Losses(Vec<f32>);
+#[derive(Default)]
+struct Losses {
+    losses: Vec<f32>,
+    ring_memory: String,
+}
 
 impl Observer for Losses {
+    fn start(&mut self, info: &RunInfo) {
+        self.ring_memory = info.ring_memory.clone();
+    }
     fn step(&mut self, r: &StepReport) {
-        self.0.push(r.loss[0]);
+        self.losses.push(r.loss[0]);
     }
 }
 
@@ -31,7 +41,13 @@ const EARLY_STEPS: usize = 10;
 const EARLY_TOLERANCE: f32 = 1e-5;
 const TOLERANCE: f32 = 5e-2;
 
-fn losses(data: &std::path::Path, out: &std::path::Path, engine: EngineChoice) -> Vec<f32> {
+fn losses(
+    data: &std::path::Path,
+    out: &std::path::Path,
+    engine: EngineChoice,
+    ring_memory: RingMemory,
+    steps: u64,
+) -> Losses {
     let config = TrainConfig {
         data: data.to_path_buf(),
         batch: 2,
@@ -49,12 +65,13 @@ fn losses(data: &std::path::Path, out: &std::path::Path, engine: EngineChoice) -
             threads: 1,
             ..ExecOptions::default()
         },
-        max_steps: Some(STEPS),
+        max_steps: Some(steps),
+        ring_memory,
         ..RunOptions::default()
     };
-    let mut seen = Losses(Vec::new());
+    let mut seen = Losses::default();
     trainer::train(&config, &options, &AtomicBool::new(false), &mut seen).expect("training runs");
-    seen.0
+    seen
 }
 
 #[test]
@@ -65,8 +82,37 @@ fn vulkan_and_cpu_losses_agree_over_50_steps() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let data = pack_synthetic(&tmp.path().join("data"), 64, 128);
-    let cpu = losses(&data, &tmp.path().join("cpu"), EngineChoice::Cpu);
-    let gpu = losses(&data, &tmp.path().join("vulkan"), EngineChoice::Vulkan);
+    let cpu = losses(
+        &data,
+        &tmp.path().join("cpu"),
+        EngineChoice::Cpu,
+        RingMemory::Auto,
+        STEPS,
+    );
+    let run = |dir, ring, steps| {
+        losses(
+            &data,
+            &tmp.path().join(dir),
+            EngineChoice::Vulkan,
+            ring,
+            steps,
+        )
+    };
+    let gpu = run("vulkan", RingMemory::Auto, STEPS);
+    // Where the device imports host memory (lavapipe does), batches go from the ring to the
+    // device by GPU copies; in plain host memory by the CPU: the same bytes, the same losses.
+    if testing::required() {
+        assert_eq!(gpu.ring_memory, IMPORTED_KIND);
+    }
+    assert_eq!(cpu.ring_memory, "host");
+    let host = run("vulkan-host", RingMemory::Host, EARLY_STEPS as u64);
+    assert_eq!(host.ring_memory, "host");
+    assert_eq!(
+        host.losses[..],
+        gpu.losses[..EARLY_STEPS],
+        "ring memory changed the losses"
+    );
+    let (cpu, gpu) = (cpu.losses, gpu.losses);
     assert_eq!((cpu.len(), gpu.len()), (STEPS as usize, STEPS as usize));
     let rel: Vec<f32> = cpu
         .iter()

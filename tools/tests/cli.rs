@@ -796,6 +796,18 @@ fn devices_lists_vulkan_and_the_cpu_and_survives_a_machine_without_vulkan() {
             run.stdout
         );
         assert_eq!(v["picked"], 0);
+        // lavapipe imports host memory: the ring's slots can be the device's.
+        assert_eq!(
+            v["vulkan"]["devices"][0]["host_import_alignment"], 4096,
+            "{}",
+            run.stdout
+        );
+        let run = fulcrum(tmp.path(), &["devices"]);
+        assert!(
+            run.stdout.contains("ring slots imported (no CPU copy)"),
+            "{}",
+            run.both()
+        );
     }
 }
 

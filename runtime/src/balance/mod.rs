@@ -14,7 +14,8 @@ pub use bench_io::{
 pub use budget::{human, largest_fitting, parse_size, MemoryPlan, PlanItem};
 
 pub use counters::{
-    coefficient_of_variation, PipelineCounters, PipelineSnapshot, StageCounters, StageSnapshot,
+    coefficient_of_variation, thread_cpu_time, PipelineCounters, PipelineSnapshot, StageCounters,
+    StageSnapshot,
 };
 pub use equation::{evaluate, parse_duration, BalanceInput, BalanceReport, Binding, WhatIf};
 pub use simulate::{

@@ -1,18 +1,20 @@
 //! The compute benchmark behind `fulcrum bench compute`: det-s on one engine — forward latency
 //! at batch 1, a whole training step (forward, loss, backward, AdamW) at a training batch, time
 //! per kernel family, GFLOP/s, and on Vulkan the split between device time and the host's
-//! submission overhead.
+//! submission overhead. On Vulkan also the upload of a training batch: from plain host memory
+//! (the CPU copies it) and from a ring slot the device imported (the GPU copies it).
 //!
 //! Inputs are synthetic records (random pixels, a few boxes) written once; weights are the
 //! initialisation. Times are medians over the runs after warm-up.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::exec::{Exec, ExecOptions, Result};
 use super::recording::{Recording, Step, HYPER_LEN};
+use crate::balance::thread_cpu_time;
 use crate::format::{RecordBox, RecordLayout, RecordMeta};
 use crate::loader::order::SplitMix64;
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN};
@@ -54,6 +56,20 @@ pub struct EntryFigures {
     pub per_kernel: Vec<KernelTime>,
 }
 
+/// One training batch's records going to the engine's input tensor (medians per batch).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UploadFigures {
+    pub bytes: usize,
+    /// From plain host memory: the CPU copies the batch (into mapped memory or staging).
+    pub host_ms: f64,
+    /// CPU time of the calling thread for that upload.
+    pub host_cpu_ms: f64,
+    /// From a ring slot the device imported: a GPU copy; `None` where the device cannot
+    /// import host memory.
+    pub imported_ms: Option<f64>,
+    pub imported_cpu_ms: Option<f64>,
+}
+
 /// The figures of one engine.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ComputeBenchReport {
@@ -62,6 +78,8 @@ pub struct ComputeBenchReport {
     pub params: usize,
     pub forward_batch1: EntryFigures,
     pub train_step: EntryFigures,
+    /// Vulkan only: the batch upload, from host memory and from an imported ring slot.
+    pub upload: Option<UploadFigures>,
 }
 
 /// Floating-point work of an entry: convolutions forward (`flops`) and backward (twice that).
@@ -114,8 +132,63 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Measures one entry of a freshly built graph at `batch`.
-fn measure(config: &ComputeBenchConfig, batch: u32, train: bool) -> Result<(EntryFigures, String)> {
+/// Median wall and calling-thread CPU time of `runs` calls of `f`, after one warm-up call.
+fn timed(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    f()?;
+    let (mut wall, mut cpu) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let (c0, t0) = (thread_cpu_time(), Instant::now());
+        f()?;
+        wall.push(t0.elapsed());
+        cpu.push(thread_cpu_time().saturating_sub(c0));
+    }
+    let ms = |v| median(v).as_secs_f64() * 1e3;
+    Ok((ms(wall), ms(cpu)))
+}
+
+/// The upload of one training batch into the records tensor of `exec`: from a plain host
+/// buffer, and from host memory the device imported (a ring slot, filled with the same bytes).
+fn measure_upload(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    batch: &[u8],
+    runs: usize,
+) -> Result<UploadFigures> {
+    let (host_ms, host_cpu_ms) = timed(runs, || exec.write_bytes(graph.records, batch))?;
+    let slot = match exec.slot_allocator() {
+        Some(a) => Some(
+            a.allocate(batch.len())
+                .map_err(super::exec::Error::VulkanExec)?,
+        ),
+        None => None,
+    };
+    let imported = match &slot {
+        Some(slot) => {
+            // SAFETY: `slot` gives `len() ≥ batch.len()` bytes valid for reads and writes while
+            // it lives; no ring was made over it, so this is its only view.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(slot.base().as_ptr(), batch.len()) };
+            bytes.copy_from_slice(batch);
+            Some(timed(runs, || exec.write_bytes(graph.records, bytes))?)
+        }
+        None => None,
+    };
+    Ok(UploadFigures {
+        bytes: batch.len(),
+        host_ms,
+        host_cpu_ms,
+        imported_ms: imported.map(|i| i.0),
+        imported_cpu_ms: imported.map(|i| i.1),
+    })
+}
+
+/// Measures one entry of a freshly built graph at `batch` (and, for a training step on
+/// Vulkan, the batch upload).
+fn measure(
+    config: &ComputeBenchConfig,
+    batch: u32,
+    train: bool,
+) -> Result<(EntryFigures, String, Option<UploadFigures>)> {
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     let arch = Arch::new(&model);
@@ -148,6 +221,17 @@ fn measure(config: &ComputeBenchConfig, batch: u32, train: bool) -> Result<(Entr
             wall.push(t.wall);
         }
     }
+    let upload = if train && exec.is_vulkan() {
+        let batch_records = records(&layout, batch, config.classes, 7);
+        Some(measure_upload(
+            &mut exec,
+            &graph,
+            &batch_records,
+            config.runs.max(10),
+        )?)
+    } else {
+        None
+    };
     drop(exec);
 
     // Per kernel, in a second executor with per-kernel timing.
@@ -197,6 +281,7 @@ fn measure(config: &ComputeBenchConfig, batch: u32, train: bool) -> Result<(Entr
             per_kernel,
         },
         engine,
+        upload,
     ))
 }
 
@@ -219,9 +304,9 @@ fn setup(
 /// Runs the benchmark on the engine `config.exec` chooses.
 pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
     progress("forward at batch 1");
-    let (forward_batch1, engine) = measure(config, 1, false)?;
+    let (forward_batch1, engine, _) = measure(config, 1, false)?;
     progress(&format!("training step at batch {}", config.train_batch));
-    let (train_step, _) = measure(config, config.train_batch, true)?;
+    let (train_step, _, upload) = measure(config, config.train_batch, true)?;
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     Ok(ComputeBenchReport {
@@ -230,5 +315,6 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
         params: Arch::new(&model).param_count(),
         forward_batch1,
         train_step,
+        upload,
     })
 }

@@ -7,12 +7,14 @@
 //! uses it (that is how the shaders are tested without a GPU). No Vulkan loader or device
 //! under `auto` is a log line and the CPU engine, never a failure.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::cpu::exec::CpuExec;
 use super::recording::{Recording, TensorId};
 use super::vulkan;
 use super::vulkan::exec::VulkanExec;
+use crate::ring::SlotAllocator;
 
 /// Which engine to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -177,6 +179,19 @@ impl Exec {
         match self {
             Exec::Cpu(c) => c.threads(),
             Exec::Vulkan(_) => 0,
+        }
+    }
+
+    /// Memory for the loader's ring that this engine reads batches from directly: on Vulkan
+    /// where the device imports host memory ([`vulkan::HostImporter`]); `None` otherwise (the
+    /// CPU engine, and devices without `VK_EXT_external_memory_host`: plain host memory).
+    pub fn slot_allocator(&self) -> Option<Arc<dyn SlotAllocator>> {
+        match self {
+            Exec::Cpu(_) => None,
+            Exec::Vulkan(v) => v
+                .engine()
+                .slot_allocator()
+                .map(|a| Arc::new(a) as Arc<dyn SlotAllocator>),
         }
     }
 

@@ -90,6 +90,9 @@ pub struct LoaderConfig {
     /// Count into these (a loader restarted with another configuration keeps the run's
     /// totals); `None` starts from zero.
     pub counters: Option<Arc<PipelineCounters>>,
+    /// Makes the ring's memory (an engine that reads batches straight from it); `None`:
+    /// plain host memory.
+    pub slot_allocator: Option<Arc<dyn ring::SlotAllocator>>,
 }
 
 impl Default for LoaderConfig {
@@ -113,6 +116,7 @@ impl Default for LoaderConfig {
             mem_budget: None,
             slow_down: std::time::Duration::ZERO,
             counters: None,
+            slot_allocator: None,
         }
     }
 }
@@ -278,7 +282,7 @@ impl Loader {
                 config.start_batch, config.epochs
             )));
         }
-        let ring = Arc::new(Ring::new(shape, total - config.start_batch)?);
+        let ring = Arc::new(new_ring(shape, total - config.start_batch, config)?);
 
         let regions = ring.slot_regions();
         let mut backends = Vec::with_capacity(config.loaders);
@@ -393,6 +397,23 @@ impl Loader {
     pub fn ring_bytes(&self) -> usize {
         self.ring.shape().bytes()
     }
+
+    /// Where the ring's slots live ("host", "host, imported into Vulkan").
+    pub fn ring_memory(&self) -> &'static str {
+        self.ring.memory_kind()
+    }
+}
+
+/// The ring over the configured allocator's memory, or over plain host memory where there is
+/// none or it refuses (slower, never wrong: the engine then copies each batch itself).
+fn new_ring(shape: RingShape, batches: u64, config: &LoaderConfig) -> Result<Ring> {
+    if let Some(allocator) = &config.slot_allocator {
+        match allocator.allocate(shape.bytes()) {
+            Ok(memory) => return Ok(Ring::with_memory(shape, batches, memory)?),
+            Err(e) => log::warn!("ring slots: {e}; using plain host memory"),
+        }
+    }
+    Ok(Ring::new(shape, batches)?)
 }
 
 impl Drop for Loader {

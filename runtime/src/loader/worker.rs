@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::augment::Augmenter;
 use super::order::{derive_seed, EpochOrder};
 use super::{substitute_record, Dataset, Error, LoaderConfig, OnCorrupt};
-use crate::balance::PipelineCounters;
+use crate::balance::{thread_cpu_time, PipelineCounters};
 use crate::format::{RecordLayout, HEADER_SIZE};
 use crate::io::{self, ControlFlow, ReadBackend, RecordLoc, ShardSet};
 use crate::ring::Ring;
@@ -221,11 +221,4 @@ impl Worker {
             log::warn!("could not pin loader thread to cores {:?}: {e}", self.pin);
         }
     }
-}
-
-/// CPU time of the calling thread (zero where the clock is unavailable).
-fn thread_cpu_time() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
-        .unwrap_or_default()
 }

@@ -1,5 +1,6 @@
-//! The memory behind ring slots: page-aligned, allocated once, behind a trait so that
-//! host-visible device memory (Vulkan, unified-memory boards) can back the ring later.
+//! The memory behind ring slots: page-aligned, allocated once, behind a trait so that memory
+//! a device can read (host memory imported into Vulkan) can back the ring: the loaders' reads
+//! then land where the GPU copies each batch from, and the CPU never copies a batch.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
@@ -19,8 +20,39 @@ pub unsafe trait SlotMemory: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Where it lives, for logs and the memory budget report ("host", "vulkan host-visible").
+    /// Where it lives, for logs and the run's start line ("host", "host, imported into Vulkan").
     fn kind(&self) -> &'static str;
+}
+
+/// Makes the ring's memory: the loader asks it for one block of the ring's size at start (and
+/// at every restart with another shape). An engine hands one out when batches should land in
+/// memory it reads directly.
+pub trait SlotAllocator: Send + Sync + std::fmt::Debug {
+    /// A zeroed block of at least `bytes` bytes, or why not (the loader then falls back to
+    /// plain host memory, with a warning).
+    fn allocate(&self, bytes: usize) -> Result<Box<dyn SlotMemory>, String>;
+}
+
+/// Where a run's ring slots live (`--ring-memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RingMemory {
+    /// Memory the engine reads batches from directly, where it offers some (Vulkan devices
+    /// that import host memory); plain host memory otherwise.
+    #[default]
+    Auto,
+    /// Plain host memory: the engine copies each batch in with the CPU.
+    Host,
+}
+
+impl std::str::FromStr for RingMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(RingMemory::Auto),
+            "host" => Ok(RingMemory::Host),
+            _ => Err(format!("unknown ring memory {s:?}: use auto or host")),
+        }
+    }
 }
 
 /// Plain host memory from the global allocator, zeroed, page-aligned.
@@ -33,8 +65,18 @@ impl HostMemory {
     /// Allocates `len` bytes (rounded up to whole pages). Returns `None` if the allocator
     /// refuses; callers turn that into a budget error, never an abort.
     pub fn zeroed(len: usize) -> Option<Self> {
-        let len = crate::format::page_align(len.max(1));
-        let layout = Layout::from_size_align(len, PAGE_SIZE).ok()?;
+        Self::zeroed_aligned(len, PAGE_SIZE)
+    }
+
+    /// As [`HostMemory::zeroed`], with start and length aligned to `align` (a power of two;
+    /// at least a page is used): what a device importing the block may require.
+    pub fn zeroed_aligned(len: usize, align: usize) -> Option<Self> {
+        let align = align.max(PAGE_SIZE);
+        if !align.is_power_of_two() {
+            return None;
+        }
+        let len = len.max(1).checked_next_multiple_of(align)?;
+        let layout = Layout::from_size_align(len, align).ok()?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
         Some(HostMemory { ptr, layout })
@@ -88,5 +130,13 @@ mod tests {
         assert!(m.as_slice().iter().all(|&b| b == 0));
         m.as_mut_slice()[8191] = 7;
         assert_eq!(m.as_slice()[8191], 7);
+    }
+
+    #[test]
+    fn larger_alignments_round_start_and_length() {
+        let m = HostMemory::zeroed_aligned(5000, 65536).unwrap();
+        assert_eq!(m.base().as_ptr() as usize % 65536, 0);
+        assert_eq!(m.len(), 65536);
+        assert!(HostMemory::zeroed_aligned(10, 3 * PAGE_SIZE).is_none());
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use heapless::mpmc::Queue;
 
 use doorbell::Doorbell;
-pub use memory::{HostMemory, SlotMemory};
+pub use memory::{HostMemory, RingMemory, SlotAllocator, SlotMemory};
 
 /// Most slots a ring can have (the capacity of the lock-free index queues).
 pub const MAX_SLOTS: usize = 64;

@@ -34,6 +34,7 @@ use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
+use crate::ring::RingMemory;
 
 /// Name of the checkpoint file in the output folder.
 pub const CHECKPOINT_FILE: &str = "last.safetensors";
@@ -135,6 +136,9 @@ pub struct RunOptions {
     pub trace: Option<std::sync::Arc<crate::trace::TraceLog>>,
     /// Extra wall time per record in the loaders (tests and `bench balance`: a slow loader).
     pub loader_slow_down: Duration,
+    /// Where the ring's slots live: memory the engine reads directly where it offers it, or
+    /// plain host memory.
+    pub ring_memory: RingMemory,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +173,8 @@ pub struct RunInfo {
     pub first_step: u64,
     pub memory: MemoryPlan,
     pub backend: String,
+    /// Where the ring's slots live ([`crate::loader::Loader::ring_memory`]).
+    pub ring_memory: String,
     pub param_count: usize,
 }
 
@@ -408,6 +414,9 @@ pub fn train(
     };
 
     let mut exec = Exec::new(&graph.recording, &options.exec)?;
+    if options.ring_memory == RingMemory::Auto {
+        loader_config.slot_allocator = exec.slot_allocator();
+    }
     let train_entry = graph.entry(ENTRY_TRAIN);
     let first_step = resumed.as_ref().map_or(0, |c| c.progress.step);
     if first_step >= total_steps {
@@ -493,6 +502,7 @@ pub fn train(
         first_step: progress.step,
         memory: memory_of(&loader_config, model_bytes),
         backend: loader.backend().name().to_owned(),
+        ring_memory: loader.ring_memory().to_owned(),
         param_count: arch.param_count(),
     });
 

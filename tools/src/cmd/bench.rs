@@ -281,6 +281,23 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         println!("{}:", r.engine);
         show("forward, batch 1", &r.forward_batch1);
         show(&format!("training step, batch {}", a.batch), &r.train_step);
+        if let Some(u) = &r.upload {
+            let imported = match (u.imported_ms, u.imported_cpu_ms) {
+                (Some(ms), Some(cpu)) => format!(
+                    "from an imported ring slot (GPU copy) {ms:.3} ms, CPU {cpu:.3} ms ({:.2}× the \
+                     host copy's CPU time)",
+                    cpu / u.host_cpu_ms.max(1e-9)
+                ),
+                _ => "no imported ring slots (the device has no VK_EXT_external_memory_host)"
+                    .to_owned(),
+            };
+            println!(
+                "  batch upload, {:.2} MB: from host memory (CPU copy) {:.3} ms, CPU {:.3} ms; {imported}",
+                u.bytes as f64 / 1e6,
+                u.host_ms,
+                u.host_cpu_ms
+            );
+        }
     }
     if let Some(path) = &a.json {
         let json = serde_json::json!({ "model": "det-s", "runs": base.runs, "engines": reports });

@@ -52,10 +52,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     d.api_version,
                     d.driver_summary()
                 );
-                let memory = if d.unified_memory {
-                    "unified memory (zero-copy ring slots)"
-                } else {
-                    "separate memory (staging copies)"
+                let memory = match (d.unified_memory, d.host_import_alignment.is_some()) {
+                    (true, true) => "unified memory, ring slots imported (no CPU copy)",
+                    (false, true) => "separate memory, ring slots imported (no CPU copy)",
+                    (true, false) => "unified memory, batches copied in by the CPU",
+                    (false, false) => "separate memory, batches copied in by the CPU",
                 };
                 println!(
                     "     {} MiB device-local, {memory}, timestamps: {}, fp16: {}",

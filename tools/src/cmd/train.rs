@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use fulcrum::balance::human;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
+use fulcrum::ring::RingMemory;
 use fulcrum::train::autotune::Decision;
 use fulcrum::train::trainer::{
     self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
@@ -97,6 +98,12 @@ pub struct Args {
     /// Corrupt records: fail stops naming the record; skip replaces and counts it.
     #[arg(long, default_value = "fail")]
     on_corrupt: OnCorrupt,
+    /// Where the ring's slots live. auto: on a Vulkan device that imports host memory
+    /// (VK_EXT_external_memory_host), the device imports them and copies each batch itself,
+    /// the CPU copying nothing (zero-copy on unified-memory boards); elsewhere plain host
+    /// memory. host: plain host memory, the CPU copying each batch into the engine's input.
+    #[arg(long, default_value = "auto", value_name = "auto|host")]
+    ring_memory: RingMemory,
     /// Record loader units, batch waits and device steps, and write them as Chrome trace JSON
     /// (opens in Perfetto) and, beside it with the extension .svg, as the simulator's timeline.
     #[arg(long, value_name = "JSON")]
@@ -127,9 +134,10 @@ impl Observer for Printer {
             info.total_steps
         );
         println!(
-            "memory: {} planned up front (pipeline and model); reads: {}",
+            "memory: {} planned up front (pipeline and model); reads: {}; ring slots: {}",
             human(info.memory.total()),
-            info.backend
+            info.backend,
+            info.ring_memory
         );
         let bar = crate::progress::bar(info.total_steps, "steps");
         bar.set_position(info.first_step);
@@ -206,6 +214,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events))),
         loader_slow_down: a.loader_delay.unwrap_or_default(),
+        ring_memory: a.ring_memory,
     };
     let mut printer = Printer { bar: None };
     let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::buffer::Registry;
 use super::cache::CacheDir;
+use super::host_import::HostImport;
 use super::{version_string, Error, Result};
 
 /// Environment variable: the Vulkan loader library to load instead of `libvulkan.so.1`.
@@ -333,12 +334,18 @@ impl Instance {
         let feedback =
             effective >= vk::API_VERSION_1_3 || has_ext(ash::ext::pipeline_creation_feedback::NAME);
 
+        let host_import_query = device_11 && has_ext(ash::ext::external_memory_host::NAME);
+
         let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut host_import = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
         if device_11 {
             let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
             if driver_query {
                 props2 = props2.push_next(&mut driver);
+            }
+            if host_import_query {
+                props2 = props2.push_next(&mut host_import);
             }
             // SAFETY: see above; core 1.1, and each chained struct is core in the effective
             // version or its extension is supported by the device.
@@ -460,6 +467,9 @@ impl Instance {
             subgroup_size: (device_11 && subgroup.subgroup_size > 0)
                 .then_some(subgroup.subgroup_size),
             shader_float16,
+            host_import_alignment: (host_import_query
+                && host_import.min_imported_host_pointer_alignment > 0)
+                .then_some(host_import.min_imported_host_pointer_alignment),
             pipeline_creation_feedback: feedback,
             unusable,
         }
@@ -609,6 +619,10 @@ pub struct DeviceInfo {
     pub subgroup_size: Option<u32>,
     /// `shaderFloat16`: fp16 arithmetic in shaders (kernels must not require it).
     pub shader_float16: bool,
+    /// `VK_EXT_external_memory_host`: the alignment of host memory the device can import.
+    /// `Some`: ring slots can be imported, and the GPU copies each batch straight from them
+    /// (no CPU copy; zero-copy reads on unified-memory boards).
+    pub host_import_alignment: Option<u64>,
     /// The driver can report pipeline-cache hits (`VK_EXT_pipeline_creation_feedback`).
     pub pipeline_creation_feedback: bool,
     /// Why fulcrum cannot use this device; `None`: usable.
@@ -810,6 +824,11 @@ pub(crate) struct Device {
     pub(crate) fence_timeout: std::time::Duration,
     /// `shaderFloat16` is enabled: the fp16 kernel variants may be used.
     pub(crate) fp16: bool,
+    /// `VK_EXT_external_memory_host` is enabled: host memory can be imported, and the
+    /// imports live now.
+    pub(crate) host_import: Option<HostImport>,
+    /// The property flags of each memory type.
+    pub(crate) memory_types: Vec<vk::MemoryPropertyFlags>,
     /// Destroyed after the device (field order, after `Drop::drop`).
     pub(crate) instance: Instance,
 }
@@ -858,6 +877,13 @@ impl Device {
         if fp16 && effective < vk::API_VERSION_1_2 {
             extensions.push(ash::khr::shader_float16_int8::NAME.as_ptr());
         }
+        // External memory itself is core in 1.1, which every usable device has.
+        let host_import_alignment = info
+            .host_import_alignment
+            .filter(|_| effective >= vk::API_VERSION_1_1);
+        if host_import_alignment.is_some() {
+            extensions.push(ash::ext::external_memory_host::NAME.as_ptr());
+        }
         let mut f16_features =
             vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true);
         let mut create_info = vk::DeviceCreateInfo::default()
@@ -878,6 +904,20 @@ impl Device {
             // SAFETY: as above.
             raw: Mutex::new(unsafe { raw.get_device_queue(family, 0) }),
         });
+
+        let host_import = host_import_alignment.map(|alignment| {
+            HostImport::new(
+                ash::ext::external_memory_host::Device::new(&instance.raw, &raw),
+                alignment,
+            )
+        });
+        // SAFETY: `physical` comes from this live instance.
+        let memory = unsafe { instance.raw.get_physical_device_memory_properties(physical) };
+        let memory_types = memory
+            .memory_types_as_slice()
+            .iter()
+            .map(|t| t.property_flags)
+            .collect();
 
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.raw.clone(),
@@ -921,6 +961,8 @@ impl Device {
             registry: Mutex::new(Registry::default()),
             fence_timeout: options.fence_timeout,
             fp16,
+            host_import,
+            memory_types,
             instance,
         }))
     }

@@ -509,6 +509,8 @@ pub struct Engine {
     compute: Commands,
     transfer: Option<Commands>,
     cache: PipelineCache,
+    /// Uploads done as GPU copies from imported host memory (see [`Engine::upload`]).
+    imported_uploads: u64,
     pub(crate) device: Arc<Device>,
 }
 
@@ -527,6 +529,7 @@ impl Engine {
             compute,
             transfer,
             cache,
+            imported_uploads: 0,
             device,
         })
     }
@@ -620,9 +623,30 @@ impl Engine {
         Ok(timing)
     }
 
-    /// Copies `data` into `buffer` at `offset`: directly where the buffer is host-visible,
-    /// else through a staging buffer and a copy on the transfer queue (or the compute queue).
+    /// Copies `data` into `buffer` at `offset`. Bytes in host memory this device imported
+    /// (ring slots, see [`Engine::slot_allocator`]) are copied by the GPU, the CPU touching
+    /// none of them; others are written directly where the buffer is host-visible, else
+    /// through a staging buffer and a copy on the transfer queue (or the compute queue).
     pub fn upload(&mut self, buffer: &mut Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let device = Arc::clone(&self.device);
+        if let Some(found) = device.host_import.as_ref().and_then(|i| i.find(data)) {
+            buffer.range(offset, data.len())?;
+            if !buffer.same_device(&self.device) {
+                return Err(Error::Buffer {
+                    name: buffer.name().to_owned(),
+                    detail: "made by another engine".to_owned(),
+                });
+            }
+            let region = vk::BufferCopy {
+                src_offset: found.offset,
+                dst_offset: offset,
+                size: data.len() as u64,
+            };
+            // `found` holds the import alive until the copy has finished.
+            self.copy_for_shaders(found.buffer, buffer.raw(), region)?;
+            self.imported_uploads += 1;
+            return Ok(());
+        }
         if buffer.is_host_visible() {
             return buffer.write(offset, data);
         }
@@ -695,6 +719,66 @@ impl Engine {
         self.compute.end()?;
         self.compute.submit_and_wait(&self.device.compute)?;
         Ok(())
+    }
+
+    /// `vkCmdCopyBuffer` of `region` on the compute queue, waited for, and visible to later
+    /// dispatches, transfers and host reads (as [`Engine::fill_zero`]).
+    fn copy_for_shaders(
+        &mut self,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        region: vk::BufferCopy,
+    ) -> Result<()> {
+        if region.size == 0 {
+            return Ok(());
+        }
+        let cmd = self.compute.begin(true)?;
+        let after = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE
+                    | vk::AccessFlags::HOST_READ,
+            )];
+        // SAFETY: `cmd` is recording; the caller keeps both buffers alive until this returns
+        // (after the wait); `src` has TRANSFER_SRC and `dst` TRANSFER_DST usage, and the
+        // region was checked against both.
+        unsafe {
+            self.device.raw.cmd_copy_buffer(cmd, src, dst, &[region]);
+            self.device.raw.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::COMPUTE_SHADER
+                    | vk::PipelineStageFlags::TRANSFER
+                    | vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &after,
+                &[],
+                &[],
+            );
+        }
+        self.compute.end()?;
+        self.compute.submit_and_wait(&self.device.compute)?;
+        Ok(())
+    }
+
+    /// Memory for the loader's ring that this device reads directly: host memory it imports
+    /// (`VK_EXT_external_memory_host`), so that [`Engine::upload`] from a slot is a GPU copy.
+    /// `None` where the device cannot import host memory.
+    pub fn slot_allocator(&self) -> Option<super::host_import::HostImporter> {
+        super::host_import::HostImporter::new(&self.device)
+    }
+
+    /// How many uploads so far were GPU copies from imported host memory.
+    pub fn imported_uploads(&self) -> u64 {
+        self.imported_uploads
+    }
+
+    /// How many host-memory imports of this device are alive.
+    pub fn live_imports(&self) -> usize {
+        self.device.host_import.as_ref().map_or(0, |i| i.live())
     }
 
     /// `vkCmdCopyBuffer` of `bytes` from `src` to `dst`, waited for.

@@ -18,6 +18,8 @@
 //!   `download`.
 //! - [`lower`]: a [`crate::compute::Recording`]'s steps as dispatches (kernel, grid,
 //!   bindings, push constants), as plain data.
+//! - [`host_import`]: host memory imported into the device (`VK_EXT_external_memory_host`)
+//!   for the loader's ring: uploads from it are GPU copies, with no CPU copy.
 //! - [`exec`]: [`VulkanExec`], a recording on the engine: its buffers (sized against the
 //!   memory budget first), pipelines and one recorded command buffer per entry, replayed.
 //!
@@ -56,6 +58,7 @@ pub mod cache;
 pub mod context;
 pub mod engine;
 pub mod exec;
+pub mod host_import;
 #[cfg(test)]
 mod kernel_tests;
 pub mod kernels;
@@ -75,6 +78,7 @@ pub use context::{
 };
 pub use engine::{Dispatch, Engine, Timestamps, Timing};
 pub use exec::VulkanExec;
+pub use host_import::{HostImporter, ImportedHostMemory, IMPORTED_KIND};
 pub use kernels::{Kernel, KernelInfo, MAX_INVOCATIONS, MAX_SHARED_BYTES};
 pub use pipeline::{Pipeline, SpecConstant};
 pub use program::{Program, ProgramDispatch};

@@ -1,0 +1,264 @@
+//! Host memory imported into the device (`VK_EXT_external_memory_host`): the ring's slots.
+//!
+//! The loaders read records into plain, page-aligned host memory, which is what `O_DIRECT` and
+//! io_uring's registered buffers need, and the device imports that same memory as a
+//! `VkDeviceMemory` with a transfer-source buffer over it. [`super::Engine::upload`] of bytes
+//! that lie in an import is then one `vkCmdCopyBuffer` from the slot to the tensor: the GPU
+//! reads the batch where the disk put it and the CPU copies nothing. On a unified-memory board
+//! those pages are the GPU's own memory, so nothing crosses a bus either.
+//!
+//! Why import host memory rather than map device memory for the ring: mapped device memory is
+//! often not ordinary pages (a `VM_PFNMAP` mapping), and `O_DIRECT` reads into it and io_uring
+//! buffer registration fail there.
+//!
+//! Lifetimes: the Vulkan objects go before the host pages (see [`ImportedHostMemory`]'s
+//! `Drop`), and each live import is listed in [`HostImport`] so that an upload can find it.
+//! Dropping an import takes the same lock an upload holds during its copy, so an import cannot
+//! go away while the GPU reads from it.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+
+use super::context::Device;
+use super::{Error, Result};
+use crate::ring::{HostMemory, SlotAllocator, SlotMemory};
+
+const HANDLE: vk::ExternalMemoryHandleTypeFlags =
+    vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+
+/// What the device needs to import host memory, and the imports alive now.
+pub(crate) struct HostImport {
+    fns: ash::ext::external_memory_host::Device,
+    /// `minImportedHostPointerAlignment`: start and size of an import are multiples of it.
+    alignment: u64,
+    live: Mutex<Vec<LiveImport>>,
+}
+
+/// One live import: the host address range and the buffer over it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveImport {
+    start: usize,
+    len: usize,
+    buffer: vk::Buffer,
+}
+
+/// The import holding some bytes: its buffer and where the bytes start in it. The guard keeps
+/// every import alive (none can be unregistered) until it is dropped.
+pub(crate) struct Found<'a> {
+    _guard: MutexGuard<'a, Vec<LiveImport>>,
+    pub(crate) buffer: vk::Buffer,
+    pub(crate) offset: u64,
+}
+
+impl HostImport {
+    pub(crate) fn new(fns: ash::ext::external_memory_host::Device, alignment: u64) -> HostImport {
+        HostImport {
+            fns,
+            alignment,
+            live: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<LiveImport>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The import that holds all of `data`, if one does.
+    pub(crate) fn find(&self, data: &[u8]) -> Option<Found<'_>> {
+        let start = data.as_ptr() as usize;
+        let end = start.checked_add(data.len())?;
+        let guard = self.lock();
+        let hit = guard
+            .iter()
+            .find(|i| start >= i.start && end <= i.start + i.len)
+            .copied()?;
+        Some(Found {
+            _guard: guard,
+            buffer: hit.buffer,
+            offset: (start - hit.start) as u64,
+        })
+    }
+
+    /// How many imports are alive.
+    pub(crate) fn live(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Zeroed host memory the device has imported: see the module docs. It backs ring slots
+/// ([`SlotMemory`]); uploads of bytes inside it are copies on the GPU.
+pub struct ImportedHostMemory {
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    device: Arc<Device>,
+    /// Freed after `Drop::drop` has destroyed the Vulkan objects over it (field drop order).
+    host: HostMemory,
+}
+
+impl ImportedHostMemory {
+    /// Allocates at least `bytes` of zeroed host memory and imports it into `device`.
+    pub(crate) fn new(device: &Arc<Device>, bytes: usize) -> Result<ImportedHostMemory> {
+        let what = |detail: String| Error::Buffer {
+            name: "ring slots (imported host memory)".to_owned(),
+            detail,
+        };
+        let import = device.host_import.as_ref().ok_or_else(|| {
+            what("the device does not have VK_EXT_external_memory_host".to_owned())
+        })?;
+        let host =
+            HostMemory::zeroed_aligned(bytes, import.alignment as usize).ok_or_else(|| {
+                what(format!(
+                    "could not allocate {bytes} bytes aligned to {}",
+                    import.alignment
+                ))
+            })?;
+        let pointer = host.base().as_ptr().cast::<std::ffi::c_void>();
+        let mut pointer_props = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: the extension is enabled on this device (HostImport exists only then); the
+        // pointer is to live host memory aligned to minImportedHostPointerAlignment; the
+        // output struct lives across the call.
+        unsafe {
+            (import.fns.fp().get_memory_host_pointer_properties_ext)(
+                device.raw.handle(),
+                HANDLE,
+                pointer,
+                &mut pointer_props,
+            )
+        }
+        .result()
+        .map_err(Error::vk("vkGetMemoryHostPointerPropertiesEXT"))?;
+
+        let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(HANDLE);
+        let info = vk::BufferCreateInfo::default()
+            .size(host.len() as u64)
+            .usage(vk::BufferUsageFlags::TRANSFER_SRC)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .push_next(&mut external);
+        // SAFETY: a valid device and create info (non-zero size; the external-memory struct
+        // names a handle type of an enabled extension).
+        let buffer = unsafe { device.raw.create_buffer(&info, None) }
+            .map_err(Error::vk("vkCreateBuffer"))?;
+        let mut made = ImportedHostMemory {
+            buffer,
+            memory: vk::DeviceMemory::null(),
+            device: Arc::clone(device),
+            host,
+        };
+        // SAFETY: `buffer` was just created from this device.
+        let requirements = unsafe { device.raw.get_buffer_memory_requirements(buffer) };
+        if requirements.size > made.host.len() as u64 {
+            return Err(what(format!(
+                "the buffer over it needs {} bytes, more than the {} imported",
+                requirements.size,
+                made.host.len()
+            )));
+        }
+        // Host-coherent only: the loaders' writes are then visible to the copy at submission,
+        // with no flush.
+        let type_index = (0..device.memory_types.len() as u32)
+            .find(|&i| {
+                (requirements.memory_type_bits & pointer_props.memory_type_bits) & (1 << i) != 0
+                    && device.memory_types[i as usize]
+                        .contains(vk::MemoryPropertyFlags::HOST_COHERENT)
+            })
+            .ok_or_else(|| {
+                what(format!(
+                    "no host-coherent memory type accepts it (memory types {:#b} for the \
+                     pointer, {:#b} for the buffer)",
+                    pointer_props.memory_type_bits, requirements.memory_type_bits
+                ))
+            })?;
+        let mut import_info = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(HANDLE)
+            .host_pointer(pointer);
+        let allocate = vk::MemoryAllocateInfo::default()
+            .allocation_size(made.host.len() as u64)
+            .memory_type_index(type_index)
+            .push_next(&mut import_info);
+        // SAFETY: the pointer and size are aligned to minImportedHostPointerAlignment, the
+        // memory type is one the pointer's properties allow, and the host memory outlives the
+        // device memory (it is freed after `Drop::drop` frees this).
+        made.memory = unsafe { device.raw.allocate_memory(&allocate, None) }
+            .map_err(Error::vk("vkAllocateMemory (host pointer import)"))?;
+        // SAFETY: the memory is of a type the buffer accepts and at least its size; bound once.
+        unsafe { device.raw.bind_buffer_memory(buffer, made.memory, 0) }
+            .map_err(Error::vk("vkBindBufferMemory"))?;
+        import.lock().push(LiveImport {
+            start: made.host.base().as_ptr() as usize,
+            len: made.host.len(),
+            buffer,
+        });
+        Ok(made)
+    }
+}
+
+impl Drop for ImportedHostMemory {
+    fn drop(&mut self) {
+        if let Some(import) = &self.device.host_import {
+            // Waits for an upload copying from this memory to finish (it holds the lock).
+            import.lock().retain(|i| i.buffer != self.buffer);
+        }
+        // SAFETY: made from this device; no GPU work uses them (every submission is waited for,
+        // and an upload from here holds the lock taken above); null handles are ignored.
+        unsafe {
+            self.device.raw.destroy_buffer(self.buffer, None);
+            self.device.raw.free_memory(self.memory, None);
+        }
+    }
+}
+
+// SAFETY: the host block is exclusively owned and the Vulkan handles are plain identifiers;
+// the ring synchronises access to regions of the block.
+unsafe impl Send for ImportedHostMemory {}
+// SAFETY: see Send; shared references only hand out the base pointer.
+unsafe impl Sync for ImportedHostMemory {}
+
+// SAFETY: `HostMemory` gives a zeroed block aligned to at least a page, `len()` long, that
+// lives (and does not move) until `self` drops.
+unsafe impl SlotMemory for ImportedHostMemory {
+    fn base(&self) -> NonNull<u8> {
+        self.host.base()
+    }
+    fn len(&self) -> usize {
+        self.host.len()
+    }
+    fn kind(&self) -> &'static str {
+        IMPORTED_KIND
+    }
+}
+
+/// [`SlotMemory::kind`] of imported ring slots.
+pub const IMPORTED_KIND: &str = "host, imported into Vulkan (the GPU copies each batch)";
+
+/// Hands out [`ImportedHostMemory`] for the loader's ring ([`crate::ring::SlotAllocator`]).
+#[derive(Clone)]
+pub struct HostImporter {
+    device: Arc<Device>,
+}
+
+impl HostImporter {
+    /// An importer for `device`, if the device can import host memory.
+    pub(crate) fn new(device: &Arc<Device>) -> Option<HostImporter> {
+        device.host_import.as_ref().map(|_| HostImporter {
+            device: Arc::clone(device),
+        })
+    }
+}
+
+impl std::fmt::Debug for HostImporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostImporter")
+            .field("device", &self.device.info.label())
+            .finish()
+    }
+}
+
+impl SlotAllocator for HostImporter {
+    fn allocate(&self, bytes: usize) -> std::result::Result<Box<dyn SlotMemory>, String> {
+        ImportedHostMemory::new(&self.device, bytes)
+            .map(|m| Box::new(m) as Box<dyn SlotMemory>)
+            .map_err(|e| e.to_string())
+    }
+}
