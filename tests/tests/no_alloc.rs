@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
 use fulcrum::compute::recording::{HYPER_LEN, LOSS_LEN};
+use fulcrum::compute::vulkan::testing;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
 use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
@@ -153,10 +154,12 @@ fn wait_for_threads(prefix: &str, n: usize) {
     }
 }
 
-/// Allocations made during `MEASURED_STEPS` det-s training steps on the CPU engine with two
-/// threads, after warm-up: records in, hyper-parameters in, the step, the loss out — what the
-/// trainer does per step besides taking the batch.
-fn allocations_while_training(dir: &std::path::Path) -> u64 {
+/// Allocations made during `MEASURED_STEPS` det-s training steps on `engine` (the CPU engine
+/// with two threads, or Vulkan with the records in an imported ring slot as the trainer has
+/// them), after warm-up: records in, hyper-parameters in, the step, the loss out — what the
+/// trainer does per step besides taking the batch. (The Vulkan driver's own allocations go
+/// through its C allocator and are not counted: this is about fulcrum's code.)
+fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u64 {
     const MEASURED_STEPS: usize = 3;
     let dataset = Dataset::open(dir, DirectMode::Off).expect("open");
     let model = ModelConfig::named("det-s", dataset.manifest.num_classes()).unwrap();
@@ -164,7 +167,7 @@ fn allocations_while_training(dir: &std::path::Path) -> u64 {
     let batch = 4;
     let graph = ModelGraph::build(&arch, batch, &dataset.layout, &GraphOptions::default()).unwrap();
     let options = ExecOptions {
-        engine: EngineChoice::Cpu,
+        engine,
         threads: 2,
         ..ExecOptions::default()
     };
@@ -172,13 +175,26 @@ fn allocations_while_training(dir: &std::path::Path) -> u64 {
     for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
         exec.write_f32(p.value, &v).unwrap();
     }
-    let mut records = vec![0u8; batch as usize * dataset.layout.record_size];
-    dataset.read_records(0, &mut records).unwrap();
+    let bytes = batch as usize * dataset.layout.record_size;
+    let slot = exec.slot_allocator().map(|a| a.allocate(bytes).unwrap());
+    let mut plain = Vec::new();
+    let records: &mut [u8] = match &slot {
+        // SAFETY: the slot gives at least `bytes` bytes valid for reads and writes while it
+        // lives (to the end of this function), and no ring was made over it: this is its only
+        // view.
+        Some(slot) => unsafe { std::slice::from_raw_parts_mut(slot.base().as_ptr(), bytes) },
+        None => {
+            plain.resize(bytes, 0);
+            &mut plain
+        }
+    };
+    dataset.read_records(0, records).unwrap();
+    let records = &*records;
     let entry = graph.entry(ENTRY_TRAIN);
     let mut loss = [0f32; LOSS_LEN];
     let mut step = |exec: &mut Exec, k: usize| {
         let hyper: [f32; HYPER_LEN] = [1e-3, k as f32, 0.1, 0.001];
-        exec.write_bytes(graph.records, &records).unwrap();
+        exec.write_bytes(graph.records, records).unwrap();
         exec.write_f32(graph.hyper, &hyper).unwrap();
         exec.run(entry).unwrap();
         exec.read_f32(graph.loss, &mut loss).unwrap();
@@ -186,7 +202,15 @@ fn allocations_while_training(dir: &std::path::Path) -> u64 {
     for k in 1..=2 {
         step(&mut exec, k);
     }
-    wait_for_threads("fulcrum-compute", 1);
+    if engine == EngineChoice::Cpu {
+        wait_for_threads("fulcrum-compute", 1);
+    } else {
+        assert_eq!(
+            slot.is_some(),
+            testing::required(),
+            "lavapipe imports host memory: the records come from a slot"
+        );
+    }
     let before = ALLOCATIONS.load(Relaxed);
     TRACES_LEFT.store(5, Relaxed);
     TRACE.store(std::env::var_os("FULCRUM_ALLOC_TRACE").is_some(), Relaxed);
@@ -217,10 +241,16 @@ fn delivering_batches_and_training_steps_allocate_nothing_on_any_thread() {
         );
     }
     let det_s_data = pack_synthetic(&tmp.path().join("det-s"), 8, 128);
-    let allocations = allocations_while_training(&det_s_data);
-    assert_eq!(
-        allocations, 0,
-        "{allocations} heap allocations in training steps after warm-up; rerun with \
-         FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
-    );
+    let mut engines = vec![EngineChoice::Cpu];
+    if testing::engine("training steps allocate nothing on Vulkan").is_some() {
+        engines.push(EngineChoice::Vulkan);
+    }
+    for engine in engines {
+        let allocations = allocations_while_training(&det_s_data, engine);
+        assert_eq!(
+            allocations, 0,
+            "{engine:?}: {allocations} heap allocations in training steps after warm-up; rerun \
+             with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
+        );
+    }
 }

@@ -203,19 +203,25 @@ impl Buffer {
     /// Copies `data` into a host-visible buffer at `offset`.
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         let range = self.range(offset, data.len())?;
-        let name = self.name.clone();
-        let mapped = self.mapped_mut().ok_or_else(|| not_mapped(&name))?;
-        mapped[range].copy_from_slice(data);
-        Ok(())
+        match self.mapped_mut() {
+            Some(mapped) => {
+                mapped[range].copy_from_slice(data);
+                Ok(())
+            }
+            None => Err(not_mapped(&self.name)),
+        }
     }
 
     /// Copies from a host-visible buffer at `offset` into `out`.
     pub fn read(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
         let range = self.range(offset, out.len())?;
-        let name = self.name.clone();
-        let mapped = self.mapped_mut().ok_or_else(|| not_mapped(&name))?;
-        out.copy_from_slice(&mapped[range]);
-        Ok(())
+        match self.mapped_mut() {
+            Some(mapped) => {
+                out.copy_from_slice(&mapped[range]);
+                Ok(())
+            }
+            None => Err(not_mapped(&self.name)),
+        }
     }
 
     /// Writes `f32`s (little-endian, as the GPU reads them) at element `first`.

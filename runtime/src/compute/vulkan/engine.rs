@@ -255,14 +255,22 @@ impl QueryPool {
 
     /// Reads the timestamps of a finished submission into `timing`.
     pub(crate) fn read(&self, timestamps: Timestamps, timing: &mut Timing) -> Result<()> {
-        let mut ticks = vec![0u64; self.count as usize];
+        // Two timestamps (a step) on the stack: a training step allocates nothing.
+        let mut pair = [0u64; 2];
+        let mut many = Vec::new();
+        let ticks: &mut [u64] = if self.count as usize == pair.len() {
+            &mut pair
+        } else {
+            many.resize(self.count as usize, 0);
+            &mut many
+        };
         // SAFETY: the pool belongs to this device; the submission that wrote every query has
         // finished (its fence was waited for); `ticks` has room for `count` u64 results.
         unsafe {
             self.device.raw.get_query_pool_results(
                 self.raw,
                 0,
-                &mut ticks,
+                ticks,
                 vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
             )
         }

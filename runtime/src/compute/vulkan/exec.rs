@@ -27,6 +27,8 @@ pub struct VulkanExec {
     /// `(kernel name, step index)` of every dispatch, per entry.
     kernels: Vec<Vec<(&'static str, usize)>>,
     bytes: u64,
+    /// `f32` tensors as little-endian bytes on their way in or out, kept between calls.
+    f32_bytes: Vec<u8>,
 }
 
 /// What the buffers of a recording take: tensors and scratch.
@@ -237,6 +239,7 @@ impl VulkanExec {
             recording: recording.clone(),
             kernels,
             bytes: sizes.total(),
+            f32_bytes: Vec::new(),
         })
     }
 
@@ -330,19 +333,29 @@ impl VulkanExec {
     /// Writes the whole of an `f32` tensor.
     pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
         let index = self.check(id, Elem::F32, data.len(), false)?;
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.upload(index, &bytes)
+        // Through the kept byte buffer: after the first steps, no allocation per step.
+        let mut bytes = std::mem::take(&mut self.f32_bytes);
+        bytes.clear();
+        bytes.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+        let done = self.upload(index, &bytes);
+        self.f32_bytes = bytes;
+        done
     }
 
     /// Reads the whole of an `f32` tensor.
     pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
         let index = self.check(id, Elem::F32, out.len(), false)?;
-        let mut bytes = vec![0u8; 4 * out.len()];
-        self.download(index, &mut bytes)?;
-        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let mut bytes = std::mem::take(&mut self.f32_bytes);
+        bytes.clear();
+        bytes.resize(4 * out.len(), 0);
+        let done = self.download(index, &mut bytes);
+        if done.is_ok() {
+            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
         }
-        Ok(())
+        self.f32_bytes = bytes;
+        done
     }
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
