@@ -100,8 +100,9 @@ pub struct Args {
     on_corrupt: OnCorrupt,
     /// Where the ring's slots live. auto: on a Vulkan device that imports host memory
     /// (VK_EXT_external_memory_host), the device imports them and copies each batch itself,
-    /// the CPU copying nothing (zero-copy on unified-memory boards); elsewhere plain host
-    /// memory. host: plain host memory, the CPU copying each batch into the engine's input.
+    /// the CPU copying nothing (on a unified-memory board the GPU reads the pages the disk
+    /// wrote); elsewhere plain host memory. host: plain host memory, the CPU copying each batch
+    /// into the engine's input. Both give the same results.
     #[arg(long, default_value = "auto", value_name = "auto|host")]
     ring_memory: RingMemory,
     /// Record loader units, batch waits and device steps, and write them as Chrome trace JSON

@@ -11,6 +11,11 @@
 //! often not ordinary pages (a `VM_PFNMAP` mapping), and `O_DIRECT` reads into it and io_uring
 //! buffer registration fail there.
 //!
+//! Why a copy on the device rather than binding the slot as the step's input: the copy takes
+//! microseconds of device bandwidth, and then the slot goes straight back to the loaders, so a
+//! ring of `D` slots keeps `D` batches loading during the step. Binding the slot would hold it
+//! for the whole step (one slot less of prefetch) and need the step recorded once per slot.
+//!
 //! Lifetimes: the Vulkan objects go before the host pages (see [`ImportedHostMemory`]'s
 //! `Drop`), and each live import is listed in [`HostImport`] so that an upload can find it.
 //! Dropping an import takes the same lock an upload holds during its copy, so an import cannot
