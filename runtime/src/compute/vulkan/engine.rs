@@ -639,12 +639,7 @@ impl Engine {
         let device = Arc::clone(&self.device);
         if let Some(found) = device.host_import.as_ref().and_then(|i| i.find(data)) {
             buffer.range(offset, data.len())?;
-            if !buffer.same_device(&self.device) {
-                return Err(Error::Buffer {
-                    name: buffer.name().to_owned(),
-                    detail: "made by another engine".to_owned(),
-                });
-            }
+            self.check_ours(buffer)?;
             let region = vk::BufferCopy {
                 src_offset: found.offset,
                 dst_offset: offset,
@@ -684,16 +679,44 @@ impl Engine {
     /// Sets every byte of `buffers` to zero (`vkCmdFillBuffer`, one submission, waited for),
     /// visible to later dispatches and host reads.
     pub fn fill_zero(&mut self, buffers: &[&Buffer]) -> Result<()> {
-        if let Some(b) = buffers.iter().find(|b| !b.same_device(&self.device)) {
-            return Err(Error::Buffer {
-                name: b.name().to_owned(),
-                detail: "made by another engine".to_owned(),
-            });
+        for b in buffers {
+            self.check_ours(b)?;
         }
         if buffers.is_empty() {
             return Ok(());
         }
+        self.transfer_then_visible(|raw, cmd| {
+            for b in buffers {
+                // SAFETY: `cmd` is recording; the buffers are borrowed for this call, belong to
+                // this device (checked) and were made with TRANSFER_DST usage; WHOLE_SIZE fills
+                // whole 4-byte words of each (buffer sizes here are multiples of 4 or the tail
+                // is left).
+                unsafe { raw.cmd_fill_buffer(cmd, b.raw(), 0, vk::WHOLE_SIZE, 0) };
+            }
+        })
+    }
+
+    /// An error unless `buffer` was made on this engine's device.
+    fn check_ours(&self, buffer: &Buffer) -> Result<()> {
+        if buffer.same_device(&self.device) {
+            Ok(())
+        } else {
+            Err(Error::Buffer {
+                name: buffer.name().to_owned(),
+                detail: "made by another engine".to_owned(),
+            })
+        }
+    }
+
+    /// Records transfer commands with `record` into a compute-queue command buffer, then a
+    /// barrier that makes their writes visible to later dispatches, transfers and host reads;
+    /// submits it and waits.
+    fn transfer_then_visible(
+        &mut self,
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer),
+    ) -> Result<()> {
         let cmd = self.compute.begin(true)?;
+        record(&self.device.raw, cmd);
         let after = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
             .dst_access_mask(
@@ -703,15 +726,8 @@ impl Engine {
                     | vk::AccessFlags::TRANSFER_WRITE
                     | vk::AccessFlags::HOST_READ,
             )];
-        // SAFETY: `cmd` is recording; the buffers are borrowed for this call, belong to this
-        // device (checked) and were made with TRANSFER_DST usage; WHOLE_SIZE fills whole
-        // 4-byte words of each (buffer sizes here are multiples of 4 or the tail is left).
+        // SAFETY: `cmd` is recording (after `begin`); the barrier names no resources.
         unsafe {
-            for b in buffers {
-                self.device
-                    .raw
-                    .cmd_fill_buffer(cmd, b.raw(), 0, vk::WHOLE_SIZE, 0);
-            }
             self.device.raw.cmd_pipeline_barrier(
                 cmd,
                 vk::PipelineStageFlags::TRANSFER,
@@ -740,36 +756,12 @@ impl Engine {
         if region.size == 0 {
             return Ok(());
         }
-        let cmd = self.compute.begin(true)?;
-        let after = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE
-                    | vk::AccessFlags::HOST_READ,
-            )];
-        // SAFETY: `cmd` is recording; the caller keeps both buffers alive until this returns
-        // (after the wait); `src` has TRANSFER_SRC and `dst` TRANSFER_DST usage, and the
-        // region was checked against both.
-        unsafe {
-            self.device.raw.cmd_copy_buffer(cmd, src, dst, &[region]);
-            self.device.raw.cmd_pipeline_barrier(
-                cmd,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::COMPUTE_SHADER
-                    | vk::PipelineStageFlags::TRANSFER
-                    | vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &after,
-                &[],
-                &[],
-            );
-        }
-        self.compute.end()?;
-        self.compute.submit_and_wait(&self.device.compute)?;
-        Ok(())
+        self.transfer_then_visible(|raw, cmd| {
+            // SAFETY: `cmd` is recording; the caller keeps both buffers alive until this
+            // returns (after the wait); `src` has TRANSFER_SRC and `dst` TRANSFER_DST usage,
+            // and the region was checked against both.
+            unsafe { raw.cmd_copy_buffer(cmd, src, dst, &[region]) };
+        })
     }
 
     /// Memory for the loader's ring that this device reads directly: host memory it imports
