@@ -25,6 +25,8 @@ use fulcrum_tests::*;
 struct Losses {
     losses: Vec<f32>,
     ring_memory: String,
+    /// Batches the engine copied from imported ring slots.
+    imported_uploads: u64,
 }
 
 impl Observer for Losses {
@@ -70,7 +72,9 @@ fn losses(
         ..RunOptions::default()
     };
     let mut seen = Losses::default();
-    trainer::train(&config, &options, &AtomicBool::new(false), &mut seen).expect("training runs");
+    let report = trainer::train(&config, &options, &AtomicBool::new(false), &mut seen)
+        .expect("training runs");
+    seen.imported_uploads = report.imported_uploads;
     seen
 }
 
@@ -103,10 +107,20 @@ fn vulkan_and_cpu_losses_agree_over_50_steps() {
     // device by GPU copies; in plain host memory by the CPU: the same bytes, the same losses.
     if testing::required() {
         assert_eq!(gpu.ring_memory, IMPORTED_KIND);
+        assert_eq!(
+            gpu.imported_uploads, STEPS,
+            "every batch is a GPU copy from its slot"
+        );
     }
-    assert_eq!(cpu.ring_memory, "host");
+    assert_eq!(
+        (cpu.ring_memory.as_str(), cpu.imported_uploads),
+        ("host", 0)
+    );
     let host = run("vulkan-host", RingMemory::Host, EARLY_STEPS as u64);
-    assert_eq!(host.ring_memory, "host");
+    assert_eq!(
+        (host.ring_memory.as_str(), host.imported_uploads),
+        ("host", 0)
+    );
     assert_eq!(
         host.losses[..],
         gpu.losses[..EARLY_STEPS],

@@ -214,11 +214,19 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     let before = ALLOCATIONS.load(Relaxed);
     TRACES_LEFT.store(5, Relaxed);
     TRACE.store(std::env::var_os("FULCRUM_ALLOC_TRACE").is_some(), Relaxed);
+    let imported_before = exec.imported_uploads();
     for k in 3..3 + MEASURED_STEPS {
         step(&mut exec, k);
     }
     TRACE.store(false, Relaxed);
     let during = ALLOCATIONS.load(Relaxed) - before;
+    if slot.is_some() {
+        assert_eq!(
+            exec.imported_uploads() - imported_before,
+            MEASURED_STEPS as u64,
+            "the measured steps took their records by GPU copies from the slot"
+        );
+    }
     assert!(loss[0].is_finite() && loss[0] > 0.0, "{loss:?}");
     during
 }

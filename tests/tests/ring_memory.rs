@@ -131,10 +131,21 @@ fn uploads_find_their_import_and_only_bytes_wholly_inside_it() {
     engine.download(&mut device, 0, &mut back).unwrap();
     assert_eq!(back, elsewhere);
 
+    // Ending exactly at the end of the import: still inside. (Ranges that run past it are
+    // the unit tests' in host_import.rs: no safe slice can.)
+    let len = bytes.len();
+    engine.upload(&mut device, 0, &bytes[len - 5000..]).unwrap();
+    assert_eq!(engine.imported_uploads(), 2);
+    engine.download(&mut device, 0, &mut back).unwrap();
+    assert!(back == bytes[len - 5000..]);
+    // An empty slice inside the import: nothing to copy, not counted.
+    engine.upload(&mut device, 0, &bytes[10..10]).unwrap();
+    assert_eq!(engine.imported_uploads(), 2);
+
     // Too long for the buffer: refused before any copy, naming the buffer.
     let e = engine.upload(&mut device, 0, &bytes[..6000]).unwrap_err();
     assert!(e.to_string().contains("test.dst"), "{e}");
-    assert_eq!(engine.imported_uploads(), 1);
+    assert_eq!(engine.imported_uploads(), 2);
 
     drop(memory);
     assert_eq!(engine.live_imports(), 0);

@@ -195,6 +195,15 @@ impl Exec {
         }
     }
 
+    /// Uploads so far that the device copied from imported host memory (ring slots from
+    /// [`Exec::slot_allocator`]), the CPU copying nothing; 0 on the CPU engine.
+    pub fn imported_uploads(&self) -> u64 {
+        match self {
+            Exec::Cpu(_) => 0,
+            Exec::Vulkan(v) => v.engine().imported_uploads(),
+        }
+    }
+
     pub fn is_vulkan(&self) -> bool {
         matches!(self, Exec::Vulkan(_))
     }

@@ -273,6 +273,9 @@ pub struct TrainReport {
     pub loop_time: Duration,
     /// Wall time of the autotuner's probe before the first step, if it ran one.
     pub probe_time: Option<Duration>,
+    /// Batches the engine copied itself from imported ring slots, the CPU copying nothing
+    /// ([`Exec::imported_uploads`]; the probe's included).
+    pub imported_uploads: u64,
 }
 
 /// Trains per `config`; `stop` is polled between steps (set it from a signal handler).
@@ -666,6 +669,7 @@ pub fn train(
         }),
         loop_time,
         probe_time,
+        imported_uploads: exec.imported_uploads(),
     })
 }
 

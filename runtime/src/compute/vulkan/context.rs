@@ -334,7 +334,9 @@ impl Instance {
         let feedback =
             effective >= vk::API_VERSION_1_3 || has_ext(ash::ext::pipeline_creation_feedback::NAME);
 
-        let host_import_query = device_11 && has_ext(ash::ext::external_memory_host::NAME);
+        let host_import_query = device_11
+            && has_ext(ash::ext::external_memory_host::NAME)
+            && host_buffers_importable(raw, physical);
 
         let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
@@ -474,6 +476,25 @@ impl Instance {
             unusable,
         }
     }
+}
+
+/// Whether a transfer-source buffer can be bound to imported host memory on `physical`
+/// (`VK_EXT_external_memory_host` alone does not promise it for buffers). Vulkan 1.1 only.
+fn host_buffers_importable(raw: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
+    let info = vk::PhysicalDeviceExternalBufferInfo::default()
+        .usage(vk::BufferUsageFlags::TRANSFER_SRC)
+        .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    let mut props = vk::ExternalBufferProperties::default();
+    // SAFETY: `physical` comes from this live instance, whose effective version is 1.1 or
+    // newer (the caller checks); both structs live across the call.
+    unsafe { raw.get_physical_device_external_buffer_properties(physical, &info, &mut props) };
+    let memory = props.external_memory_properties;
+    memory
+        .external_memory_features
+        .contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE)
+        && memory
+            .compatible_handle_types
+            .contains(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
 }
 
 impl Drop for Instance {
@@ -619,9 +640,10 @@ pub struct DeviceInfo {
     pub subgroup_size: Option<u32>,
     /// `shaderFloat16`: fp16 arithmetic in shaders (kernels must not require it).
     pub shader_float16: bool,
-    /// `VK_EXT_external_memory_host`: the alignment of host memory the device can import.
-    /// `Some`: ring slots can be imported, and the GPU copies each batch straight from them
-    /// (no CPU copy; zero-copy reads on unified-memory boards).
+    /// `VK_EXT_external_memory_host` with buffers importable from host allocations: the
+    /// alignment of host memory the device can import. `Some`: ring slots can be imported, and
+    /// the GPU copies each batch straight from them (no CPU copy). (The import also needs a
+    /// host-coherent memory type for the pointer, known only when importing.)
     pub host_import_alignment: Option<u64>,
     /// The driver can report pipeline-cache hits (`VK_EXT_pipeline_creation_feedback`).
     pub pipeline_creation_feedback: bool,

@@ -338,8 +338,17 @@ impl VulkanExec {
         bytes.clear();
         bytes.extend(data.iter().flat_map(|v| v.to_le_bytes()));
         let done = self.upload(index, &bytes);
-        self.f32_bytes = bytes;
+        self.keep_f32_bytes(bytes);
         done
+    }
+
+    /// Keeps `bytes` for the next call unless it grew past what a step's tensors need (a
+    /// parameter at start, a checkpoint): those bytes are not held for the whole run.
+    fn keep_f32_bytes(&mut self, bytes: Vec<u8>) {
+        const KEEP: usize = 64 << 10;
+        if bytes.capacity() <= KEEP {
+            self.f32_bytes = bytes;
+        }
     }
 
     /// Reads the whole of an `f32` tensor.
@@ -354,7 +363,7 @@ impl VulkanExec {
                 *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
-        self.f32_bytes = bytes;
+        self.keep_f32_bytes(bytes);
         done
     }
 

@@ -49,6 +49,14 @@ pub(crate) struct LiveImport {
     buffer: vk::Buffer,
 }
 
+impl LiveImport {
+    /// Where `len` bytes at address `start` begin in this import, if they all lie inside it.
+    fn offset_of(&self, start: usize, len: usize) -> Option<u64> {
+        let end = start.checked_add(len)?;
+        (start >= self.start && end <= self.start + self.len).then(|| (start - self.start) as u64)
+    }
+}
+
 /// The import holding some bytes: its buffer and where the bytes start in it. The guard keeps
 /// every import alive (none can be unregistered) until it is dropped.
 pub(crate) struct Found<'a> {
@@ -72,17 +80,18 @@ impl HostImport {
 
     /// The import that holds all of `data`, if one does.
     pub(crate) fn find(&self, data: &[u8]) -> Option<Found<'_>> {
+        if data.is_empty() {
+            return None;
+        }
         let start = data.as_ptr() as usize;
-        let end = start.checked_add(data.len())?;
         let guard = self.lock();
-        let hit = guard
+        let (hit, offset) = guard
             .iter()
-            .find(|i| start >= i.start && end <= i.start + i.len)
-            .copied()?;
+            .find_map(|i| i.offset_of(start, data.len()).map(|o| (*i, o)))?;
         Some(Found {
             _guard: guard,
             buffer: hit.buffer,
-            offset: (start - hit.start) as u64,
+            offset,
         })
     }
 
@@ -161,7 +170,8 @@ impl ImportedHostMemory {
             )));
         }
         // Host-coherent only: the loaders' writes are then visible to the copy at submission,
-        // with no flush.
+        // with no flush. (A device without one, such as a SoC without I/O coherency, refuses
+        // here; the loader then keeps the ring in plain host memory and says why.)
         let type_index = (0..device.memory_types.len() as u32)
             .find(|&i| {
                 (requirements.memory_type_bits & pointer_props.memory_type_bits) & (1 << i) != 0
@@ -214,12 +224,6 @@ impl Drop for ImportedHostMemory {
     }
 }
 
-// SAFETY: the host block is exclusively owned and the Vulkan handles are plain identifiers;
-// the ring synchronises access to regions of the block.
-unsafe impl Send for ImportedHostMemory {}
-// SAFETY: see Send; shared references only hand out the base pointer.
-unsafe impl Sync for ImportedHostMemory {}
-
 // SAFETY: `HostMemory` gives a zeroed block aligned to at least a page, `len()` long, that
 // lives (and does not move) until `self` drops.
 unsafe impl SlotMemory for ImportedHostMemory {
@@ -265,5 +269,33 @@ impl SlotAllocator for HostImporter {
         ImportedHostMemory::new(&self.device, bytes)
             .map(|m| Box::new(m) as Box<dyn SlotMemory>)
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ranges_wholly_inside_an_import_are_found() {
+        let import = LiveImport {
+            start: 0x10000,
+            len: 0x3000,
+            buffer: vk::Buffer::null(),
+        };
+        assert_eq!(import.offset_of(0x10000, 0x3000), Some(0));
+        assert_eq!(
+            import.offset_of(0x12000, 0x1000),
+            Some(0x2000),
+            "ends at the end"
+        );
+        assert_eq!(
+            import.offset_of(0x12000, 0x1001),
+            None,
+            "runs one byte past the end"
+        );
+        assert_eq!(import.offset_of(0xffff, 2), None, "starts one byte before");
+        assert_eq!(import.offset_of(0x13000, 1), None, "starts at the end");
+        assert_eq!(import.offset_of(usize::MAX, 2), None, "overflows");
     }
 }
