@@ -17,7 +17,7 @@
 //! for the whole step (one slot less of prefetch) and need the step recorded once per slot.
 //!
 //! Lifetimes: the Vulkan objects go before the host pages (see [`ImportedHostMemory`]'s
-//! `Drop`), and each live import is listed in [`HostImport`] so that an upload can find it.
+//! `Drop`), and each live import is listed in `HostImport` so that an upload can find it.
 //! Dropping an import takes the same lock an upload holds during its copy, so an import cannot
 //! go away while the GPU reads from it.
 
