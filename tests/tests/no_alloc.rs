@@ -176,13 +176,11 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
         exec.write_f32(p.value, &v).unwrap();
     }
     let bytes = batch as usize * dataset.layout.record_size;
-    let slot = exec.slot_allocator().map(|a| a.allocate(bytes).unwrap());
+    let mut slot = exec.slot_allocator().map(|a| a.allocate(bytes).unwrap());
+    let imported = slot.is_some();
     let mut plain = Vec::new();
-    let records: &mut [u8] = match &slot {
-        // SAFETY: the slot gives at least `bytes` bytes valid for reads and writes while it
-        // lives (to the end of this function), and no ring was made over it: this is its only
-        // view.
-        Some(slot) => unsafe { std::slice::from_raw_parts_mut(slot.base().as_ptr(), bytes) },
+    let records: &mut [u8] = match &mut slot {
+        Some(slot) => &mut slot.bytes_mut()[..bytes],
         None => {
             plain.resize(bytes, 0);
             &mut plain
@@ -206,7 +204,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
         wait_for_threads("fulcrum-compute", 1);
     } else {
         assert_eq!(
-            slot.is_some(),
+            imported,
             testing::required(),
             "lavapipe imports host memory: the records come from a slot"
         );
@@ -220,7 +218,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     }
     TRACE.store(false, Relaxed);
     let during = ALLOCATIONS.load(Relaxed) - before;
-    if slot.is_some() {
+    if imported {
         assert_eq!(
             exec.imported_uploads() - imported_before,
             MEASURED_STEPS as u64,

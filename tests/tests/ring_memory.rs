@@ -98,13 +98,11 @@ fn uploads_find_their_import_and_only_bytes_wholly_inside_it() {
         assert!(!testing::required(), "lavapipe imports host memory");
         return;
     };
-    let memory = importer.allocate(3 * 4096 + 100).unwrap();
+    let mut memory = importer.allocate(3 * 4096 + 100).unwrap();
     assert_eq!(memory.len() % 4096, 0);
     assert!(memory.len() >= 3 * 4096 + 100);
     assert_eq!(engine.live_imports(), 1);
-    // SAFETY: `memory` gives `len()` bytes valid for reads and writes while it lives, and this
-    // test is its only user.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(memory.base().as_ptr(), memory.len()) };
+    let bytes = memory.bytes_mut();
     assert!(
         bytes.iter().all(|&b| b == 0),
         "imported memory starts zeroed"

@@ -165,12 +165,9 @@ fn measure_upload(
                 None
             }
         });
-    let imported = match &slot {
-        Some(slot) => {
-            // SAFETY: `slot` gives `len() ≥ batch.len()` bytes valid for reads and writes while
-            // it lives; no ring was made over it, so this is its only view.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(slot.base().as_ptr(), batch.len()) };
+    let imported = match slot {
+        Some(mut slot) => {
+            let bytes = &mut slot.bytes_mut()[..batch.len()];
             bytes.copy_from_slice(batch);
             Some(timed(runs, || exec.write_bytes(graph.records, bytes))?)
         }

@@ -22,6 +22,14 @@ pub unsafe trait SlotMemory: Send + Sync {
     }
     /// Where it lives, for logs and the run's start line ("host", "host, imported into Vulkan").
     fn kind(&self) -> &'static str;
+
+    /// All of it, for its owner to fill before any ring is made over it (a ring owns its
+    /// memory, so `&mut` access here is exclusive).
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: per the trait's contract `base()` points to `len()` bytes valid for reads
+        // and writes, reached by no other path; `&mut self` makes this the only live view.
+        unsafe { std::slice::from_raw_parts_mut(self.base().as_ptr(), self.len()) }
+    }
 }
 
 /// Makes the ring's memory: the loader asks it for one block of the ring's size at start (and
@@ -88,8 +96,7 @@ impl HostMemory {
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes this the only live view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+        self.bytes_mut()
     }
 }
 
