@@ -19,15 +19,8 @@ const BATCH: u32 = 8;
 
 fn config(data: &Path, out: &Path) -> TrainConfig {
     TrainConfig {
-        data: data.to_path_buf(),
         batch: BATCH,
-        epochs: 3,
-        lr: 1e-2,
-        warmup: 5,
-        loaders: 1,
-        ring: 2,
-        out: out.to_path_buf(),
-        ..TrainConfig::default()
+        ..small_training(data, out, 3)
     }
 }
 

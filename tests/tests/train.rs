@@ -13,20 +13,6 @@ use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfi
 use fulcrum::train::Checkpoint;
 use fulcrum_tests::*;
 
-fn config(data: &Path, out: &Path, epochs: u64) -> TrainConfig {
-    TrainConfig {
-        data: data.to_path_buf(),
-        batch: 8,
-        epochs,
-        lr: 1e-2,
-        warmup: 5,
-        loaders: 1,
-        ring: 2,
-        out: out.to_path_buf(),
-        ..TrainConfig::default()
-    }
-}
-
 fn options(resume: bool) -> RunOptions {
     RunOptions {
         exec: ExecOptions {
@@ -64,7 +50,7 @@ fn train(data: &Path, out: &Path, epochs: u64, resume: bool, stop_after: Option<
         stop: &stop,
     };
     let report = trainer::train(
-        &config(data, out, epochs),
+        &small_training(data, out, epochs),
         &options(resume),
         &stop,
         &mut watch,
@@ -107,7 +93,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     // A second fresh run into the same folder is refused (it would overwrite the checkpoint).
     let stop = AtomicBool::new(false);
     let e = trainer::train(
-        &config(&data, &parts, epochs),
+        &small_training(&data, &parts, epochs),
         &options(false),
         &stop,
         &mut trainer::Quiet,
@@ -136,7 +122,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     trainer::train(
         &TrainConfig {
             lr: 0.0,
-            ..config(&data, &untrained, 1)
+            ..small_training(&data, &untrained, 1)
         },
         &RunOptions {
             max_steps: Some(1),
@@ -170,7 +156,7 @@ fn training_trace_holds_loads_waits_and_device_steps() {
         ..options(false)
     };
     trainer::train(
-        &config(&data, &tmp.path().join("run"), 2),
+        &small_training(&data, &tmp.path().join("run"), 2),
         &options,
         &AtomicBool::new(false),
         &mut trainer::Quiet,
