@@ -5,7 +5,8 @@
 //! - [`profile`]: board profiles (cores and their big/little layout, memory, storage, GPU) and
 //!   where to pin loader threads ([`BoardProfile::loader_cores`]).
 //! - [`detect`](mod@detect): which board this is, from the device-tree model and `/proc/cpuinfo`.
-//! - [`protocol`]: fixed-size little-endian frames of detections.
+//! - [`protocol`]: the versioned messages between `fulcrumd` and the firmware (frames in,
+//!   detections out, control), fixed little-endian layouts with a schema hash.
 //!
 //! Features (additive, embassy style):
 //! - `std` (default): `detect()` and `host_cores()`, which read the running system.
@@ -30,4 +31,4 @@ pub use detect::detect_from;
 #[cfg(feature = "std")]
 pub use detect::{detect, host_cores};
 pub use profile::{BoardId, BoardProfile, CoreSet, GpuExpectation, StorageKind};
-pub use protocol::{Detection, FrameHeader, FrameKind, WireError};
+pub use protocol::{Detection, Message, WireError};
