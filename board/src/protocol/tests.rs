@@ -498,3 +498,39 @@ fn mutated_messages_never_panic_and_stay_consistent() {
     // The mutations keep some messages valid (reserved bytes, values), so both paths run.
     assert!(decoded > 1000, "only {decoded} mutated messages decoded");
 }
+
+/// The fuzz target's seed corpus (`board/fuzz/seeds/decode`) is one encoded message of every
+/// kind, kept current: a layout change fails here until the seeds are rewritten with
+/// `FULCRUM_BLESS=1 cargo test -p fulcrum-board seed_corpus`.
+#[test]
+fn seed_corpus_is_current() {
+    use std::path::Path;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/decode");
+    let pixels: Vec<u8> = (0..24).collect();
+    let expected: Vec<(std::string::String, Vec<u8>)> = samples(&pixels)
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (std::format!("{i:02}-{:?}.bin", m.kind()), encode(m, i as u32, 0)))
+        .collect();
+    if std::env::var_os("FULCRUM_BLESS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        for (name, bytes) in &expected {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    let mut found: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    found.sort();
+    let names: Vec<_> = expected.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(found, names, "seed files in {}", dir.display());
+    for (name, bytes) in &expected {
+        let on_disk = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(&on_disk, bytes, "{name} is stale: rewrite with FULCRUM_BLESS=1");
+        assert!(decode(&on_disk).is_ok(), "{name} does not decode");
+    }
+}
