@@ -15,5 +15,6 @@ pub mod loader;
 pub mod model;
 pub mod pack;
 pub mod ring;
+pub mod serve;
 pub mod trace;
 pub mod train;

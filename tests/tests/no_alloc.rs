@@ -203,10 +203,9 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     if engine == EngineChoice::Cpu {
         wait_for_threads("fulcrum-compute", 1);
     } else {
-        assert_eq!(
-            imported,
-            testing::required(),
-            "lavapipe imports host memory: the records come from a slot"
+        assert!(
+            imported || !testing::required(),
+            "lavapipe imports host memory: the records must come from a slot"
         );
     }
     let before = ALLOCATIONS.load(Relaxed);

@@ -185,47 +185,42 @@ impl AttachRing {
     }
 }
 
-/// One detected box, in pixels of the frame that was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// One detected box, in pixels of the frame that was sent (sub-pixel, so a client shows
+/// exactly what `fulcrum infer` shows for the same image).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Detection {
     pub class: u16,
-    /// Confidence in 0..=1 scaled to 0..=65535 (see [`Detection::score_from_unit`]).
-    pub score: u16,
-    pub x0: u16,
-    pub y0: u16,
-    pub x1: u16,
-    pub y1: u16,
+    /// Confidence, 0..=1.
+    pub score: f32,
+    pub x0: f32,
+    pub y0: f32,
+    pub x1: f32,
+    pub y1: f32,
 }
 
 impl Detection {
-    pub const LEN: usize = 12;
-
-    /// Quantises a 0..=1 score (clamped; NaN gives 0).
-    pub fn score_from_unit(score: f32) -> u16 {
-        // `as` saturates and maps NaN to 0.
-        (score.clamp(0.0, 1.0) * 65535.0 + 0.5) as u16
-    }
-
-    pub fn score_unit(&self) -> f32 {
-        f32::from(self.score) / 65535.0
-    }
+    pub const LEN: usize = 24;
 
     pub(crate) fn write(&self, w: &mut Writer<'_>) -> Result<(), WireError> {
-        for v in [self.class, self.score, self.x0, self.y0, self.x1, self.y1] {
-            w.u16(v)?;
+        w.u16(self.class)?;
+        w.reserved(2)?;
+        for v in [self.score, self.x0, self.y0, self.x1, self.y1] {
+            w.f32(v)?;
         }
         Ok(())
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let class = r.u16()?;
+        r.reserved(2)?;
         Ok(Detection {
-            class: r.u16()?,
-            score: r.u16()?,
-            x0: r.u16()?,
-            y0: r.u16()?,
-            x1: r.u16()?,
-            y1: r.u16()?,
+            class,
+            score: r.f32()?,
+            x0: r.f32()?,
+            y0: r.f32()?,
+            x1: r.f32()?,
+            y1: r.f32()?,
         })
     }
 }

@@ -105,7 +105,7 @@ impl FrameSource {
 }
 
 /// The fixed part of an `Infer` message: one frame to detect objects in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct FrameDesc {
     pub format: PixelFormat,
@@ -120,9 +120,8 @@ pub struct FrameDesc {
     pub length: u32,
     /// Start of the frame in the attached ring (0 for inline frames).
     pub offset: u64,
-    /// Scores below this are not returned (quantised like [`super::Detection::score`]);
-    /// 0: the daemon's default.
-    pub min_score: u16,
+    /// Scores below this are not returned, in 0..=1; 0: the daemon's default.
+    pub min_score: f32,
 }
 
 impl FrameDesc {
@@ -144,7 +143,7 @@ impl FrameDesc {
             stride: 0,
             length: format.frame_len(width, height, 0)?,
             offset: 0,
-            min_score: 0,
+            min_score: 0.0,
         })
     }
 
@@ -157,8 +156,8 @@ impl FrameDesc {
         }
     }
 
-    /// Checks that the sizes agree with each other (see [`PixelFormat::frame_len`]) and that an
-    /// inline frame has no offset.
+    /// Checks that the sizes agree with each other (see [`PixelFormat::frame_len`]), that an
+    /// inline frame has no offset and that `min_score` is in 0..=1.
     pub fn validate(&self) -> Result<(), WireError> {
         if self
             .format
@@ -169,6 +168,9 @@ impl FrameDesc {
         }
         if self.source == FrameSource::Inline && self.offset != 0 {
             return Err(WireError::BadFrameSize);
+        }
+        if !(0.0..=1.0).contains(&self.min_score) {
+            return Err(WireError::BadValue);
         }
         Ok(())
     }
@@ -195,8 +197,8 @@ impl FrameDesc {
         w.u32(self.stride)?;
         w.u32(self.length)?;
         w.u64(self.offset)?;
-        w.u16(self.min_score)?;
-        w.reserved(6)
+        w.f32(self.min_score)?;
+        w.reserved(4)
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -209,9 +211,9 @@ impl FrameDesc {
             stride: r.u32()?,
             length: r.u32()?,
             offset: r.u64()?,
-            min_score: r.u16()?,
+            min_score: r.f32()?,
         };
-        r.reserved(6)?;
+        r.reserved(4)?;
         desc.validate()?;
         Ok(desc)
     }

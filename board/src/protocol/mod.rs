@@ -251,7 +251,7 @@ impl Header {
 }
 
 /// An `Infer` request: the frame's description and, for inline frames, its pixels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Frame<'a> {
     pub desc: FrameDesc,

@@ -9,7 +9,7 @@ pub const SCHEMA: &str = "\
 header 0 magic:u32 version:u16 kind:u16 sequence:u32 body_len:u32 timestamp_us:u64
 hello 1 schema_hash:u32 _:u32
 welcome 2 schema_hash:u32 input_width:u16 input_height:u16 classes:u16 max_frame_side:u16 max_inline_bytes:u32 max_detections:u16 engine:u8 _:u8 weights_generation:u32
-infer 3 format:u8 source:u8 width:u16 height:u16 max_detections:u16 stride:u32 length:u32 offset:u64 min_score:u16 _:u16 _:u32 +pixels
+infer 3 format:u8 source:u8 width:u16 height:u16 max_detections:u16 stride:u32 length:u32 offset:u64 min_score:f32 _:u32 +pixels
 attach_ring 4 len:u64
 detections 5 count:u16 frame_width:u16 frame_height:u16 _:u16 engine_us:u32 total_us:u32 +detection*count
 stats_request 6
@@ -23,7 +23,7 @@ fine_tune_status_request 13
 fine_tune_status 14 state:u8 _:u8 epoch:u16 step:u32 total_steps:u32 loss:f32 serving_map:f32 candidate_map:f32 swaps:u32 _:u32
 ack 15 kind:u16 _:u16
 error 16 code:u16 text_len:u16 +text
-detection 0 class:u16 score:u16 x0:u16 y0:u16 x1:u16 y1:u16
+detection 0 class:u16 _:u16 score:f32 x0:f32 y0:f32 x1:f32 y1:f32
 ";
 
 /// 32-bit FNV-1a of [`SCHEMA`].

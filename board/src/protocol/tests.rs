@@ -9,19 +9,19 @@ use std::vec::Vec;
 const DETS: [Detection; 2] = [
     Detection {
         class: 1,
-        score: 65535,
-        x0: 3,
-        y0: 4,
-        x1: 60,
-        y1: 127,
+        score: 1.0,
+        x0: 3.0,
+        y0: 4.5,
+        x1: 60.25,
+        y1: 127.0,
     },
     Detection {
-        class: 0,
-        score: 32768,
-        x0: 0,
-        y0: 0,
-        x1: 0x1234,
-        y1: 0xABCD,
+        class: 0x0102,
+        score: 0.5,
+        x0: 0.0,
+        y0: -0.0,
+        x1: 1.0,
+        y1: 2.0,
     },
 ];
 
@@ -41,7 +41,7 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
     ring.stride = 704;
     ring.length = PixelFormat::Nv12.frame_len(640, 480, 704).unwrap();
     ring.max_detections = 5;
-    ring.min_score = Detection::score_from_unit(0.25);
+    ring.min_score = 0.25;
     vec![
         Message::Hello(Hello {
             schema_hash: SCHEMA_HASH,
@@ -162,7 +162,7 @@ fn header_and_detection_layouts_are_little_endian() {
     assert_eq!(&bytes[..4], b"FULC");
     assert_eq!(&bytes[4..8], &[2, 0, 5, 0]);
     assert_eq!(&bytes[8..12], &[0xEF, 0xBE, 0xAD, 0xDE]);
-    assert_eq!(&bytes[12..16], &[28, 0, 0, 0]);
+    assert_eq!(&bytes[12..16], &[40, 0, 0, 0]);
     assert_eq!(
         &bytes[16..24],
         &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]
@@ -171,10 +171,12 @@ fn header_and_detection_layouts_are_little_endian() {
         &bytes[24..40],
         &[1, 0, 2, 1, 4, 3, 0, 0, 8, 7, 6, 5, 0xC, 0xB, 0xA, 9]
     );
-    assert_eq!(
-        &bytes[40..],
-        &[0, 0, 0, 0x80, 0, 0, 0, 0, 0x34, 0x12, 0xCD, 0xAB]
-    );
+    let f = |v: f32| v.to_le_bytes();
+    let mut det = vec![2, 1, 0, 0];
+    for v in [0.5, 0.0, -0.0, 1.0, 2.0] {
+        det.extend_from_slice(&f(v));
+    }
+    assert_eq!(&bytes[40..], &det[..]);
 }
 
 #[test]
@@ -399,7 +401,7 @@ fn random_desc(rng: &mut Rng, max_side: u16) -> FrameDesc {
             FrameSource::Inline => 0,
             FrameSource::Ring => rng.next() >> 20,
         },
-        min_score: rng.next() as u16,
+        min_score: rng.below(1001) as f32 / 1000.0,
     }
 }
 
@@ -432,14 +434,14 @@ fn random_detections_round_trip() {
     for case in 0..500 {
         let dets: Vec<Detection> = (0..rng.below(u64::from(MAX_DETECTIONS) + 1))
             .map(|_| {
-                let v = rng.next();
+                let mut f = || (rng.next() >> 40) as f32 / 256.0;
                 Detection {
-                    class: v as u16,
-                    score: (v >> 16) as u16,
-                    x0: (v >> 32) as u16,
-                    y0: (v >> 48) as u16,
-                    x1: rng.next() as u16,
-                    y1: rng.next() as u16,
+                    class: f() as u16,
+                    score: f() / 65536.0,
+                    x0: f(),
+                    y0: f(),
+                    x1: f(),
+                    y1: f(),
                 }
             })
             .collect();
@@ -510,7 +512,12 @@ fn seed_corpus_is_current() {
     let expected: Vec<(std::string::String, Vec<u8>)> = samples(&pixels)
         .iter()
         .enumerate()
-        .map(|(i, m)| (std::format!("{i:02}-{:?}.bin", m.kind()), encode(m, i as u32, 0)))
+        .map(|(i, m)| {
+            (
+                std::format!("{i:02}-{:?}.bin", m.kind()),
+                encode(m, i as u32, 0),
+            )
+        })
         .collect();
     if std::env::var_os("FULCRUM_BLESS").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -530,7 +537,10 @@ fn seed_corpus_is_current() {
     assert_eq!(found, names, "seed files in {}", dir.display());
     for (name, bytes) in &expected {
         let on_disk = std::fs::read(dir.join(name)).unwrap();
-        assert_eq!(&on_disk, bytes, "{name} is stale: rewrite with FULCRUM_BLESS=1");
+        assert_eq!(
+            &on_disk, bytes,
+            "{name} is stale: rewrite with FULCRUM_BLESS=1"
+        );
         assert!(decode(&on_disk).is_ok(), "{name} does not decode");
     }
 }

@@ -12,7 +12,8 @@ use crate::compute::exec::{Exec, ExecOptions};
 use crate::compute::recording::DETECTION_BYTES;
 use crate::format::{RecordLayout, RecordMeta};
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
-use crate::pack::letterbox::{decode_image, letterbox_into, Letterbox};
+use crate::pack::letterbox::{decode_image, Letterboxer};
+use crate::pack::resample::RgbRows;
 use crate::train::trainer::{load_tensors, Error, Result};
 use crate::train::Checkpoint;
 
@@ -24,6 +25,7 @@ pub struct Predictor {
     record: Vec<u8>,
     dets: Vec<u8>,
     counts: [u8; 4],
+    letterboxer: Letterboxer,
     pub classes: Vec<String>,
 }
 
@@ -32,6 +34,15 @@ pub struct Predictor {
 pub struct Prediction {
     pub detections: Vec<Scored>,
     /// Decode and letterbox on the host.
+    pub prepare: Duration,
+    /// The `infer` entry (normalise, forward, decode) on the engine.
+    pub device: Duration,
+}
+
+/// Where the time of one [`Predictor::predict_into`] went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PredictTiming {
+    /// Letterboxing on the host.
     pub prepare: Duration,
     /// The `infer` entry (normalise, forward, decode) on the engine.
     pub device: Duration,
@@ -68,6 +79,7 @@ impl Predictor {
             record: vec![0; layout.record_size],
             dets: vec![0; top_k as usize * DETECTION_BYTES],
             counts: [0; 4],
+            letterboxer: Letterboxer::new(size),
             graph,
             layout,
             classes: checkpoint.classes.clone(),
@@ -87,30 +99,69 @@ impl Predictor {
         Ok((image, p))
     }
 
+    /// The model's input side, pixels.
+    pub fn input_size(&self) -> u32 {
+        self.layout.width
+    }
+
+    /// Most detections one image can give (the `top_k` it was built with).
+    pub fn top_k(&self) -> usize {
+        self.graph.decode.top_k as usize
+    }
+
+    /// Sizes the letterbox's scratch for sources up to `max_side` pixels a side, so that
+    /// [`Predictor::predict_into`] on them allocates nothing.
+    pub fn reserve_sources(&mut self, max_side: u32) {
+        self.letterboxer = Letterboxer::with_capacity(self.layout.width, max_side);
+    }
+
+    /// Bytes the predictor holds on the host for one image (record, detections, letterbox
+    /// scratch), for memory plans.
+    pub fn host_bytes(&self) -> usize {
+        self.record.capacity() + self.dets.capacity() + self.letterboxer.bytes()
+    }
+
     /// Detections in `image`.
     pub fn predict(&mut self, image: &RgbImage) -> Result<Prediction> {
+        let mut detections = Vec::with_capacity(self.top_k());
+        let timing = self.predict_into(image, &mut detections)?;
+        Ok(Prediction {
+            detections,
+            prepare: timing.prepare,
+            device: timing.device,
+        })
+    }
+
+    /// Detections in `src`, in its pixels, best first, into `out` (cleared first). Allocates
+    /// nothing once `out` holds [`Predictor::top_k`] and the letterbox scratch fits `src`.
+    pub fn predict_into(
+        &mut self,
+        src: &impl RgbRows,
+        out: &mut Vec<Scored>,
+    ) -> Result<PredictTiming> {
         let started = Instant::now();
-        let size = self.layout.width;
         let pixels = self.layout.image_bytes;
-        let placed: Letterbox = letterbox_into(image, size, &mut self.record[..pixels]);
-        let image_bytes = self.record[..pixels].to_vec();
+        let placed = self
+            .letterboxer
+            .letterbox(src, self.layout.image_mut(&mut self.record));
         let meta = RecordMeta {
-            source_width: image.width(),
-            source_height: image.height(),
+            source_width: src.width(),
+            source_height: src.height(),
             scale: placed.scale,
             pad_x: placed.pad_x,
             pad_y: placed.pad_y,
             ..RecordMeta::default()
         };
-        self.layout
-            .encode(&mut self.record, &image_bytes, &meta, &[]);
+        self.record[pixels..].fill(0);
+        self.layout.write_meta(&mut self.record, &meta, &[]);
         let prepare = started.elapsed();
         self.exec.write_bytes(self.graph.records, &self.record)?;
         let timing = self.exec.run(self.graph.entry(ENTRY_INFER))?;
         self.exec.read_bytes(self.graph.dets, &mut self.dets)?;
         self.exec.read_bytes(self.graph.counts, &mut self.counts)?;
-        let detections = detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts)
-            .map(|d| {
+        out.clear();
+        out.extend(
+            detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts).map(|d| {
                 let unmap =
                     |v: f32, pad: f32, max: u32| ((v - pad) / meta.scale).clamp(0.0, max as f32);
                 Scored {
@@ -121,10 +172,9 @@ impl Predictor {
                     x1: unmap(d.x1, meta.pad_x, meta.source_width),
                     y1: unmap(d.y1, meta.pad_y, meta.source_height),
                 }
-            })
-            .collect();
-        Ok(Prediction {
-            detections,
+            }),
+        );
+        Ok(PredictTiming {
             prepare,
             device: timing.device,
         })

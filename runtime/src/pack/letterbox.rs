@@ -8,8 +8,9 @@
 
 use std::path::Path;
 
-use image::imageops::FilterType;
 use image::{DynamicImage, ImageDecoder, ImageReader, RgbImage};
+
+use super::resample::{Resampler, RgbRows};
 
 use super::source::{BoxUnits, SourceBox};
 use super::{Error, Result};
@@ -36,52 +37,104 @@ pub struct Letterbox {
     pub height: u32,
 }
 
-/// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB). Triangle (bilinear, with
-/// the support widened when shrinking, so no aliasing) resampling: deterministic for a given
-/// build. A source with no pixels gives an all-padding image and scale 0.
+/// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB); see [`Letterboxer`].
+/// Allocates its scratch per call: loops should keep a [`Letterboxer`].
 pub fn letterbox_into(src: &RgbImage, size: u32, out: &mut [u8]) -> Letterbox {
-    let n = size as usize;
-    assert_eq!(
-        out.len(),
-        n * n * 3,
-        "letterbox output must be size × size × 3 bytes"
-    );
-    let (w, h) = src.dimensions();
-    for px in out.chunks_exact_mut(3) {
-        px.copy_from_slice(&PAD_COLOUR);
+    Letterboxer::new(size).letterbox(src, out)
+}
+
+/// Letterboxes images into the square model input, reusing its resampling scratch: sized up
+/// front with [`Letterboxer::with_capacity`], it allocates nothing for sources within that
+/// size. Triangle resampling (see [`super::resample`]): deterministic, and the same in
+/// `pack`, `infer` and the daemon.
+#[derive(Debug)]
+pub struct Letterboxer {
+    size: u32,
+    resampler: Resampler,
+}
+
+impl Letterboxer {
+    /// A letterboxer whose scratch grows with the largest source seen.
+    pub fn new(size: u32) -> Self {
+        Letterboxer {
+            size,
+            resampler: Resampler::default(),
+        }
     }
-    if w == 0 || h == 0 || size == 0 {
-        return Letterbox {
-            scale: 0.0,
-            pad_x: 0.0,
-            pad_y: 0.0,
-            width: 0,
-            height: 0,
-        };
+
+    /// A letterboxer with scratch for sources up to `max_side` pixels a side.
+    pub fn with_capacity(size: u32, max_side: u32) -> Self {
+        Letterboxer {
+            size,
+            resampler: Resampler::with_capacity(max_side, size),
+        }
     }
-    let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
-    let cw = ((w as f32 * scale).round() as u32).clamp(1, size);
-    let ch = ((h as f32 * scale).round() as u32).clamp(1, size);
-    let (px, py) = ((size - cw) / 2, (size - ch) / 2);
-    let resized;
-    let content = if (cw, ch) == (w, h) {
-        src
-    } else {
-        resized = image::imageops::resize(src, cw, ch, FilterType::Triangle);
-        &resized
-    };
-    let row = cw as usize * 3;
-    let pixels = &content.as_raw()[..row * ch as usize];
-    for (y, src_row) in pixels.chunks_exact(row).enumerate() {
-        let o = ((py as usize + y) * n + px as usize) * 3;
-        out[o..o + row].copy_from_slice(src_row);
+
+    /// The output side, pixels.
+    pub fn size(&self) -> u32 {
+        self.size
     }
-    Letterbox {
-        scale,
-        pad_x: px as f32,
-        pad_y: py as f32,
-        width: cw,
-        height: ch,
+
+    /// Bytes of scratch held (for memory plans).
+    pub fn bytes(&self) -> usize {
+        self.resampler.bytes()
+    }
+
+    /// Where a `w × h` source lands in the output, without drawing it.
+    pub fn place(&self, w: u32, h: u32) -> Letterbox {
+        let size = self.size;
+        if w == 0 || h == 0 || size == 0 {
+            return Letterbox {
+                scale: 0.0,
+                pad_x: 0.0,
+                pad_y: 0.0,
+                width: 0,
+                height: 0,
+            };
+        }
+        let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
+        let cw = ((w as f32 * scale).round() as u32).clamp(1, size);
+        let ch = ((h as f32 * scale).round() as u32).clamp(1, size);
+        let (px, py) = ((size - cw) / 2, (size - ch) / 2);
+        Letterbox {
+            scale,
+            pad_x: px as f32,
+            pad_y: py as f32,
+            width: cw,
+            height: ch,
+        }
+    }
+
+    /// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB). A source with no
+    /// pixels gives an all-padding image and scale 0.
+    pub fn letterbox(&mut self, src: &impl RgbRows, out: &mut [u8]) -> Letterbox {
+        let n = self.size as usize;
+        assert_eq!(
+            out.len(),
+            n * n * 3,
+            "letterbox output must be size × size × 3 bytes"
+        );
+        for px in out.chunks_exact_mut(3) {
+            px.copy_from_slice(&PAD_COLOUR);
+        }
+        let (w, h) = (src.width(), src.height());
+        let placed = self.place(w, h);
+        if placed.width == 0 {
+            return placed;
+        }
+        let stride = n * 3;
+        let origin = (placed.pad_y as usize * n + placed.pad_x as usize) * 3;
+        let content = &mut out[origin..];
+        if (placed.width, placed.height) == (w, h) {
+            let row = w as usize * 3;
+            for y in 0..h {
+                src.read_row(y, &mut content[y as usize * stride..][..row]);
+            }
+        } else {
+            self.resampler
+                .resample(src, placed.width, placed.height, content, stride);
+        }
+        placed
     }
 }
 

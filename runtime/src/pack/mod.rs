@@ -2,6 +2,7 @@
 pub mod coco;
 mod error;
 pub mod letterbox;
+pub mod resample;
 pub mod source;
 pub mod synthetic;
 pub mod voc;

@@ -1,0 +1,263 @@
+//! Camera frames as the firmware sends them, read as RGB rows for the letterbox: RGB8, BGR8,
+//! GRAY8, YUYV (4:2:2) and NV12 (4:2:0), any stride. YUV is BT.601 limited range (Y 16–235),
+//! what V4L2 webcams and the Raspberry Pi ISP produce by default.
+
+use fulcrum_board::protocol::{FrameDesc, PixelFormat};
+
+use crate::pack::resample::RgbRows;
+
+/// A frame's pixels with the description that says how to read them. Built only from a
+/// description that passed [`FrameDesc::validate`] and bytes of exactly its length, so every
+/// row read stays inside `bytes`.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameView<'a> {
+    desc: FrameDesc,
+    bytes: &'a [u8],
+}
+
+impl<'a> FrameView<'a> {
+    /// `None` if the description is inconsistent or `bytes` is not exactly its length.
+    pub fn new(desc: FrameDesc, bytes: &'a [u8]) -> Option<Self> {
+        desc.validate().ok()?;
+        (bytes.len() == desc.length as usize).then_some(FrameView { desc, bytes })
+    }
+
+    pub fn desc(&self) -> &FrameDesc {
+        &self.desc
+    }
+
+    fn row(&self, y: u32) -> &'a [u8] {
+        let stride = self.desc.row_stride() as usize;
+        let len = self.desc.format.row_bytes(self.desc.width) as usize;
+        &self.bytes[y as usize * stride..][..len]
+    }
+}
+
+impl RgbRows for FrameView<'_> {
+    fn width(&self) -> u32 {
+        u32::from(self.desc.width)
+    }
+
+    fn height(&self) -> u32 {
+        u32::from(self.desc.height)
+    }
+
+    fn read_row(&self, y: u32, out: &mut [u8]) {
+        let w = self.desc.width as usize;
+        let out = &mut out[..w * 3];
+        let row = self.row(y);
+        match self.desc.format {
+            PixelFormat::Rgb8 => out.copy_from_slice(row),
+            PixelFormat::Bgr8 => {
+                for (o, i) in out.chunks_exact_mut(3).zip(row.chunks_exact(3)) {
+                    o.copy_from_slice(&[i[2], i[1], i[0]]);
+                }
+            }
+            PixelFormat::Gray8 => {
+                for (o, &g) in out.chunks_exact_mut(3).zip(row) {
+                    o.fill(g);
+                }
+            }
+            PixelFormat::Yuyv => {
+                for (o, i) in out.chunks_exact_mut(6).zip(row.chunks_exact(4)) {
+                    let (y0, u, y1, v) = (i[0], i[1], i[2], i[3]);
+                    o[..3].copy_from_slice(&yuv_to_rgb(y0, u, v));
+                    o[3..].copy_from_slice(&yuv_to_rgb(y1, u, v));
+                }
+            }
+            PixelFormat::Nv12 => {
+                // The UV plane starts after `height` rows of Y and has one row per two.
+                let uv = self.row(u32::from(self.desc.height) + y / 2);
+                for (x, o) in out.chunks_exact_mut(3).enumerate() {
+                    let c = x & !1;
+                    o.copy_from_slice(&yuv_to_rgb(row[x], uv[c], uv[c + 1]));
+                }
+            }
+        }
+    }
+}
+
+/// BT.601 limited range to RGB in 8-bit fixed point (the usual integer form: coefficients
+/// ×256, rounded).
+pub fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
+    let c = 298 * (i32::from(y) - 16);
+    let d = i32::from(u) - 128;
+    let e = i32::from(v) - 128;
+    let clip = |v: i32| ((v + 128) >> 8).clamp(0, 255) as u8;
+    [
+        clip(c + 409 * e),
+        clip(c - 100 * d - 208 * e),
+        clip(c + 516 * d),
+    ]
+}
+
+/// RGB to BT.601 limited-range YUV, the inverse of [`yuv_to_rgb`] up to rounding: for tests
+/// and for clients that make camera-like frames from images.
+pub fn rgb_to_yuv(rgb: [u8; 3]) -> [u8; 3] {
+    let [r, g, b] = rgb.map(i32::from);
+    let y = ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16;
+    let u = ((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128;
+    let v = ((112 * r - 94 * g - 18 * b + 128) >> 8) + 128;
+    [y, u, v].map(|c| c.clamp(0, 255) as u8)
+}
+
+/// Writes an RGB8 image (`width × height`, packed rows) as a frame of `format` into `out`,
+/// rows `stride` bytes apart (0: packed); `out` must be the frame's length. Chroma of
+/// subsampled formats is the mean of the pixels it covers. For clients and tests.
+pub fn encode_frame(
+    rgb: &[u8],
+    width: u16,
+    height: u16,
+    format: PixelFormat,
+    stride: u32,
+    out: &mut [u8],
+) {
+    let (w, h) = (width as usize, height as usize);
+    let stride = if stride == 0 {
+        format.row_bytes(width) as usize
+    } else {
+        stride as usize
+    };
+    let px = |x: usize, y: usize| -> [u8; 3] {
+        let i = (y * w + x) * 3;
+        [rgb[i], rgb[i + 1], rgb[i + 2]]
+    };
+    for y in 0..h {
+        let row = &mut out[y * stride..];
+        match format {
+            PixelFormat::Rgb8 => row[..w * 3].copy_from_slice(&rgb[y * w * 3..(y + 1) * w * 3]),
+            PixelFormat::Bgr8 => {
+                for x in 0..w {
+                    let [r, g, b] = px(x, y);
+                    row[x * 3..x * 3 + 3].copy_from_slice(&[b, g, r]);
+                }
+            }
+            PixelFormat::Gray8 | PixelFormat::Nv12 => {
+                // Luma; NV12's chroma plane is written below.
+                for (x, o) in row[..w].iter_mut().enumerate() {
+                    *o = rgb_to_yuv(px(x, y))[0];
+                }
+            }
+            PixelFormat::Yuyv => {
+                for x in (0..w).step_by(2) {
+                    let (a, b) = (rgb_to_yuv(px(x, y)), rgb_to_yuv(px(x + 1, y)));
+                    let mean = |i: usize| (u16::from(a[i]) + u16::from(b[i])).div_ceil(2) as u8;
+                    row[x * 2..x * 2 + 4].copy_from_slice(&[a[0], mean(1), b[0], mean(2)]);
+                }
+            }
+        }
+    }
+    if format == PixelFormat::Nv12 {
+        for y in (0..h).step_by(2) {
+            let row = &mut out[(h + y / 2) * stride..];
+            for x in (0..w).step_by(2) {
+                let mut sum = [0u32; 3];
+                for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                    let yuv = rgb_to_yuv(px(x + dx, y + dy));
+                    sum.iter_mut()
+                        .zip(yuv)
+                        .for_each(|(s, v)| *s += u32::from(v));
+                }
+                row[x] = ((sum[1] + 2) / 4) as u8;
+                row[x + 1] = ((sum[2] + 2) / 4) as u8;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_board::protocol::FrameSource;
+
+    fn frame(format: PixelFormat, w: u16, h: u16, stride: u32, rgb: &[u8]) -> (FrameDesc, Vec<u8>) {
+        let mut desc = FrameDesc::packed(format, FrameSource::Inline, w, h).unwrap();
+        desc.stride = stride;
+        desc.length = format.frame_len(w, h, stride).unwrap();
+        let mut bytes = vec![0xEEu8; desc.length as usize];
+        encode_frame(rgb, w, h, format, stride, &mut bytes);
+        (desc, bytes)
+    }
+
+    fn read_all(view: &FrameView<'_>) -> Vec<u8> {
+        let w = view.width() as usize;
+        let mut out = vec![0u8; w * 3 * view.height() as usize];
+        for y in 0..view.height() {
+            view.read_row(y, &mut out[y as usize * w * 3..]);
+        }
+        out
+    }
+
+    #[test]
+    fn yuv_round_trip_is_close() {
+        for rgb in [
+            [0, 0, 0],
+            [255, 255, 255],
+            [200, 10, 20],
+            [10, 200, 30],
+            [30, 40, 220],
+            [128, 128, 128],
+        ] {
+            let [y, u, v] = rgb_to_yuv(rgb);
+            let back = yuv_to_rgb(y, u, v);
+            for c in 0..3 {
+                assert!(
+                    (i32::from(back[c]) - i32::from(rgb[c])).abs() <= 3,
+                    "{rgb:?} → {back:?}"
+                );
+            }
+        }
+        // Limited range: black is Y 16, white Y 235, grey has neutral chroma.
+        assert_eq!(rgb_to_yuv([0, 0, 0]), [16, 128, 128]);
+        assert_eq!(rgb_to_yuv([255, 255, 255]), [235, 128, 128]);
+        assert_eq!(yuv_to_rgb(16, 128, 128), [0, 0, 0]);
+        assert_eq!(yuv_to_rgb(235, 128, 128), [255, 255, 255]);
+    }
+
+    #[test]
+    fn every_format_reads_back_the_picture() {
+        // Flat 2×2 blocks, so 4:2:2 and 4:2:0 chroma loses nothing.
+        let (w, h) = (8u16, 6u16);
+        let colours = [[200, 10, 20], [10, 200, 30], [30, 40, 220], [90, 90, 90]];
+        let rgb: Vec<u8> = (0..h as usize)
+            .flat_map(|y| (0..w as usize).map(move |x| (x / 2 + y / 2) % 4))
+            .flat_map(|i| colours[i])
+            .collect();
+        for format in PixelFormat::ALL {
+            for stride in [0, format.row_bytes(w) + 5] {
+                let (desc, bytes) = frame(format, w, h, stride, &rgb);
+                let view = FrameView::new(desc, &bytes).unwrap();
+                let got = read_all(&view);
+                for (i, (a, b)) in got.iter().zip(&rgb).enumerate() {
+                    let tol = match format {
+                        PixelFormat::Rgb8 | PixelFormat::Bgr8 => 0,
+                        // Grey: luma only, compared with the colour's own luma.
+                        PixelFormat::Gray8 => continue,
+                        _ => 3,
+                    };
+                    assert!(
+                        (i32::from(*a) - i32::from(*b)).abs() <= tol,
+                        "{} stride {stride}: byte {i}: {a} vs {b}",
+                        format.name()
+                    );
+                }
+                if format == PixelFormat::Gray8 {
+                    for (p, q) in got.chunks(3).zip(rgb.chunks(3)) {
+                        let y = rgb_to_yuv([q[0], q[1], q[2]])[0];
+                        assert_eq!(p, [y, y, y]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn views_refuse_inconsistent_input() {
+        let desc = FrameDesc::packed(PixelFormat::Rgb8, FrameSource::Inline, 4, 4).unwrap();
+        assert!(FrameView::new(desc, &[0; 48]).is_some());
+        assert!(FrameView::new(desc, &[0; 47]).is_none());
+        assert!(FrameView::new(desc, &[0; 49]).is_none());
+        let bad = FrameDesc { length: 47, ..desc };
+        assert!(FrameView::new(bad, &[0; 47]).is_none());
+    }
+}
