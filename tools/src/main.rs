@@ -33,6 +33,7 @@ enum Command {
     Train(cmd::train::Args),
     Eval(cmd::eval::Args),
     Infer(cmd::infer::Args),
+    Client(cmd::client::Args),
     Export(cmd::export::Args),
 }
 
@@ -52,6 +53,7 @@ fn main() -> std::process::ExitCode {
         Command::Train(a) => cmd::train::run(a),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Infer(a) => cmd::infer::run(a),
+        Command::Client(a) => cmd::client::run(a),
         Command::Export(a) => cmd::export::run(a),
     };
     match result {

@@ -58,6 +58,8 @@ pub const MAX_DETECTIONS: u16 = 1024;
 pub const MAX_PATH: usize = 1024;
 /// Longest text in an `Error` reply, bytes (longer text is cut at a character boundary).
 pub const MAX_TEXT: usize = 256;
+/// Longest list of class names in a `Classes` reply, bytes.
+pub const MAX_CLASS_TEXT: usize = 8192;
 /// Largest message of any kind: an `Infer` with the largest inline frame. A receiver needs a
 /// buffer one byte larger to tell an oversized packet from a full one.
 pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + FrameDesc::LEN + MAX_INLINE_BYTES as usize;
@@ -65,6 +67,7 @@ pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + FrameDesc::LEN + MAX_INLINE_BYTE
 const RELOAD_FIXED_LEN: usize = 4;
 const ACK_LEN: usize = 4;
 const ERROR_FIXED_LEN: usize = 4;
+const CLASSES_FIXED_LEN: usize = 4;
 
 /// Why a message could not be encoded or decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -159,10 +162,12 @@ pub enum Kind {
     FineTuneStatus = 14,
     Ack = 15,
     Error = 16,
+    ClassesRequest = 17,
+    Classes = 18,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Hello,
         Kind::Welcome,
         Kind::Infer,
@@ -179,6 +184,8 @@ impl Kind {
         Kind::FineTuneStatus,
         Kind::Ack,
         Kind::Error,
+        Kind::ClassesRequest,
+        Kind::Classes,
     ];
 
     pub fn from_u16(v: u16) -> Result<Self, WireError> {
@@ -201,6 +208,7 @@ impl Kind {
                 | Kind::FineTuneStart
                 | Kind::FineTuneStop
                 | Kind::FineTuneStatusRequest
+                | Kind::ClassesRequest
         )
     }
 }
@@ -312,6 +320,12 @@ pub enum Message<'a> {
     /// A request of this kind was carried out.
     Ack(Kind),
     Error(ErrorReply<'a>),
+    ClassesRequest,
+    /// The model's class names, one a line, in class-id order (at most
+    /// [`MAX_CLASS_TEXT`] bytes).
+    Classes {
+        names: &'a str,
+    },
 }
 
 impl<'a> Message<'a> {
@@ -333,6 +347,8 @@ impl<'a> Message<'a> {
             Message::FineTuneStatus(_) => Kind::FineTuneStatus,
             Message::Ack(_) => Kind::Ack,
             Message::Error(_) => Kind::Error,
+            Message::ClassesRequest => Kind::ClassesRequest,
+            Message::Classes { .. } => Kind::Classes,
         }
     }
 
@@ -347,7 +363,8 @@ impl<'a> Message<'a> {
             Message::StatsRequest
             | Message::HealthRequest
             | Message::FineTuneStop
-            | Message::FineTuneStatusRequest => 0,
+            | Message::FineTuneStatusRequest
+            | Message::ClassesRequest => 0,
             Message::Stats(_) => Stats::LEN,
             Message::Health(_) => Health::LEN,
             Message::Reload { path } => RELOAD_FIXED_LEN + path.len(),
@@ -355,6 +372,7 @@ impl<'a> Message<'a> {
             Message::FineTuneStatus(_) => FineTuneStatus::LEN,
             Message::Ack(_) => ACK_LEN,
             Message::Error(e) => ERROR_FIXED_LEN + e.text.len(),
+            Message::Classes { names } => CLASSES_FIXED_LEN + names.len(),
         }
     }
 
@@ -403,7 +421,8 @@ impl<'a> Message<'a> {
             Message::StatsRequest
             | Message::HealthRequest
             | Message::FineTuneStop
-            | Message::FineTuneStatusRequest => {}
+            | Message::FineTuneStatusRequest
+            | Message::ClassesRequest => {}
             Message::Stats(m) => m.write(&mut w)?,
             Message::Health(m) => m.write(&mut w)?,
             Message::Reload { path } => {
@@ -424,6 +443,12 @@ impl<'a> Message<'a> {
                 w.u16(e.code.0)?;
                 w.u16(check_text(e.text.as_bytes(), MAX_TEXT)? as u16)?;
                 w.bytes(e.text.as_bytes())?;
+            }
+            Message::Classes { names } => {
+                let len = check_text(names.as_bytes(), MAX_CLASS_TEXT)?;
+                w.u16(class_count(names))?;
+                w.u16(len as u16)?;
+                w.bytes(names.as_bytes())?;
             }
         }
         debug_assert_eq!(w.len(), self.encoded_len());
@@ -479,6 +504,16 @@ impl<'a> Message<'a> {
                 let text = read_text(&mut r, usize::from(len), MAX_TEXT)?;
                 Message::Error(ErrorReply { code, text })
             }
+            Kind::ClassesRequest => Message::ClassesRequest,
+            Kind::Classes => {
+                let count = r.u16()?;
+                let len = r.u16()?;
+                let names = read_text(&mut r, usize::from(len), MAX_CLASS_TEXT)?;
+                if class_count(names) != count {
+                    return Err(WireError::BadLength);
+                }
+                Message::Classes { names }
+            }
         };
         if !r.rest().is_empty() {
             return Err(WireError::BadLength);
@@ -513,6 +548,15 @@ fn check_text(bytes: &[u8], max: usize) -> Result<usize, WireError> {
         return Err(WireError::BadText);
     }
     Ok(bytes.len())
+}
+
+/// Lines in a newline-separated list of names (none for empty text).
+fn class_count(names: &str) -> u16 {
+    if names.is_empty() {
+        0
+    } else {
+        names.split('\n').count().min(usize::from(u16::MAX)) as u16
+    }
 }
 
 fn check_path(path: &str) -> Result<u16, WireError> {

@@ -23,6 +23,8 @@ fine_tune_status_request 13
 fine_tune_status 14 state:u8 _:u8 epoch:u16 step:u32 total_steps:u32 loss:f32 serving_map:f32 candidate_map:f32 swaps:u32 _:u32
 ack 15 kind:u16 _:u16
 error 16 code:u16 text_len:u16 +text
+classes_request 17
+classes 18 count:u16 text_len:u16 +names
 detection 0 class:u16 _:u16 score:f32 x0:f32 y0:f32 x1:f32 y1:f32
 ";
 
@@ -107,6 +109,8 @@ mod tests {
             ),
             ("ack", Kind::Ack as u16, ACK_LEN),
             ("error", Kind::Error as u16, ERROR_FIXED_LEN),
+            ("classes_request", Kind::ClassesRequest as u16, 0),
+            ("classes", Kind::Classes as u16, CLASSES_FIXED_LEN),
             ("detection", 0, Detection::LEN),
         ];
         assert_eq!(

@@ -123,6 +123,11 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
             ErrorCode::BAD_FRAME,
             "frame 3: stride 10 < row 12",
         )),
+        Message::ClassesRequest,
+        Message::Classes {
+            names: "raccoon\ntraffic light",
+        },
+        Message::Classes { names: "" },
     ]
 }
 
@@ -208,7 +213,7 @@ fn each_decode_error() {
     assert_eq!(with(&|b| b[0] ^= 1), Err(WireError::BadMagic));
     assert_eq!(with(&|b| b[4] = 1), Err(WireError::BadVersion));
     assert_eq!(with(&|b| b[6] = 0), Err(WireError::BadKind));
-    assert_eq!(with(&|b| b[6] = 17), Err(WireError::BadKind));
+    assert_eq!(with(&|b| b[6] = 19), Err(WireError::BadKind));
     assert_eq!(
         with(&|b| b[12..16].copy_from_slice(&u32::MAX.to_le_bytes())),
         Err(WireError::TooLarge)
@@ -308,6 +313,10 @@ fn text_and_enum_fields_are_checked() {
     bytes[HEADER_LEN] = 1;
     bytes[HEADER_LEN + 1] = 0;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));
+    // A class count that disagrees with the names.
+    let mut bytes = encode(&Message::Classes { names: "a\nb" }, 0, 0);
+    bytes[HEADER_LEN] = 3;
+    assert_eq!(decode(&bytes).err(), Some(WireError::BadLength));
     // An ack of a kind that does not exist.
     let mut bytes = encode(&Message::Ack(Kind::Hello), 0, 0);
     bytes[HEADER_LEN] = 99;

@@ -90,6 +90,11 @@ impl Predictor {
         self.exec.describe()
     }
 
+    /// Whether the model runs on the Vulkan engine (else the CPU engine).
+    pub fn is_vulkan(&self) -> bool {
+        self.exec.is_vulkan()
+    }
+
     /// Detections in an image file (JPEG, PNG; EXIF orientation applied).
     pub fn predict_file(&mut self, path: &Path) -> Result<(RgbImage, Prediction)> {
         let started = Instant::now();

@@ -5,6 +5,39 @@
 //! Unsafe code here is limited to [`ring`]'s read-only mapping of a client's memfd and taking
 //! ownership of descriptors the kernel hands over in [`socket`].
 
+pub mod client;
 pub mod frame;
+pub mod notify;
 pub mod ring;
+pub mod server;
 pub mod socket;
+mod stats;
+
+pub use notify::Notifier;
+pub use server::{Control, ServeConfig, Server};
+
+use std::path::PathBuf;
+
+use fulcrum_board::protocol::{ErrorCode, WireError};
+
+/// What can go wrong serving, or talking to a daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("weights {}: {reason}", path.display())]
+    Weights { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Config(String),
+    #[error("protocol: {0}")]
+    Protocol(WireError),
+    /// The daemon answered with an error.
+    #[error("the daemon says: {text} ({code})")]
+    Remote { code: ErrorCode, text: String },
+    #[error("unexpected reply from the daemon: {0}")]
+    Unexpected(String),
+}

@@ -37,8 +37,36 @@ pub struct Args {
     engine: EngineArgs,
 }
 
+/// One image's JSON line, as `infer` and `client` print it: boxes to 0.1 px, scores to 1e-4.
+pub fn json_line(
+    image: &Path,
+    (width, height): (u32, u32),
+    classes: &[String],
+    detections: impl Iterator<Item = (u32, f32, [f32; 4])>,
+    time: Duration,
+) -> serde_json::Value {
+    let detections: Vec<_> = detections
+        .map(|(class, score, bbox)| {
+            let bbox = bbox.map(|v| (v * 10.0).round() / 10.0);
+            serde_json::json!({
+                "class": classes.get(class as usize).cloned().unwrap_or_else(|| class.to_string()),
+                "class_id": class,
+                "score": (score * 1e4).round() / 1e4,
+                "box": bbox,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "image": image,
+        "width": width,
+        "height": height,
+        "detections": detections,
+        "ms": (time.as_secs_f64() * 1e4).round() / 10.0,
+    })
+}
+
 /// The images named by `inputs` (folders expanded, sorted).
-fn image_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+pub fn image_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for input in inputs {
         if input.is_dir() {
@@ -80,26 +108,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         };
         device += p.device;
-        let detections: Vec<_> = p
-            .detections
-            .iter()
-            .map(|d| {
-                let bbox = [d.x0, d.y0, d.x1, d.y1].map(|v| (v * 10.0).round() / 10.0);
-                serde_json::json!({
-                    "class": predictor.classes.get(d.class as usize).cloned().unwrap_or_else(|| d.class.to_string()),
-                    "class_id": d.class,
-                    "score": (d.score * 1e4).round() / 1e4,
-                    "box": bbox,
-                })
-            })
-            .collect();
-        let line = serde_json::json!({
-            "image": path,
-            "width": image.width(),
-            "height": image.height(),
-            "detections": detections,
-            "ms": ((p.prepare + p.device).as_secs_f64() * 1e4).round() / 10.0,
-        });
+        let line = json_line(
+            path,
+            (image.width(), image.height()),
+            &predictor.classes,
+            p.detections
+                .iter()
+                .map(|d| (d.class, d.score, [d.x0, d.y0, d.x1, d.y1])),
+            p.prepare + p.device,
+        );
         println!("{line}");
         if let Some(dir) = &a.draw {
             draw(&mut image, &p.detections);

@@ -3,6 +3,7 @@
 pub mod balance;
 pub mod bench;
 pub mod board;
+pub mod client;
 pub mod demo;
 pub mod devices;
 pub mod engine;

@@ -1,0 +1,325 @@
+//! The Rust client of `fulcrumd`: connect (Hello/Welcome, schema checked), send frames inline
+//! or through a memfd ring, and ask for stats, health, class names and reloads. `fulcrum
+//! client` is built on it; the C client under `tools/` speaks the same protocol.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use fulcrum_board::protocol::{
+    decode, Detection, ErrorReply, Frame, FrameDesc, FrameSource, Health, Hello, Kind, Message,
+    PixelFormat, Stats, Welcome, MAX_MESSAGE_LEN, SCHEMA_HASH,
+};
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+
+use super::socket::{self, Received};
+use super::Error;
+
+/// How long a request waits for its reply.
+const REPLY_TIMEOUT_S: i64 = 30;
+
+/// One frame's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Detections {
+    pub sequence: u32,
+    pub timestamp_us: u64,
+    pub frame_width: u16,
+    pub frame_height: u16,
+    pub engine_us: u32,
+    pub total_us: u32,
+    pub boxes: Vec<Detection>,
+}
+
+/// A connection to a daemon.
+pub struct Client {
+    fd: OwnedFd,
+    welcome: Welcome,
+    sequence: u32,
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    cmsg: Vec<u8>,
+    ring: Option<(OwnedFd, u64)>,
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+impl Client {
+    /// Connects and greets: the daemon answers with what it serves, or refuses (not allowed,
+    /// another schema, all slots taken).
+    pub fn connect(path: &Path) -> Result<Client, Error> {
+        let fd = socket::connect_seqpacket(path).map_err(|e| Error::Io {
+            what: format!(
+                "connecting to {} (is fulcrumd running, and may this user use it?)",
+                path.display()
+            ),
+            source: e,
+        })?;
+        // A daemon that stops answering must not hang its client forever.
+        nix::sys::socket::setsockopt(
+            &fd,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(REPLY_TIMEOUT_S, 0),
+        )
+        .map_err(|e| io("setting the reply timeout")(e.into()))?;
+        let mut client = Client {
+            fd,
+            welcome: Welcome {
+                schema_hash: 0,
+                input_width: 0,
+                input_height: 0,
+                classes: 0,
+                max_frame_side: 0,
+                max_inline_bytes: 0,
+                max_detections: 0,
+                engine: fulcrum_board::protocol::EngineKind::Cpu,
+                weights_generation: 0,
+            },
+            sequence: 0,
+            send: vec![0; MAX_MESSAGE_LEN],
+            recv: vec![0; MAX_MESSAGE_LEN + 1],
+            cmsg: socket::cmsg_buffer(),
+            ring: None,
+        };
+        let hello = Message::Hello(Hello {
+            schema_hash: SCHEMA_HASH,
+        });
+        client.welcome = match client.request(&hello, 0, None)? {
+            Message::Welcome(w) => w,
+            other => return Err(Error::Unexpected(format!("{:?} to Hello", other.kind()))),
+        };
+        Ok(client)
+    }
+
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// Sends one request and returns its reply (an `Error` reply becomes [`Error::Remote`]).
+    fn request(
+        &mut self,
+        msg: &Message<'_>,
+        timestamp_us: u64,
+        pass: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<Message<'_>, Error> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let n = msg.encode(self.sequence, timestamp_us, &mut self.send)?;
+        socket::send_packet(self.fd.as_fd(), &self.send[..n], pass)
+            .map_err(io("sending a request"))?;
+        let len = self.receive()?;
+        let (header, reply) = decode(&self.recv[..len])?;
+        if header.sequence != self.sequence {
+            return Err(Error::Unexpected(format!(
+                "reply to request {} while waiting for {}",
+                header.sequence, self.sequence
+            )));
+        }
+        match reply {
+            Message::Error(ErrorReply { code, text }) => Err(Error::Remote {
+                code,
+                text: text.to_string(),
+            }),
+            reply => Ok(reply),
+        }
+    }
+
+    fn detections(&mut self, msg: &Message<'_>, timestamp_us: u64) -> Result<Detections, Error> {
+        let sequence = self.sequence.wrapping_add(1);
+        match self.request(msg, timestamp_us, None)? {
+            Message::Detections(d) => Ok(Detections {
+                sequence,
+                timestamp_us,
+                frame_width: d.frame_width,
+                frame_height: d.frame_height,
+                engine_us: d.engine_us,
+                total_us: d.total_us,
+                boxes: d.detections.iter().collect(),
+            }),
+            other => Err(Error::Unexpected(format!("{:?} to Infer", other.kind()))),
+        }
+    }
+
+    /// Detections in a frame sent inside the message (up to the Welcome's
+    /// `max_inline_bytes`).
+    pub fn infer_inline(
+        &mut self,
+        desc: FrameDesc,
+        pixels: &[u8],
+        timestamp_us: u64,
+    ) -> Result<Detections, Error> {
+        let desc = FrameDesc {
+            source: FrameSource::Inline,
+            offset: 0,
+            ..desc
+        };
+        self.detections(&Message::Infer(Frame { desc, pixels }), timestamp_us)
+    }
+
+    /// Creates a memfd ring of `len` bytes (sealed against shrinking) and passes it to the
+    /// daemon; frames then go in with [`Client::write_ring`] and [`Client::infer_ring`].
+    pub fn attach_ring(&mut self, len: u64) -> Result<(), Error> {
+        let fd = memfd_create(
+            "fulcrum-frames",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .map_err(|e| io("memfd_create")(e.into()))?;
+        nix::unistd::ftruncate(fd.as_fd(), len as i64)
+            .map_err(|e| io("sizing the ring")(e.into()))?;
+        fcntl(
+            fd.as_fd(),
+            FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
+        )
+        .map_err(|e| io("sealing the ring")(e.into()))?;
+        let attach = Message::AttachRing(fulcrum_board::protocol::AttachRing { len });
+        // `request` borrows self; pass the fd by a second handle to it.
+        let dup = fd.try_clone().map_err(io("duplicating the ring fd"))?;
+        match self.request(&attach, 0, Some(dup.as_fd()))? {
+            Message::Ack(Kind::AttachRing) => {}
+            other => {
+                return Err(Error::Unexpected(format!(
+                    "{:?} to AttachRing",
+                    other.kind()
+                )))
+            }
+        }
+        self.ring = Some((fd, len));
+        Ok(())
+    }
+
+    /// Attaches a ring of at least `len` bytes unless one that large is attached already.
+    pub fn attach_ring_for(&mut self, len: u64) -> Result<(), Error> {
+        match &self.ring {
+            Some((_, have)) if *have >= len => Ok(()),
+            _ => self.attach_ring(len),
+        }
+    }
+
+    /// Writes `bytes` into the attached ring at `offset`.
+    pub fn write_ring(&mut self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        let Some((fd, len)) = &self.ring else {
+            return Err(Error::Config(
+                "no ring attached: call attach_ring first".into(),
+            ));
+        };
+        if offset + bytes.len() as u64 > *len {
+            return Err(Error::Config(format!(
+                "{} bytes at {offset} do not fit a ring of {len}",
+                bytes.len()
+            )));
+        }
+        let mut done = 0;
+        while done < bytes.len() {
+            done +=
+                nix::sys::uio::pwrite(fd.as_fd(), &bytes[done..], (offset + done as u64) as i64)
+                    .map_err(|e| io("writing the ring")(e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Detections in a frame already in the ring at `desc.offset`.
+    pub fn infer_ring(&mut self, desc: FrameDesc, timestamp_us: u64) -> Result<Detections, Error> {
+        let desc = FrameDesc {
+            source: FrameSource::Ring,
+            ..desc
+        };
+        self.detections(&Message::Infer(Frame { desc, pixels: &[] }), timestamp_us)
+    }
+
+    /// Detections in a packed `width × height` frame of `format`: inline if it fits, else
+    /// through the ring (attached on first use, sized for this frame).
+    pub fn infer(
+        &mut self,
+        format: PixelFormat,
+        width: u16,
+        height: u16,
+        pixels: &[u8],
+        timestamp_us: u64,
+    ) -> Result<Detections, Error> {
+        let desc = FrameDesc::packed(format, FrameSource::Inline, width, height)?;
+        if pixels.len() != desc.length as usize {
+            return Err(Error::Config(format!(
+                "{width}x{height} {} needs {} bytes, got {}",
+                format.name(),
+                desc.length,
+                pixels.len()
+            )));
+        }
+        if desc.length <= self.welcome.max_inline_bytes {
+            return self.infer_inline(desc, pixels, timestamp_us);
+        }
+        self.attach_ring_for(u64::from(desc.length))?;
+        self.write_ring(0, pixels)?;
+        self.infer_ring(desc, timestamp_us)
+    }
+
+    pub fn stats(&mut self) -> Result<Stats, Error> {
+        match self.request(&Message::StatsRequest, 0, None)? {
+            Message::Stats(s) => Ok(s),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to StatsRequest",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub fn health(&mut self) -> Result<Health, Error> {
+        match self.request(&Message::HealthRequest, 0, None)? {
+            Message::Health(h) => Ok(h),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to HealthRequest",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// The model's class names, in class-id order.
+    pub fn classes(&mut self) -> Result<Vec<String>, Error> {
+        match self.request(&Message::ClassesRequest, 0, None)? {
+            Message::Classes { names: "" } => Ok(Vec::new()),
+            Message::Classes { names } => Ok(names.split('\n').map(str::to_string).collect()),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to ClassesRequest",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Asks the daemon to load new weights (`None`: its configured file again).
+    pub fn reload(&mut self, path: Option<&str>) -> Result<(), Error> {
+        match self.request(
+            &Message::Reload {
+                path: path.unwrap_or(""),
+            },
+            0,
+            None,
+        )? {
+            Message::Ack(Kind::Reload) => Ok(()),
+            other => Err(Error::Unexpected(format!("{:?} to Reload", other.kind()))),
+        }
+    }
+
+    /// Sends raw bytes as one packet and returns the raw reply: for tests of hostile input.
+    pub fn raw_exchange(&mut self, packet: &[u8]) -> Result<Vec<u8>, Error> {
+        socket::send_packet(self.fd.as_fd(), packet, None).map_err(io("sending"))?;
+        let len = self.receive()?;
+        Ok(self.recv[..len].to_vec())
+    }
+
+    /// Waits for one reply packet; returns its length in `self.recv`.
+    fn receive(&mut self) -> Result<usize, Error> {
+        match socket::recv_packet(self.fd.as_fd(), &mut self.recv, &mut self.cmsg)
+            .map_err(io("receiving a reply"))?
+        {
+            Received::Packet { len, .. } => Ok(len),
+            Received::Empty => Err(Error::Unexpected(format!(
+                "no reply within {REPLY_TIMEOUT_S} s"
+            ))),
+            Received::Closed => Err(Error::Unexpected("the daemon closed the connection".into())),
+            Received::Oversized => Err(Error::Unexpected("a reply larger than any message".into())),
+        }
+    }
+}

@@ -1,0 +1,908 @@
+//! The serving loop: one thread owns the listening socket, every client and the model. Each
+//! round it polls, accepts (checking credentials before reading anything), then reads at most
+//! one request per client and answers it, so clients are served in turn and none can starve
+//! the others. A reply that does not fit in a client's socket buffer waits in that client's
+//! one-reply outbox, and the client is not read again until it drains: a client that stops
+//! reading stalls only itself, and is dropped after `stall_timeout`. Every buffer is sized at
+//! start: after warm-up a request allocates nothing.
+
+use std::fmt::Write as _;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fulcrum_board::protocol::{
+    self, decode, Detection, DetectionList, DetectionsReply, EngineKind, ErrorCode, ErrorReply,
+    Frame, FrameSource, Header, Health, Kind, Message, ServiceState, Stats, Welcome, WireError,
+    HEADER_LEN, MAX_INLINE_BYTES, MAX_MESSAGE_LEN, MAX_TEXT, SCHEMA_HASH,
+};
+use nix::libc;
+
+use super::frame::FrameView;
+use super::notify::Notifier;
+use super::ring::ClientRing;
+use super::socket::{self, PeerCredentials, Received};
+use super::stats::LatencyHistogram;
+use super::Error;
+use crate::compute::exec::ExecOptions;
+use crate::infer::predict::Predictor;
+use crate::infer::Scored;
+use crate::train::Checkpoint;
+
+/// What the daemon serves and its limits.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub socket: PathBuf,
+    pub weights: PathBuf,
+    pub exec: ExecOptions,
+    /// Lowest score returned when a request does not ask for more.
+    pub threshold: f32,
+    /// Most detections a frame gives.
+    pub top_k: u32,
+    /// Peers allowed besides the daemon's own uid and gid.
+    pub allow_uids: Vec<u32>,
+    pub allow_gids: Vec<u32>,
+    pub max_clients: usize,
+    /// Largest frame side accepted (scratch for letterboxing is sized for it).
+    pub max_frame_side: u16,
+    /// Largest memfd ring a client may attach.
+    pub max_ring_bytes: u64,
+    /// A client whose reply has waited this long for it to read is dropped.
+    pub stall_timeout: Duration,
+}
+
+impl ServeConfig {
+    pub fn new(socket: PathBuf, weights: PathBuf, exec: ExecOptions) -> Self {
+        ServeConfig {
+            socket,
+            weights,
+            exec,
+            threshold: 0.3,
+            top_k: 100,
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            max_clients: 16,
+            max_frame_side: 1920,
+            max_ring_bytes: 256 << 20,
+            stall_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Bytes of the largest reply (a full detections reply, or an error with the longest text).
+    fn max_reply(&self) -> usize {
+        let detections = DetectionsReply::FIXED_LEN + self.top_k as usize * Detection::LEN;
+        HEADER_LEN + detections.max(4 + MAX_TEXT).max(Stats::LEN)
+    }
+}
+
+/// Asks a running [`Server`] to stop or reload; set from signal handlers or another thread.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub stop: AtomicBool,
+    pub reload: AtomicBool,
+}
+
+impl Control {
+    /// For a `static` that signal handlers set.
+    pub const fn new() -> Self {
+        Control {
+            stop: AtomicBool::new(false),
+            reload: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Counters since start.
+#[derive(Clone, Default)]
+struct Counters {
+    requests: u64,
+    errors: u64,
+    refused: u32,
+    latency: LatencyHistogram,
+    engine: LatencyHistogram,
+}
+
+/// The model being served and what it was loaded from.
+struct Model {
+    predictor: Predictor,
+    classes: u16,
+    /// Class names, one a line, as `Classes` sends them (cut to the protocol's limit).
+    names: String,
+    path: PathBuf,
+}
+
+impl Model {
+    /// Loads `path`, runs one warm-up inference on a grey frame of the largest size (which
+    /// also sizes every buffer the predictor reuses) and checks its output.
+    fn load(path: &Path, config: &ServeConfig) -> Result<Model, Error> {
+        let checkpoint = Checkpoint::load(path).map_err(|e| Error::Weights {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let mut predictor =
+            Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k).map_err(
+                |e| Error::Weights {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                },
+            )?;
+        let side = u32::from(config.max_frame_side);
+        predictor.reserve_sources(side);
+        let grey = image::RgbImage::from_pixel(side, side, image::Rgb([114, 114, 114]));
+        let mut out = Vec::with_capacity(predictor.top_k());
+        predictor
+            .predict_into(&grey, &mut out)
+            .map_err(|e| Error::Weights {
+                path: path.to_path_buf(),
+                reason: format!("warm-up inference failed: {e}"),
+            })?;
+        if let Some(bad) = out
+            .iter()
+            .find(|d| !d.score.is_finite() || !d.x0.is_finite())
+        {
+            return Err(Error::Weights {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "warm-up inference gave a non-finite detection {bad:?}: corrupt weights?"
+                ),
+            });
+        }
+        Ok(Model {
+            classes: checkpoint.classes.len().min(usize::from(u16::MAX)) as u16,
+            names: class_lines(&checkpoint.classes),
+            predictor,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// Class names one a line, as many as fit in a `Classes` message; names are cleaned of
+/// newlines and NULs (they come from dataset files).
+fn class_lines(classes: &[String]) -> String {
+    let mut out = String::new();
+    for name in classes {
+        let clean: String = name
+            .chars()
+            .map(|c| if c == '\n' || c == '\0' { ' ' } else { c })
+            .collect();
+        if out.len() + clean.len() + 1 > protocol::MAX_CLASS_TEXT {
+            log::warn!(
+                "class names past {} bytes are not sent to clients",
+                protocol::MAX_CLASS_TEXT
+            );
+            break;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&clean);
+    }
+    out
+}
+
+struct Client {
+    fd: OwnedFd,
+    cred: PeerCredentials,
+    greeted: bool,
+    ring: Option<ClientRing>,
+    /// A reply the socket had no room for, and since when.
+    pending: Vec<u8>,
+    pending_since: Option<Instant>,
+}
+
+/// What to do with a connection after a reply.
+#[derive(PartialEq, Eq)]
+enum After {
+    KeepOpen,
+    Close,
+}
+
+pub struct Server {
+    config: ServeConfig,
+    listener: OwnedFd,
+    own: PeerCredentials,
+    model: Model,
+    generation: u32,
+    state: ServiceState,
+    clients: Vec<Option<Client>>,
+    pollfds: Vec<libc::pollfd>,
+    recv: Vec<u8>,
+    cmsg: Vec<u8>,
+    send: Vec<u8>,
+    scored: Vec<Scored>,
+    wire: Vec<Detection>,
+    text: heapless::String<MAX_TEXT>,
+    counters: Counters,
+    started: Instant,
+    last_progress: Instant,
+    notifier: Notifier,
+}
+
+impl Server {
+    /// Loads and warms up the model, then binds the socket: a daemon that is listening is one
+    /// that can answer.
+    pub fn start(config: ServeConfig, notifier: Notifier) -> Result<Server, Error> {
+        if config.max_clients == 0 || config.top_k == 0 || config.max_frame_side == 0 {
+            return Err(Error::Config(
+                "--max-clients, --top-k and --max-frame-side must be at least 1".into(),
+            ));
+        }
+        if config.max_frame_side > protocol::MAX_FRAME_SIDE {
+            return Err(Error::Config(format!(
+                "--max-frame-side {} is over the protocol's limit of {}",
+                config.max_frame_side,
+                protocol::MAX_FRAME_SIDE
+            )));
+        }
+        let model = Model::load(&config.weights, &config)?;
+        let listener = socket::bind_listener(&config.socket, 64).map_err(|e| Error::Io {
+            what: format!("binding {}", config.socket.display()),
+            source: e,
+        })?;
+        let own = PeerCredentials {
+            pid: std::process::id() as i32,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        };
+        let max_reply = config.max_reply();
+        let mut clients = Vec::with_capacity(config.max_clients);
+        clients.resize_with(config.max_clients, || None);
+        Ok(Server {
+            pollfds: Vec::with_capacity(config.max_clients + 1),
+            recv: vec![0; MAX_MESSAGE_LEN + 1],
+            cmsg: socket::cmsg_buffer(),
+            send: vec![0; max_reply],
+            scored: Vec::with_capacity(config.top_k as usize),
+            wire: Vec::with_capacity(config.top_k as usize),
+            text: heapless::String::new(),
+            clients,
+            config,
+            listener,
+            own,
+            model,
+            generation: 1,
+            state: ServiceState::Ready,
+            counters: Counters::default(),
+            started: Instant::now(),
+            last_progress: Instant::now(),
+            notifier,
+        })
+    }
+
+    /// A one-line summary for logs and systemd's STATUS=.
+    pub fn status_line(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "{} on {}; {} client(s), {} request(s), p99 {} µs, {} error(s), weights generation {}",
+            self.model.path.display(),
+            self.model.predictor.engine(),
+            self.clients.iter().flatten().count(),
+            c.requests,
+            c.latency.quantile(0.99),
+            c.errors,
+            self.generation
+        )
+    }
+
+    /// Bytes the server holds for clients and requests (the model's own are the engine's).
+    pub fn buffer_bytes(&self) -> usize {
+        self.recv.capacity()
+            + self.cmsg.capacity()
+            + self.send.capacity()
+            + self.config.max_clients * self.config.max_reply()
+            + self.model.predictor.host_bytes()
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.config.socket
+    }
+
+    /// Serves until `control.stop` is set; then finishes the round, flushes what clients can
+    /// take, closes them and removes the socket.
+    pub fn run(&mut self, control: &Control) -> Result<(), Error> {
+        self.notifier.ready(&self.status_line());
+        let mut last_status = Instant::now();
+        while !control.stop.load(Ordering::SeqCst) {
+            if control.reload.swap(false, Ordering::SeqCst) {
+                let path = self.config.weights.clone();
+                // The outcome is logged and counted; serving goes on either way.
+                let _ = self.reload(&path);
+            }
+            self.round()?;
+            self.last_progress = Instant::now();
+            self.notifier.progress();
+            if last_status.elapsed() >= Duration::from_secs(5) {
+                self.notifier.status(&self.status_line());
+                last_status = Instant::now();
+            }
+        }
+        self.state = ServiceState::Stopping;
+        self.notifier.stopping();
+        log::info!("stopping: {}", self.status_line());
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Loads new weights and swaps them in if they load and pass a warm-up inference; on any
+    /// failure the old weights keep serving.
+    pub fn reload(&mut self, path: &Path) -> Result<(), Error> {
+        self.notifier.reloading();
+        self.state = ServiceState::Reloading;
+        let result = Model::load(path, &self.config);
+        self.state = ServiceState::Ready;
+        let outcome = match result {
+            Ok(model) => {
+                self.model = model;
+                self.generation += 1;
+                log::info!(
+                    "reloaded weights from {} (generation {})",
+                    path.display(),
+                    self.generation
+                );
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("reload refused, the old weights keep serving: {e}");
+                Err(e)
+            }
+        };
+        self.notifier.reloaded(&self.status_line());
+        outcome
+    }
+
+    fn timeout(&self) -> libc::c_int {
+        let cap = Duration::from_millis(200);
+        let every = self.notifier.watchdog_every().unwrap_or(cap).min(cap);
+        every.as_millis().max(1) as libc::c_int
+    }
+
+    /// One poll and one turn of every ready client.
+    fn round(&mut self) -> Result<(), Error> {
+        self.pollfds.clear();
+        self.pollfds.push(libc::pollfd {
+            fd: self.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for client in &self.clients {
+            let (fd, events) = match client {
+                Some(c) if c.pending_since.is_some() => (c.fd.as_raw_fd(), libc::POLLOUT),
+                Some(c) => (c.fd.as_raw_fd(), libc::POLLIN),
+                None => (-1, 0), // poll ignores negative fds
+            };
+            self.pollfds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+        let timeout = self.timeout();
+        // SAFETY: the pointer and length describe `pollfds`, a live Vec not touched until poll
+        // returns; poll only writes the `revents` fields.
+        let n = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                timeout,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(Error::Io {
+                what: "poll".into(),
+                source: e,
+            });
+        }
+        if self.pollfds[0].revents & libc::POLLIN != 0 {
+            self.accept_clients();
+        }
+        for slot in 0..self.clients.len() {
+            let revents = self.pollfds[slot + 1].revents;
+            if self.clients[slot].is_none() {
+                continue;
+            }
+            if revents & libc::POLLOUT != 0 {
+                self.flush(slot);
+            }
+            if revents & libc::POLLIN != 0 {
+                self.serve_one(slot);
+            } else if revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                self.drop_client(slot, "hung up");
+            }
+            self.check_stall(slot);
+        }
+        Ok(())
+    }
+
+    fn allowed(&self, cred: &PeerCredentials) -> bool {
+        cred.uid == self.own.uid
+            || cred.gid == self.own.gid
+            || self.config.allow_uids.contains(&cred.uid)
+            || self.config.allow_gids.contains(&cred.gid)
+    }
+
+    fn accept_clients(&mut self) {
+        loop {
+            let (fd, cred) = match socket::accept(self.listener.as_fd()) {
+                Ok(Some(c)) => c,
+                Ok(None) => return,
+                Err(e) => {
+                    log::warn!("accepting a client: {e}");
+                    return;
+                }
+            };
+            if !self.allowed(&cred) {
+                self.counters.refused += 1;
+                log::warn!(
+                    "refused a client: pid {} uid {} gid {} is not allowed (allow it with --allow-uid {} or --allow-gid {})",
+                    cred.pid, cred.uid, cred.gid, cred.uid, cred.gid
+                );
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "uid {} gid {} may not use this daemon; ask for --allow-uid or --allow-gid",
+                    cred.uid, cred.gid
+                );
+                self.send_error_to(fd.as_fd(), 0, ErrorCode::NOT_ALLOWED);
+                continue;
+            }
+            let Some(slot) = self.clients.iter().position(Option::is_none) else {
+                self.counters.refused += 1;
+                log::warn!(
+                    "refused a client (pid {}): all {} client slots are taken",
+                    cred.pid,
+                    self.clients.len()
+                );
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "all {} client slots are taken; try again later",
+                    self.clients.len()
+                );
+                self.send_error_to(fd.as_fd(), 0, ErrorCode::BUSY);
+                continue;
+            };
+            log::debug!("client {slot}: pid {} uid {} connected", cred.pid, cred.uid);
+            self.clients[slot] = Some(Client {
+                fd,
+                cred,
+                greeted: false,
+                ring: None,
+                pending: Vec::with_capacity(self.send.len()),
+                pending_since: None,
+            });
+        }
+    }
+
+    /// Best effort: an error to a connection about to be closed.
+    fn send_error_to(&mut self, fd: std::os::fd::BorrowedFd<'_>, sequence: u32, code: ErrorCode) {
+        self.counters.errors += 1;
+        let msg = Message::Error(ErrorReply::new(code, &self.text));
+        if let Ok(n) = msg.encode(sequence, 0, &mut self.send) {
+            let _ = socket::send_packet(fd, &self.send[..n], None);
+        }
+    }
+
+    fn drop_client(&mut self, slot: usize, why: &str) {
+        if let Some(c) = self.clients[slot].take() {
+            log::debug!("client {slot} (pid {}): {why}", c.cred.pid);
+        }
+    }
+
+    fn check_stall(&mut self, slot: usize) {
+        let stalled = matches!(&self.clients[slot], Some(Client { pending_since: Some(t), .. })
+            if t.elapsed() > self.config.stall_timeout);
+        if stalled {
+            log::warn!(
+                "client {slot}: not reading its replies for {:?}; disconnected",
+                self.config.stall_timeout
+            );
+            self.drop_client(slot, "stalled");
+        }
+    }
+
+    fn flush(&mut self, slot: usize) {
+        let Some(client) = self.clients[slot].as_mut() else {
+            return;
+        };
+        match socket::send_packet(client.fd.as_fd(), &client.pending, None) {
+            Ok(true) => {
+                client.pending.clear();
+                client.pending_since = None;
+            }
+            Ok(false) => {}
+            Err(e) => self.drop_client(slot, &format!("send failed: {e}")),
+        }
+    }
+
+    /// Sends `self.send[..len]` to a client now, or keeps it in its outbox.
+    fn reply(&mut self, slot: usize, len: usize) {
+        let Some(client) = self.clients[slot].as_mut() else {
+            return;
+        };
+        match socket::send_packet(client.fd.as_fd(), &self.send[..len], None) {
+            Ok(true) => {}
+            Ok(false) => {
+                client.pending.clear();
+                client.pending.extend_from_slice(&self.send[..len]);
+                client.pending_since = Some(Instant::now());
+            }
+            Err(e) => self.drop_client(slot, &format!("send failed: {e}")),
+        }
+    }
+
+    /// An error reply with `self.text`.
+    fn reply_error(&mut self, slot: usize, sequence: u32, timestamp: u64, code: ErrorCode) {
+        self.counters.errors += 1;
+        let msg = Message::Error(ErrorReply::new(code, &self.text));
+        match msg.encode(sequence, timestamp, &mut self.send) {
+            Ok(n) => self.reply(slot, n),
+            Err(e) => log::error!("encoding an error reply: {e}"),
+        }
+    }
+
+    fn reply_message(&mut self, slot: usize, header: &Header, msg: &Message<'_>) {
+        match msg.encode(header.sequence, header.timestamp_us, &mut self.send) {
+            Ok(n) => self.reply(slot, n),
+            Err(e) => log::error!("encoding a {:?} reply: {e}", msg.kind()),
+        }
+    }
+
+    /// Reads one packet from a client and answers it.
+    fn serve_one(&mut self, slot: usize) {
+        let received = {
+            let Some(client) = self.clients[slot].as_ref() else {
+                return;
+            };
+            socket::recv_packet(client.fd.as_fd(), &mut self.recv, &mut self.cmsg)
+        };
+        let arrived = Instant::now();
+        let (len, fd) = match received {
+            Ok(Received::Packet { len, fd }) => (len, fd),
+            Ok(Received::Empty) => return,
+            Ok(Received::Closed) => return self.drop_client(slot, "closed"),
+            Ok(Received::Oversized) => {
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "message over {MAX_MESSAGE_LEN} bytes; frames over {MAX_INLINE_BYTES} bytes go through the memfd ring"
+                );
+                return self.reply_error(slot, 0, 0, ErrorCode::TOO_LARGE);
+            }
+            Err(e) => return self.drop_client(slot, &format!("receive failed: {e}")),
+        };
+        let after = self.handle(slot, len, fd, arrived);
+        if after == After::Close {
+            self.drop_client(slot, "closed after an error");
+        }
+    }
+
+    fn handle(&mut self, slot: usize, len: usize, fd: Option<OwnedFd>, arrived: Instant) -> After {
+        // Take the packet out of `self` for the duration (no copy: a swap of buffers).
+        let packet = std::mem::take(&mut self.recv);
+        let after = self.handle_packet(slot, &packet[..len], fd, arrived);
+        self.recv = packet;
+        after
+    }
+
+    fn handle_packet(
+        &mut self,
+        slot: usize,
+        packet: &[u8],
+        fd: Option<OwnedFd>,
+        arrived: Instant,
+    ) -> After {
+        let (header, message) = match decode(packet) {
+            Ok(m) => m,
+            Err(e) => {
+                let sequence = Header::decode(packet).map(|h| h.sequence).unwrap_or(0);
+                self.text.clear();
+                let _ = write!(self.text, "message {sequence}: {e}");
+                self.reply_error(slot, sequence, 0, e.code());
+                return if e.closes_connection() {
+                    After::Close
+                } else {
+                    After::KeepOpen
+                };
+            }
+        };
+        let (seq, ts) = (header.sequence, header.timestamp_us);
+        let greeted = self.clients[slot].as_ref().is_some_and(|c| c.greeted);
+        if !greeted && header.kind != Kind::Hello {
+            self.text.clear();
+            let _ = write!(self.text, "send Hello first (got {:?})", header.kind);
+            self.reply_error(slot, seq, ts, ErrorCode::UNEXPECTED);
+            return After::Close;
+        }
+        match message {
+            Message::Hello(hello) => {
+                if hello.schema_hash != SCHEMA_HASH {
+                    self.text.clear();
+                    let _ = write!(
+                        self.text,
+                        "schema hash {:#010x}, this daemon speaks {:#010x}: build the client against the same fulcrum-board",
+                        hello.schema_hash, SCHEMA_HASH
+                    );
+                    self.reply_error(slot, seq, ts, ErrorCode::SCHEMA_MISMATCH);
+                    return After::Close;
+                }
+                if let Some(c) = self.clients[slot].as_mut() {
+                    c.greeted = true;
+                }
+                let welcome = Message::Welcome(self.welcome());
+                self.reply_message(slot, &header, &welcome);
+            }
+            Message::Infer(frame) => self.infer(slot, &header, frame, arrived),
+            Message::AttachRing(attach) => {
+                let Some(fd) = fd else {
+                    self.text.clear();
+                    let _ = write!(self.text, "AttachRing needs the memfd passed as SCM_RIGHTS");
+                    self.reply_error(slot, seq, ts, ErrorCode::NO_RING);
+                    return After::KeepOpen;
+                };
+                match ClientRing::map(fd, attach.len, self.config.max_ring_bytes) {
+                    Ok(ring) => {
+                        if let Some(c) = self.clients[slot].as_mut() {
+                            c.ring = Some(ring);
+                        }
+                        self.reply_message(slot, &header, &Message::Ack(Kind::AttachRing));
+                    }
+                    Err(e) => {
+                        self.text.clear();
+                        let _ = write!(self.text, "{e}");
+                        self.reply_error(slot, seq, ts, ErrorCode::NO_RING);
+                    }
+                }
+            }
+            Message::ClassesRequest => {
+                let names = Message::Classes {
+                    names: &self.model.names,
+                };
+                match names.encode(seq, ts, &mut self.send) {
+                    Ok(n) => self.reply(slot, n),
+                    Err(e) => log::error!("encoding the class names: {e}"),
+                }
+            }
+            Message::StatsRequest => {
+                let stats = Message::Stats(self.stats());
+                self.reply_message(slot, &header, &stats);
+            }
+            Message::HealthRequest => {
+                let health = Message::Health(self.health());
+                self.reply_message(slot, &header, &health);
+            }
+            Message::Reload { path } => {
+                let path = if path.is_empty() {
+                    self.config.weights.clone()
+                } else {
+                    PathBuf::from(path)
+                };
+                match self.reload(&path) {
+                    Ok(()) => self.reply_message(slot, &header, &Message::Ack(Kind::Reload)),
+                    Err(e) => {
+                        self.text.clear();
+                        let _ = write!(self.text, "{e}");
+                        self.reply_error(slot, seq, ts, ErrorCode::RELOAD_FAILED);
+                    }
+                }
+            }
+            Message::FineTuneStart { .. }
+            | Message::FineTuneStop
+            | Message::FineTuneStatusRequest => {
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "fine-tuning while serving is not in this build yet"
+                );
+                self.reply_error(slot, seq, ts, ErrorCode::FINE_TUNE_FAILED);
+            }
+            reply => {
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "{:?} is a reply; clients send requests",
+                    reply.kind()
+                );
+                self.reply_error(slot, seq, ts, ErrorCode::UNEXPECTED);
+            }
+        }
+        After::KeepOpen
+    }
+
+    fn infer(&mut self, slot: usize, header: &Header, frame: Frame<'_>, arrived: Instant) {
+        let (seq, ts) = (header.sequence, header.timestamp_us);
+        let desc = frame.desc;
+        let side = self.config.max_frame_side;
+        if desc.width > side || desc.height > side {
+            self.text.clear();
+            let _ = write!(
+                self.text,
+                "frame {seq}: {}x{} is over this daemon's {side} px limit (--max-frame-side)",
+                desc.width, desc.height
+            );
+            return self.reply_error(slot, seq, ts, ErrorCode::TOO_LARGE);
+        }
+        let Some(client) = self.clients[slot].as_ref() else {
+            return;
+        };
+        let bytes = match desc.source {
+            FrameSource::Inline => frame.pixels,
+            FrameSource::Ring => {
+                let Some(ring) = client.ring.as_ref() else {
+                    self.text.clear();
+                    let _ = write!(self.text, "frame {seq} is in the ring, but no ring is attached (send AttachRing first)");
+                    return self.reply_error(slot, seq, ts, ErrorCode::NO_RING);
+                };
+                match desc.ring_range(ring.len() as u64) {
+                    // The ring lives in `self.clients`, which the prediction below does not
+                    // touch; `ClientRing::bytes` says why the client's own writes are harmless.
+                    Ok(range) => &ring.bytes()[range],
+                    Err(e) => {
+                        self.text.clear();
+                        let _ = write!(
+                            self.text,
+                            "frame {seq}: {e}: offset {} + length {} > ring {} bytes",
+                            desc.offset,
+                            desc.length,
+                            ring.len()
+                        );
+                        return self.reply_error(slot, seq, ts, ErrorCode::BAD_FRAME);
+                    }
+                }
+            }
+        };
+        let Some(view) = FrameView::new(desc, bytes) else {
+            self.text.clear();
+            let _ = write!(
+                self.text,
+                "frame {seq}: pixels do not match the description"
+            );
+            return self.reply_error(slot, seq, ts, ErrorCode::BAD_FRAME);
+        };
+        let timing = match self.model.predictor.predict_into(&view, &mut self.scored) {
+            Ok(t) => t,
+            Err(e) => {
+                self.text.clear();
+                let _ = write!(self.text, "frame {seq}: inference failed: {e}");
+                log::error!("{}", self.text);
+                return self.reply_error(slot, seq, ts, ErrorCode::INTERNAL);
+            }
+        };
+        let min_score = if desc.min_score > 0.0 {
+            desc.min_score
+        } else {
+            self.config.threshold
+        };
+        let most = match desc.max_detections {
+            0 => usize::MAX,
+            n => usize::from(n),
+        };
+        self.wire.clear();
+        self.wire.extend(
+            self.scored
+                .iter()
+                .filter(|d| d.score >= min_score)
+                .take(most)
+                .map(|d| Detection {
+                    class: d.class.min(u32::from(u16::MAX)) as u16,
+                    score: d.score,
+                    x0: d.x0,
+                    y0: d.y0,
+                    x1: d.x1,
+                    y1: d.y1,
+                }),
+        );
+        let engine_us = timing.device.as_micros().min(u128::from(u32::MAX)) as u32;
+        let total_us = arrived.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        let reply = Message::Detections(DetectionsReply {
+            frame_width: desc.width,
+            frame_height: desc.height,
+            engine_us,
+            total_us,
+            detections: DetectionList::Records(&self.wire),
+        });
+        match reply.encode(seq, ts, &mut self.send) {
+            Ok(n) => {
+                self.reply(slot, n);
+                self.counters.requests += 1;
+                self.counters
+                    .latency
+                    .record(arrived.elapsed().as_micros() as u64);
+                self.counters.engine.record(u64::from(engine_us));
+            }
+            Err(e) => log::error!("encoding detections: {e}"),
+        }
+    }
+
+    fn engine_kind(&self) -> EngineKind {
+        if self.model.predictor.is_vulkan() {
+            EngineKind::Vulkan
+        } else {
+            EngineKind::Cpu
+        }
+    }
+
+    fn welcome(&self) -> Welcome {
+        let side = self.model.predictor.input_size().min(u32::from(u16::MAX)) as u16;
+        Welcome {
+            schema_hash: SCHEMA_HASH,
+            input_width: side,
+            input_height: side,
+            classes: self.model.classes,
+            max_frame_side: self.config.max_frame_side,
+            max_inline_bytes: MAX_INLINE_BYTES,
+            max_detections: self.config.top_k.min(u32::from(protocol::MAX_DETECTIONS)) as u16,
+            engine: self.engine_kind(),
+            weights_generation: self.generation,
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let us = |v: u64| v.min(u64::from(u32::MAX)) as u32;
+        Stats {
+            requests: c.requests,
+            errors: c.errors,
+            refused: c.refused,
+            clients: self.clients.iter().flatten().count() as u16,
+            p50_us: us(c.latency.quantile(0.5)),
+            p99_us: us(c.latency.quantile(0.99)),
+            p999_us: us(c.latency.quantile(0.999)),
+            forward_us: us(c.engine.quantile(0.5)),
+            uptime_s: self.started.elapsed().as_secs().min(u64::from(u32::MAX)) as u32,
+            weights_generation: self.generation,
+        }
+    }
+
+    fn health(&self) -> Health {
+        Health {
+            state: self.state,
+            engine: self.engine_kind(),
+            uptime_s: self.started.elapsed().as_secs().min(u64::from(u32::MAX)) as u32,
+            weights_generation: self.generation,
+            since_progress_ms: self
+                .last_progress
+                .elapsed()
+                .as_millis()
+                .min(u128::from(u32::MAX)) as u32,
+        }
+    }
+
+    /// Gives clients up to a second to take their last replies, then closes everything.
+    fn shutdown(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline
+            && self
+                .clients
+                .iter()
+                .flatten()
+                .any(|c| c.pending_since.is_some())
+        {
+            for slot in 0..self.clients.len() {
+                self.flush(slot);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.clients.iter_mut().for_each(|c| *c = None);
+        if let Err(e) = std::fs::remove_file(&self.config.socket) {
+            log::warn!("removing {}: {e}", self.config.socket.display());
+        }
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.status_line())
+    }
+}
+
+/// Wire errors as the daemon's own error type (for the client, which shares it).
+impl From<WireError> for Error {
+    fn from(e: WireError) -> Self {
+        Error::Protocol(e)
+    }
+}

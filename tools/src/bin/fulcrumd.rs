@@ -1,0 +1,235 @@
+//! `fulcrumd`: the service the robot's firmware talks to. The serving logic is
+//! `fulcrum::serve`; this parses options (and a TOML file), wires signals and systemd's
+//! directories, and reports.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use clap::Parser;
+use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+use fulcrum::serve::{Control, Notifier, ServeConfig, Server};
+use fulcrum_tools::{describe, logger};
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+/// Serve detections to the robot's firmware over a Unix socket, as a systemd service.
+///
+/// Clients (the firmware in C, C++ or Rust, or `fulcrum client`) connect to a SOCK_SEQPACKET
+/// socket, are checked by their kernel-reported uid/gid, greet with the protocol's schema
+/// hash, then send camera frames (RGB8, BGR8, GRAY8, YUYV, NV12; inline, or zero-copy through
+/// a sealed memfd ring) and get detections back in the frame's own pixels.
+///
+/// Under systemd (Type=notify): READY=1 after the weights are loaded and one warm-up inference
+/// ran; STATUS= lines; WATCHDOG=1 from the serving loop at half of WatchdogSec; SIGTERM sends
+/// STOPPING=1, finishes in-flight replies and exits 0; SIGHUP (or a client's Reload) loads the
+/// weights file again and swaps it in only if it loads and passes a warm-up inference.
+///
+/// Every option can also be set in a TOML file given with --config (same names, with
+/// underscores: `weights = "/var/lib/fulcrumd/model.safetensors"`, `allow_gid = [44]`);
+/// options on the command line win.
+#[derive(Parser, Debug)]
+#[command(name = "fulcrumd", version)]
+struct Args {
+    /// Checkpoint to serve (`fulcrum train` writes OUT/last.safetensors).
+    #[arg(long, value_name = "CHECKPOINT")]
+    weights: Option<PathBuf>,
+    /// Socket path [default: $RUNTIME_DIRECTORY/fulcrumd.sock, else /run/fulcrumd/fulcrumd.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Compute engine: auto, cpu or vulkan [default: auto].
+    #[arg(long)]
+    engine: Option<EngineChoice>,
+    /// CPU engine threads [default: every core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Also allow clients running as this uid (repeatable); the daemon's own uid and gid are
+    /// always allowed.
+    #[arg(long = "allow-uid", value_name = "UID")]
+    allow_uid: Vec<u32>,
+    /// Also allow clients whose primary gid is this (repeatable).
+    #[arg(long = "allow-gid", value_name = "GID")]
+    allow_gid: Vec<u32>,
+    /// Memory budget for the engine (e.g. 64M); a model that does not fit is refused at start.
+    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    mem_budget: Option<u64>,
+    /// State folder (checkpoints of fine-tuning) [default: $STATE_DIRECTORY].
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Most clients connected at once [default: 16].
+    #[arg(long)]
+    max_clients: Option<usize>,
+    /// Largest frame side accepted, pixels [default: 1920].
+    #[arg(long)]
+    max_frame_side: Option<u16>,
+    /// Lowest score returned unless a request asks otherwise [default: 0.3].
+    #[arg(long)]
+    threshold: Option<f32>,
+    /// Most detections per frame [default: 100].
+    #[arg(long)]
+    top_k: Option<u32>,
+    /// TOML file with any of the options above.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// The same options, from a TOML file.
+#[derive(serde::Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    weights: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    engine: Option<String>,
+    threads: Option<usize>,
+    #[serde(default)]
+    allow_uid: Vec<u32>,
+    #[serde(default)]
+    allow_gid: Vec<u32>,
+    mem_budget: Option<String>,
+    state_dir: Option<PathBuf>,
+    max_clients: Option<usize>,
+    max_frame_side: Option<u16>,
+    threshold: Option<f32>,
+    top_k: Option<u32>,
+}
+
+static CONTROL: Control = Control::new();
+
+extern "C" fn on_signal(signal: nix::libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    if signal == nix::libc::SIGHUP {
+        CONTROL.reload.store(true, Ordering::SeqCst);
+    } else {
+        CONTROL.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn install_signals() {
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
+        if let Err(e) = unsafe { sigaction(sig, &action) } {
+            log::warn!("cannot handle {sig}: {e}");
+        }
+    }
+}
+
+fn env_dir(var: &str) -> Option<PathBuf> {
+    // systemd may list several folders separated by ':'; the first is ours.
+    let value = std::env::var_os(var)?;
+    let first = value.to_string_lossy().split(':').next()?.to_string();
+    (!first.is_empty()).then(|| PathBuf::from(first))
+}
+
+fn config(args: Args) -> anyhow::Result<ServeConfig> {
+    let file: FileConfig = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let weights = args.weights.or(file.weights).ok_or_else(|| {
+        anyhow::anyhow!("no weights: give --weights CHECKPOINT (or `weights = ...` in --config)")
+    })?;
+    let socket = args.socket.or(file.socket).unwrap_or_else(|| {
+        env_dir("RUNTIME_DIRECTORY")
+            .unwrap_or_else(|| PathBuf::from("/run/fulcrumd"))
+            .join("fulcrumd.sock")
+    });
+    let engine = match (args.engine, file.engine) {
+        (Some(e), _) => e,
+        (None, Some(text)) => text
+            .parse()
+            .map_err(|e| anyhow::anyhow!("config `engine = {text:?}`: {e}"))?,
+        (None, None) => EngineChoice::Auto,
+    };
+    let mem_budget = match (args.mem_budget, file.mem_budget) {
+        (Some(b), _) => Some(b),
+        (None, Some(text)) => Some(
+            fulcrum::balance::parse_size(&text)
+                .map_err(|e| anyhow::anyhow!("config `mem_budget = {text:?}`: {e}"))?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(dir) = args
+        .state_dir
+        .or(file.state_dir)
+        .or_else(|| env_dir("STATE_DIRECTORY"))
+    {
+        log::debug!("state folder {}", dir.display());
+    }
+    // The Vulkan pipeline cache goes where systemd's CacheDirectory= says.
+    if let Some(cache) = env_dir("CACHE_DIRECTORY") {
+        if std::env::var_os("XDG_CACHE_HOME").is_none() {
+            std::env::set_var("XDG_CACHE_HOME", cache);
+        }
+    }
+    let exec = ExecOptions {
+        engine,
+        device: None,
+        threads: args
+            .threads
+            .or(file.threads)
+            .unwrap_or_else(fulcrum_board::host_cores),
+        per_kernel_timing: false,
+        validation: std::env::var_os("FULCRUM_VULKAN_VALIDATION").is_some(),
+        mem_budget,
+        fp16: false,
+    };
+    let mut c = ServeConfig::new(socket, weights, exec);
+    c.allow_uids = [args.allow_uid, file.allow_uid].concat();
+    c.allow_gids = [args.allow_gid, file.allow_gid].concat();
+    if let Some(v) = args.max_clients.or(file.max_clients) {
+        c.max_clients = v;
+    }
+    if let Some(v) = args.max_frame_side.or(file.max_frame_side) {
+        c.max_frame_side = v;
+    }
+    if let Some(v) = args.threshold.or(file.threshold) {
+        if !(0.0..=1.0).contains(&v) {
+            anyhow::bail!("--threshold {v} must be in [0, 1]");
+        }
+        c.threshold = v;
+    }
+    if let Some(v) = args.top_k.or(file.top_k) {
+        c.top_k = v;
+    }
+    Ok(c)
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = config(args)?;
+    install_signals();
+    let notifier = Notifier::from_env();
+    log::info!(
+        "loading {} and warming up (engine {:?})",
+        config.weights.display(),
+        config.exec.engine
+    );
+    let mut server = Server::start(config, notifier)?;
+    log::info!(
+        "serving on {} ({}; {:.1} MiB of buffers)",
+        server.socket_path().display(),
+        server.status_line(),
+        server.buffer_bytes() as f64 / (1 << 20) as f64
+    );
+    server.run(&CONTROL)?;
+    log::info!("stopped");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    logger::init(log::LevelFilter::Info);
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{}", describe(&e));
+            ExitCode::FAILURE
+        }
+    }
+}

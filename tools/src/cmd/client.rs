@@ -1,0 +1,157 @@
+//! `fulcrum client`: images to a running `fulcrumd`, detections back as JSON lines.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use fulcrum::pack::letterbox::decode_image;
+use fulcrum::serve::client::Client;
+use fulcrum::serve::frame::encode_frame;
+use fulcrum_board::protocol::{FrameDesc, FrameSource, PixelFormat};
+
+use super::infer::{image_files, json_line};
+
+/// Send images to a running fulcrumd and print its detections: the same JSON lines as
+/// `fulcrum infer` prints for the same weights and images.
+///
+/// Each image is decoded here and sent as a camera frame in `--format` (converted the way a
+/// camera's ISP would), inline when it fits in one message and otherwise through a memfd ring
+/// the client shares with the daemon (`--ring` always uses the ring). "ms" is the round trip.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The daemon's socket [default: $RUNTIME_DIRECTORY/fulcrumd.sock, else
+    /// /run/fulcrumd/fulcrumd.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Image files or folders of images.
+    #[arg(required_unless_present = "stats")]
+    inputs: Vec<PathBuf>,
+    /// Pixel format to send: rgb8, bgr8, gray8, yuyv or nv12 (YUV needs even sides: an odd
+    /// last column or row is cut).
+    #[arg(long, default_value = "rgb8", value_parser = parse_format)]
+    format: PixelFormat,
+    /// Send every frame through the memfd ring, even small ones.
+    #[arg(long)]
+    ring: bool,
+    /// Lowest score returned [default: the daemon's].
+    #[arg(long)]
+    threshold: Option<f32>,
+    /// Print the daemon's counters and latency as one JSON line at the end.
+    #[arg(long)]
+    stats: bool,
+}
+
+fn parse_format(text: &str) -> Result<PixelFormat, String> {
+    PixelFormat::ALL
+        .into_iter()
+        .find(|f| f.name().eq_ignore_ascii_case(text))
+        .ok_or_else(|| format!("unknown pixel format {text:?}: rgb8, bgr8, gray8, yuyv or nv12"))
+}
+
+pub fn default_socket() -> PathBuf {
+    std::env::var_os("RUNTIME_DIRECTORY")
+        .and_then(|v| v.to_string_lossy().split(':').next().map(PathBuf::from))
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("/run/fulcrumd"))
+        .join("fulcrumd.sock")
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if let Some(t) = a.threshold {
+        if !(t > 0.0 && t <= 1.0) {
+            anyhow::bail!("--threshold {t} must be in (0, 1]");
+        }
+    }
+    let socket = a.socket.clone().unwrap_or_else(default_socket);
+    let files = image_files(&a.inputs)?;
+    let mut client = Client::connect(&socket)?;
+    let classes = client.classes()?;
+    let welcome = *client.welcome();
+    log::info!(
+        "{} images to {} ({} engine, model input {}x{}, weights generation {})",
+        files.len(),
+        socket.display(),
+        welcome.engine.name(),
+        welcome.input_width,
+        welcome.input_height,
+        welcome.weights_generation
+    );
+    let mut failed = 0;
+    let mut frame = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        let image = match decode_image(path) {
+            Ok(image) => image,
+            Err(e) => {
+                log::warn!("{}: {e}", path.display());
+                failed += 1;
+                continue;
+            }
+        };
+        let subsampled = matches!(a.format, PixelFormat::Yuyv | PixelFormat::Nv12);
+        let even = |v: u32| if subsampled { v & !1 } else { v };
+        let (w, h) = (even(image.width()), even(image.height()));
+        let (Ok(w16), Ok(h16)) = (u16::try_from(w), u16::try_from(h)) else {
+            log::warn!("{}: {w}x{h} is larger than any frame", path.display());
+            failed += 1;
+            continue;
+        };
+        let cropped = image::imageops::crop_imm(&image, 0, 0, w, h).to_image();
+        let mut desc = match FrameDesc::packed(a.format, FrameSource::Inline, w16, h16) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("{}: {w}x{h} as {}: {e}", path.display(), a.format.name());
+                failed += 1;
+                continue;
+            }
+        };
+        desc.min_score = a.threshold.unwrap_or(0.0);
+        frame.resize(desc.length as usize, 0);
+        encode_frame(cropped.as_raw(), w16, h16, a.format, 0, &mut frame);
+        let started = Instant::now();
+        let result = if a.ring || desc.length > welcome.max_inline_bytes {
+            let need = u64::from(desc.length);
+            client
+                .attach_ring_for(need)
+                .and_then(|()| client.write_ring(0, &frame))
+                .and_then(|()| client.infer_ring(desc, i as u64))
+        } else {
+            client.infer_inline(desc, &frame, i as u64)
+        };
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("{}: {e}", path.display());
+                failed += 1;
+                continue;
+            }
+        };
+        let line = json_line(
+            path,
+            (w, h),
+            &classes,
+            reply
+                .boxes
+                .iter()
+                .map(|d| (u32::from(d.class), d.score, [d.x0, d.y0, d.x1, d.y1])),
+            started.elapsed(),
+        );
+        println!("{line}");
+    }
+    if a.stats {
+        let s = client.stats()?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "requests": s.requests, "errors": s.errors, "refused": s.refused,
+                "clients": s.clients, "p50_us": s.p50_us, "p99_us": s.p99_us,
+                "p999_us": s.p999_us, "forward_us": s.forward_us, "uptime_s": s.uptime_s,
+                "weights_generation": s.weights_generation,
+            })
+        );
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
