@@ -108,8 +108,19 @@ impl Client {
     ) -> Result<Message<'_>, Error> {
         self.sequence = self.sequence.wrapping_add(1);
         let n = msg.encode(self.sequence, timestamp_us, &mut self.send)?;
-        socket::send_packet(self.fd.as_fd(), &self.send[..n], pass)
-            .map_err(io("sending a request"))?;
+        if let Err(e) = socket::send_packet(self.fd.as_fd(), &self.send[..n], pass) {
+            // A daemon that refused this connection said why before closing it.
+            return match self.receive() {
+                Ok(len) => match decode(&self.recv[..len]) {
+                    Ok((_, Message::Error(ErrorReply { code, text }))) => Err(Error::Remote {
+                        code,
+                        text: text.to_string(),
+                    }),
+                    _ => Err(io("sending a request")(e)),
+                },
+                Err(_) => Err(io("sending a request")(e)),
+            };
+        }
         let len = self.receive()?;
         let (header, reply) = decode(&self.recv[..len])?;
         if header.sequence != self.sequence {

@@ -7,6 +7,18 @@ use std::time::{Duration, Instant};
 
 use sd_notify::NotifyState;
 
+/// Half of the watchdog timeout, if the watchdog is ours: as sd_watchdog_enabled(3) says, a
+/// `WATCHDOG_PID` naming another process means it is not (an unset one means it is).
+fn watchdog_interval(usec: Option<String>, pid: Option<String>) -> Option<Duration> {
+    let usec: u64 = usec?.trim().parse().ok().filter(|v| *v > 0)?;
+    if let Some(pid) = pid {
+        if pid.trim().parse::<u32>().ok() != Some(std::process::id()) {
+            return None;
+        }
+    }
+    Some(Duration::from_micros(usec / 2))
+}
+
 pub struct Notifier {
     /// Half of `WatchdogSec`, when systemd asked for pings.
     watchdog_every: Option<Duration>,
@@ -20,12 +32,11 @@ impl Default for Notifier {
 }
 
 impl Notifier {
-    /// Reads `WATCHDOG_USEC` (and `WATCHDOG_PID`) from the environment systemd gave us.
+    /// Reads `WATCHDOG_USEC` and `WATCHDOG_PID` from the environment systemd gave us.
     pub fn from_env() -> Self {
-        let mut usec = 0;
-        let enabled = sd_notify::watchdog_enabled(false, &mut usec);
+        let var = |name| std::env::var(name).ok();
         Notifier {
-            watchdog_every: (enabled && usec > 0).then(|| Duration::from_micros(usec / 2)),
+            watchdog_every: watchdog_interval(var("WATCHDOG_USEC"), var("WATCHDOG_PID")),
             last_ping: Instant::now(),
         }
     }
@@ -73,5 +84,28 @@ impl Notifier {
 
     pub fn stopping(&self) {
         self.send(&[NotifyState::Stopping]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watchdog_follows_systemd_rules() {
+        let me = std::process::id().to_string();
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            watchdog_interval(some("2000000"), None),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            watchdog_interval(some("2000000"), Some(me)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(watchdog_interval(some("2000000"), some("1")), None);
+        assert_eq!(watchdog_interval(some("0"), None), None);
+        assert_eq!(watchdog_interval(some("soon"), None), None);
+        assert_eq!(watchdog_interval(None, None), None);
     }
 }

@@ -562,10 +562,11 @@ impl Server {
         };
         let arrived = Instant::now();
         let (len, fd) = match received {
-            Ok(Received::Packet { len, fd }) => (len, fd),
+            Ok(Received::Packet { len, fd }) if len <= MAX_MESSAGE_LEN => (len, fd),
             Ok(Received::Empty) => return,
             Ok(Received::Closed) => return self.drop_client(slot, "closed"),
-            Ok(Received::Oversized) => {
+            // One byte more than any message fits the buffer, so that it shows here.
+            Ok(Received::Oversized | Received::Packet { .. }) => {
                 self.text.clear();
                 let _ = write!(
                     self.text,

@@ -111,15 +111,18 @@ pub fn recv_packet(
     cmsg: &mut [u8],
 ) -> std::io::Result<Received> {
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = match recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    ) {
+    let flags = MsgFlags::MSG_CMSG_CLOEXEC;
+    let msg = match recvmsg::<()>(fd.as_raw_fd(), &mut iov, Some(&mut *cmsg), flags) {
         Ok(msg) => msg,
         Err(Errno::EAGAIN | Errno::EINTR) => return Ok(Received::Empty),
-        Err(Errno::ECONNRESET) => return Ok(Received::Closed),
+        // A peer that closed with our last packet unread resets the connection, and Linux
+        // reports that before the packets it sent us last (a refusal's error reply): read on.
+        Err(Errno::ECONNRESET) => {
+            match recvmsg::<()>(fd.as_raw_fd(), &mut iov, Some(cmsg), flags) {
+                Ok(msg) if msg.bytes > 0 => msg,
+                _ => return Ok(Received::Closed),
+            }
+        }
         Err(e) => return Err(e.into()),
     };
     let (len, flags) = (msg.bytes, msg.flags);
@@ -207,6 +210,26 @@ mod tests {
         drop(a);
         assert!(matches!(
             recv_packet(b.as_fd(), &mut buf, &mut cmsg).unwrap(),
+            Received::Closed
+        ));
+    }
+
+    #[test]
+    fn a_reply_sent_before_a_reset_is_still_read() {
+        // The daemon refuses: it answers and closes with the client's request unread, which
+        // Linux reports to the client as ECONNRESET ahead of the answer.
+        let (daemon, client) = pair();
+        assert!(send_packet(client.as_fd(), b"hello", None).unwrap());
+        assert!(send_packet(daemon.as_fd(), b"refused", None).unwrap());
+        drop(daemon);
+        let mut cmsg = cmsg_buffer();
+        let mut buf = [0u8; 16];
+        match recv_packet(client.as_fd(), &mut buf, &mut cmsg).unwrap() {
+            Received::Packet { len: 7, fd: None } => assert_eq!(&buf[..7], b"refused"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            recv_packet(client.as_fd(), &mut buf, &mut cmsg).unwrap(),
             Received::Closed
         ));
     }

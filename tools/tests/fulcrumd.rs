@@ -1,0 +1,748 @@
+//! `fulcrumd` as systemd and the robot's firmware see it, driving the real binaries: the
+//! notification protocol (READY after warm-up, WATCHDOG pings, STOPPING on SIGTERM), clients
+//! getting the same detections as `fulcrum infer`, peers of other uids refused, hostile
+//! messages answered with errors while another client is served, a client that stops reading
+//! stalling nobody else, and reloads that keep the old weights when the new file is bad.
+
+use std::io::ErrorKind;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fulcrum::serve::client::Client;
+use fulcrum::serve::socket::{self, Received};
+use fulcrum::serve::Error;
+use fulcrum_board::protocol::{
+    decode, ErrorCode, FrameDesc, FrameSource, Hello, Kind, Message, PixelFormat, HEADER_LEN,
+    MAX_MESSAGE_LEN, SCHEMA_HASH,
+};
+
+const FULCRUM: &str = env!("CARGO_BIN_EXE_fulcrum");
+const FULCRUMD: &str = env!("CARGO_BIN_EXE_fulcrumd");
+/// Every wait here is for something that takes a few seconds at most; more means a hang.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn raccoon_images() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/raccoon/images")
+}
+
+/// A few real photos, copied to a folder of their own (the shared folder holds 200).
+fn photos(dir: &Path, n: usize) -> PathBuf {
+    let out = dir.join("photos");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(raccoon_images())
+        .expect("the shared raccoon images (../shared/data beside the checkout)")
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for p in names.iter().take(n) {
+        std::fs::copy(p, out.join(p.file_name().unwrap())).unwrap();
+    }
+    out
+}
+
+fn run(cmd: &mut Command) -> (ExitStatus, String, String) {
+    let out = cmd.stdin(Stdio::null()).output().expect("run a binary");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One small trained det-s for the whole test binary: 64 synthetic images, a few steps.
+fn weights() -> &'static Path {
+    static WEIGHTS: OnceLock<PathBuf> = OnceLock::new();
+    WEIGHTS.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("fulcrumd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("syn");
+        let (st, _, err) = run(Command::new(FULCRUM)
+            .args(["pack", "--synthetic", "64", "--out"])
+            .arg(&data));
+        assert!(st.success(), "pack: {err}");
+        let (st, _, err) = run(Command::new(FULCRUM)
+            .args([
+                "train",
+                "--engine",
+                "cpu",
+                "--max-steps",
+                "6",
+                "--batch",
+                "8",
+                "--data",
+            ])
+            .arg(&data)
+            .arg("--out")
+            .arg(dir.join("run")));
+        assert!(st.success(), "train: {err}");
+        dir.join("run/last.safetensors")
+    })
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start(args: &[&str]) -> Daemon {
+        Self::start_with(args, &[], weights())
+    }
+
+    /// Starts `fulcrumd` on `weights` with a socket in a fresh folder and waits until it
+    /// accepts connections.
+    fn start_with(args: &[&str], env: &[(&str, &str)], weights: &Path) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("fulcrumd.sock");
+        let log = dir.path().join("daemon.log");
+        let mut cmd = Command::new(FULCRUMD);
+        cmd.arg("--weights")
+            .arg(weights)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--engine", "cpu", "--threshold", "0.05"])
+            .args(args)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("daemon.err")).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start fulcrumd");
+        let mut d = Daemon {
+            child,
+            socket,
+            log: dir.path().join("daemon.err"),
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while socket::connect_seqpacket(&d.socket).is_err() {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!("fulcrumd exited early ({status}):\n{}", d.log());
+            }
+            assert!(
+                started.elapsed() < TIMEOUT,
+                "fulcrumd did not listen:\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(mut self) -> ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < TIMEOUT,
+                "fulcrumd ignored SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket).unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn grey_frame(w: u16, h: u16) -> (FrameDesc, Vec<u8>) {
+    let desc = FrameDesc::packed(PixelFormat::Rgb8, FrameSource::Inline, w, h).unwrap();
+    let pixels: Vec<u8> = (0..desc.length).map(|i| (i % 251) as u8).collect();
+    (desc, pixels)
+}
+
+#[test]
+fn systemd_sees_ready_watchdog_and_stopping() {
+    let notify_dir = tempfile::tempdir().unwrap();
+    let notify_path = notify_dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // No WATCHDOG_PID: systemd's rule is that the watchdog is then the process's own.
+    let daemon = Daemon::start_with(
+        &[],
+        &[
+            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "300000"),
+        ],
+        weights(),
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let wait_for = |what: &str, seen: &mut Vec<String>| {
+        let mut buf = [0u8; 4096];
+        let started = Instant::now();
+        while !seen.iter().any(|m| m.lines().any(|l| l == what)) {
+            assert!(started.elapsed() < TIMEOUT, "no {what} in {seen:?}");
+            match notify.recv(&mut buf) {
+                Ok(n) => seen.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    wait_for("READY=1", &mut seen);
+    let ready = seen.iter().find(|m| m.contains("READY=1")).unwrap();
+    assert!(ready.contains("STATUS="), "{ready}");
+    // READY comes after the warm-up: a frame is answered at once.
+    let (desc, pixels) = grey_frame(64, 48);
+    let reply = daemon.client().infer_inline(desc, &pixels, 5).unwrap();
+    assert_eq!((reply.frame_width, reply.frame_height), (64, 48));
+    // Pings at half of WatchdogSec (150 ms): several within a second and a half.
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_millis(1500) {
+        if let Ok(n) = notify.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    let pings = seen
+        .iter()
+        .filter(|m| m.lines().any(|l| l == "WATCHDOG=1"))
+        .count();
+    assert!(pings >= 4, "{pings} watchdog pings in 1.5 s: {seen:?}");
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    wait_for("STOPPING=1", &mut seen);
+    let socket = daemon.socket.clone();
+    let status = daemon.stop();
+    assert_eq!(status.code(), Some(0), "exit after SIGTERM");
+    assert!(!socket.exists(), "the socket is removed on exit");
+}
+
+/// `fulcrum infer`'s lines less the timing, for comparison.
+fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn concurrent_clients_get_the_same_detections_as_infer() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 4);
+    let daemon = Daemon::start(&[]);
+    let (st, infer, err) = run(Command::new(FULCRUM)
+        .args([
+            "infer",
+            "--engine",
+            "cpu",
+            "--threshold",
+            "0.05",
+            "--weights",
+        ])
+        .arg(weights())
+        .arg(&photos));
+    assert!(st.success(), "{err}");
+    let expected = without_ms(&infer);
+    assert_eq!(expected.len(), 4);
+    let total: usize = expected
+        .iter()
+        .map(|v| v["detections"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        total > 0,
+        "the test model finds nothing: the comparison would be empty"
+    );
+    // Three clients at once: inline RGB, RGB through the memfd ring, and BGR.
+    let variants: [&[&str]; 3] = [&[], &["--ring"], &["--format", "bgr8"]];
+    let children: Vec<_> = variants
+        .iter()
+        .map(|extra| {
+            Command::new(FULCRUM)
+                .arg("client")
+                .arg("--socket")
+                .arg(&daemon.socket)
+                .args(["--threshold", "0.05"])
+                .args(*extra)
+                .arg(&photos)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (child, extra) in children.into_iter().zip(variants) {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "client {extra:?}: {stderr}\n{}",
+            daemon.log()
+        );
+        let got = without_ms(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(got, expected, "client {extra:?} differs from fulcrum infer");
+    }
+    let stats = daemon.client().stats().unwrap();
+    assert_eq!(stats.requests, 12);
+    assert_eq!(stats.errors, 0);
+    assert!(
+        stats.p99_us >= stats.p50_us && stats.p50_us > 0,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn peers_of_other_uids_are_refused_unless_allowed() {
+    if !nix::unistd::getuid().is_root() {
+        println!("SKIP: needs root to run a client as another uid");
+        return;
+    }
+    let nobody = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 1);
+    for allow in [false, true] {
+        let uid = nobody.to_string();
+        let args: &[&str] = if allow { &["--allow-uid", &uid] } else { &[] };
+        let daemon = Daemon::start(args);
+        // Let the filesystem admit anyone, so that the daemon's own check is what decides.
+        let parent = daemon.socket.parent().unwrap();
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&daemon.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (st, out, err) = run(Command::new(FULCRUM)
+            .arg("client")
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .arg(&photos)
+            .uid(nobody)
+            .gid(nobody)
+            .env("HOME", "/nonexistent"));
+        if allow {
+            assert!(st.success(), "allowed uid refused: {err}\n{}", daemon.log());
+            assert_eq!(out.lines().count(), 1);
+        } else {
+            assert!(!st.success(), "uid {nobody} was served: {out}");
+            assert!(
+                err.contains("not allowed") || err.contains("may not use"),
+                "{err}"
+            );
+            assert!(
+                daemon.log().contains("refused a client"),
+                "{}",
+                daemon.log()
+            );
+            assert_eq!(daemon.client().stats().unwrap().refused, 1);
+        }
+    }
+}
+
+/// A connection without the client's conveniences, for sending anything at all.
+struct Raw {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    cmsg: Vec<u8>,
+}
+
+impl Raw {
+    fn connect(path: &Path) -> Raw {
+        Raw {
+            fd: socket::connect_seqpacket(path).unwrap(),
+            buf: vec![0; MAX_MESSAGE_LEN + 1],
+            cmsg: socket::cmsg_buffer(),
+        }
+    }
+
+    fn send(&self, bytes: &[u8]) {
+        assert!(socket::send_packet(self.fd.as_fd(), bytes, None).unwrap());
+    }
+
+    /// The next packet (waiting up to TIMEOUT), or None once the daemon has closed.
+    fn recv(&mut self) -> Option<Vec<u8>> {
+        let started = Instant::now();
+        loop {
+            match socket::recv_packet(self.fd.as_fd(), &mut self.buf, &mut self.cmsg).unwrap() {
+                Received::Packet { len, .. } => return Some(self.buf[..len].to_vec()),
+                Received::Closed => return None,
+                Received::Empty | Received::Oversized => {}
+            }
+            assert!(started.elapsed() < TIMEOUT, "no reply");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends `bytes` and returns the error code of the reply (panics on any other reply).
+    fn error_for(&mut self, bytes: &[u8]) -> ErrorCode {
+        self.send(bytes);
+        let reply = self.recv().expect("an error reply before closing");
+        match decode(&reply).unwrap().1 {
+            Message::Error(e) => e.code,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    fn hello(&mut self) {
+        let hello = encode(
+            &Message::Hello(Hello {
+                schema_hash: SCHEMA_HASH,
+            }),
+            1,
+        );
+        self.send(&hello);
+        let reply = self.recv().unwrap();
+        assert_eq!(decode(&reply).unwrap().1.kind(), Kind::Welcome);
+    }
+}
+
+fn encode(msg: &Message<'_>, seq: u32) -> Vec<u8> {
+    let mut buf = vec![0; msg.encoded_len()];
+    msg.encode(seq, 0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn hostile_messages_get_errors_while_another_client_is_served() {
+    let daemon = Daemon::start(&["--max-frame-side", "640"]);
+    let mut good = daemon.client();
+    let (desc, pixels) = grey_frame(96, 64);
+    let baseline = good.infer_inline(desc, &pixels, 0).unwrap();
+    let mut check_good = || {
+        let again = good.infer_inline(desc, &pixels, 0).unwrap();
+        assert_eq!(again.boxes, baseline.boxes);
+    };
+
+    let mut bad = Raw::connect(&daemon.socket);
+    bad.hello();
+    let frame = encode(
+        &Message::Infer(fulcrum_board::protocol::Frame {
+            desc,
+            pixels: &pixels,
+        }),
+        7,
+    );
+    let cases: Vec<(&str, Vec<u8>, ErrorCode)> = vec![
+        (
+            "a truncated header",
+            frame[..10].to_vec(),
+            ErrorCode::MALFORMED,
+        ),
+        (
+            "a truncated body",
+            frame[..frame.len() - 1].to_vec(),
+            ErrorCode::MALFORMED,
+        ),
+        (
+            "an unknown kind",
+            {
+                let mut b = frame.clone();
+                b[6] = 99;
+                b
+            },
+            ErrorCode::MALFORMED,
+        ),
+        (
+            "a frame larger than announced",
+            {
+                let mut b = frame.clone();
+                b.push(0);
+                let len = (b.len() - HEADER_LEN) as u32;
+                b[12..16].copy_from_slice(&len.to_le_bytes());
+                b
+            },
+            ErrorCode::MALFORMED,
+        ),
+        (
+            "a stride shorter than a row",
+            {
+                let mut b = frame.clone();
+                b[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&10u32.to_le_bytes());
+                b
+            },
+            ErrorCode::BAD_FRAME,
+        ),
+        (
+            "a reply kind from a client",
+            encode(&Message::Ack(Kind::Hello), 8),
+            ErrorCode::UNEXPECTED,
+        ),
+        (
+            "a ring frame with no ring",
+            encode(
+                &Message::Infer(fulcrum_board::protocol::Frame {
+                    desc: FrameDesc {
+                        source: FrameSource::Ring,
+                        ..desc
+                    },
+                    pixels: &[],
+                }),
+                9,
+            ),
+            ErrorCode::NO_RING,
+        ),
+        (
+            "a frame over the side limit",
+            {
+                let big =
+                    FrameDesc::packed(PixelFormat::Gray8, FrameSource::Ring, 1000, 10).unwrap();
+                encode(
+                    &Message::Infer(fulcrum_board::protocol::Frame {
+                        desc: big,
+                        pixels: &[],
+                    }),
+                    10,
+                )
+            },
+            ErrorCode::TOO_LARGE,
+        ),
+        (
+            "a packet over the message limit",
+            vec![0u8; MAX_MESSAGE_LEN + 1],
+            ErrorCode::TOO_LARGE,
+        ),
+        (
+            "a reload of a missing file",
+            encode(
+                &Message::Reload {
+                    path: "/nonexistent/w.safetensors",
+                },
+                11,
+            ),
+            ErrorCode::RELOAD_FAILED,
+        ),
+    ];
+    for (what, bytes, code) in &cases {
+        assert_eq!(bad.error_for(bytes), *code, "{what}");
+        check_good();
+    }
+
+    // A ring whose frames point outside it.
+    let mut ringed = daemon.client();
+    ringed.attach_ring(4096).unwrap();
+    let mut outside = FrameDesc::packed(PixelFormat::Gray8, FrameSource::Ring, 32, 32).unwrap();
+    outside.offset = 4096 - 512;
+    match ringed.infer_ring(outside, 0) {
+        Err(Error::Remote { code, .. }) => assert_eq!(code, ErrorCode::BAD_FRAME),
+        other => panic!("{other:?}"),
+    }
+    outside.offset = 0;
+    ringed.write_ring(0, &[90; 1024]).unwrap();
+    assert_eq!(ringed.infer_ring(outside, 3).unwrap().frame_width, 32);
+    check_good();
+
+    // What closes the connection: another version, garbage, no Hello, another schema.
+    let mut wrong_version = frame.clone();
+    wrong_version[4] = 1;
+    let mut other_schema = encode(
+        &Message::Hello(Hello {
+            schema_hash: SCHEMA_HASH ^ 1,
+        }),
+        1,
+    );
+    let closing: [(&str, &[u8], ErrorCode, bool); 4] = [
+        (
+            "another protocol version",
+            &wrong_version,
+            ErrorCode::UNSUPPORTED_VERSION,
+            true,
+        ),
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\n\r\n",
+            ErrorCode::MALFORMED,
+            false,
+        ),
+        ("a frame before Hello", &frame, ErrorCode::UNEXPECTED, false),
+        (
+            "another schema",
+            &other_schema,
+            ErrorCode::SCHEMA_MISMATCH,
+            false,
+        ),
+    ];
+    for (what, bytes, code, greet) in closing {
+        let mut raw = Raw::connect(&daemon.socket);
+        if greet {
+            raw.hello();
+        }
+        assert_eq!(raw.error_for(bytes), code, "{what}");
+        assert_eq!(raw.recv(), None, "{what}: the connection is closed");
+        check_good();
+    }
+    other_schema.clear();
+    let stats = good.stats().unwrap();
+    assert_eq!(stats.errors as usize, cases.len() + 1 + 4, "{stats:?}");
+    assert_eq!(stats.weights_generation, 1);
+}
+
+#[test]
+fn a_client_that_stops_reading_does_not_stall_the_others() {
+    let daemon = Daemon::start(&[]);
+    let mut stuck = Raw::connect(&daemon.socket);
+    stuck.hello();
+    let (desc, pixels) = grey_frame(32, 32);
+    let frame = encode(
+        &Message::Infer(fulcrum_board::protocol::Frame {
+            desc,
+            pixels: &pixels,
+        }),
+        2,
+    );
+    nix::fcntl::fcntl(
+        stuck.fd.as_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    // Requests until the socket is full: the daemon answers until its replies fill the
+    // client's buffer, then leaves it alone.
+    let mut sent = 0;
+    while sent < 5000 && socket::send_packet(stuck.fd.as_fd(), &frame, None).unwrap() {
+        sent += 1;
+    }
+    assert!(sent > 10, "only {sent} requests fit");
+    let mut other = daemon.client();
+    let started = Instant::now();
+    for i in 0..30 {
+        assert_eq!(
+            other.infer_inline(desc, &pixels, i).unwrap().timestamp_us,
+            i
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "served slowly: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        other.health().unwrap().state,
+        fulcrum_board::protocol::ServiceState::Ready
+    );
+}
+
+#[test]
+fn reloads_swap_good_weights_and_keep_serving_on_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("model.safetensors");
+    std::fs::copy(weights(), &live).unwrap();
+    let daemon = Daemon::start_with(&[], &[], &live);
+    let mut client = daemon.client();
+    let (desc, pixels) = grey_frame(80, 60);
+    let before = client.infer_inline(desc, &pixels, 0).unwrap();
+
+    // A corrupt file, by request and by SIGHUP: refused, the old weights keep serving.
+    let corrupt = dir.path().join("corrupt.safetensors");
+    let bytes = std::fs::read(weights()).unwrap();
+    std::fs::write(&corrupt, &bytes[..bytes.len() / 2]).unwrap();
+    match client.reload(Some(corrupt.to_str().unwrap())) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::RELOAD_FAILED);
+            assert!(text.contains("corrupt.safetensors"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    std::fs::write(&live, b"not a checkpoint").unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    let started = Instant::now();
+    while !daemon.log().contains("reload refused") {
+        assert!(started.elapsed() < TIMEOUT, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.stats().unwrap().weights_generation, 1);
+    assert_eq!(
+        client.infer_inline(desc, &pixels, 1).unwrap().boxes,
+        before.boxes
+    );
+
+    // A good file: swapped in, generation 2, same model so same boxes.
+    std::fs::copy(weights(), &live).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    let started = Instant::now();
+    while client.stats().unwrap().weights_generation != 2 {
+        assert!(started.elapsed() < TIMEOUT, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.reload(None).unwrap();
+    assert_eq!(client.stats().unwrap().weights_generation, 3);
+    assert_eq!(
+        client.infer_inline(desc, &pixels, 2).unwrap().boxes,
+        before.boxes
+    );
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let (st, _, err) = run(Command::new(FULCRUMD).args(["--socket", "/tmp/x.sock"]));
+    assert_eq!(st.code(), Some(1));
+    assert!(err.contains("no weights"), "{err}");
+    let (st, _, err) = run(Command::new(FULCRUMD).args([
+        "--weights",
+        "/nonexistent.safetensors",
+        "--socket",
+        "/tmp/x.sock",
+    ]));
+    assert_eq!(st.code(), Some(1));
+    assert!(err.contains("/nonexistent.safetensors"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fulcrumd.toml");
+    std::fs::write(&config, "weigths = \"x\"\n").unwrap();
+    let (st, _, err) = run(Command::new(FULCRUMD).arg("--config").arg(&config));
+    assert_eq!(st.code(), Some(1));
+    assert!(
+        err.contains("weigths") && err.contains("fulcrumd.toml"),
+        "{err}"
+    );
+    let (st, out, _) = run(Command::new(FULCRUMD).arg("--help"));
+    assert!(st.success());
+    for option in [
+        "--weights",
+        "--socket",
+        "--engine",
+        "--allow-uid",
+        "--allow-gid",
+        "--mem-budget",
+        "--state-dir",
+        "--config",
+        "WatchdogSec",
+    ] {
+        assert!(out.contains(option), "--help does not explain {option}");
+    }
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"keep").unwrap();
+    let (st, _, err) = run(Command::new(FULCRUMD)
+        .arg("--weights")
+        .arg(weights())
+        .arg("--socket")
+        .arg(&plain)
+        .args(["--engine", "cpu"]));
+    assert_eq!(st.code(), Some(1));
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read(&plain).unwrap(), b"keep");
+}
