@@ -7,6 +7,8 @@
 //! - [`with_timeout`] and [`load_all`]: consume a loader on a watchdog thread, so that a hang
 //!   fails the test instead of stalling the run.
 
+pub mod alloc;
+
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;

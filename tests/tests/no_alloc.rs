@@ -9,80 +9,14 @@
 //! When it fails, run it with `FULCRUM_ALLOC_TRACE=1` (and `--nocapture`): the first few
 //! allocations inside the measured window are printed with a backtrace.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
 use fulcrum::compute::recording::{HYPER_LEN, LOSS_LEN};
 use fulcrum::compute::vulkan::testing;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
 use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
+use fulcrum_tests::alloc::{allocations, trace, Counting};
 use fulcrum_tests::*;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-/// Set while measuring with FULCRUM_ALLOC_TRACE=1: print where allocations come from.
-static TRACE: AtomicBool = AtomicBool::new(false);
-/// Backtraces left to print.
-static TRACES_LEFT: AtomicU32 = AtomicU32::new(0);
-
-thread_local! {
-    /// Set while this thread prints a trace (which allocates): those allocations are not traced.
-    static IN_TRACE: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note_allocation(size: usize) {
-    if !TRACE.load(Relaxed) {
-        ALLOCATIONS.fetch_add(1, Relaxed);
-        return;
-    }
-    // `try_with`: thread-local storage may be gone while a thread exits.
-    let _ = IN_TRACE.try_with(|busy| {
-        if busy.get() {
-            // The trace's own allocations are not counted.
-            return;
-        }
-        ALLOCATIONS.fetch_add(1, Relaxed);
-        if TRACES_LEFT.load(Relaxed) == 0 {
-            return;
-        }
-        TRACES_LEFT.fetch_sub(1, Relaxed);
-        busy.set(true);
-        let thread = std::thread::current();
-        eprintln!(
-            "allocation of {size} bytes on thread {:?}:\n{}",
-            thread.name(),
-            std::backtrace::Backtrace::force_capture()
-        );
-        busy.set(false);
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; counting has no effect on memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation(layout.size());
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation(layout.size());
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation(new_size);
-        // SAFETY: as for `alloc`; `ptr` was allocated by `System` through this allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as for `realloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -125,13 +59,11 @@ fn allocations_while_loading(dir: &std::path::Path, io: IoKind) -> (u64, &'stati
         // A thread's start allocates (its name, its stack-guard handler) when the OS first runs
         // it, which on a busy machine can be after the warm-up: that is start-up, not delivery.
         wait_for_threads("fulcrum-loader", config.loaders);
-        let trace = std::env::var_os("FULCRUM_ALLOC_TRACE").is_some();
-        TRACES_LEFT.store(5, Relaxed);
-        let before = ALLOCATIONS.load(Relaxed);
-        TRACE.store(trace, Relaxed);
+        let before = allocations();
+        trace(5);
         consume(&mut loader, MEASURED);
-        TRACE.store(false, Relaxed);
-        let during = ALLOCATIONS.load(Relaxed) - before;
+        trace(0);
+        let during = allocations() - before;
         std::hint::black_box(checksum);
         (during, loader.backend().name())
     })
@@ -208,15 +140,14 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
             "lavapipe imports host memory: the records must come from a slot"
         );
     }
-    let before = ALLOCATIONS.load(Relaxed);
-    TRACES_LEFT.store(5, Relaxed);
-    TRACE.store(std::env::var_os("FULCRUM_ALLOC_TRACE").is_some(), Relaxed);
+    let before = allocations();
+    trace(5);
     let imported_before = exec.imported_uploads();
     for k in 3..3 + MEASURED_STEPS {
         step(&mut exec, k);
     }
-    TRACE.store(false, Relaxed);
-    let during = ALLOCATIONS.load(Relaxed) - before;
+    trace(0);
+    let during = allocations() - before;
     if imported {
         assert_eq!(
             exec.imported_uploads() - imported_before,
@@ -233,10 +164,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
 fn delivering_batches_and_training_steps_allocate_nothing_on_any_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = pack_synthetic_sharded(tmp.path(), 96, 32, 40);
-    assert!(
-        ALLOCATIONS.load(Relaxed) > 0,
-        "the counting allocator is not installed"
-    );
+    assert!(allocations() > 0, "the counting allocator is not installed");
     for io in backends() {
         let (allocations, backend) = allocations_while_loading(&dir, io);
         assert_eq!(

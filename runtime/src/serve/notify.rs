@@ -20,6 +20,8 @@ fn watchdog_interval(usec: Option<String>, pid: Option<String>) -> Option<Durati
 }
 
 pub struct Notifier {
+    /// Whether systemd listens (`NOTIFY_SOCKET` is set).
+    active: bool,
     /// Half of `WatchdogSec`, when systemd asked for pings.
     watchdog_every: Option<Duration>,
     last_ping: Instant,
@@ -36,9 +38,15 @@ impl Notifier {
     pub fn from_env() -> Self {
         let var = |name| std::env::var(name).ok();
         Notifier {
+            active: std::env::var_os("NOTIFY_SOCKET").is_some(),
             watchdog_every: watchdog_interval(var("WATCHDOG_USEC"), var("WATCHDOG_PID")),
             last_ping: Instant::now(),
         }
+    }
+
+    /// Whether notifications go anywhere (the service runs under systemd).
+    pub fn is_active(&self) -> bool {
+        self.active
     }
 
     /// How often the loop must call [`Notifier::progress`], if at all.

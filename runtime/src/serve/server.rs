@@ -106,6 +106,8 @@ struct Counters {
 /// The model being served and what it was loaded from.
 struct Model {
     predictor: Predictor,
+    /// The engine as `Predictor::engine` describes it.
+    engine: String,
     classes: u16,
     /// Class names, one a line, as `Classes` sends them (cut to the protocol's limit).
     names: String,
@@ -149,6 +151,7 @@ impl Model {
             });
         }
         Ok(Model {
+            engine: predictor.engine(),
             classes: checkpoint.classes.len().min(usize::from(u16::MAX)) as u16,
             names: class_lines(&checkpoint.classes),
             predictor,
@@ -272,17 +275,25 @@ impl Server {
 
     /// A one-line summary for logs and systemd's STATUS=.
     pub fn status_line(&self) -> String {
+        let mut line = String::new();
+        self.write_status(&mut line);
+        line
+    }
+
+    fn write_status(&self, out: &mut String) {
         let c = &self.counters;
-        format!(
+        out.clear();
+        let _ = write!(
+            out,
             "{} on {}; {} client(s), {} request(s), p99 {} µs, {} error(s), weights generation {}",
             self.model.path.display(),
-            self.model.predictor.engine(),
+            self.model.engine,
             self.clients.iter().flatten().count(),
             c.requests,
             c.latency.quantile(0.99),
             c.errors,
             self.generation
-        )
+        );
     }
 
     /// Bytes the server holds for clients and requests (the model's own are the engine's).
@@ -301,7 +312,10 @@ impl Server {
     /// Serves until `control.stop` is set; then finishes the round, flushes what clients can
     /// take, closes them and removes the socket.
     pub fn run(&mut self, control: &Control) -> Result<(), Error> {
-        self.notifier.ready(&self.status_line());
+        // Kept between updates, so that a STATUS= line allocates nothing once it has grown.
+        let mut status = String::with_capacity(512);
+        self.write_status(&mut status);
+        self.notifier.ready(&status);
         let mut last_status = Instant::now();
         while !control.stop.load(Ordering::SeqCst) {
             if control.reload.swap(false, Ordering::SeqCst) {
@@ -312,8 +326,9 @@ impl Server {
             self.round()?;
             self.last_progress = Instant::now();
             self.notifier.progress();
-            if last_status.elapsed() >= Duration::from_secs(5) {
-                self.notifier.status(&self.status_line());
+            if self.notifier.is_active() && last_status.elapsed() >= Duration::from_secs(5) {
+                self.write_status(&mut status);
+                self.notifier.status(&status);
                 last_status = Instant::now();
             }
         }
