@@ -5,13 +5,14 @@
 //! Unsafe code here is limited to [`ring`]'s read-only mapping of a client's memfd and taking
 //! ownership of descriptors the kernel hands over in [`socket`].
 
+pub mod bench;
 pub mod client;
 pub mod frame;
 pub mod notify;
 pub mod ring;
 pub mod server;
 pub mod socket;
-mod stats;
+pub mod stats;
 
 pub use notify::Notifier;
 pub use server::{Control, ServeConfig, Server};

@@ -66,6 +66,26 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// An untrained model: the initial weights for `seed` (benchmarks and smoke tests need a
+    /// model of the right shape, not a good one).
+    pub fn initial(model: crate::model::ModelConfig, classes: Vec<String>, seed: u64) -> Self {
+        let arch = crate::model::Arch::new(&model);
+        let values = crate::model::init::init_params(&arch, seed);
+        let tensors = arch
+            .params()
+            .into_iter()
+            .zip(values)
+            .map(|(spec, v)| (spec.name, spec.shape, v))
+            .collect();
+        Checkpoint {
+            model,
+            progress: Progress::default(),
+            train: None,
+            classes,
+            tensors,
+        }
+    }
+
     /// The tensor named `name`.
     pub fn get(&self, name: &str) -> Option<&[f32]> {
         self.tensors

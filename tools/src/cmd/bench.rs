@@ -15,6 +15,39 @@ enum Which {
     Io(IoArgs),
     Compute(ComputeArgs),
     Balance(BalanceArgs),
+    Serve(ServeArgs),
+}
+
+/// fulcrumd under load on this machine: a daemon on det-s and --clients clients, frames
+/// inline and through memfd rings, paced at --rate (latency) and flat out (throughput);
+/// latency from handing a frame over to receiving its detections, beside the engine's own
+/// forward time for the same frame measured in process.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Checkpoint to serve [default: untrained det-s; latency does not depend on training].
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Seconds per run (four runs).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Frames per second over all clients in the paced runs.
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Frame size sent, pixels [default: the model's input, 128 × 128].
+    #[arg(long, default_value_t = 128)]
+    width: u16,
+    #[arg(long, default_value_t = 128)]
+    height: u16,
+    /// Pixel format sent: rgb8, bgr8, gray8, yuyv or nv12.
+    #[arg(long, default_value = "rgb8", value_parser = super::client::parse_format)]
+    format: fulcrum_board::protocol::PixelFormat,
+    /// Also write the figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    engine: super::engine::EngineArgs,
 }
 
 /// The balance equation in a real training run: the same training on synthetic data, once
@@ -112,7 +145,79 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Which::Io(io) => run_io(io),
         Which::Compute(c) => run_compute(c),
         Which::Balance(b) => run_balance(b),
+        Which::Serve(s) => run_serve(s),
     }
+}
+
+pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    use fulcrum::serve::bench::{bench_serve, ServeBenchConfig};
+    let config = ServeBenchConfig {
+        weights: a.weights.clone(),
+        exec: a.engine.options(None),
+        clients: a.clients,
+        seconds: a.seconds,
+        rate: a.rate,
+        width: a.width,
+        height: a.height,
+        format: a.format,
+    };
+    let r = bench_serve(&config, |what| eprintln!("measuring: {what}"))?;
+    println!(
+        "fulcrum bench serve: det-s ({}) on {}, {} clients, {} frames, {} s per run",
+        if a.weights.is_some() {
+            "given weights"
+        } else {
+            "untrained weights"
+        },
+        r.engine,
+        r.clients,
+        r.frame,
+        r.seconds_per_run
+    );
+    println!(
+        "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (letterbox on the host {:.3} ms)",
+        r.forward_p50_ms, r.forward_p99_ms, r.prepare_p50_ms
+    );
+    println!("  transport  load                  frames  frames/s   p50 ms   p99 ms  p99.9 ms");
+    for run in &r.runs {
+        let load = if run.load == "paced" {
+            format!("paced ({} /s)", r.paced_rate)
+        } else {
+            run.load.to_string()
+        };
+        println!(
+            "  {:<9}  {:<20} {:>7} {:>9.0} {:>8.3} {:>8.3} {:>9.3}",
+            run.transport, load, run.frames, run.frames_per_s, run.p50_ms, run.p99_ms, run.p999_ms
+        );
+    }
+    let find = |t: &str, l: &str| r.runs.iter().find(|x| x.transport == t && x.load == l);
+    if let Some(paced) = find("memfd", "paced") {
+        let limit = r.forward_p50_ms + 1.0;
+        println!(
+            "  goal: memfd p99 ≤ engine forward + 1 ms ({limit:.3} ms) at {} frames/s: {} ({:.3} ms)",
+            r.paced_rate,
+            if paced.p99_ms <= limit { "met" } else { "NOT met" },
+            paced.p99_ms
+        );
+    }
+    if let Some(flat) = find("memfd", "flat out") {
+        println!(
+            "  goal: ≥ 1000 frames/s over {} clients (memfd): {} ({:.0} frames/s)",
+            r.clients,
+            if flat.frames_per_s >= 1000.0 {
+                "met"
+            } else {
+                "NOT met"
+            },
+            flat.frames_per_s
+        );
+    }
+    println!("  while fine-tuning: not measured (fine-tuning while serving is not built yet)");
+    if let Some(path) = &a.json {
+        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&r)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {

@@ -41,7 +41,7 @@ pub struct Args {
     stats: bool,
 }
 
-fn parse_format(text: &str) -> Result<PixelFormat, String> {
+pub fn parse_format(text: &str) -> Result<PixelFormat, String> {
     PixelFormat::ALL
         .into_iter()
         .find(|f| f.name().eq_ignore_ascii_case(text))

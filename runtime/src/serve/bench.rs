@@ -1,0 +1,298 @@
+//! `fulcrum bench serve`: a daemon on det-s (a given checkpoint, or untrained synthetic-shape
+//! weights: latency does not depend on what the weights learnt) and N clients on this
+//! machine, frames inline and through memfd rings, paced (latency at a rate the daemon can
+//! keep) and flat out (throughput). Latency is measured by each client from handing a frame
+//! over to receiving its detections; the engine's own time for the same frame, measured in
+//! process before the daemon starts, is the baseline beside it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fulcrum_board::protocol::{FrameDesc, FrameSource, PixelFormat};
+use serde::Serialize;
+
+use super::client::Client;
+use super::frame::{encode_frame, FrameView};
+use super::stats::LatencyHistogram;
+use super::{Control, Error, Notifier, ServeConfig, Server};
+use crate::compute::exec::ExecOptions;
+use crate::infer::predict::Predictor;
+use crate::infer::Scored;
+use crate::model::ModelConfig;
+use crate::train::Checkpoint;
+
+#[derive(Clone, Debug)]
+pub struct ServeBenchConfig {
+    /// Served checkpoint; `None`: untrained det-s with two classes.
+    pub weights: Option<PathBuf>,
+    pub exec: ExecOptions,
+    pub clients: usize,
+    /// Seconds per run.
+    pub seconds: f64,
+    /// Frames per second over all clients in the paced runs.
+    pub rate: f64,
+    pub width: u16,
+    pub height: u16,
+    pub format: PixelFormat,
+}
+
+/// One run's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeRun {
+    /// `inline` or `memfd`.
+    pub transport: &'static str,
+    /// `paced` (at the configured rate) or `flat out`.
+    pub load: &'static str,
+    pub frames: u64,
+    pub frames_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeBenchReport {
+    pub schema: u32,
+    pub engine: String,
+    pub model_input: u32,
+    pub clients: usize,
+    pub frame: String,
+    pub seconds_per_run: f64,
+    pub paced_rate: f64,
+    /// The engine's forward (normalise, network, decode) for one frame, in process.
+    pub forward_p50_ms: f64,
+    pub forward_p99_ms: f64,
+    /// Letterboxing the frame on the host, in process.
+    pub prepare_p50_ms: f64,
+    pub runs: Vec<ServeRun>,
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn bench_frame(config: &ServeBenchConfig) -> Result<(FrameDesc, Vec<u8>), Error> {
+    let (w, h) = (config.width, config.height);
+    let rgb: Vec<u8> = (0..u32::from(h))
+        .flat_map(|y| {
+            (0..u32::from(w)).flat_map(move |x| {
+                // Two bright blobs on a textured background: detections to decode and send.
+                let blob = |cx: u32, cy: u32, r: u32| {
+                    x.abs_diff(cx).pow(2) + y.abs_diff(cy).pow(2) < r * r
+                };
+                if blob(u32::from(w) / 3, u32::from(h) / 3, u32::from(w) / 8) {
+                    [230, 40, 40]
+                } else if blob(2 * u32::from(w) / 3, 2 * u32::from(h) / 3, u32::from(w) / 6) {
+                    [40, 220, 60]
+                } else {
+                    [((x * 7) ^ (y * 5)) as u8 / 2, 100, 120]
+                }
+            })
+        })
+        .collect();
+    let desc = FrameDesc::packed(config.format, FrameSource::Inline, w, h)?;
+    let mut bytes = vec![0; desc.length as usize];
+    encode_frame(&rgb, w, h, config.format, 0, &mut bytes);
+    Ok((desc, bytes))
+}
+
+/// The engine's own time on the frame, in process (the baseline for the daemon's latency).
+fn forward_baseline(
+    checkpoint: &Checkpoint,
+    config: &ServeBenchConfig,
+    desc: FrameDesc,
+    bytes: &[u8],
+) -> Result<(LatencyHistogram, LatencyHistogram, String), Error> {
+    let weights_error = |e: crate::train::trainer::Error| Error::Weights {
+        path: PathBuf::from("(benchmark model)"),
+        reason: e.to_string(),
+    };
+    let mut predictor =
+        Predictor::new(checkpoint, &config.exec, 0.3, 100).map_err(weights_error)?;
+    predictor.reserve_sources(u32::from(config.width.max(config.height)));
+    let view =
+        FrameView::new(desc, bytes).ok_or_else(|| Error::Config("bad benchmark frame".into()))?;
+    let mut out: Vec<Scored> = Vec::with_capacity(100);
+    let (mut forward, mut prepare) = (LatencyHistogram::default(), LatencyHistogram::default());
+    for i in 0..220 {
+        let t = predictor
+            .predict_into(&view, &mut out)
+            .map_err(weights_error)?;
+        if i >= 20 {
+            forward.record(t.device.as_micros() as u64);
+            prepare.record(t.prepare.as_micros() as u64);
+        }
+    }
+    Ok((forward, prepare, predictor.engine()))
+}
+
+/// One run: every client sends frames (paced at `rate` frames/s in all, or flat out when
+/// `rate` is 0) for `seconds`; latencies merged.
+fn run_clients(
+    socket: &Path,
+    config: &ServeBenchConfig,
+    frame: &Arc<(FrameDesc, Vec<u8>)>,
+    memfd: bool,
+    rate: f64,
+) -> Result<ServeRun, Error> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(config.seconds);
+    let handles: Vec<_> = (0..config.clients)
+        .map(|i| {
+            let socket = socket.to_path_buf();
+            let frame = frame.clone();
+            let clients = config.clients;
+            std::thread::Builder::new()
+                .name(format!("bench-client-{i}"))
+                .spawn(move || -> Result<LatencyHistogram, Error> {
+                    let (desc, bytes) = (&frame.0, &frame.1);
+                    let mut client = Client::connect(&socket)?;
+                    if memfd {
+                        client.attach_ring(u64::from(desc.length))?;
+                    }
+                    let mut latency = LatencyHistogram::default();
+                    let period =
+                        (rate > 0.0).then(|| Duration::from_secs_f64(clients as f64 / rate));
+                    // Clients start spread over one period, so paced frames do not arrive together.
+                    let mut next = Instant::now()
+                        + period.map_or(Duration::ZERO, |p| p.mul_f64(i as f64 / clients as f64));
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        if let Some(p) = period {
+                            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                                std::thread::sleep(wait);
+                            }
+                            next += p;
+                        }
+                        if memfd {
+                            // What a camera's DMA does; not part of the handover measured.
+                            client.write_ring(0, bytes)?;
+                        }
+                        let t = Instant::now();
+                        if memfd {
+                            client.infer_ring(FrameDesc { offset: 0, ..*desc }, n)?;
+                        } else {
+                            client.infer_inline(*desc, bytes, n)?;
+                        }
+                        latency.record(t.elapsed().as_micros() as u64);
+                        n += 1;
+                    }
+                    Ok(latency)
+                })
+                .expect("spawn a benchmark client")
+        })
+        .collect();
+    let mut all = LatencyHistogram::default();
+    for h in handles {
+        let latency = h
+            .join()
+            .map_err(|_| Error::Unexpected("a benchmark client panicked".into()))??;
+        all.merge(&latency);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(ServeRun {
+        transport: if memfd { "memfd" } else { "inline" },
+        load: if rate > 0.0 { "paced" } else { "flat out" },
+        frames: all.count(),
+        frames_per_s: all.count() as f64 / seconds,
+        p50_ms: ms(all.quantile(0.5)),
+        p99_ms: ms(all.quantile(0.99)),
+        p999_ms: ms(all.quantile(0.999)),
+    })
+}
+
+/// Runs the benchmark; `progress` hears what is being measured.
+pub fn bench_serve(
+    config: &ServeBenchConfig,
+    mut progress: impl FnMut(&str),
+) -> Result<ServeBenchReport, Error> {
+    if config.clients == 0 || config.seconds <= 0.0 || config.rate < 0.0 {
+        return Err(Error::Config(
+            "--clients and --seconds must be positive, --rate not negative".into(),
+        ));
+    }
+    let dir = tempfile::tempdir().map_err(|e| Error::Io {
+        what: "creating a temporary folder".into(),
+        source: e,
+    })?;
+    let (weights, checkpoint) = match &config.weights {
+        Some(path) => (
+            path.clone(),
+            Checkpoint::load(path).map_err(|e| Error::Weights {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?,
+        ),
+        None => {
+            let model = ModelConfig::named("det-s", 2).map_err(Error::Config)?;
+            let c = Checkpoint::initial(model, vec!["disc".into(), "square".into()], 0);
+            let path = dir.path().join("det-s.safetensors");
+            c.save(&path).map_err(|e| Error::Weights {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            (path, c)
+        }
+    };
+    let frame = Arc::new(bench_frame(config)?);
+    progress("engine forward, in process");
+    let (forward, prepare, engine) = forward_baseline(&checkpoint, config, frame.0, &frame.1)?;
+    let socket = dir.path().join("fulcrumd.sock");
+    let mut serve = ServeConfig::new(socket.clone(), weights, config.exec.clone());
+    serve.max_frame_side = config.width.max(config.height);
+    serve.max_clients = config.clients + 1;
+    let mut server = Server::start(serve, Notifier::default())?;
+    let control = Arc::new(Control::new());
+    let stop = control.clone();
+    let serving = std::thread::Builder::new()
+        .name("fulcrumd".into())
+        .spawn(move || server.run(&control))
+        .expect("spawn the server thread");
+    let mut runs = Vec::new();
+    let mut outcome = Ok(());
+    for memfd in [false, true] {
+        for rate in [config.rate, 0.0] {
+            let what = format!(
+                "{} frames, {}",
+                if memfd { "memfd" } else { "inline" },
+                if rate > 0.0 {
+                    format!("paced at {rate} frames/s")
+                } else {
+                    "flat out".into()
+                }
+            );
+            progress(&what);
+            match run_clients(&socket, config, &frame, memfd, rate) {
+                Ok(run) => runs.push(run),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+    }
+    stop.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    serving
+        .join()
+        .map_err(|_| Error::Unexpected("the server thread panicked".into()))??;
+    outcome?;
+    Ok(ServeBenchReport {
+        schema: 1,
+        engine,
+        model_input: checkpoint.model.input,
+        clients: config.clients,
+        frame: format!(
+            "{}x{} {}",
+            config.width,
+            config.height,
+            config.format.name()
+        ),
+        seconds_per_run: config.seconds,
+        paced_rate: config.rate,
+        forward_p50_ms: ms(forward.quantile(0.5)),
+        forward_p99_ms: ms(forward.quantile(0.99)),
+        prepare_p50_ms: ms(prepare.quantile(0.5)),
+        runs,
+    })
+}
