@@ -106,7 +106,7 @@ impl Client {
         timestamp_us: u64,
         pass: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> Result<Message<'_>, Error> {
-        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence = self.next_sequence();
         let n = msg.encode(self.sequence, timestamp_us, &mut self.send)?;
         if let Err(e) = socket::send_packet(self.fd.as_fd(), &self.send[..n], pass) {
             // A daemon that refused this connection said why before closing it.
@@ -123,7 +123,9 @@ impl Client {
         }
         let len = self.receive()?;
         let (header, reply) = decode(&self.recv[..len])?;
-        if header.sequence != self.sequence {
+        // Sequence 0 is the daemon's own: an error about the connection (a refusal at accept,
+        // a packet too garbled to name), which answers whatever request is waiting.
+        if header.sequence != self.sequence && header.sequence != 0 {
             return Err(Error::Unexpected(format!(
                 "reply to request {} while waiting for {}",
                 header.sequence, self.sequence
@@ -134,12 +136,23 @@ impl Client {
                 code,
                 text: text.to_string(),
             }),
+            reply if header.sequence == 0 => Err(Error::Unexpected(format!(
+                "{:?} with sequence 0 while waiting for {}",
+                reply.kind(),
+                self.sequence
+            ))),
             reply => Ok(reply),
         }
     }
 
+    /// The next request's sequence number: 0 is the daemon's (see `request`), so requests
+    /// count from 1 and skip it on wrapping.
+    fn next_sequence(&self) -> u32 {
+        self.sequence.checked_add(1).unwrap_or(1)
+    }
+
     fn detections(&mut self, msg: &Message<'_>, timestamp_us: u64) -> Result<Detections, Error> {
-        let sequence = self.sequence.wrapping_add(1);
+        let sequence = self.next_sequence();
         match self.request(msg, timestamp_us, None)? {
             Message::Detections(d) => Ok(Detections {
                 sequence,
@@ -331,6 +344,41 @@ impl Client {
             ))),
             Received::Closed => Err(Error::Unexpected("the daemon closed the connection".into())),
             Received::Oversized => Err(Error::Unexpected("a reply larger than any message".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_board::protocol::ErrorCode;
+
+    /// A daemon that refuses at accept answers, then closes with the client's Hello maybe
+    /// unread. Whichever comes first on the client's side (its send failing, a reset, or the
+    /// error itself), the client reports the refusal.
+    #[test]
+    fn a_refusal_is_reported_whatever_the_timing() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, delay_ms) in [0u64, 0, 1, 2, 5, 10, 30].into_iter().enumerate() {
+            let path = dir.path().join(format!("refuse-{i}.sock"));
+            let listener = socket::bind_listener(&path, 4).unwrap();
+            let daemon = std::thread::spawn(move || loop {
+                if let Some((fd, _)) = socket::accept(listener.as_fd()).unwrap() {
+                    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                    let refusal = Message::Error(ErrorReply::new(ErrorCode::NOT_ALLOWED, "no"));
+                    let mut buf = [0u8; 64];
+                    let n = refusal.encode(0, 0, &mut buf).unwrap();
+                    socket::send_packet(fd.as_fd(), &buf[..n], None).unwrap();
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            });
+            match Client::connect(&path) {
+                Err(Error::Remote { code, .. }) => assert_eq!(code, ErrorCode::NOT_ALLOWED),
+                Err(e) => panic!("delay {delay_ms} ms: {e}"),
+                Ok(_) => panic!("delay {delay_ms} ms: connected"),
+            }
+            daemon.join().unwrap();
         }
     }
 }
