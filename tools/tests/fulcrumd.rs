@@ -746,3 +746,97 @@ fn bad_options_are_clear_errors() {
     assert!(err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read(&plain).unwrap(), b"keep");
 }
+
+/// The static library and header, built for this test in a target folder of its own (the
+/// workspace's may be locked by the cargo running this test).
+fn capi_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let target = root.join("target/capi-test");
+        let (st, _, err) = run(Command::new(env!("CARGO"))
+            .args(["build", "-p", "fulcrum-board-capi", "--target-dir"])
+            .arg(&target)
+            .current_dir(&root));
+        assert!(st.success(), "building libfulcrum_protocol.a: {err}");
+        target.join("debug/libfulcrum_protocol.a")
+    })
+    .clone()
+}
+
+#[test]
+fn the_c_firmware_client_gets_the_same_detections_as_the_rust_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = dir.path().join("firmware_client");
+    let (st, _, err) = run(Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+        .arg(root.join("board/capi/include"))
+        .arg(root.join("tools/c/firmware_client.c"))
+        .arg(capi_library())
+        .arg("-o")
+        .arg(&exe));
+    assert!(st.success(), "cc: {err}");
+
+    let daemon = Daemon::start(&[]);
+    let dump = dir.path().join("frame0.nv12");
+    let (st, out, err) = run(Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["6", "320", "240", "--dump-frame"])
+        .arg(&dump));
+    assert!(
+        st.success(),
+        "firmware_client: {err}\n{out}\n{}",
+        daemon.log()
+    );
+    assert!(
+        out.starts_with("connected: model input 128x128, 2 classes, engine cpu"),
+        "{out}"
+    );
+    for i in 0..6 {
+        assert!(
+            out.contains(&format!("frame {i}: ")),
+            "frame {i} missing:\n{out}"
+        );
+    }
+    assert!(out.contains("stats: 6 requests, 0 errors"), "{out}");
+
+    // The same NV12 frame from Rust: the same boxes, printed the same way.
+    let bytes = std::fs::read(&dump).unwrap();
+    let desc = FrameDesc::packed(PixelFormat::Nv12, FrameSource::Inline, 320, 240).unwrap();
+    let rust = daemon
+        .client()
+        .infer(PixelFormat::Nv12, 320, 240, &bytes, 0)
+        .unwrap();
+    assert_eq!(bytes.len(), desc.length as usize);
+    let classes = daemon.client().classes().unwrap();
+    let expected: Vec<String> = rust
+        .boxes
+        .iter()
+        .map(|d| {
+            format!(
+                "  {} {:.4} [{:.1}, {:.1}, {:.1}, {:.1}]",
+                classes[usize::from(d.class)],
+                d.score,
+                d.x0,
+                d.y0,
+                d.x1,
+                d.y1
+            )
+        })
+        .collect();
+    let first: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("frame 0:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(first, expected, "C and Rust clients disagree on frame 0");
+    assert!(
+        out.contains(&format!(
+            "frame 0: {} detections in 320x240",
+            expected.len()
+        )),
+        "{out}"
+    );
+}
