@@ -97,6 +97,23 @@ impl Daemon {
         Self::start_with(args, &[], weights())
     }
 
+    /// The memory plan's total, as the daemon logged it at start.
+    fn planned_mib(&self) -> f64 {
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("memory planned up front"))
+            .unwrap_or_else(|| panic!("no memory plan in the log:\n{log}"));
+        let text = line.rsplit(": ").next().unwrap();
+        let (value, unit) = text.split_once(' ').unwrap();
+        let v: f64 = value.parse().unwrap();
+        match unit {
+            "KiB" => v / 1024.0,
+            "MiB" => v,
+            other => panic!("unit {other} in {line}"),
+        }
+    }
+
     /// Starts `fulcrumd` on `weights` with a socket in a fresh folder and waits until it
     /// accepts connections.
     fn start_with(args: &[&str], env: &[(&str, &str)], weights: &Path) -> Daemon {
@@ -311,6 +328,9 @@ fn concurrent_clients_get_the_same_detections_as_infer() {
         let got = without_ms(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(got, expected, "client {extra:?} differs from fulcrum infer");
     }
+    // The plan was made and fits the budget given here.
+    let planned = daemon.planned_mib();
+    assert!(planned > 0.5 && planned < 64.0, "{planned} MiB");
     let stats = daemon.client().stats().unwrap();
     assert_eq!(stats.requests, 12);
     assert_eq!(stats.errors, 0);
@@ -734,6 +754,28 @@ fn bad_options_are_clear_errors() {
     ] {
         assert!(out.contains(option), "--help does not explain {option}");
     }
+    // A memory budget the plan does not fit: refused before serving, with the plan.
+    let (st, _, err) = run(Command::new(FULCRUMD)
+        .arg("--weights")
+        .arg(weights())
+        .args([
+            "--socket",
+            "/tmp/never.sock",
+            "--engine",
+            "cpu",
+            "--mem-budget",
+            "1M",
+        ]));
+    assert_eq!(st.code(), Some(1));
+    assert!(
+        err.contains("serving needs") && err.contains("--mem-budget is 1.0 MiB"),
+        "{err}"
+    );
+    assert!(
+        err.contains("client outboxes") && err.contains("engine tensors"),
+        "{err}"
+    );
+    assert!(!Path::new("/tmp/never.sock").exists());
     let plain = dir.path().join("plain");
     std::fs::write(&plain, b"keep").unwrap();
     let (st, _, err) = run(Command::new(FULCRUMD)
@@ -778,7 +820,7 @@ fn the_c_firmware_client_gets_the_same_detections_as_the_rust_client() {
         .arg(&exe));
     assert!(st.success(), "cc: {err}");
 
-    let daemon = Daemon::start(&[]);
+    let daemon = Daemon::start(&["--mem-budget", "64M"]);
     let dump = dir.path().join("frame0.nv12");
     let (st, out, err) = run(Command::new(&exe)
         .arg(&daemon.socket)

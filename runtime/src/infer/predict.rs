@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 use image::RgbImage;
 
 use super::map::Scored;
+use crate::balance::MemoryPlan;
 use crate::compute::cpu::decode::detections_from_bytes;
 use crate::compute::exec::{Exec, ExecOptions};
 use crate::compute::recording::DETECTION_BYTES;
 use crate::format::{RecordLayout, RecordMeta};
+use crate::model::ModelConfig;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
 use crate::pack::letterbox::{decode_image, Letterboxer};
-use crate::pack::resample::RgbRows;
+use crate::pack::resample::{Resampler, RgbRows};
 use crate::train::trainer::{load_tensors, Error, Result};
 use crate::train::Checkpoint;
 
@@ -49,6 +51,41 @@ pub struct PredictTiming {
 }
 
 impl Predictor {
+    /// What a predictor for `model` with `top_k` detections and sources up to `max_side`
+    /// pixels allocates, item by item, computed without allocating any of it.
+    pub fn plan(model: &ModelConfig, top_k: u32, max_side: u32) -> Result<MemoryPlan> {
+        let arch = Arch::new(model);
+        let size = model.input;
+        let layout = RecordLayout::new(size, size, 3, 1).map_err(Error::Config)?;
+        let options = GraphOptions {
+            train: false,
+            top_k,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
+        let mut plan = MemoryPlan::default();
+        plan.add(
+            format!(
+                "engine tensors ({}, weights and activations, batch 1)",
+                model.name
+            ),
+            1,
+            graph.recording.bytes(),
+        );
+        plan.add("input record", 1, layout.record_size as u64);
+        plan.add(
+            "detections read back",
+            1,
+            u64::from(top_k) * DETECTION_BYTES as u64,
+        );
+        plan.add(
+            format!("letterbox scratch (sources up to {max_side} px)"),
+            1,
+            Resampler::planned_bytes(max_side, size) as u64,
+        );
+        Ok(plan)
+    }
+
     /// Sets up `checkpoint` on the engine `exec` chooses; detections below `threshold` are
     /// dropped, at most `top_k` kept.
     pub fn new(

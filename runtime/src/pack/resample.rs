@@ -57,10 +57,12 @@ impl Axis {
     fn reserve(&mut self, dst: usize, ratio: f32) {
         let taps = Self::taps_for(ratio).max(self.taps);
         if dst > self.start.capacity() {
-            self.start.reserve(dst - self.start.len());
-            self.len.reserve(dst - self.len.len());
+            self.start.reserve_exact(dst - self.start.len());
+            self.len.reserve_exact(dst - self.len.len());
         }
         if dst * taps > self.weights.len() || taps > self.taps {
+            self.weights
+                .reserve_exact((dst * taps).saturating_sub(self.weights.len()));
             self.weights.resize(dst * taps, 0.0);
             self.taps = taps;
         }
@@ -145,6 +147,15 @@ impl Resampler {
         grow(&mut self.acc, dst * dst * 3, 0.0);
     }
 
+    /// Bytes [`Resampler::with_capacity`] will hold, computed without allocating (for
+    /// memory plans).
+    pub fn planned_bytes(max_src: u32, max_dst: u32) -> usize {
+        let (src, dst) = (max_src.max(1) as usize, max_dst.max(1) as usize);
+        let taps = Axis::taps_for((2 * src) as f32 / dst as f32);
+        let axis = dst * 4 * 2 + dst * taps * 4;
+        2 * axis + src * 3 + (dst * 3 + dst * dst * 3) * 4
+    }
+
     /// Bytes of scratch held.
     pub fn bytes(&self) -> usize {
         self.x.bytes()
@@ -227,8 +238,10 @@ fn horizontal(x: &Axis, row: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Grows `v` to exactly `len` (no amortised slack: the memory plan counts exact sizes).
 fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
     if v.len() < len {
+        v.reserve_exact(len - v.len());
         v.resize(len, fill);
     }
 }
@@ -297,6 +310,18 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_plan_is_what_is_allocated() {
+        for (src, dst) in [(640, 128), (1920, 128), (4096, 640), (100, 128), (1, 1)] {
+            let r = Resampler::with_capacity(src, dst);
+            assert_eq!(
+                Resampler::planned_bytes(src, dst),
+                r.bytes(),
+                "{src} → {dst}"
+            );
         }
     }
 

@@ -34,6 +34,17 @@ pub enum Error {
     Weights { path: PathBuf, reason: String },
     #[error("{0}")]
     Config(String),
+    #[error(
+        "serving needs {} but --mem-budget is {}; lower --max-clients, --max-frame-side or \
+         --top-k, or raise the budget. The plan:\n{table}",
+        crate::balance::human(*needed),
+        crate::balance::human(*budget)
+    )]
+    Budget {
+        needed: u64,
+        budget: u64,
+        table: String,
+    },
     #[error("protocol: {0}")]
     Protocol(WireError),
     /// The daemon answered with an error.

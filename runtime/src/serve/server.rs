@@ -25,6 +25,7 @@ use super::ring::ClientRing;
 use super::socket::{self, PeerCredentials, Received};
 use super::stats::LatencyHistogram;
 use super::Error;
+use crate::balance::MemoryPlan;
 use crate::compute::exec::ExecOptions;
 use crate::infer::predict::Predictor;
 use crate::infer::Scored;
@@ -67,6 +68,31 @@ impl ServeConfig {
             max_ring_bytes: 256 << 20,
             stall_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// Everything the daemon allocates to serve `model`, item by item, computed before any of
+    /// it is: the engine's tensors, the letterbox scratch for the largest frame, the buffers
+    /// for requests and replies, every client's outbox, and a second model while a reload
+    /// warms up. (Clients' memfd rings are the clients' memory, mapped, not allocated here.)
+    pub fn plan(&self, model: &crate::model::ModelConfig) -> Result<MemoryPlan, Error> {
+        let max_side = u32::from(self.max_frame_side);
+        let engine = Predictor::plan(model, self.top_k, max_side)
+            .map_err(|e| Error::Config(format!("planning {}: {e}", self.weights.display())))?;
+        let mut plan = engine.clone();
+        plan.add("request buffer", 1, (MAX_MESSAGE_LEN + 1) as u64);
+        plan.add("reply buffer", 1, self.max_reply() as u64);
+        plan.add(
+            "client outboxes",
+            self.max_clients as u64,
+            self.max_reply() as u64,
+        );
+        plan.add(
+            "detections on the host",
+            2,
+            u64::from(self.top_k) * std::mem::size_of::<Scored>() as u64,
+        );
+        plan.add("second model while a reload warms up", 1, engine.total());
+        Ok(plan)
     }
 
     /// Bytes of the largest reply (a full detections reply, or an error with the longest text).
@@ -115,13 +141,22 @@ struct Model {
 }
 
 impl Model {
-    /// Loads `path`, runs one warm-up inference on a grey frame of the largest size (which
-    /// also sizes every buffer the predictor reuses) and checks its output.
-    fn load(path: &Path, config: &ServeConfig) -> Result<Model, Error> {
+    /// Loads `path`, checks the memory plan for its model against the budget, runs one warm-up
+    /// inference on a grey frame of the largest size (which also sizes every buffer the
+    /// predictor reuses) and checks its output.
+    fn load(path: &Path, config: &ServeConfig) -> Result<(Model, MemoryPlan), Error> {
         let checkpoint = Checkpoint::load(path).map_err(|e| Error::Weights {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
+        let plan = config.plan(&checkpoint.model)?;
+        if !plan.fits(config.exec.mem_budget) {
+            return Err(Error::Budget {
+                needed: plan.total(),
+                budget: config.exec.mem_budget.unwrap_or(0),
+                table: plan.table(),
+            });
+        }
         let mut predictor =
             Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k).map_err(
                 |e| Error::Weights {
@@ -150,13 +185,14 @@ impl Model {
                 ),
             });
         }
-        Ok(Model {
+        let model = Model {
             engine: predictor.engine(),
             classes: checkpoint.classes.len().min(usize::from(u16::MAX)) as u16,
             names: class_lines(&checkpoint.classes),
             predictor,
             path: path.to_path_buf(),
-        })
+        };
+        Ok((model, plan))
     }
 }
 
@@ -220,6 +256,7 @@ pub struct Server {
     started: Instant,
     last_progress: Instant,
     notifier: Notifier,
+    plan: MemoryPlan,
 }
 
 impl Server {
@@ -238,7 +275,7 @@ impl Server {
                 protocol::MAX_FRAME_SIDE
             )));
         }
-        let model = Model::load(&config.weights, &config)?;
+        let (model, plan) = Model::load(&config.weights, &config)?;
         let listener = socket::bind_listener(&config.socket, 64).map_err(|e| Error::Io {
             what: format!("binding {}", config.socket.display()),
             source: e,
@@ -270,7 +307,13 @@ impl Server {
             started: Instant::now(),
             last_progress: Instant::now(),
             notifier,
+            plan,
         })
+    }
+
+    /// What the daemon planned and allocated up front for the model it serves.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
     }
 
     /// A one-line summary for logs and systemd's STATUS=.
@@ -294,15 +337,6 @@ impl Server {
             c.errors,
             self.generation
         );
-    }
-
-    /// Bytes the server holds for clients and requests (the model's own are the engine's).
-    pub fn buffer_bytes(&self) -> usize {
-        self.recv.capacity()
-            + self.cmsg.capacity()
-            + self.send.capacity()
-            + self.config.max_clients * self.config.max_reply()
-            + self.model.predictor.host_bytes()
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -347,8 +381,9 @@ impl Server {
         let result = Model::load(path, &self.config);
         self.state = ServiceState::Ready;
         let outcome = match result {
-            Ok(model) => {
+            Ok((model, plan)) => {
                 self.model = model;
+                self.plan = plan;
                 self.generation += 1;
                 log::info!(
                     "reloaded weights from {} (generation {})",

@@ -49,7 +49,9 @@ struct Args {
     /// Also allow clients whose primary gid is this (repeatable).
     #[arg(long = "allow-gid", value_name = "GID")]
     allow_gid: Vec<u32>,
-    /// Memory budget for the engine (e.g. 64M); a model that does not fit is refused at start.
+    /// Memory budget (e.g. 64M): the engine, the letterbox scratch, request and reply buffers,
+    /// every client's outbox and a second model for reloads are planned before anything is
+    /// allocated, and a plan over the budget is refused at start (the plan is logged).
     #[arg(long, value_parser = fulcrum::balance::parse_size)]
     mem_budget: Option<u64>,
     /// State folder (checkpoints of fine-tuning) [default: $STATE_DIRECTORY].
@@ -212,11 +214,16 @@ fn run(args: Args) -> anyhow::Result<()> {
         config.exec.engine
     );
     let mut server = Server::start(config, notifier)?;
+    let plan = server.memory_plan();
     log::info!(
-        "serving on {} ({}; {:.1} MiB of buffers)",
+        "memory planned up front: {}\n{}",
+        fulcrum::balance::human(plan.total()),
+        plan.table().trim_end()
+    );
+    log::info!(
+        "serving on {} ({})",
         server.socket_path().display(),
-        server.status_line(),
-        server.buffer_bytes() as f64 / (1 << 20) as f64
+        server.status_line()
     );
     server.run(&CONTROL)?;
     log::info!("stopped");
