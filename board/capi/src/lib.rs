@@ -571,16 +571,39 @@ mod tests {
         assert_eq!(FULCRUM_MAX_INLINE_BYTES, MAX_INLINE_BYTES);
         assert_eq!(FULCRUM_MAX_FRAME_SIDE, MAX_FRAME_SIDE);
         assert_eq!(FULCRUM_PROTOCOL_VERSION, VERSION);
-        for kind in Kind::ALL {
-            let c = kind as u16;
-            assert_eq!(Kind::from_u16(c), Ok(kind));
+        // The C enums mirror the protocol's, value for value and name for name.
+        use FulcrumKind as F;
+        let c_kinds = [
+            F::Hello,
+            F::Welcome,
+            F::Infer,
+            F::AttachRing,
+            F::Detections,
+            F::StatsRequest,
+            F::Stats,
+            F::HealthRequest,
+            F::Health,
+            F::Reload,
+            F::FineTuneStart,
+            F::FineTuneStop,
+            F::FineTuneStatusRequest,
+            F::FineTuneStatus,
+            F::Ack,
+            F::Error,
+            F::ClassesRequest,
+            F::Classes,
+        ];
+        assert_eq!(c_kinds.len(), Kind::ALL.len());
+        for (c, kind) in c_kinds.into_iter().zip(Kind::ALL) {
+            assert_eq!(c as u16, kind as u16);
+            assert_eq!(format!("{c:?}"), format!("{kind:?}"));
         }
-        assert_eq!(FulcrumKind::Classes as u16, Kind::Classes as u16);
-        assert_eq!(FulcrumKind::Error as u16, Kind::Error as u16);
-        for f in PixelFormat::ALL {
-            assert_eq!(PixelFormat::from_u8(f as u8), Ok(f));
+        use FulcrumPixelFormat as P;
+        let c_formats = [P::Rgb8, P::Bgr8, P::Gray8, P::Yuyv, P::Nv12];
+        for (c, format) in c_formats.into_iter().zip(PixelFormat::ALL) {
+            assert_eq!(c as u8, format as u8);
+            assert_eq!(format!("{c:?}").to_uppercase(), format.name());
         }
-        assert_eq!(FulcrumPixelFormat::Nv12 as u8, PixelFormat::Nv12 as u8);
         for code in 1..=12 {
             // SAFETY: static NUL-terminated strings.
             let name = unsafe { core::ffi::CStr::from_ptr(fulcrum_error_code_name(code)) };

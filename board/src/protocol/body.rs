@@ -5,10 +5,11 @@ use super::le::{Reader, Writer};
 use super::WireError;
 
 /// Which engine runs the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[repr(u8)]
 pub enum EngineKind {
+    #[default]
     Cpu = 1,
     Vulkan = 2,
 }
@@ -106,7 +107,7 @@ impl Hello {
 }
 
 /// Daemon → client, the answer to `Hello`: what the daemon serves and its limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Welcome {
     pub schema_hash: u32,

@@ -68,17 +68,7 @@ impl Client {
         .map_err(|e| io("setting the reply timeout")(e.into()))?;
         let mut client = Client {
             fd,
-            welcome: Welcome {
-                schema_hash: 0,
-                input_width: 0,
-                input_height: 0,
-                classes: 0,
-                max_frame_side: 0,
-                max_inline_bytes: 0,
-                max_detections: 0,
-                engine: fulcrum_board::protocol::EngineKind::Cpu,
-                weights_generation: 0,
-            },
+            welcome: Welcome::default(),
             sequence: 0,
             send: vec![0; MAX_MESSAGE_LEN],
             recv: vec![0; MAX_MESSAGE_LEN + 1],
