@@ -223,16 +223,18 @@ impl Resampler {
     }
 }
 
-/// The horizontal pass of one RGB row.
+/// The horizontal pass of one RGB row: each output pixel's window is sliced once, so the
+/// taps run without per-element bounds checks.
 fn horizontal(x: &Axis, row: &[u8], out: &mut [f32]) {
     for (i, px) in out.chunks_exact_mut(3).enumerate() {
         let (s, w) = x.window(i);
+        let start = s as usize * 3;
+        let src = &row[start..start + w.len() * 3];
         let mut sum = [0.0f32; 3];
-        for (k, wk) in w.iter().enumerate() {
-            let p = (s as usize + k) * 3;
-            sum[0] += wk * f32::from(row[p]);
-            sum[1] += wk * f32::from(row[p + 1]);
-            sum[2] += wk * f32::from(row[p + 2]);
+        for (p, &wk) in src.chunks_exact(3).zip(w) {
+            sum[0] += wk * f32::from(p[0]);
+            sum[1] += wk * f32::from(p[1]);
+            sum[2] += wk * f32::from(p[2]);
         }
         px.copy_from_slice(&sum);
     }

@@ -66,6 +66,8 @@ pub struct ServeBenchReport {
     /// Letterboxing the frame on the host, in process.
     pub prepare_p50_ms: f64,
     pub runs: Vec<ServeRun>,
+    /// Runs left out, and why.
+    pub skipped: Vec<String>,
 }
 
 fn ms(us: u64) -> f64 {
@@ -250,8 +252,21 @@ pub fn bench_serve(
         .spawn(move || server.run(&control))
         .expect("spawn the server thread");
     let mut runs = Vec::new();
+    let mut skipped = Vec::new();
+    let inline_fits = frame.0.length <= fulcrum_board::protocol::MAX_INLINE_BYTES;
+    if !inline_fits {
+        skipped.push(format!(
+            "inline: a {} frame is {} bytes, over the {} bytes a message carries (memfd only)",
+            config.format.name(),
+            frame.0.length,
+            fulcrum_board::protocol::MAX_INLINE_BYTES
+        ));
+    }
     let mut outcome = Ok(());
-    for memfd in [false, true] {
+    'runs: for memfd in [false, true] {
+        if !memfd && !inline_fits {
+            continue;
+        }
         for rate in [config.rate, 0.0] {
             let what = format!(
                 "{} frames, {}",
@@ -267,7 +282,7 @@ pub fn bench_serve(
                 Ok(run) => runs.push(run),
                 Err(e) => {
                     outcome = Err(e);
-                    break;
+                    break 'runs;
                 }
             }
         }
@@ -294,5 +309,6 @@ pub fn bench_serve(
         forward_p99_ms: ms(forward.quantile(0.99)),
         prepare_p50_ms: ms(prepare.quantile(0.5)),
         runs,
+        skipped,
     })
 }

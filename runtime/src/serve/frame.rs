@@ -60,17 +60,20 @@ impl RgbRows for FrameView<'_> {
             }
             PixelFormat::Yuyv => {
                 for (o, i) in out.chunks_exact_mut(6).zip(row.chunks_exact(4)) {
-                    let (y0, u, y1, v) = (i[0], i[1], i[2], i[3]);
-                    o[..3].copy_from_slice(&yuv_to_rgb(y0, u, v));
-                    o[3..].copy_from_slice(&yuv_to_rgb(y1, u, v));
+                    let chroma = Chroma::new(i[1], i[3]);
+                    o[..3].copy_from_slice(&chroma.rgb(i[0]));
+                    o[3..].copy_from_slice(&chroma.rgb(i[2]));
                 }
             }
             PixelFormat::Nv12 => {
-                // The UV plane starts after `height` rows of Y and has one row per two.
+                // The UV plane starts after `height` rows of Y and has one row per two; each
+                // U V pair colours two pixels of two rows.
                 let uv = self.row(u32::from(self.desc.height) + y / 2);
-                for (x, o) in out.chunks_exact_mut(3).enumerate() {
-                    let c = x & !1;
-                    o.copy_from_slice(&yuv_to_rgb(row[x], uv[c], uv[c + 1]));
+                let pairs = out.chunks_exact_mut(6).zip(row.chunks_exact(2));
+                for ((o, luma), c) in pairs.zip(uv.chunks_exact(2)) {
+                    let chroma = Chroma::new(c[0], c[1]);
+                    o[..3].copy_from_slice(&chroma.rgb(luma[0]));
+                    o[3..].copy_from_slice(&chroma.rgb(luma[1]));
                 }
             }
         }
@@ -80,15 +83,33 @@ impl RgbRows for FrameView<'_> {
 /// BT.601 limited range to RGB in 8-bit fixed point (the usual integer form: coefficients
 /// ×256, rounded).
 pub fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
-    let c = 298 * (i32::from(y) - 16);
-    let d = i32::from(u) - 128;
-    let e = i32::from(v) - 128;
-    let clip = |v: i32| ((v + 128) >> 8).clamp(0, 255) as u8;
-    [
-        clip(c + 409 * e),
-        clip(c - 100 * d - 208 * e),
-        clip(c + 516 * d),
-    ]
+    Chroma::new(u, v).rgb(y)
+}
+
+/// One chroma sample's contribution to R, G and B, shared by the pixels it covers.
+struct Chroma {
+    r: i32,
+    g: i32,
+    b: i32,
+}
+
+impl Chroma {
+    fn new(u: u8, v: u8) -> Self {
+        let d = i32::from(u) - 128;
+        let e = i32::from(v) - 128;
+        // The rounding constant of the final shift is folded in here.
+        Chroma {
+            r: 409 * e + 128,
+            g: -100 * d - 208 * e + 128,
+            b: 516 * d + 128,
+        }
+    }
+
+    fn rgb(&self, y: u8) -> [u8; 3] {
+        let c = 298 * (i32::from(y) - 16);
+        let clip = |v: i32| (v >> 8).clamp(0, 255) as u8;
+        [clip(c + self.r), clip(c + self.g), clip(c + self.b)]
+    }
 }
 
 /// RGB to BT.601 limited-range YUV, the inverse of [`yuv_to_rgb`] up to rounding: for tests

@@ -447,9 +447,8 @@ impl Server {
                 source: e,
             });
         }
-        if self.pollfds[0].revents & libc::POLLIN != 0 {
-            self.accept_clients();
-        }
+        // Clients first: a hang-up seen in this poll frees its slot before new connections are
+        // accepted (a firmware restarting after a crash must not find its own old slot taken).
         for slot in 0..self.clients.len() {
             let revents = self.pollfds[slot + 1].revents;
             if self.clients[slot].is_none() {
@@ -464,6 +463,9 @@ impl Server {
                 self.drop_client(slot, "hung up");
             }
             self.check_stall(slot);
+        }
+        if self.pollfds[0].revents & libc::POLLIN != 0 {
+            self.accept_clients();
         }
         Ok(())
     }

@@ -190,6 +190,9 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             run.transport, load, run.frames, run.frames_per_s, run.p50_ms, run.p99_ms, run.p999_ms
         );
     }
+    for why in &r.skipped {
+        println!("  skipped: {why}");
+    }
     let find = |t: &str, l: &str| r.runs.iter().find(|x| x.transport == t && x.load == l);
     if let Some(paced) = find("memfd", "paced") {
         let limit = r.forward_p50_ms + 1.0;
