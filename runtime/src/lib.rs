@@ -16,5 +16,6 @@ pub mod model;
 pub mod pack;
 pub mod ring;
 pub mod serve;
+pub mod text;
 pub mod trace;
 pub mod train;

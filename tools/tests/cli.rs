@@ -869,3 +869,149 @@ fn train_autotune_prints_its_decisions_and_bench_balance_compares_both_runs() {
     }
     assert!(doc["delay_per_record_ms"].as_f64().is_some_and(|d| d > 0.0));
 }
+
+/// A PNG whose header declares `w × h` pixels (the pixel data is a stub: the size check must
+/// come before any decoding).
+fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+    fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        let crc = crc32fast_png(&out[start..]);
+        out.extend_from_slice(&crc.to_be_bytes());
+    }
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    chunk(&mut png, b"IHDR", &ihdr);
+    chunk(
+        &mut png,
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+/// The CRC-32 PNG chunks carry (the zlib polynomial), bit by bit: tests only.
+fn crc32fast_png(bytes: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn hostile_inputs_give_short_errors_that_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+
+    // A folder whose only image declares 60000 × 60000 px: the image and the reason are named.
+    let huge = cwd.join("huge");
+    std::fs::create_dir_all(huge.join("images")).unwrap();
+    std::fs::create_dir_all(huge.join("labels")).unwrap();
+    std::fs::write(huge.join("images/big.png"), png_header_only(60000, 60000)).unwrap();
+    std::fs::write(huge.join("labels/big.txt"), "0 0.5 0.5 0.2 0.2\n").unwrap();
+    let run = fulcrum(cwd, &["pack", "huge", "--out", "huge-out"]);
+    run.expect(2);
+    assert_mentions(
+        &run.stderr,
+        &[
+            "big.png",
+            "60000×60000",
+            "decoding limit",
+            "nothing to pack",
+        ],
+    );
+
+    // A 10 MB token in a label line: rejected with file and line, quoted in a few dozen bytes.
+    let tok = cwd.join("tok");
+    std::fs::create_dir_all(tok.join("images")).unwrap();
+    std::fs::create_dir_all(tok.join("labels")).unwrap();
+    let jpg = std::fs::read_dir(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/images"),
+    )
+    .expect("the shared coco128 images")
+    .map(|e| e.unwrap().path())
+    .find(|p| p.extension().is_some_and(|e| e == "jpg"))
+    .unwrap();
+    std::fs::copy(jpg, tok.join("images/a.jpg")).unwrap();
+    let line = format!("0 0.5 0.5 0.2 {}\n", "9".repeat(10_000_000));
+    std::fs::write(tok.join("labels/a.txt"), line).unwrap();
+    let run = fulcrum(cwd, &["pack", "tok", "--out", "tok-out"]);
+    run.expect(0);
+    assert_mentions(
+        &run.stderr,
+        &["a.txt:1:", "(10000000 bytes) is not a finite number"],
+    );
+    assert!(
+        run.both().len() < 4096,
+        "{} bytes of output",
+        run.both().len()
+    );
+
+    // eval on fewer images than one batch: no made-up loss of 0.000.
+    pack_for_training(cwd, "train", 32);
+    fulcrum(
+        cwd,
+        &[
+            "train",
+            "--engine",
+            "cpu",
+            "--data",
+            "train",
+            "--out",
+            "run",
+            "--max-steps",
+            "2",
+            "--batch",
+            "8",
+        ],
+    )
+    .expect(0);
+    let tiny = pack_for_training(cwd, "tiny", 5);
+    let weights = "run/last.safetensors";
+    let run = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            weights,
+            "--data",
+            "tiny",
+        ],
+    );
+    run.expect(0);
+    assert!(!run.both().contains("loss 0.000"), "{}", run.both());
+    assert_mentions(&run.both(), &["no loss (fewer images than one batch of 16"]);
+    let run = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            weights,
+            "--data",
+            "tiny",
+            "--batch",
+            "5",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(&run.both(), &["; loss "]);
+    assert!(tiny.is_dir());
+}

@@ -129,8 +129,8 @@ impl Manifest {
         };
         if self.format != FORMAT_NAME {
             return bad(format!(
-                "format is {:?}, expected {FORMAT_NAME:?}",
-                self.format
+                "format is {}, expected {FORMAT_NAME:?}",
+                crate::text::quoted(&self.format)
             ));
         }
         if self.version != FORMAT_VERSION {
@@ -163,7 +163,10 @@ impl Manifest {
         }
         for (i, s) in self.shards.iter().enumerate() {
             if s.file != shard_file_name(i as u32) {
-                return bad(format!("shard {i} is named {:?}", s.file));
+                return bad(format!(
+                    "shard {i} is named {}",
+                    crate::text::quoted(&s.file)
+                ));
             }
             let last = i + 1 == self.shards.len();
             if (!last && s.records != self.records_per_shard) || s.records > self.records_per_shard

@@ -46,8 +46,11 @@ pub struct EvalReport {
     pub map: MapReport,
     pub classes: Vec<String>,
     pub images: u64,
-    /// Mean of `[total, focal, offset, size, centres]` over the full batches.
-    pub loss: [f32; LOSS_LEN],
+    /// Mean of `[total, focal, offset, size, centres]` over the full batches; `None` when the
+    /// set is smaller than one batch (a padded batch's loss would count the padding).
+    pub loss: Option<[f32; LOSS_LEN]>,
+    /// The batch the loss is measured in.
+    pub batch: u32,
     pub engine: String,
     pub wall: Duration,
 }
@@ -175,15 +178,13 @@ pub fn evaluate(
         first += n as u64;
         progress(first, total);
     }
-    let mut mean = [0f32; LOSS_LEN];
-    for (m, s) in mean.iter_mut().zip(loss_sum) {
-        *m = (s / full_batches.max(1) as f64) as f32;
-    }
+    let mean = (full_batches > 0).then(|| loss_sum.map(|s| (s / full_batches as f64) as f32));
     Ok(EvalReport {
         map: acc.finish(),
         classes: dataset.manifest.classes.clone(),
         images: total,
         loss: mean,
+        batch: options.batch,
         engine: exec.describe(),
         wall: started.elapsed(),
     })

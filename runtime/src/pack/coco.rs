@@ -35,7 +35,7 @@ impl std::fmt::Display for Id {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Id::Int(i) => write!(f, "{i}"),
-            Id::Str(s) => write!(f, "{s:?}"),
+            Id::Str(s) => f.write_str(&crate::text::quoted(s)),
         }
     }
 }
@@ -223,7 +223,12 @@ fn annotation_box(a: &CocoAnnotation, class_of: &BTreeMap<&Id, u32>) -> Result<S
     };
     let [x, y, w, h] = match nums.as_deref() {
         Some(&[x, y, w, h]) if [x, y, w, h].iter().all(|v| v.is_finite()) => [x, y, w, h],
-        _ => return Err(format!("bbox {:?} is not [x, y, width, height]", a.bbox)),
+        _ => {
+            return Err(format!(
+                "bbox {} is not [x, y, width, height]",
+                crate::text::debug_cut(&a.bbox)
+            ))
+        }
     };
     if w <= 0.0 || h <= 0.0 {
         return Err(format!("empty bbox (width {w}, height {h})"));

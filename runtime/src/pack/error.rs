@@ -17,7 +17,7 @@ pub enum Error {
     BadVoc { path: PathBuf, what: String },
     #[error("{path}: bad COCO JSON: {what}")]
     BadCoco { path: PathBuf, what: String },
-    #[error("{path}: cannot decode image: {what}; convert it to JPEG or PNG, or remove it from the dataset")]
+    #[error("{path}: cannot decode image: {what} (re-save it as a JPEG or PNG of sensible size, or remove it from the dataset)")]
     UnreadableImage { path: PathBuf, what: String },
     #[error("{path}: {source}")]
     Io {

@@ -16,6 +16,10 @@ use super::source::{BoxUnits, SourceBox};
 use super::{Error, Result};
 use crate::format::RecordBox;
 
+/// Largest image decoded, in megapixels (a 100 MP photo is 300 MB as RGB: more than a small
+/// board should spend on one image that is then shrunk to the model's input).
+pub const MAX_DECODE_MEGAPIXELS: u64 = 100;
+
 /// Colour of the padding around the letterboxed content.
 pub const PAD_COLOUR: [u8; 3] = [114, 114, 114];
 
@@ -250,6 +254,15 @@ pub fn decode_image(path: &Path) -> Result<RgbImage> {
         return Err(bad("not a JPEG or PNG file (unrecognised content)".into()));
     }
     let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    // The declared size, checked before any pixel is decoded: a header can claim gigapixels.
+    let (w, h) = decoder.dimensions();
+    let megapixels = u64::from(w) * u64::from(h) / 1_000_000;
+    if megapixels > MAX_DECODE_MEGAPIXELS {
+        return Err(bad(format!(
+            "{w}×{h} px ({megapixels} megapixels) is over the decoding limit of \
+             {MAX_DECODE_MEGAPIXELS} megapixels; downscale it"
+        )));
+    }
     let orientation = decoder.orientation().ok();
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
     if let Some(o) = orientation {

@@ -409,9 +409,20 @@ fn write_dataset(
         }
     }
     if kept.is_empty() {
-        return Err(Error::Empty {
-            what: format!("{source_name}: no readable image"),
-        });
+        // Say which images, and why: a folder whose only image is unreadable must not end in
+        // a bare "nothing to pack".
+        let shown = 3;
+        let mut what = format!("{source_name}: no readable image");
+        for why in warnings.iter().take(shown) {
+            what += &format!("\n  {why}");
+        }
+        if warnings.len() > shown {
+            what += &format!(
+                "\n  (and {} more unreadable images)",
+                warnings.len() - shown
+            );
+        }
+        return Err(Error::Empty { what });
     }
     let total = kept.len() as u64;
     if total != count {

@@ -28,6 +28,7 @@ use super::source::{
     SourceItem,
 };
 use super::{Error, Result};
+use crate::text::quoted;
 
 /// Extensions tried when `<filename>` does not name an existing file.
 const FALLBACK_EXTENSIONS: [&str; 6] = ["jpg", "jpeg", "png", "JPG", "JPEG", "PNG"];
@@ -204,7 +205,8 @@ fn parse_annotation(
             if name.is_empty() {
                 return Err("object without a <name>".to_owned());
             }
-            let bb = child(obj, "bndbox").ok_or(format!("object {name:?} without <bndbox>"))?;
+            let bb = child(obj, "bndbox")
+                .ok_or_else(|| format!("object {} without <bndbox>", quoted(&name)))?;
             let mut v = [0f32; 4];
             for (k, tag) in ["xmin", "ymin", "xmax", "ymax"].iter().enumerate() {
                 let t = child(bb, tag)
@@ -212,7 +214,7 @@ fn parse_annotation(
                     .ok_or(format!("<bndbox> without <{tag}>"))?;
                 v[k] = match t.parse::<f32>() {
                     Ok(x) if x.is_finite() => x,
-                    _ => return Err(format!("<{tag}> {t:?} is not a number")),
+                    _ => return Err(format!("<{tag}> {} is not a number", quoted(&t))),
                 };
             }
             let [xmin, ymin, xmax, ymax] = v;

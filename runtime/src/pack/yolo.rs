@@ -34,6 +34,7 @@ use super::source::{
     SourceItem,
 };
 use super::{Error, Result};
+use crate::text::{debug_cut, quoted};
 
 /// Largest class id accepted when a dataset names no classes (names are generated up to it).
 const MAX_CLASS_ID: u32 = 65_535;
@@ -125,7 +126,12 @@ impl DataYaml {
         let nc = match &doc["nc"] {
             Yaml::Null | Yaml::BadValue => None,
             Yaml::Integer(n) if (1..=MAX_CLASS_ID as i64 + 1).contains(n) => Some(*n as usize),
-            v => return Err(bad(format!("`nc` is {v:?}, expected a positive integer"))),
+            v => {
+                return Err(bad(format!(
+                    "`nc` is {}, expected a positive integer",
+                    debug_cut(v)
+                )))
+            }
         };
         let names = match &doc["names"] {
             Yaml::Null | Yaml::BadValue => None,
@@ -177,7 +183,7 @@ impl DataYaml {
         let mut out = Vec::new();
         for e in entries {
             let rel = scalar_string(e)
-                .ok_or_else(|| bad(format!("`{split}` entry {e:?} is not a path")))?;
+                .ok_or_else(|| bad(format!("`{split}` entry {} is not a path", debug_cut(e))))?;
             let rel = rel.trim();
             let mut p = join_clean(&self.root, rel);
             if !p.exists() {
@@ -232,7 +238,12 @@ fn parse_names(v: &Yaml) -> Result<Vec<String>, String> {
             for (k, n) in h {
                 let id = match k {
                     Yaml::Integer(i) if (0..=MAX_CLASS_ID as i64).contains(i) => *i as usize,
-                    _ => return Err(format!("`names` key {k:?} is not a class id (0, 1, …)")),
+                    _ => {
+                        return Err(format!(
+                            "`names` key {} is not a class id (0, 1, …)",
+                            debug_cut(k)
+                        ))
+                    }
                 };
                 let name = scalar_string(n).ok_or(format!("`names` entry {id} is not a name"))?;
                 by_id.insert(id, name);
@@ -495,7 +506,7 @@ fn parse_line(fields: &[&str], nc: Option<usize>) -> Result<SourceBox, String> {
         .iter()
         .map(|f| match f.parse::<f32>() {
             Ok(v) if v.is_finite() => Ok(v),
-            _ => Err(format!("{f:?} is not a finite number")),
+            _ => Err(format!("{} is not a finite number", quoted(f))),
         })
         .collect::<Result<Vec<f32>, String>>()?;
     if let Some(v) = values
@@ -543,7 +554,7 @@ fn parse_line(fields: &[&str], nc: Option<usize>) -> Result<SourceBox, String> {
 
 /// A class id: a non-negative integer (`3`, or `3.0` as some exporters write it).
 fn parse_class(f: &str) -> Result<u32, String> {
-    let bad = || format!("class {f:?} is not a class id (0, 1, …)");
+    let bad = || format!("class {} is not a class id (0, 1, …)", quoted(f));
     let id = match f.parse::<u32>() {
         Ok(id) => id,
         Err(_) => {

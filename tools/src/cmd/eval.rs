@@ -100,14 +100,20 @@ pub fn table(r: &EvalReport, iou: f32) -> String {
             name, r.map.truth[i], r.map.detections[i], ap
         );
     }
+    let loss = match r.loss {
+        Some(l) => format!(
+            "loss {:.3} (focal {:.3}, offset {:.3}, size {:.3})",
+            l[0], l[1], l[2], l[3]
+        ),
+        None => format!(
+            "no loss (fewer images than one batch of {}; a smaller --batch measures it)",
+            r.batch
+        ),
+    };
     out += &format!(
-        "mAP@{iou} {:.3} over {} images; loss {:.3} (focal {:.3}, offset {:.3}, size {:.3}); {} in {:.1} s ({:.0} images/s)\n",
+        "mAP@{iou} {:.3} over {} images; {loss}; {} in {:.1} s ({:.0} images/s)\n",
         r.map.map,
         r.images,
-        r.loss[0],
-        r.loss[1],
-        r.loss[2],
-        r.loss[3],
         r.engine,
         r.wall.as_secs_f64(),
         r.images as f64 / r.wall.as_secs_f64().max(1e-9)
