@@ -9,6 +9,8 @@ pub mod balance;
 pub mod compute;
 pub mod durable;
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod infer;
 pub mod io;
 pub mod loader;

@@ -112,11 +112,16 @@ impl Manifest {
                 }
             }
         })?;
-        let m: Manifest = serde_json::from_str(&text).map_err(|e| Error::BadManifest {
-            path: path.clone(),
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and validates the text of a `manifest.json` (`path` names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let m: Manifest = serde_json::from_str(text).map_err(|e| Error::BadManifest {
+            path: path.to_owned(),
             what: e.to_string(),
         })?;
-        m.validate(&path)?;
+        m.validate(path)?;
         Ok(m)
     }
 

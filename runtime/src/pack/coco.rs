@@ -75,13 +75,18 @@ struct CocoCategory {
 
 /// Imports the COCO JSON file `json`, with images under `image_dir` (default: see module docs).
 pub fn import(json: &Path, image_dir: Option<&Path>) -> Result<SourceDataset> {
+    let bytes = std::fs::read(json).map_err(|e| Error::io(json, e))?;
+    import_bytes(&bytes, json, image_dir)
+}
+
+/// [`import`] of the JSON's bytes already read (`json` names the file in errors and locates
+/// the images when `image_dir` is not given).
+pub fn import_bytes(bytes: &[u8], json: &Path, image_dir: Option<&Path>) -> Result<SourceDataset> {
     let bad = |what: String| Error::BadCoco {
         path: json.to_owned(),
         what,
     };
-    let bytes = std::fs::read(json).map_err(|e| Error::io(json, e))?;
-    let file: CocoFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    drop(bytes);
+    let file: CocoFile = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
 
     let mut cats: Vec<&CocoCategory> = file.categories.iter().collect();
     cats.sort_by(|a, b| a.id.cmp(&b.id));

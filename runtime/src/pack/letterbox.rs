@@ -243,11 +243,16 @@ pub fn map_boxes(
 /// (alpha is dropped, grey is expanded). Errors name the file.
 pub fn decode_image(path: &Path) -> Result<RgbImage> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    decode_image_bytes(&bytes, path)
+}
+
+/// [`decode_image`] of bytes already read (`path` names the image in errors).
+pub fn decode_image_bytes(bytes: &[u8], path: &Path) -> Result<RgbImage> {
     let bad = |what: String| Error::UnreadableImage {
         path: path.to_owned(),
         what,
     };
-    let reader = ImageReader::new(std::io::Cursor::new(&bytes))
+    let reader = ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| bad(e.to_string()))?;
     if reader.format().is_none() {

@@ -165,7 +165,7 @@ type Object = (String, [f32; 4]);
 
 /// What one annotation file says.
 #[derive(Debug, Default, PartialEq)]
-struct VocFile {
+pub(crate) struct VocFile {
     filename: Option<String>,
     objects: Vec<Object>,
 }
@@ -178,7 +178,7 @@ fn read_annotation(path: &Path, rejected: &mut Vec<String>) -> Result<VocFile, S
 }
 
 /// Parses VOC XML; bad objects go to `rejected` as `file:line: reason`.
-fn parse_annotation(
+pub(crate) fn parse_annotation(
     text: &str,
     path: &Path,
     rejected: &mut Vec<String>,

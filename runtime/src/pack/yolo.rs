@@ -207,7 +207,7 @@ impl DataYaml {
     }
 }
 
-fn parse_yaml(text: &str) -> Result<Yaml, String> {
+pub(crate) fn parse_yaml(text: &str) -> Result<Yaml, String> {
     let docs = YamlLoader::load_from_str(text).map_err(|e| {
         let m = e.marker();
         format!("line {}, column {}: {}", m.line(), m.col() + 1, e.info())
@@ -226,7 +226,7 @@ fn scalar_string(v: &Yaml) -> Option<String> {
 }
 
 /// `names` as a list, or as a map id → name (gaps are filled with `class<id>`).
-fn parse_names(v: &Yaml) -> Result<Vec<String>, String> {
+pub(crate) fn parse_names(v: &Yaml) -> Result<Vec<String>, String> {
     match v {
         Yaml::Array(a) => a
             .iter()

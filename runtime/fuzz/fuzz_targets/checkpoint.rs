@@ -1,0 +1,4 @@
+//! `fulcrum::fuzzing::checkpoint` on arbitrary bytes: it must never panic or hang.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fulcrum::fuzzing::checkpoint(data));

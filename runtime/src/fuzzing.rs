@@ -1,0 +1,110 @@
+//! Byte-level entry points to every parser of outside input, for the fuzz targets in
+//! `runtime/fuzz` (and anyone who wants to feed a parser without files). Each runs the parser
+//! the CLI runs and discards the result: errors are the expected outcome of most inputs; a
+//! panic, a hang or an allocation out of proportion to the input is a bug.
+
+use std::path::Path;
+
+use crate::format::{Manifest, RecordLayout, ShardHeader};
+
+const NAME: &str = "fuzz-input";
+
+/// A shard's header.
+pub fn shard_header(bytes: &[u8]) {
+    let _ = ShardHeader::decode(bytes, Path::new(NAME));
+}
+
+/// A record, checked as the loaders check it, under a layout taken from the first bytes.
+pub fn record(bytes: &[u8]) {
+    let [w, h, boxes, classes, rest @ ..] = bytes else {
+        return;
+    };
+    // The small layouts `pack --size 32/64` writes, so that real records are valid seeds.
+    let side = |b: u8| 32 * (1 + u32::from(b % 2));
+    let (w, h, boxes) = (side(*w), side(*h), u32::from(*boxes % 64));
+    let Ok(layout) = RecordLayout::new(w, h, 3, boxes) else {
+        return;
+    };
+    if rest.len() >= layout.record_size {
+        let record = &rest[..layout.record_size];
+        let _ = layout.verify(record, 0, u32::from(*classes));
+        let _ = layout.check_boxes(record, u32::from(*classes));
+    }
+}
+
+/// A dataset's `manifest.json`.
+pub fn manifest(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let _ = Manifest::parse(text, Path::new(NAME));
+    }
+}
+
+/// A YOLO label file, with and without a known class count.
+pub fn yolo_labels(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let (mut boxes, mut rejected) = (Vec::new(), Vec::new());
+        crate::pack::yolo::parse_labels(text, Path::new(NAME), None, &mut boxes, &mut rejected);
+        crate::pack::yolo::parse_labels(text, Path::new(NAME), Some(3), &mut boxes, &mut rejected);
+    }
+}
+
+/// An Ultralytics `data.yaml`: the YAML and its class names.
+pub fn data_yaml(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        if let Ok(doc) = crate::pack::yolo::parse_yaml(text) {
+            let _ = crate::pack::yolo::parse_names(&doc["names"]);
+        }
+    }
+}
+
+/// A Pascal VOC annotation.
+pub fn voc_annotation(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let mut rejected = Vec::new();
+        let _ = crate::pack::voc::parse_annotation(text, Path::new(NAME), &mut rejected);
+    }
+}
+
+/// A COCO annotations file (images looked for in a folder that does not exist).
+pub fn coco_json(bytes: &[u8]) {
+    let dir = Path::new("/nonexistent-fuzz-images");
+    let _ = crate::pack::coco::import_bytes(bytes, Path::new(NAME), Some(dir));
+}
+
+/// A checkpoint (safetensors with fulcrum's metadata).
+pub fn checkpoint(bytes: &[u8]) {
+    let _ = crate::train::Checkpoint::decode(Path::new(NAME), bytes);
+}
+
+/// An image, through the decoder's size limits.
+pub fn image(bytes: &[u8]) {
+    let _ = crate::pack::letterbox::decode_image_bytes(bytes, Path::new(NAME));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry survives empty, tiny and garbage input (the fuzz targets do the rest).
+    #[test]
+    fn entries_take_any_bytes() {
+        let inputs: [&[u8]; 5] = [
+            b"",
+            b"\0",
+            b"{}",
+            b"\xff\xfe garbage \x00\x01",
+            &[7u8; 5000],
+        ];
+        for bytes in inputs {
+            shard_header(bytes);
+            record(bytes);
+            manifest(bytes);
+            yolo_labels(bytes);
+            data_yaml(bytes);
+            voc_annotation(bytes);
+            coco_json(bytes);
+            checkpoint(bytes);
+            image(bytes);
+        }
+    }
+}
