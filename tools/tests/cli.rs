@@ -981,10 +981,9 @@ fn hostile_inputs_give_short_errors_that_name_the_file() {
     )
     .expect(0);
     let tiny = pack_for_training(cwd, "tiny", 5);
-    let weights = "run/last.safetensors";
-    let run = fulcrum(
-        cwd,
-        &[
+    let eval = |extra: &[&str]| {
+        let weights = "run/last.safetensors";
+        let mut args = vec![
             "eval",
             "--engine",
             "cpu",
@@ -992,26 +991,15 @@ fn hostile_inputs_give_short_errors_that_name_the_file() {
             weights,
             "--data",
             "tiny",
-        ],
-    );
-    run.expect(0);
-    assert!(!run.both().contains("loss 0.000"), "{}", run.both());
-    assert_mentions(&run.both(), &["no loss (fewer images than one batch of 16"]);
-    let run = fulcrum(
-        cwd,
-        &[
-            "eval",
-            "--engine",
-            "cpu",
-            "--weights",
-            weights,
-            "--data",
-            "tiny",
-            "--batch",
-            "5",
-        ],
-    );
-    run.expect(0);
-    assert_mentions(&run.both(), &["; loss "]);
+        ];
+        args.extend_from_slice(extra);
+        let run = fulcrum(cwd, &args);
+        run.expect(0);
+        run.both()
+    };
+    let out = eval(&[]);
+    assert!(!out.contains("loss 0.000"), "{out}");
+    assert_mentions(&out, &["no loss (fewer images than one batch of 16"]);
+    assert_mentions(&eval(&["--batch", "5"]), &["; loss "]);
     assert!(tiny.is_dir());
 }
