@@ -391,10 +391,14 @@ pub struct FineTuneStatus {
     pub candidate_map: f32,
     /// Times new weights were swapped in by fine-tuning.
     pub swaps: u32,
+    /// The balance equation's two sides, as last measured (0: not yet): the loaders' time per
+    /// batch `T_g·B/C` and the device's time per training step `T_step`, µs.
+    pub load_per_batch_us: u32,
+    pub step_us: u32,
 }
 
 impl FineTuneStatus {
-    pub const LEN: usize = 32;
+    pub const LEN: usize = 36;
 
     pub(crate) fn write(&self, w: &mut Writer<'_>) -> Result<(), WireError> {
         w.u8(self.state as u8)?;
@@ -406,7 +410,8 @@ impl FineTuneStatus {
         w.f32(self.serving_map)?;
         w.f32(self.candidate_map)?;
         w.u32(self.swaps)?;
-        w.reserved(4)
+        w.u32(self.load_per_batch_us)?;
+        w.u32(self.step_us)
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -421,8 +426,9 @@ impl FineTuneStatus {
             serving_map: r.f32()?,
             candidate_map: r.f32()?,
             swaps: r.u32()?,
+            load_per_batch_us: r.u32()?,
+            step_us: r.u32()?,
         };
-        r.reserved(4)?;
         Ok(status)
     }
 }

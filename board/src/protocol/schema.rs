@@ -20,7 +20,7 @@ reload 10 path_len:u16 _:u16 +path
 fine_tune_start 11 max_steps:u32 epochs:u16 path_len:u16 flags:u32 +path
 fine_tune_stop 12
 fine_tune_status_request 13
-fine_tune_status 14 state:u8 _:u8 epoch:u16 step:u32 total_steps:u32 loss:f32 serving_map:f32 candidate_map:f32 swaps:u32 _:u32
+fine_tune_status 14 state:u8 _:u8 epoch:u16 step:u32 total_steps:u32 loss:f32 serving_map:f32 candidate_map:f32 swaps:u32 load_per_batch_us:u32 step_us:u32
 ack 15 kind:u16 _:u16
 error 16 code:u16 text_len:u16 +text
 classes_request 17

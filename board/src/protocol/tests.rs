@@ -117,6 +117,8 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
             serving_map: 0.5,
             candidate_map: 0.625,
             swaps: 1,
+            load_per_batch_us: 1200,
+            step_us: 3400,
         }),
         Message::Ack(Kind::Reload),
         Message::Error(ErrorReply::new(
