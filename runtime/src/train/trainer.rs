@@ -139,6 +139,9 @@ pub struct RunOptions {
     /// Where the ring's slots live: memory the engine reads directly where it offers it, or
     /// plain host memory.
     pub ring_memory: RingMemory,
+    /// Start a fresh run from these weights (fine-tuning) instead of the initial ones; the
+    /// optimizer's moments start at zero. Ignored when resuming.
+    pub init_from: Option<std::sync::Arc<Checkpoint>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -472,6 +475,29 @@ pub fn train(
         Some(c) => {
             load_tensors(&mut exec, &graph, c, true)?;
             progress = c.progress;
+        }
+        None if options.init_from.is_some() => {
+            let c = options
+                .init_from
+                .as_deref()
+                .unwrap_or_else(|| unreachable!());
+            if c.model != model {
+                return Err(Error::Config(format!(
+                    "the weights to fine-tune are a {} for {} classes; {} needs a {} for {} classes",
+                    c.model.name,
+                    c.model.classes,
+                    config.data.display(),
+                    model.name,
+                    model.classes
+                )));
+            }
+            load_tensors(&mut exec, &graph, c, false)?;
+            for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
+                let zeros = vec![0.0; spec.len()];
+                for t in [p.m, p.v].into_iter().flatten() {
+                    exec.write_f32(t, &zeros)?;
+                }
+            }
         }
         None => {
             let values = init::init_params(&arch, config.seed);

@@ -82,6 +82,10 @@ pub struct Args {
     /// Continue the run whose checkpoint is in --out.
     #[arg(long)]
     resume: bool,
+    /// Start from these weights instead of fresh ones (fine-tuning: same model and classes;
+    /// the optimizer starts over). Ignored with --resume.
+    #[arg(long, value_name = "CHECKPOINT")]
+    init_from: Option<PathBuf>,
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
     #[arg(long)]
     max_steps: Option<u64>,
@@ -216,6 +220,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events))),
         loader_slow_down: a.loader_delay.unwrap_or_default(),
         ring_memory: a.ring_memory,
+        init_from: match &a.init_from {
+            Some(path) if !a.resume => {
+                Some(std::sync::Arc::new(fulcrum::train::Checkpoint::load(path)?))
+            }
+            _ => None,
+        },
     };
     let mut printer = Printer { bar: None };
     let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
