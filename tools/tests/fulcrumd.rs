@@ -882,3 +882,191 @@ fn the_c_firmware_client_gets_the_same_detections_as_the_rust_client() {
         "{out}"
     );
 }
+
+/// A fine-tune folder: `train/` and `val/`, synthetic, packed with different seeds.
+fn fine_tune_data(dir: &Path) -> PathBuf {
+    let data = dir.join("fine-tune-data");
+    for (split, n, seed) in [("train", "96", "21"), ("val", "32", "22")] {
+        let (st, _, err) = run(Command::new(FULCRUM)
+            .args(["pack", "--synthetic", n, "--seed", seed, "--out"])
+            .arg(data.join(split)));
+        assert!(st.success(), "pack {split}: {err}");
+    }
+    data
+}
+
+fn wait_for(what: &str, daemon: &Daemon, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "waiting for {what}:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
+    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
+    let dir = tempfile::tempdir().unwrap();
+    let data = fine_tune_data(dir.path());
+    let state = dir.path().join("state");
+    let state_arg = state.to_str().unwrap();
+    let params = FineTuneParams {
+        max_steps: 0,
+        epochs: 4,
+        swap_always: true,
+    };
+
+    // Refused with reasons: no state folder; a folder without val/.
+    let plain = Daemon::start(&[]);
+    match plain
+        .client()
+        .fine_tune_start(data.to_str().unwrap(), params)
+    {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::FINE_TUNE_FAILED);
+            assert!(text.contains("--state-dir"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(plain);
+    let args = ["--state-dir", state_arg, "--fine-tune-slice", "40"];
+    let daemon = Daemon::start(&args);
+    let mut control = daemon.client();
+    let train_only = data.join("train");
+    match control.fine_tune_start(train_only.to_str().unwrap(), params) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::FINE_TUNE_FAILED);
+            assert!(
+                text.contains("train/val") && text.contains("--holdout"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        control.fine_tune_status().unwrap().state,
+        FineTuneState::Idle
+    );
+
+    // Started: frames are answered all along, with the same boxes until a swap.
+    control
+        .fine_tune_start(data.to_str().unwrap(), params)
+        .unwrap();
+    match control.fine_tune_start(data.to_str().unwrap(), params) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::FINE_TUNE_FAILED);
+            assert!(text.contains("already running"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut camera = daemon.client();
+    let (desc, pixels) = grey_frame(96, 72);
+    let before = camera.infer_inline(desc, &pixels, 0).unwrap();
+    let checkpoint = state.join("fine-tune/run/last.safetensors");
+    let mut frames = 0u32;
+    wait_for("the first checkpoint and a step past it", &daemon, || {
+        let reply = camera.infer_inline(desc, &pixels, 1).unwrap();
+        if camera.stats().unwrap().weights_generation == 1 {
+            assert_eq!(reply.boxes, before.boxes);
+        }
+        frames += 1;
+        let saved = fulcrum::train::Checkpoint::load(&checkpoint).map(|c| c.progress.step);
+        let status = control.fine_tune_status().unwrap();
+        assert_eq!(status.state, FineTuneState::Running, "{}", daemon.log());
+        matches!(saved, Ok(s) if s > 0 && u64::from(status.step) > s)
+    });
+    assert!(frames > 1);
+
+    // kill -9 mid-run: the checkpoint is whole, and a restart resumes from it.
+    let mut daemon = daemon;
+    let saved = fulcrum::train::Checkpoint::load(&checkpoint)
+        .expect("the checkpoint survives kill -9")
+        .progress
+        .step;
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    let saved_after = fulcrum::train::Checkpoint::load(&checkpoint)
+        .expect("the checkpoint survives kill -9")
+        .progress
+        .step;
+    assert!(saved_after >= saved);
+    drop(daemon);
+    let daemon = Daemon::start(&args);
+    let mut control = daemon.client();
+    wait_for("the fine-tune to finish", &daemon, || {
+        control.fine_tune_status().unwrap().state == FineTuneState::Finished
+    });
+    let log = daemon.log();
+    assert!(log.contains("resuming the fine-tune"), "{log}");
+    assert!(
+        log.contains(&format!("from step {saved_after} on")),
+        "resumed from step {saved_after}?\n{log}"
+    );
+    let status = control.fine_tune_status().unwrap();
+    assert_eq!(status.step, status.total_steps);
+    assert!(status.swaps >= 1, "{status:?}");
+    assert!(status.serving_map.is_finite() && status.candidate_map.is_finite());
+    assert!(
+        status.step_us > 0 && status.load_per_batch_us > 0,
+        "{status:?}"
+    );
+    assert!(control.stats().unwrap().weights_generation >= 2);
+    assert_eq!(daemon.stop().code(), Some(0));
+
+    // The swapped-in weights are served again after a restart; the finished job stays done.
+    let daemon = Daemon::start(&args);
+    assert!(daemon.log().contains("fine-tuned from"), "{}", daemon.log());
+    assert_eq!(
+        daemon.client().fine_tune_status().unwrap().state,
+        FineTuneState::Idle
+    );
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
+    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
+    let dir = tempfile::tempdir().unwrap();
+    let data = fine_tune_data(dir.path());
+    let state = dir.path().join("state");
+    let args = ["--state-dir", state.to_str().unwrap()];
+    let daemon = Daemon::start(&args);
+    let mut control = daemon.client();
+    assert!(matches!(
+        control.fine_tune_stop(),
+        Err(Error::Remote {
+            code: ErrorCode::FINE_TUNE_FAILED,
+            ..
+        })
+    ));
+    let params = FineTuneParams {
+        max_steps: 0,
+        epochs: 50,
+        swap_always: false,
+    };
+    control
+        .fine_tune_start(data.to_str().unwrap(), params)
+        .unwrap();
+    wait_for("a few steps", &daemon, || {
+        control.fine_tune_status().unwrap().step >= 3
+    });
+    control.fine_tune_stop().unwrap();
+    wait_for("the stop", &daemon, || {
+        control.fine_tune_status().unwrap().state == FineTuneState::Finished
+    });
+    let status = control.fine_tune_status().unwrap();
+    assert!(status.step < status.total_steps, "{status:?}");
+    let saved = fulcrum::train::Checkpoint::load(&state.join("fine-tune/run/last.safetensors"))
+        .unwrap()
+        .progress
+        .step;
+    assert_eq!(saved, u64::from(status.step));
+    assert_eq!(daemon.stop().code(), Some(0));
+    let daemon = Daemon::start(&args);
+    assert!(!daemon.log().contains("resuming"), "{}", daemon.log());
+    assert_eq!(daemon.stop().code(), Some(0));
+}

@@ -1,13 +1,13 @@
 //! The Rust client of `fulcrumd`: connect (Hello/Welcome, schema checked), send frames inline
-//! or through a memfd ring, and ask for stats, health, class names and reloads. `fulcrum
+//! or through a memfd ring, and ask for stats, health, class names, reloads and fine-tunes. `fulcrum
 //! client` is built on it; the C client under `tools/` speaks the same protocol.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use fulcrum_board::protocol::{
-    decode, Detection, ErrorReply, Frame, FrameDesc, FrameSource, Health, Hello, Kind, Message,
-    PixelFormat, Stats, Welcome, MAX_MESSAGE_LEN, SCHEMA_HASH,
+    decode, Detection, ErrorReply, FineTuneParams, FineTuneStatus, Frame, FrameDesc, FrameSource,
+    Health, Hello, Kind, Message, PixelFormat, Stats, Welcome, MAX_MESSAGE_LEN, SCHEMA_HASH,
 };
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
@@ -313,6 +313,39 @@ impl Client {
         )? {
             Message::Ack(Kind::Reload) => Ok(()),
             other => Err(Error::Unexpected(format!("{:?} to Reload", other.kind()))),
+        }
+    }
+
+    /// Starts fine-tuning on `data` (a folder with packed `train/` and `val/` datasets, as
+    /// the daemon sees the path).
+    pub fn fine_tune_start(&mut self, data: &str, params: FineTuneParams) -> Result<(), Error> {
+        match self.request(&Message::FineTuneStart { params, path: data }, 0, None)? {
+            Message::Ack(Kind::FineTuneStart) => Ok(()),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to FineTuneStart",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Stops the running fine-tune (it checkpoints first).
+    pub fn fine_tune_stop(&mut self) -> Result<(), Error> {
+        match self.request(&Message::FineTuneStop, 0, None)? {
+            Message::Ack(Kind::FineTuneStop) => Ok(()),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to FineTuneStop",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub fn fine_tune_status(&mut self) -> Result<FineTuneStatus, Error> {
+        match self.request(&Message::FineTuneStatusRequest, 0, None)? {
+            Message::FineTuneStatus(s) => Ok(s),
+            other => Err(Error::Unexpected(format!(
+                "{:?} to FineTuneStatusRequest",
+                other.kind()
+            ))),
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod fine_tune;
 pub mod frame;
 pub mod notify;
 pub mod ring;

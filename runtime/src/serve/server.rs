@@ -19,6 +19,7 @@ use fulcrum_board::protocol::{
 };
 use nix::libc;
 
+use super::fine_tune::{self, FineTuner};
 use super::frame::FrameView;
 use super::notify::Notifier;
 use super::ring::ClientRing;
@@ -51,6 +52,10 @@ pub struct ServeConfig {
     pub max_ring_bytes: u64,
     /// A client whose reply has waited this long for it to read is dropped.
     pub stall_timeout: Duration,
+    /// Where fine-tuning keeps its checkpoints; `None`: no fine-tuning.
+    pub state_dir: Option<PathBuf>,
+    /// Most time one fine-tuning step may hold the engine.
+    pub fine_tune_slice: Duration,
 }
 
 impl ServeConfig {
@@ -67,6 +72,8 @@ impl ServeConfig {
             max_frame_side: 1920,
             max_ring_bytes: 256 << 20,
             stall_timeout: Duration::from_secs(10),
+            state_dir: None,
+            fine_tune_slice: Duration::from_millis(50),
         }
     }
 
@@ -129,6 +136,9 @@ struct Counters {
     engine: LatencyHistogram,
 }
 
+/// A model loaded and warmed up, with its memory plan, or why not.
+type LoadedModel = Result<(Model, MemoryPlan), Error>;
+
 /// The model being served and what it was loaded from.
 struct Model {
     predictor: Predictor,
@@ -144,7 +154,7 @@ impl Model {
     /// Loads `path`, checks the memory plan for its model against the budget, runs one warm-up
     /// inference on a grey frame of the largest size (which also sizes every buffer the
     /// predictor reuses) and checks its output.
-    fn load(path: &Path, config: &ServeConfig) -> Result<(Model, MemoryPlan), Error> {
+    fn load(path: &Path, config: &ServeConfig) -> LoadedModel {
         let checkpoint = Checkpoint::load(path).map_err(|e| Error::Weights {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -257,6 +267,9 @@ pub struct Server {
     last_progress: Instant,
     notifier: Notifier,
     plan: MemoryPlan,
+    fine_tune: Option<FineTuner>,
+    /// Fine-tuned weights loading and warming up on a thread of their own, and their score.
+    swap_loading: Option<(std::thread::JoinHandle<LoadedModel>, f32)>,
 }
 
 impl Server {
@@ -275,7 +288,44 @@ impl Server {
                 protocol::MAX_FRAME_SIDE
             )));
         }
-        let (model, plan) = Model::load(&config.weights, &config)?;
+        let mut fine_tuner = config.state_dir.as_ref().map(|dir| {
+            let mut settings = fine_tune::Settings::new(dir.clone(), config.exec.clone());
+            settings.slice = config.fine_tune_slice;
+            FineTuner::new(settings)
+        });
+        let swapped = fine_tuner
+            .as_ref()
+            .and_then(|f| f.settings().swapped_weights(&config.weights));
+        let (model, plan) = match swapped {
+            Some(path) => match Model::load(&path, &config) {
+                Ok(loaded) => {
+                    log::info!(
+                        "serving {}, fine-tuned from {} (delete it to serve the original)",
+                        path.display(),
+                        config.weights.display()
+                    );
+                    loaded
+                }
+                Err(e) => {
+                    log::warn!("the fine-tuned weights do not load ({e}); serving the original");
+                    Model::load(&config.weights, &config)?
+                }
+            },
+            None => Model::load(&config.weights, &config)?,
+        };
+        if let Some(f) = fine_tuner.as_mut() {
+            // Fine-tuning gets what the budget leaves after serving.
+            f.settle(
+                model.predictor.is_vulkan(),
+                config
+                    .exec
+                    .mem_budget
+                    .map(|b| b.saturating_sub(plan.total())),
+            );
+            if let Err(e) = f.resume_saved(&model.path) {
+                log::error!("fine-tune: cannot resume: {e}");
+            }
+        }
         let listener = socket::bind_listener(&config.socket, 64).map_err(|e| Error::Io {
             what: format!("binding {}", config.socket.display()),
             source: e,
@@ -308,6 +358,8 @@ impl Server {
             last_progress: Instant::now(),
             notifier,
             plan,
+            fine_tune: fine_tuner,
+            swap_loading: None,
         })
     }
 
@@ -337,6 +389,9 @@ impl Server {
             c.errors,
             self.generation
         );
+        if let Some(f) = &self.fine_tune {
+            f.write_status(out);
+        }
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -357,6 +412,7 @@ impl Server {
                 // The outcome is logged and counted; serving goes on either way.
                 let _ = self.reload(&path);
             }
+            self.swap_fine_tuned();
             self.round()?;
             self.last_progress = Instant::now();
             self.notifier.progress();
@@ -401,8 +457,61 @@ impl Server {
         outcome
     }
 
+    /// Swaps in weights the fine-tune offers (they scored better on held-out data). They are
+    /// loaded and warmed up on a thread of their own at normal priority (its engine threads
+    /// then serve at that priority), so requests go on meanwhile; the swap itself is a move.
+    /// Weights that fail to load or warm up are reported and the old ones keep serving.
+    fn swap_fine_tuned(&mut self) {
+        if let Some((loading, _)) = &self.swap_loading {
+            if !loading.is_finished() {
+                return;
+            }
+            let Some((loading, map)) = self.swap_loading.take() else {
+                return;
+            };
+            let loaded = loading
+                .join()
+                .unwrap_or_else(|_| Err(Error::Config("loading the weights panicked".into())));
+            match loaded {
+                Ok((model, plan)) => {
+                    self.model = model;
+                    self.plan = plan;
+                    self.generation += 1;
+                    log::info!(
+                        "swapped in fine-tuned weights {} (held-out mAP {map:.4}, generation {})",
+                        self.model.path.display(),
+                        self.generation
+                    );
+                    if let Some(f) = &self.fine_tune {
+                        f.swapped(map);
+                    }
+                }
+                Err(e) => log::error!("fine-tuned weights refused, the old ones keep serving: {e}"),
+            }
+            self.state = ServiceState::Ready;
+            self.notifier.reloaded(&self.status_line());
+            return;
+        }
+        let Some((path, map)) = self.fine_tune.as_ref().and_then(FineTuner::take_swap) else {
+            return;
+        };
+        let config = self.config.clone();
+        let loading = std::thread::Builder::new()
+            .name("weights-load".into())
+            .spawn(move || Model::load(&path, &config));
+        match loading {
+            Ok(handle) => {
+                self.notifier.reloading();
+                self.state = ServiceState::Reloading;
+                self.swap_loading = Some((handle, map));
+            }
+            Err(e) => log::error!("cannot start loading the fine-tuned weights: {e}"),
+        }
+    }
+
     fn timeout(&self) -> libc::c_int {
-        let cap = Duration::from_millis(200);
+        // Weights loading on the side are swapped in soon after they are ready.
+        let cap = Duration::from_millis(if self.swap_loading.is_some() { 5 } else { 200 });
         let every = self.notifier.watchdog_every().unwrap_or(cap).min(cap);
         every.as_millis().max(1) as libc::c_int
     }
@@ -447,6 +556,11 @@ impl Server {
                 source: e,
             });
         }
+        // No fine-tuning step starts while requests are answered.
+        let busy = n > 0;
+        if let (true, Some(f)) = (busy, &self.fine_tune) {
+            f.set_serving_busy(true);
+        }
         // Clients first: a hang-up seen in this poll frees its slot before new connections are
         // accepted (a firmware restarting after a crash must not find its own old slot taken).
         for slot in 0..self.clients.len() {
@@ -466,6 +580,9 @@ impl Server {
         }
         if self.pollfds[0].revents & libc::POLLIN != 0 {
             self.accept_clients();
+        }
+        if let (true, Some(f)) = (busy, &self.fine_tune) {
+            f.set_serving_busy(false);
         }
         Ok(())
     }
@@ -705,8 +822,7 @@ impl Server {
                         self.reply_message(slot, &header, &Message::Ack(Kind::AttachRing));
                     }
                     Err(e) => {
-                        self.text.clear();
-                        let _ = write!(self.text, "{e}");
+                        self.set_text(&e.to_string());
                         self.reply_error(slot, seq, ts, ErrorCode::NO_RING);
                     }
                 }
@@ -737,21 +853,52 @@ impl Server {
                 match self.reload(&path) {
                     Ok(()) => self.reply_message(slot, &header, &Message::Ack(Kind::Reload)),
                     Err(e) => {
-                        self.text.clear();
-                        let _ = write!(self.text, "{e}");
+                        self.set_text(&e.to_string());
                         self.reply_error(slot, seq, ts, ErrorCode::RELOAD_FAILED);
                     }
                 }
             }
-            Message::FineTuneStart { .. }
-            | Message::FineTuneStop
-            | Message::FineTuneStatusRequest => {
-                self.text.clear();
-                let _ = write!(
-                    self.text,
-                    "fine-tuning while serving is not in this build yet"
-                );
-                self.reply_error(slot, seq, ts, ErrorCode::FINE_TUNE_FAILED);
+            Message::FineTuneStart { params, path } => {
+                let started = match &mut self.fine_tune {
+                    None => Err(
+                        "this daemon has no state folder to fine-tune in: start it with \
+                         --state-dir (systemd's StateDirectory= sets one)"
+                            .to_owned(),
+                    ),
+                    Some(f) => f.start(
+                        &params,
+                        Path::new(path),
+                        &self.config.weights,
+                        &self.model.path,
+                    ),
+                };
+                match started {
+                    Ok(()) => {
+                        log::info!("fine-tune started on {path} by pid {}", self.peer_pid(slot));
+                        self.reply_message(slot, &header, &Message::Ack(Kind::FineTuneStart));
+                    }
+                    Err(e) => {
+                        log::warn!("fine-tune on {path} refused: {e}");
+                        self.set_text(&e);
+                        self.reply_error(slot, seq, ts, ErrorCode::FINE_TUNE_FAILED);
+                    }
+                }
+            }
+            Message::FineTuneStop => {
+                if self.fine_tune.as_ref().is_some_and(FineTuner::stop) {
+                    self.reply_message(slot, &header, &Message::Ack(Kind::FineTuneStop));
+                } else {
+                    self.text.clear();
+                    let _ = write!(self.text, "no fine-tune is running");
+                    self.reply_error(slot, seq, ts, ErrorCode::FINE_TUNE_FAILED);
+                }
+            }
+            Message::FineTuneStatusRequest => {
+                let status = self
+                    .fine_tune
+                    .as_ref()
+                    .map_or_else(FineTuner::idle_status, FineTuner::status);
+                self.reply_message(slot, &header, &Message::FineTuneStatus(status));
             }
             reply => {
                 self.text.clear();
@@ -925,8 +1072,27 @@ impl Server {
         }
     }
 
-    /// Gives clients up to a second to take their last replies, then closes everything.
+    /// An error reply's text: `text`, cut at a character boundary to what a reply carries
+    /// (the log has it whole).
+    fn set_text(&mut self, text: &str) {
+        self.text.clear();
+        let mut end = text.len().min(MAX_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let _ = self.text.push_str(&text[..end]);
+    }
+
+    fn peer_pid(&self, slot: usize) -> i32 {
+        self.clients[slot].as_ref().map_or(0, |c| c.cred.pid)
+    }
+
+    /// Checkpoints a running fine-tune (it resumes at the next start), gives clients up to a
+    /// second to take their last replies, then closes everything.
     fn shutdown(&mut self) {
+        if let Some(f) = self.fine_tune.as_mut() {
+            f.shutdown();
+        }
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline
             && self

@@ -24,6 +24,12 @@ use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal
 /// STOPPING=1, finishes in-flight replies and exits 0; SIGHUP (or a client's Reload) loads the
 /// weights file again and swaps it in only if it loads and passes a warm-up inference.
 ///
+/// Fine-tuning while serving (a client's FineTuneStart, or `fulcrum client --fine-tune DATA`)
+/// trains on DATA/train from the served weights in the gaps between requests (at SCHED_IDLE,
+/// never starting a step during a request, a step no longer than --fine-tune-slice), checkpoints
+/// into the state folder every epoch, scores every checkpoint on DATA/val and swaps it in
+/// when its mAP@0.5 beats the served weights'. A daemon killed mid-run resumes at its next start.
+///
 /// Every option can also be set in a TOML file given with --config (same names, with
 /// underscores: `weights = "/var/lib/fulcrumd/model.safetensors"`, `allow_gid = [44]`);
 /// options on the command line win.
@@ -54,9 +60,14 @@ struct Args {
     /// allocated, and a plan over the budget is refused at start (the plan is logged).
     #[arg(long, value_parser = fulcrum::balance::parse_size)]
     mem_budget: Option<u64>,
-    /// State folder (checkpoints of fine-tuning) [default: $STATE_DIRECTORY].
+    /// State folder: fine-tuning's job, checkpoints and swapped-in weights live in its
+    /// `fine-tune/` [default: $STATE_DIRECTORY; without either, fine-tuning is refused].
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Most milliseconds one fine-tuning step may hold the engine: the batch is chosen so a
+    /// step fits [default: 50].
+    #[arg(long, value_name = "MS")]
+    fine_tune_slice: Option<u64>,
     /// Most clients connected at once [default: 16].
     #[arg(long)]
     max_clients: Option<usize>,
@@ -88,6 +99,7 @@ struct FileConfig {
     allow_gid: Vec<u32>,
     mem_budget: Option<String>,
     state_dir: Option<PathBuf>,
+    fine_tune_slice: Option<u64>,
     max_clients: Option<usize>,
     max_frame_side: Option<u16>,
     threshold: Option<f32>,
@@ -158,13 +170,10 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
         ),
         (None, None) => None,
     };
-    if let Some(dir) = args
+    let state_dir = args
         .state_dir
         .or(file.state_dir)
-        .or_else(|| env_dir("STATE_DIRECTORY"))
-    {
-        log::debug!("state folder {}", dir.display());
-    }
+        .or_else(|| env_dir("STATE_DIRECTORY"));
     // The Vulkan pipeline cache goes where systemd's CacheDirectory= says.
     if let Some(cache) = env_dir("CACHE_DIRECTORY") {
         if std::env::var_os("XDG_CACHE_HOME").is_none() {
@@ -184,6 +193,13 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
         fp16: false,
     };
     let mut c = ServeConfig::new(socket, weights, exec);
+    c.state_dir = state_dir;
+    if let Some(ms) = args.fine_tune_slice.or(file.fine_tune_slice) {
+        if ms == 0 {
+            anyhow::bail!("--fine-tune-slice must be at least 1 ms");
+        }
+        c.fine_tune_slice = std::time::Duration::from_millis(ms);
+    }
     c.allow_uids = [args.allow_uid, file.allow_uid].concat();
     c.allow_gids = [args.allow_gid, file.allow_gid].concat();
     if let Some(v) = args.max_clients.or(file.max_clients) {

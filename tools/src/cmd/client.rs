@@ -6,8 +6,11 @@ use std::time::Instant;
 
 use fulcrum::pack::letterbox::decode_image;
 use fulcrum::serve::client::Client;
+use fulcrum::serve::fine_tune::state_name;
 use fulcrum::serve::frame::encode_frame;
-use fulcrum_board::protocol::{FrameDesc, FrameSource, PixelFormat};
+use fulcrum_board::protocol::{
+    FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource, PixelFormat,
+};
 
 use super::infer::{image_files, json_line};
 
@@ -24,7 +27,7 @@ pub struct Args {
     #[arg(long)]
     socket: Option<PathBuf>,
     /// Image files or folders of images.
-    #[arg(required_unless_present = "stats")]
+    #[arg(required_unless_present_any = ["stats", "fine_tune", "fine_tune_status", "fine_tune_stop"])]
     inputs: Vec<PathBuf>,
     /// Pixel format to send: rgb8, bgr8, gray8, yuyv or nv12 (YUV needs even sides: an odd
     /// last column or row is cut).
@@ -39,6 +42,30 @@ pub struct Args {
     /// Print the daemon's counters and latency as one JSON line at the end.
     #[arg(long)]
     stats: bool,
+    /// Start fine-tuning the served weights on DATA, a folder with two packed datasets:
+    /// DATA/train (trained on) and DATA/val (held out: new weights are swapped in only when
+    /// they score better there). Pack them with `fulcrum pack SOURCE --out DATA/train
+    /// --holdout 0.2 --holdout-out DATA/val`. The daemon must be able to read DATA.
+    #[arg(long, value_name = "DATA")]
+    fine_tune: Option<PathBuf>,
+    /// Fine-tuning epochs over DATA/train [default: the daemon's, 5].
+    #[arg(long, requires = "fine_tune")]
+    epochs: Option<u16>,
+    /// Stop fine-tuning after this many steps.
+    #[arg(long, requires = "fine_tune")]
+    max_steps: Option<u32>,
+    /// Swap the fine-tuned weights in at the end even if they do not score better.
+    #[arg(long, requires = "fine_tune")]
+    swap_always: bool,
+    /// Follow the fine-tune until it ends, a progress line every 2 s.
+    #[arg(long)]
+    wait: bool,
+    /// Print the fine-tune's state as one JSON line.
+    #[arg(long)]
+    fine_tune_status: bool,
+    /// Stop the running fine-tune (it checkpoints first; the best weights stay swapped in).
+    #[arg(long)]
+    fine_tune_stop: bool,
 }
 
 pub fn parse_format(text: &str) -> Result<PixelFormat, String> {
@@ -63,8 +90,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let socket = a.socket.clone().unwrap_or_else(default_socket);
-    let files = image_files(&a.inputs)?;
     let mut client = Client::connect(&socket)?;
+    if fine_tune(&a, &mut client)? && a.inputs.is_empty() && !a.stats {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let files = image_files(&a.inputs)?;
     let classes = client.classes()?;
     let welcome = *client.welcome();
     log::info!(
@@ -154,4 +184,85 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The fine-tune options; whether there were any.
+fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
+    if let Some(data) = &a.fine_tune {
+        // The daemon resolves the path from its own working folder, not ours.
+        let data = std::path::absolute(data)?;
+        let text = data
+            .to_str()
+            .ok_or_else(|| anyhow::anyhow!("{}: not UTF-8", data.display()))?;
+        let params = FineTuneParams {
+            max_steps: a.max_steps.unwrap_or(0),
+            epochs: a.epochs.unwrap_or(0),
+            swap_always: a.swap_always,
+        };
+        client.fine_tune_start(text, params)?;
+        log::info!("fine-tune started on {}", data.display());
+    }
+    if a.fine_tune_stop {
+        client.fine_tune_stop()?;
+        log::info!("fine-tune stopping (it checkpoints first)");
+    }
+    let asked = a.fine_tune.is_some() || a.fine_tune_stop || a.fine_tune_status || a.wait;
+    if a.wait {
+        loop {
+            let s = client.fine_tune_status()?;
+            let done = !matches!(s.state, FineTuneState::Running | FineTuneState::Stopping);
+            if done {
+                break;
+            }
+            log::info!(
+                "fine-tune {}: epoch {}, step {}/{}, loss {:.3}, held-out mAP {:.3} served / {:.3} latest, {} swap(s); {}",
+                state_name(s.state),
+                s.epoch + 1,
+                s.step,
+                s.total_steps,
+                s.loss,
+                s.serving_map,
+                s.candidate_map,
+                s.swaps,
+                balance_line(&s)
+            );
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+    }
+    if a.fine_tune_status || a.wait {
+        let s = client.fine_tune_status()?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "state": state_name(s.state), "epoch": s.epoch, "step": s.step,
+                "total_steps": s.total_steps, "loss": s.loss, "serving_map": s.serving_map,
+                "candidate_map": s.candidate_map, "swaps": s.swaps,
+                "load_per_batch_us": s.load_per_batch_us, "step_us": s.step_us,
+                "balance": balance_line(&s),
+            })
+        );
+        if a.wait && s.state == FineTuneState::Failed {
+            anyhow::bail!("the fine-tune failed: the daemon's log says why");
+        }
+    }
+    Ok(asked)
+}
+
+/// `T_g·B/C = 1.20 ms vs T_step = 3.40 ms → compute-bound`, from the last epoch measured.
+fn balance_line(s: &FineTuneStatus) -> String {
+    if s.step_us == 0 {
+        return "balance: not measured yet (after the first epoch)".into();
+    }
+    let (load, step) = (
+        f64::from(s.load_per_batch_us) / 1e3,
+        f64::from(s.step_us) / 1e3,
+    );
+    format!(
+        "T_g·B/C = {load:.2} ms vs T_step = {step:.2} ms → {}",
+        if load > step {
+            "input-bound"
+        } else {
+            "compute-bound"
+        }
+    )
 }
