@@ -44,6 +44,10 @@ pub struct ServeRun {
     pub transport: &'static str,
     /// `paced` (at the configured rate) or `flat out`.
     pub load: &'static str,
+    /// The daemon fine-tuned during the run (in the gaps between requests).
+    pub fine_tuning: bool,
+    /// Training steps the fine-tune took during the run.
+    pub fine_tune_steps: u32,
     pub frames: u64,
     pub frames_per_s: f64,
     pub p50_ms: f64,
@@ -196,6 +200,8 @@ fn run_clients(
     Ok(ServeRun {
         transport: if memfd { "memfd" } else { "inline" },
         load: if rate > 0.0 { "paced" } else { "flat out" },
+        fine_tuning: false,
+        fine_tune_steps: 0,
         frames: all.count(),
         frames_per_s: all.count() as f64 / seconds,
         p50_ms: ms(all.quantile(0.5)),
@@ -242,6 +248,7 @@ pub fn bench_serve(
     let (forward, prepare, engine) = forward_baseline(&checkpoint, config, frame.0, &frame.1)?;
     let socket = dir.path().join("fulcrumd.sock");
     let mut serve = ServeConfig::new(socket.clone(), weights, config.exec.clone());
+    serve.state_dir = Some(dir.path().join("state"));
     serve.max_frame_side = config.width.max(config.height);
     serve.max_clients = config.clients + 1;
     let mut server = Server::start(serve, Notifier::default())?;
@@ -287,6 +294,19 @@ pub fn bench_serve(
             }
         }
     }
+    if outcome.is_ok() {
+        progress("packing a synthetic set to fine-tune on");
+        match fine_tune_data(&checkpoint, dir.path()) {
+            Ok(data) => {
+                if let Err(e) =
+                    fine_tuning_runs(&socket, config, &frame, &data, &mut runs, &mut progress)
+                {
+                    outcome = Err(e);
+                }
+            }
+            Err(why) => skipped.push(format!("while fine-tuning: {why}")),
+        }
+    }
     stop.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     serving
         .join()
@@ -311,4 +331,74 @@ pub fn bench_serve(
         runs,
         skipped,
     })
+}
+
+/// Synthetic `train/` (512 images) and `val/` (32) at the model's input size, if the model
+/// detects the synthetic set's two classes.
+fn fine_tune_data(checkpoint: &Checkpoint, dir: &Path) -> Result<PathBuf, String> {
+    use crate::pack::{pack, PackOptions, Source};
+    if checkpoint.model.classes != 2 {
+        return Err(format!(
+            "the weights detect {} classes; the synthetic set has 2 (leave --weights out)",
+            checkpoint.model.classes
+        ));
+    }
+    let data = dir.join("fine-tune");
+    for (split, count, seed) in [("train", 512, 101), ("val", 32, 102)] {
+        let mut options = PackOptions::new(Source::Synthetic { count, seed }, data.join(split));
+        options.size = checkpoint.model.input;
+        pack(&options, &|_, _| {}).map_err(|e| e.to_string())?;
+    }
+    Ok(data)
+}
+
+/// The memfd runs again while the daemon fine-tunes on `data`.
+fn fine_tuning_runs(
+    socket: &Path,
+    config: &ServeBenchConfig,
+    frame: &Arc<(FrameDesc, Vec<u8>)>,
+    data: &Path,
+    runs: &mut Vec<ServeRun>,
+    progress: &mut impl FnMut(&str),
+) -> Result<(), Error> {
+    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
+    let mut control = Client::connect(socket)?;
+    let text = data
+        .to_str()
+        .ok_or_else(|| Error::Config(format!("{}: not UTF-8", data.display())))?;
+    let params = FineTuneParams {
+        max_steps: 0,
+        epochs: 1000,
+        swap_always: false,
+    };
+    control.fine_tune_start(text, params)?;
+    // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.
+    let started = Instant::now();
+    while control.fine_tune_status()?.step < 2 {
+        if control.fine_tune_status()?.state != FineTuneState::Running
+            || started.elapsed() > Duration::from_secs(120)
+        {
+            return Err(Error::Unexpected(
+                "the benchmark's fine-tune did not start".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for rate in [config.rate, 0.0] {
+        progress(&format!(
+            "memfd frames while fine-tuning, {}",
+            if rate > 0.0 {
+                format!("paced at {rate} frames/s")
+            } else {
+                "flat out".into()
+            }
+        ));
+        let before = control.fine_tune_status()?.step;
+        let mut run = run_clients(socket, config, frame, true, rate)?;
+        run.fine_tuning = true;
+        run.fine_tune_steps = control.fine_tune_status()?.step.saturating_sub(before);
+        runs.push(run);
+    }
+    control.fine_tune_stop()?;
+    Ok(())
 }
