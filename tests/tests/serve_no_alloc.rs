@@ -68,7 +68,7 @@ fn serving_allocates_nothing_per_request_after_warm_up() {
     );
     config.max_frame_side = 640;
     config.threshold = 0.01; // many detections: the reply path is exercised in full
-    // Able to fine-tune (no job runs): the serving loop's checks for swaps allocate nothing.
+                             // Able to fine-tune (no job runs): the serving loop's checks for swaps allocate nothing.
     config.state_dir = Some(dir.path().join("state"));
     let mut server = Server::start(config, Notifier::default()).expect("start");
     let control = Arc::new(Control::new());

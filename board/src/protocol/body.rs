@@ -381,6 +381,7 @@ impl FineTuneParams {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct FineTuneStatus {
     pub state: FineTuneState,
+    /// The epoch being trained, from 1 (0: not started).
     pub epoch: u16,
     pub step: u32,
     pub total_steps: u32,

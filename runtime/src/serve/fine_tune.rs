@@ -47,6 +47,9 @@ const SERVING_FILE: &str = "serving.safetensors";
 pub const DEFAULT_EPOCHS: u16 = 5;
 /// Largest batch chosen, however fast a step is.
 const MAX_BATCH: u32 = 16;
+/// How much higher a checkpoint's held-out mAP must be to replace the served weights: less
+/// is noise on a few hundred images, and a swap is not free.
+pub const MIN_GAIN: f32 = 0.001;
 
 /// What the daemon fine-tunes with, from its own options.
 #[derive(Clone, Debug)]
@@ -605,8 +608,8 @@ impl Watcher<'_> {
     /// served weights or `always`.
     fn offer(&mut self, path: &Path, map: f32, always: bool) -> Result<(), String> {
         let serving = Shared::f32(&self.shared.serving_map);
-        if !(always || map > serving || serving.is_nan()) {
-            log::info!("fine-tune: held-out mAP {map:.4} does not beat {serving:.4}; kept serving");
+        if !(always || map >= serving + MIN_GAIN || serving.is_nan()) {
+            log::info!("fine-tune: held-out mAP {map:.4} does not beat {serving:.4} by {MIN_GAIN}; kept serving");
             return Ok(());
         }
         let weights = Checkpoint::load(path).map_err(|e| e.to_string())?;
@@ -615,7 +618,7 @@ impl Watcher<'_> {
             .map_err(|e| e.to_string())?;
         log::info!(
             "fine-tune: held-out mAP {map:.4} {} {serving:.4}: swapping {} in",
-            if map > serving {
+            if map >= serving + MIN_GAIN {
                 ">"
             } else {
                 "(swap asked for) vs"
@@ -657,8 +660,9 @@ impl Observer for Watcher<'_> {
         let s = self.shared;
         s.step
             .store(r.step.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
+        let epoch = r.epoch.saturating_add(1); // the one being trained, from 1
         s.epoch
-            .store(r.epoch.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
+            .store(epoch.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
         Shared::put_f32(&s.loss, r.loss[0]);
         if r.device > self.slice {
             s.over_slice.fetch_add(1, Ordering::Relaxed);

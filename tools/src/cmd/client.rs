@@ -214,10 +214,17 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
             if done {
                 break;
             }
+            if s.total_steps == 0 {
+                log::info!(
+                    "fine-tune preparing: scoring the served weights on the held-out set, sizing the batch"
+                );
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                continue;
+            }
             log::info!(
                 "fine-tune {}: epoch {}, step {}/{}, loss {:.3}, held-out mAP {:.3} served / {:.3} latest, {} swap(s); {}",
                 state_name(s.state),
-                s.epoch + 1,
+                s.epoch,
                 s.step,
                 s.total_steps,
                 s.loss,
