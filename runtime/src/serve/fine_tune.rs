@@ -1,8 +1,8 @@
 //! Fine-tuning while serving: a training run on the board's own data, in the gaps between
 //! requests, that replaces the served weights only when they score better on held-out data.
 //!
-//! The run is the ordinary trainer ([`crate::train::train`]) on its own thread, with its own
-//! engine, started from the served weights. Inference keeps priority three ways:
+//! The run is the ordinary trainer ([`crate::train::trainer::train`]) on its own thread, with
+//! its own engine, started from the served weights. Inference keeps priority three ways:
 //! - the thread (and the engine and loader threads it starts, which inherit it) runs under
 //!   `SCHED_IDLE`, so a request's thread takes a core the moment it wakes;
 //! - a step is not started while a request is being served (the serving loop marks itself
