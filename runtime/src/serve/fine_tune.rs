@@ -580,12 +580,22 @@ fn batch_for_slice(
         .clamp(1, MAX_BATCH)
         .min(train_set.records().min(u64::from(MAX_BATCH)) as u32)
         .max(1);
-    log::info!(
-        "fine-tune: a step of 1 takes {:.2} ms on {}; batch {batch} fits the {} ms slice",
-        best.as_secs_f64() * 1e3,
-        exec.describe(),
-        settings.slice.as_millis()
-    );
+    if fit == 0 {
+        log::warn!(
+            "fine-tune: a step of 1 takes {:.2} ms on {}, over the {} ms slice: batch 1, and \
+             every step will go over (raise --fine-tune-slice, or fine-tune on a faster engine)",
+            best.as_secs_f64() * 1e3,
+            exec.describe(),
+            settings.slice.as_millis()
+        );
+    } else {
+        log::info!(
+            "fine-tune: a step of 1 takes {:.2} ms on {}; batch {batch} fits the {} ms slice",
+            best.as_secs_f64() * 1e3,
+            exec.describe(),
+            settings.slice.as_millis()
+        );
+    }
     Ok(batch)
 }
 
