@@ -32,13 +32,79 @@ pub fn write_atomic_with(
             w.flush()?;
         }
         file.sync_all()?;
+        slow_rename_fault();
         fs::rename(&tmp, path)?;
         sync_dir_of(path)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result
+    result.map_err(|e| {
+        if e.kind() == io::ErrorKind::StorageFull {
+            io::Error::new(
+                e.kind(),
+                "no space left on the device: free some and try again (the previous file is kept)",
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// Test and fault-injection hook: `FULCRUM_FAULT_SLOW_RENAME_MS=N` sleeps N ms between
+/// writing the temporary file and renaming it, so that a test's SIGKILL lands inside a write.
+fn slow_rename_fault() {
+    if let Some(ms) = std::env::var("FULCRUM_FAULT_SLOW_RENAME_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+/// An exclusive claim on a folder for as long as the value lives (`flock` on `DIR/.lock`, so
+/// the kernel drops it when the process dies, however it dies). Its pid is written into the
+/// file for the message a second claimant gets.
+#[derive(Debug)]
+pub struct FolderLock {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl FolderLock {
+    /// Claims `dir` (creating it), or says who holds it.
+    pub fn claim(dir: &Path, what: &str) -> Result<FolderLock, String> {
+        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join(".lock");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                // The pid is only for messages: failing to write it does not matter.
+                let _ = lock.set_len(0);
+                let _ = writeln!(&mut *lock, "{}", std::process::id());
+                Ok(FolderLock { _lock: lock })
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = fs::read_to_string(&path).unwrap_or_default();
+                let holder = holder.trim();
+                Err(format!(
+                    "{} is in use by another {what}{}: wait for it to finish, or choose another folder",
+                    dir.display(),
+                    if holder.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (pid {holder})")
+                    }
+                ))
+            }
+            Err((_, e)) => Err(format!("locking {}: {e}", path.display())),
+        }
+    }
 }
 
 /// fsyncs the directory holding `path`, so that a rename into it is durable.

@@ -174,3 +174,56 @@ mod tests {
         assert_eq!(largest_fitting(1, |x| x == 1), Some(1));
     }
 }
+
+/// A limit on this process's memory set outside fulcrum, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLimit {
+    pub bytes: u64,
+    pub source: &'static str,
+}
+
+/// The tightest memory limit the system puts on this process, if any: `ulimit -v`
+/// (`RLIMIT_AS`) and the cgroup's `memory.max` (v2) or `memory.limit_in_bytes` (v1), which is
+/// what systemd's `MemoryMax=` and container limits set. A plan over it would be killed or
+/// fail mid-run, so it is refused up front instead.
+pub fn process_memory_limit() -> Option<ProcessLimit> {
+    let mut limits = Vec::new();
+    if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_AS) {
+        if soft != nix::sys::resource::RLIM_INFINITY {
+            limits.push(ProcessLimit {
+                bytes: soft,
+                source: "ulimit -v (RLIMIT_AS)",
+            });
+        }
+    }
+    if let Some(bytes) = cgroup_memory_limit() {
+        limits.push(ProcessLimit {
+            bytes,
+            source: "the cgroup's memory limit (systemd MemoryMax=, a container's --memory)",
+        });
+    }
+    limits.into_iter().min_by_key(|l| l.bytes)
+}
+
+fn cgroup_memory_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    // Values from 2^60 up mean "no limit" in cgroup v1.
+    let real = |v: u64| (v < 1 << 60).then_some(v);
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let file = if id == "0" && controllers.is_empty() {
+            format!("/sys/fs/cgroup{path}/memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        if let Ok(v) = std::fs::read_to_string(&file) {
+            if let Some(bytes) = v.trim().parse::<u64>().ok().and_then(real) {
+                return Some(bytes);
+            }
+        }
+    }
+    None
+}

@@ -11,7 +11,9 @@ pub mod timeline;
 pub use bench_io::{
     bench_io, default_bench_data, ensure_bench_data, IoBenchConfig, IoBenchReport, Throughput,
 };
-pub use budget::{human, largest_fitting, parse_size, MemoryPlan, PlanItem};
+pub use budget::{
+    human, largest_fitting, parse_size, process_memory_limit, MemoryPlan, PlanItem, ProcessLimit,
+};
 
 pub use counters::{
     coefficient_of_variation, thread_cpu_time, PipelineCounters, PipelineSnapshot, StageCounters,

@@ -293,6 +293,9 @@ pub fn train(
     let model =
         ModelConfig::named(&config.model, dataset.manifest.num_classes()).map_err(Error::Config)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
+    // One run per output folder: a second would overwrite the first's checkpoints.
+    let _claim =
+        crate::durable::FolderLock::claim(&config.out, "training run").map_err(Error::Config)?;
 
     // Where to start: fresh, or from the checkpoint (whose tuning an autotuned run reuses).
     let mut config = config.clone();
@@ -399,6 +402,18 @@ pub fn train(
                 &graph_options,
                 options,
             ));
+        }
+    }
+
+    if let Some(limit) = balance::process_memory_limit() {
+        if memory.total() > limit.bytes {
+            return Err(Error::Config(format!(
+                "the run plans {} of memory but {} allows this process {}: lower --batch or \
+                 --ring (--mem-budget says what fits), or raise that limit",
+                balance::human(memory.total()),
+                limit.source,
+                balance::human(limit.bytes)
+            )));
         }
     }
 
