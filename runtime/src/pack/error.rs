@@ -43,6 +43,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let source = if source.kind() == std::io::ErrorKind::StorageFull {
+            std::io::Error::new(
+                source.kind(),
+                "no space left on the device: free some, or pack to another --out (nothing \
+                 was left behind)",
+            )
+        } else {
+            source
+        };
         Error::Io {
             path: path.into(),
             source,
