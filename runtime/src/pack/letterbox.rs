@@ -255,8 +255,14 @@ pub fn decode_image_bytes(bytes: &[u8], path: &Path) -> Result<RgbImage> {
     let reader = ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| bad(e.to_string()))?;
-    if reader.format().is_none() {
-        return Err(bad("not a JPEG or PNG file (unrecognised content)".into()));
+    match reader.format() {
+        None => return Err(bad("not a JPEG or PNG file (unrecognised content)".into())),
+        Some(image::ImageFormat::Jpeg | image::ImageFormat::Png) => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "a {other:?} image; only JPEG and PNG are read: convert it to PNG"
+            )))
+        }
     }
     let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
     // The declared size, checked before any pixel is decoded: a header can claim gigapixels.
@@ -605,5 +611,94 @@ mod tests {
         assert!(err.contains("cut.png"), "{err}");
         let err = decode_image(&t.path().join("gone.png")).unwrap_err();
         assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("gone.png"));
+    }
+
+    /// The odd images a user's folder holds: extreme sizes and aspect ratios, 16-bit, grey,
+    /// alpha; each decodes and letterboxes with its content inside the output, and formats
+    /// that are not read get an error naming the file and what to do.
+    #[test]
+    fn odd_images_decode_and_letterbox_or_are_named() {
+        use image::{ImageBuffer, Luma, LumaA, Rgb, Rgba};
+        let t = tempfile::tempdir().unwrap();
+        let save = |name: &str, img: DynamicImage| {
+            let path = t.path().join(name);
+            img.save_with_format(&path, image::ImageFormat::Png)
+                .unwrap();
+            path
+        };
+        let cases = [
+            (
+                "1x1.png",
+                DynamicImage::ImageRgb8(RgbImage::from_pixel(1, 1, Rgb([200, 10, 10]))),
+            ),
+            (
+                "wide.png",
+                DynamicImage::ImageRgb8(RgbImage::from_pixel(20000, 20, Rgb([10, 200, 10]))),
+            ),
+            (
+                "tall.png",
+                DynamicImage::ImageRgb8(RgbImage::from_pixel(20, 20000, Rgb([10, 10, 200]))),
+            ),
+            (
+                "rgb16.png",
+                DynamicImage::ImageRgb16(ImageBuffer::from_pixel(
+                    33,
+                    17,
+                    Rgb([65535u16, 0, 32768]),
+                )),
+            ),
+            (
+                "grey16.png",
+                DynamicImage::ImageLuma16(ImageBuffer::from_pixel(9, 40, Luma([40000u16]))),
+            ),
+            (
+                "grey-alpha.png",
+                DynamicImage::ImageLumaA8(ImageBuffer::from_pixel(12, 12, LumaA([90u8, 0]))),
+            ),
+            (
+                "rgba.png",
+                DynamicImage::ImageRgba8(ImageBuffer::from_pixel(50, 30, Rgba([1u8, 2, 3, 128]))),
+            ),
+        ];
+        let mut lb = Letterboxer::new(64);
+        let mut out = vec![0u8; 64 * 64 * 3];
+        for (name, img) in cases {
+            let (w, h) = (img.width(), img.height());
+            let path = save(name, img);
+            let decoded = decode_image(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(decoded.dimensions(), (w, h), "{name}");
+            let placed = lb.letterbox(&decoded, &mut out);
+            assert!(
+                (1..=64).contains(&placed.width) && (1..=64).contains(&placed.height),
+                "{name}: {placed:?}"
+            );
+            assert!(
+                placed.scale.is_finite() && placed.scale > 0.0,
+                "{name}: {placed:?}"
+            );
+            // The image's own colour is where it was placed (not grey padding).
+            let (cx, cy) = (
+                placed.pad_x as usize + placed.width as usize / 2,
+                placed.pad_y as usize + placed.height as usize / 2,
+            );
+            let at = (cy * 64 + cx) * 3;
+            let centre = &out[at..at + 3];
+            let want = decoded.get_pixel(w / 2, h / 2).0;
+            for c in 0..3 {
+                assert!(
+                    centre[c].abs_diff(want[c]) <= 2,
+                    "{name}: centre {centre:?}, image {want:?}"
+                );
+            }
+        }
+        // 16-bit values come down to 8 bits, not wrapped.
+        let px = decode_image(&t.path().join("rgb16.png")).unwrap();
+        assert_eq!(px.get_pixel(0, 0), &Rgb([255, 0, 128]));
+
+        // A GIF (not read): an error naming the file and the formats that are.
+        let gif = t.path().join("anim.gif");
+        std::fs::write(&gif, b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").unwrap();
+        let err = decode_image(&gif).unwrap_err().to_string();
+        assert!(err.contains("anim.gif") && err.contains("PNG"), "{err}");
     }
 }
