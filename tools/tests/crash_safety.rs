@@ -70,10 +70,12 @@ fn sigkill_at_any_moment_leaves_a_checkpoint_that_resumes() {
         if kills == 14 {
             break;
         }
-        let mut child = train(&data, &out, checkpoint.exists(), 150);
-        // Kill at a moment from 0.05 to 1.25 s in: before the first step, mid-step, or while
+        // Each checkpoint waits 300 ms before its rename: a good share of the run's time is
+        // inside a write, even on a loaded machine where the steps are slower.
+        let mut child = train(&data, &out, checkpoint.exists(), 300);
+        // Kill at a moment from 0.05 to 1.55 s in: before the first step, mid-step, or while
         // a checkpoint's temporary file is written and waits to be renamed.
-        let at = Duration::from_millis(50 + next(&mut rng) % 1200);
+        let at = Duration::from_millis(50 + next(&mut rng) % 1500);
         std::thread::sleep(at);
         if child.try_wait().unwrap().is_some() {
             // It finished before the kill: the run is complete.
