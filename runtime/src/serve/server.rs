@@ -434,27 +434,27 @@ impl Server {
     pub fn reload(&mut self, path: &Path) -> Result<(), Error> {
         self.notifier.reloading();
         self.state = ServiceState::Reloading;
-        let result = Model::load(path, &self.config);
-        self.state = ServiceState::Ready;
-        let outcome = match result {
-            Ok((model, plan)) => {
-                self.model = model;
-                self.plan = plan;
-                self.generation += 1;
-                log::info!(
-                    "reloaded weights from {} (generation {})",
-                    path.display(),
-                    self.generation
-                );
-                Ok(())
-            }
-            Err(e) => {
-                log::error!("reload refused, the old weights keep serving: {e}");
-                Err(e)
-            }
-        };
+        let outcome = self.install(Model::load(path, &self.config));
+        match &outcome {
+            Ok(()) => log::info!(
+                "reloaded weights from {} (generation {})",
+                path.display(),
+                self.generation
+            ),
+            Err(e) => log::error!("reload refused, the old weights keep serving: {e}"),
+        }
         self.notifier.reloaded(&self.status_line());
         outcome
+    }
+
+    /// Ends a reload: puts the loaded model in service, or leaves the old one serving.
+    fn install(&mut self, loaded: LoadedModel) -> Result<(), Error> {
+        self.state = ServiceState::Ready;
+        let (model, plan) = loaded?;
+        self.model = model;
+        self.plan = plan;
+        self.generation += 1;
+        Ok(())
     }
 
     /// Swaps in weights the fine-tune offers (they scored better on held-out data). They are
@@ -472,11 +472,8 @@ impl Server {
             let loaded = loading
                 .join()
                 .unwrap_or_else(|_| Err(Error::Config("loading the weights panicked".into())));
-            match loaded {
-                Ok((model, plan)) => {
-                    self.model = model;
-                    self.plan = plan;
-                    self.generation += 1;
+            match self.install(loaded) {
+                Ok(()) => {
                     log::info!(
                         "swapped in fine-tuned weights {} (held-out mAP {map:.4}, generation {})",
                         self.model.path.display(),
@@ -488,7 +485,6 @@ impl Server {
                 }
                 Err(e) => log::error!("fine-tuned weights refused, the old ones keep serving: {e}"),
             }
-            self.state = ServiceState::Ready;
             self.notifier.reloaded(&self.status_line());
             return;
         }
