@@ -81,6 +81,16 @@ impl FineTuneState {
             _ => Err(WireError::BadValue),
         }
     }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            FineTuneState::Idle => "idle",
+            FineTuneState::Running => "running",
+            FineTuneState::Stopping => "stopping",
+            FineTuneState::Finished => "finished",
+            FineTuneState::Failed => "failed",
+        }
+    }
 }
 
 /// Client → daemon, first message on a connection. The protocol version is the header's.

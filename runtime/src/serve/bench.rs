@@ -374,10 +374,12 @@ fn fine_tuning_runs(
     control.fine_tune_start(text, params)?;
     // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.
     let started = Instant::now();
-    while control.fine_tune_status()?.step < 2 {
-        if control.fine_tune_status()?.state != FineTuneState::Running
-            || started.elapsed() > Duration::from_secs(120)
-        {
+    loop {
+        let status = control.fine_tune_status()?;
+        if status.step >= 2 {
+            break;
+        }
+        if status.state != FineTuneState::Running || started.elapsed() > Duration::from_secs(120) {
             return Err(Error::Unexpected(
                 "the benchmark's fine-tune did not start".into(),
             ));

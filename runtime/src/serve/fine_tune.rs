@@ -201,6 +201,21 @@ impl Shared {
     fn put_f32(a: &AtomicU32, v: f32) {
         a.store(v.to_bits(), Ordering::Relaxed);
     }
+
+    fn status(&self) -> FineTuneStatus {
+        FineTuneStatus {
+            state: self.state(),
+            epoch: self.epoch.load(Ordering::Relaxed).min(u32::from(u16::MAX)) as u16,
+            step: self.step.load(Ordering::Relaxed),
+            total_steps: self.total_steps.load(Ordering::Relaxed),
+            loss: Shared::f32(&self.loss),
+            serving_map: Shared::f32(&self.serving_map),
+            candidate_map: Shared::f32(&self.candidate_map),
+            swaps: self.swaps.load(Ordering::Relaxed),
+            load_per_batch_us: self.load_per_batch_us.load(Ordering::Relaxed),
+            step_us: self.step_us.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The daemon's fine-tuning: at most one job at a time.
@@ -236,7 +251,7 @@ impl FineTuner {
 
     /// The status of a daemon that cannot fine-tune.
     pub fn idle_status() -> FineTuneStatus {
-        FineTuner::new(Settings::new(PathBuf::new(), ExecOptions::default())).status()
+        Shared::new().status()
     }
 
     fn running(&self) -> bool {
@@ -297,19 +312,18 @@ impl FineTuner {
     }
 
     /// At the daemon's start: resumes a job that was running when it last stopped or died.
-    pub fn resume_saved(&mut self, serving: &Path) -> Result<bool, String> {
-        match Job::load(&self.settings.dir())? {
-            Some(job) if job.state == JobState::Running => {
+    pub fn resume_saved(&mut self, serving: &Path) -> Result<(), String> {
+        if let Some(job) = Job::load(&self.settings.dir())? {
+            if job.state == JobState::Running {
                 log::info!(
                     "resuming the fine-tune on {} from {}",
                     job.data.display(),
                     self.settings.dir().join(RUN_DIR).display()
                 );
                 self.spawn(job, serving.to_path_buf());
-                Ok(true)
             }
-            _ => Ok(false),
         }
+        Ok(())
     }
 
     fn spawn(&mut self, job: Job, serving: PathBuf) {
@@ -373,19 +387,7 @@ impl FineTuner {
     }
 
     pub fn status(&self) -> FineTuneStatus {
-        let s = &self.shared;
-        FineTuneStatus {
-            state: s.state(),
-            epoch: s.epoch.load(Ordering::Relaxed).min(u32::from(u16::MAX)) as u16,
-            step: s.step.load(Ordering::Relaxed),
-            total_steps: s.total_steps.load(Ordering::Relaxed),
-            loss: Shared::f32(&s.loss),
-            serving_map: Shared::f32(&s.serving_map),
-            candidate_map: Shared::f32(&s.candidate_map),
-            swaps: s.swaps.load(Ordering::Relaxed),
-            load_per_batch_us: s.load_per_batch_us.load(Ordering::Relaxed),
-            step_us: s.step_us.load(Ordering::Relaxed),
-        }
+        self.shared.status()
     }
 
     /// `fine-tune running: step 40/500, loss 1.25, held-out mAP 0.500 → 0.625, 1 swap(s)`,
@@ -399,7 +401,7 @@ impl FineTuner {
         let _ = write!(
             out,
             "; fine-tune {}: step {}/{}, loss {:.3}, held-out mAP {:.3} → {:.3}, {} swap(s)",
-            state_name(s.state),
+            s.state.name(),
             s.step,
             s.total_steps,
             s.loss,
@@ -407,16 +409,6 @@ impl FineTuner {
             s.candidate_map,
             s.swaps
         );
-    }
-}
-
-pub fn state_name(s: FineTuneState) -> &'static str {
-    match s {
-        FineTuneState::Idle => "idle",
-        FineTuneState::Running => "running",
-        FineTuneState::Stopping => "stopping",
-        FineTuneState::Finished => "finished",
-        FineTuneState::Failed => "failed",
     }
 }
 
@@ -539,7 +531,8 @@ fn fine_tune(
     }
     if !report.interrupted && job.swap_always && !observer.offered {
         let map = Shared::f32(&shared.candidate_map);
-        observer.offer(&report.checkpoint, map, true)?;
+        let weights = Checkpoint::load(&report.checkpoint).map_err(|e| e.to_string())?;
+        observer.offer(&weights, map, true)?;
     }
     Ok(())
 }
@@ -614,25 +607,21 @@ struct Watcher<'a> {
 }
 
 impl Watcher<'_> {
-    /// Offers the checkpoint at `path` (scoring `map`) to the serving loop, if it beats the
-    /// served weights or `always`.
-    fn offer(&mut self, path: &Path, map: f32, always: bool) -> Result<(), String> {
+    /// Offers `weights` (scoring `map`) to the serving loop, if they beat the served weights
+    /// or `always`.
+    fn offer(&mut self, weights: &Checkpoint, map: f32, always: bool) -> Result<(), String> {
         let serving = Shared::f32(&self.shared.serving_map);
-        if !(always || map >= serving + MIN_GAIN || serving.is_nan()) {
+        let better = map >= serving + MIN_GAIN || serving.is_nan();
+        if !(always || better) {
             log::info!("fine-tune: held-out mAP {map:.4} does not beat {serving:.4} by {MIN_GAIN}; kept serving");
             return Ok(());
         }
-        let weights = Checkpoint::load(path).map_err(|e| e.to_string())?;
         weights
             .save(&self.serving_file)
             .map_err(|e| e.to_string())?;
         log::info!(
             "fine-tune: held-out mAP {map:.4} {} {serving:.4}: swapping {} in",
-            if map >= serving + MIN_GAIN {
-                ">"
-            } else {
-                "(swap asked for) vs"
-            },
+            if better { ">" } else { "(swap asked for) vs" },
             self.serving_file.display()
         );
         if let Ok(mut swap) = self.shared.swap.lock() {
@@ -702,11 +691,11 @@ impl Observer for Watcher<'_> {
         self.last_checkpoint = Some(progress.step);
         let scored = Checkpoint::load(path)
             .map_err(|e| e.to_string())
-            .and_then(|c| held_out_map(&c, self.val, self.eval));
+            .and_then(|c| held_out_map(&c, self.val, self.eval).map(|map| (c, map)));
         match scored {
-            Ok(map) => {
+            Ok((weights, map)) => {
                 Shared::put_f32(&self.shared.candidate_map, map);
-                if let Err(e) = self.offer(path, map, false) {
+                if let Err(e) = self.offer(&weights, map, false) {
                     log::error!("fine-tune: offering the new weights: {e}");
                 }
             }

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use fulcrum::pack::letterbox::decode_image;
 use fulcrum::serve::client::Client;
-use fulcrum::serve::fine_tune::state_name;
 use fulcrum::serve::frame::encode_frame;
 use fulcrum_board::protocol::{
     FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource, PixelFormat,
@@ -223,7 +222,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
             }
             log::info!(
                 "fine-tune {}: epoch {}, step {}/{}, loss {:.3}, held-out mAP {:.3} served / {:.3} latest, {} swap(s); {}",
-                state_name(s.state),
+                s.state.name(),
                 s.epoch,
                 s.step,
                 s.total_steps,
@@ -241,7 +240,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
         println!(
             "{}",
             serde_json::json!({
-                "state": state_name(s.state), "epoch": s.epoch, "step": s.step,
+                "state": s.state.name(), "epoch": s.epoch, "step": s.step,
                 "total_steps": s.total_steps, "loss": s.loss, "serving_map": s.serving_map,
                 "candidate_map": s.candidate_map, "swaps": s.swaps,
                 "load_per_batch_us": s.load_per_batch_us, "step_us": s.step_us,
