@@ -486,43 +486,31 @@ pub fn train(
         seed: config.seed,
         ..Progress::default()
     };
-    match &resumed {
-        Some(c) => {
+    match (&resumed, options.init_from.as_deref()) {
+        (Some(c), _) => {
             load_tensors(&mut exec, &graph, c, true)?;
             progress = c.progress;
         }
-        None if options.init_from.is_some() => {
-            let c = options
-                .init_from
-                .as_deref()
-                .unwrap_or_else(|| unreachable!());
-            if c.model != model {
+        (None, Some(base)) => {
+            if base.model != model {
                 return Err(Error::Config(format!(
                     "the weights to fine-tune are a {} for {} classes; {} needs a {} for {} classes",
-                    c.model.name,
-                    c.model.classes,
+                    base.model.name,
+                    base.model.classes,
                     config.data.display(),
                     model.name,
                     model.classes
                 )));
             }
-            load_tensors(&mut exec, &graph, c, false)?;
-            for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
-                let zeros = vec![0.0; spec.len()];
-                for t in [p.m, p.v].into_iter().flatten() {
-                    exec.write_f32(t, &zeros)?;
-                }
-            }
+            load_tensors(&mut exec, &graph, base, false)?;
+            zero_moments(&mut exec, &graph)?;
         }
-        None => {
+        (None, None) => {
             let values = init::init_params(&arch, config.seed);
             for (p, v) in graph.params.iter().zip(&values) {
                 exec.write_f32(p.value, v)?;
-                let zeros = vec![0.0; v.len()];
-                for t in [p.m, p.v].into_iter().flatten() {
-                    exec.write_f32(t, &zeros)?;
-                }
             }
+            zero_moments(&mut exec, &graph)?;
         }
     }
 
@@ -995,6 +983,17 @@ fn snapshot(
         classes: classes.to_vec(),
         tensors,
     })
+}
+
+/// Starts AdamW's moments from zero (a fresh run, or fine-tuning from given weights).
+fn zero_moments(exec: &mut Exec, graph: &ModelGraph) -> Result<()> {
+    for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
+        let zeros = vec![0.0; spec.len()];
+        for t in [p.m, p.v].into_iter().flatten() {
+            exec.write_f32(t, &zeros)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes a checkpoint's weights (and, with `optimizer`, its AdamW moments) into `exec`.
