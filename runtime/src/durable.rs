@@ -39,16 +39,19 @@ pub fn write_atomic_with(
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map_err(|e| {
-        if e.kind() == io::ErrorKind::StorageFull {
-            io::Error::new(
-                e.kind(),
-                "no space left on the device: free some and try again (the previous file is kept)",
-            )
-        } else {
-            e
-        }
-    })
+    result.map_err(|e| explain_full_disk(e, "free some and try again (the previous file is kept)"))
+}
+
+/// `e` saying what to do when it is a full disk (`StorageFull`); other errors as they are.
+pub fn explain_full_disk(e: io::Error, what_to_do: &str) -> io::Error {
+    if e.kind() == io::ErrorKind::StorageFull {
+        io::Error::new(
+            e.kind(),
+            format!("no space left on the device: {what_to_do}"),
+        )
+    } else {
+        e
+    }
 }
 
 /// Test and fault-injection hook: `FULCRUM_FAULT_SLOW_RENAME_MS=N` sleeps N ms between

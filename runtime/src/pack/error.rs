@@ -43,18 +43,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        let source = if source.kind() == std::io::ErrorKind::StorageFull {
-            std::io::Error::new(
-                source.kind(),
-                "no space left on the device: free some, or pack to another --out (nothing \
-                 was left behind)",
-            )
-        } else {
-            source
-        };
         Error::Io {
             path: path.into(),
-            source,
+            source: crate::durable::explain_full_disk(
+                source,
+                "free some, or pack to another --out (nothing was left behind)",
+            ),
         }
     }
 }
