@@ -3,29 +3,16 @@
 //! checkpoint loads and `--resume` goes on, and the run still ends where it should. Also: a
 //! second trainer on the same `--out` is refused while the first runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fulcrum::train::Checkpoint;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fulcrum");
-const TIMEOUT: Duration = Duration::from_secs(120);
+mod common;
 
-fn pack(dir: &Path, n: &str) -> PathBuf {
-    let data = dir.join("syn");
-    let out = Command::new(BIN)
-        .args(["pack", "--synthetic", n, "--out"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    data
-}
+use common::{pack_synthetic, BIN};
+const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `fulcrum train` on `data` into `out`, 6 epochs of 8 steps, a checkpoint every epoch.
 fn train(data: &Path, out: &Path, resume: bool, slow_rename_ms: u64) -> Child {
@@ -60,7 +47,7 @@ fn next(state: &mut u64) -> u64 {
 #[test]
 fn sigkill_at_any_moment_leaves_a_checkpoint_that_resumes() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path(), "64");
+    let data = pack_synthetic(dir.path(), "64");
     let out = dir.path().join("run");
     let checkpoint = out.join("last.safetensors");
     let tmp = out.join("last.safetensors.fulcrum-tmp");
@@ -138,7 +125,7 @@ fn sigkill_at_any_moment_leaves_a_checkpoint_that_resumes() {
 #[test]
 fn a_second_trainer_on_the_same_out_is_refused_while_the_first_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path(), "64");
+    let data = pack_synthetic(dir.path(), "64");
     let out = dir.path().join("run");
     // Slow checkpoint writes keep the first run going for a few seconds.
     let mut first = train(&data, &out, false, 1000);

@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 
 use fulcrum::train::Checkpoint;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fulcrum");
+mod common;
+
+use common::{pack_synthetic, BIN};
 
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Tmpfs {
@@ -97,17 +99,6 @@ fn assert_no_space(out: &Output, names: &str) -> String {
     text
 }
 
-fn pack(dir: &Path) -> PathBuf {
-    let data = dir.join("syn");
-    let out = fulcrum(&["pack", "--synthetic", "64", "--out"], &[&data]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    data
-}
-
 #[test]
 fn pack_onto_a_full_disk_fails_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,7 +117,7 @@ fn pack_onto_a_full_disk_fails_and_leaves_nothing() {
 #[test]
 fn a_checkpoint_onto_a_full_disk_fails_and_keeps_the_previous_one() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path());
+    let data = pack_synthetic(dir.path(), "64");
     let Some(disk) = Tmpfs::mount(dir.path()) else {
         return;
     };
@@ -147,7 +138,7 @@ fn a_checkpoint_onto_a_full_disk_fails_and_keeps_the_previous_one() {
 #[test]
 fn export_and_trace_onto_a_full_disk_fail_and_keep_what_was_there() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path());
+    let data = pack_synthetic(dir.path(), "64");
     let run = dir.path().join("run");
     let out = fulcrum(
         &[

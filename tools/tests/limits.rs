@@ -3,10 +3,12 @@
 //! limit still loads data, and no `HOME` with an unwritable cache folder still runs the Vulkan
 //! engine (the pipeline cache is only a warning).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fulcrum");
+mod common;
+
+use common::{pack_synthetic, BIN};
 
 /// `fulcrum ARGS` under `sh -c 'ulimit …; exec fulcrum …'`.
 fn under_ulimit(limit: &str, args: &[&str]) -> Output {
@@ -20,25 +22,10 @@ fn under_ulimit(limit: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn pack(dir: &Path, n: &str) -> PathBuf {
-    let data = dir.join("syn");
-    let out = Command::new(BIN)
-        .args(["pack", "--synthetic", n, "--out"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    data
-}
-
 #[test]
 fn a_plan_over_ulimit_v_is_refused_up_front() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path(), "64");
+    let data = pack_synthetic(dir.path(), "64");
     let (data, out) = (data.to_str().unwrap(), dir.path().join("run"));
     let args = [
         "train",
@@ -74,7 +61,7 @@ fn a_plan_over_ulimit_v_is_refused_up_front() {
 #[test]
 fn no_locked_memory_still_loads_data_or_says_what_to_raise() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path(), "64");
+    let data = pack_synthetic(dir.path(), "64");
     let data = data.to_str().unwrap();
     let auto = under_ulimit("-l 0", &["load", data]);
     let text = String::from_utf8_lossy(&auto.stderr);
@@ -92,7 +79,7 @@ fn no_locked_memory_still_loads_data_or_says_what_to_raise() {
 #[test]
 fn no_home_and_an_unwritable_cache_still_run_vulkan() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pack(dir.path(), "16");
+    let data = pack_synthetic(dir.path(), "16");
     let run = dir.path().join("run");
     let trained = Command::new(BIN)
         .args([
