@@ -110,6 +110,42 @@ impl FolderLock {
     }
 }
 
+/// A `flock` on a folder's own directory descriptor: shared by the readers of a packed
+/// dataset, exclusive for `pack` while it writes or replaces one. It needs no lock file, so a
+/// dataset on read-only media can still be locked, and the kernel drops it however its holder
+/// dies.
+#[derive(Debug)]
+pub struct DirLock {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl DirLock {
+    /// Locks `dir` without waiting: `Ok(None)` when another process holds a conflicting lock.
+    pub fn try_lock(dir: &Path, exclusive: bool) -> io::Result<Option<DirLock>> {
+        use nix::fcntl::{Flock, FlockArg};
+        use std::os::unix::fs::MetadataExt;
+        let arg = if exclusive {
+            FlockArg::LockExclusiveNonblock
+        } else {
+            FlockArg::LockSharedNonblock
+        };
+        // A folder renamed away between the open and the lock (a `pack --force` replacing it)
+        // leaves the lock on the old one: lock again whatever is at the path now.
+        for _ in 0..3 {
+            let lock = match Flock::lock(File::open(dir)?, arg) {
+                Ok(lock) => lock,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+                Err((_, e)) => return Err(e.into()),
+            };
+            let (locked, now) = (lock.metadata()?, fs::metadata(dir)?);
+            if (locked.dev(), locked.ino()) == (now.dev(), now.ino()) {
+                return Ok(Some(DirLock { _lock: lock }));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// fsyncs the directory holding `path`, so that a rename into it is durable.
 pub fn sync_dir_of(path: &Path) -> io::Result<()> {
     let parent = match path.parent() {
@@ -133,6 +169,21 @@ pub fn user_cache_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dir_lock_shares_between_readers_and_excludes_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = DirLock::try_lock(dir.path(), false).unwrap();
+        assert!(reader.is_some());
+        assert!(DirLock::try_lock(dir.path(), false).unwrap().is_some());
+        assert!(DirLock::try_lock(dir.path(), true).unwrap().is_none());
+        drop(reader);
+        let writer = DirLock::try_lock(dir.path(), true).unwrap();
+        assert!(writer.is_some());
+        assert!(DirLock::try_lock(dir.path(), false).unwrap().is_none());
+        drop(writer);
+        assert!(DirLock::try_lock(&dir.path().join("absent"), false).is_err());
+    }
 
     #[test]
     fn replaces_the_file_and_leaves_no_temporary() {

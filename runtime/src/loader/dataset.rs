@@ -11,11 +11,24 @@ pub struct Dataset {
     pub manifest: Manifest,
     pub layout: RecordLayout,
     pub files: Arc<ShardSet>,
+    /// Shared with other readers; keeps `pack --force` from replacing the dataset under us.
+    _read_lock: Option<crate::durable::DirLock>,
 }
 
 impl Dataset {
-    /// Loads the manifest and opens every shard, checking headers and lengths.
+    /// Loads the manifest and opens every shard, checking headers and lengths. Refused while a
+    /// `pack` writes the folder.
     pub fn open(dir: &Path, direct: DirectMode) -> super::Result<Self> {
+        // A folder that cannot be opened is left to the manifest's load to explain.
+        let read_lock = match crate::durable::DirLock::try_lock(dir, false) {
+            Ok(None) => {
+                return Err(super::Error::BeingPacked {
+                    dir: dir.to_owned(),
+                })
+            }
+            Ok(lock) => lock,
+            Err(_) => None,
+        };
         let manifest = Manifest::load(dir)?;
         let files = Arc::new(ShardSet::open(dir, &manifest, direct)?);
         if let Some(note) = files.direct_note() {
@@ -26,6 +39,7 @@ impl Dataset {
             layout: manifest.layout(),
             manifest,
             files,
+            _read_lock: read_lock,
         })
     }
 

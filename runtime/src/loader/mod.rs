@@ -151,6 +151,8 @@ pub enum Error {
         record: u64,
         what: String,
     },
+    #[error("{dir} is being written by `fulcrum pack` in another process; wait for it to finish")]
+    BeingPacked { dir: PathBuf },
     #[error("bad loader option: {0}")]
     Config(String),
     #[error("the dataset has {records} records, fewer than one batch of {batch}; lower --batch or pack more data")]
@@ -167,6 +169,9 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Most loader threads: far more than any board has cores.
+pub const MAX_LOADERS: usize = 256;
 
 /// The running input pipeline.
 pub struct Loader {
@@ -257,6 +262,12 @@ impl Loader {
             return Err(Error::Config(
                 "--batch, --loaders and --epochs must be at least 1".into(),
             ));
+        }
+        if config.loaders > MAX_LOADERS {
+            return Err(Error::Config(format!(
+                "--loaders {}: use at most {MAX_LOADERS}",
+                config.loaders
+            )));
         }
         let records = dataset.records();
         if records < config.batch as u64 {

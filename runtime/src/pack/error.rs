@@ -31,6 +31,10 @@ pub enum Error {
     },
     #[error("{path} already exists; pass --force to replace it, or choose another --out")]
     OutputExists { path: PathBuf },
+    #[error("{path} is being read by another process (training, eval, inspect, load or a fine-tune); stop it first, or pack to another --out")]
+    OutputInUse { path: PathBuf },
+    #[error("{path} is being written by another `fulcrum pack`; wait for it to finish, or choose another --out")]
+    OutputBeingPacked { path: PathBuf },
     #[error("{what}: nothing to pack")]
     Empty { what: String },
     #[error("bad pack option: {0}")]

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use super::letterbox::{self, BoxStats};
 use super::source::{SourceDataset, SourceItem};
 use super::{coco, synthetic, voc, yolo, Error, Result};
+use crate::durable::DirLock;
 use crate::format::{
     shard_file_name, Manifest, PackSummary, RecordBox, RecordLayout, RecordMeta, ShardEntry,
     HEADER_SIZE, MANIFEST_FILE, SOURCES_FILE,
@@ -138,6 +139,8 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
             path: options.out.clone(),
         });
     }
+    // Held until the new dataset is in place: nobody starts reading the old one meanwhile.
+    let old_lock = lock_existing_output(&options.out)?;
     let (mut dataset, mut source_name) = import(&options.source)?;
     if let Some(h) = &options.holdout {
         if matches!(options.source, Source::Synthetic { .. }) {
@@ -182,10 +185,8 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
     };
 
     let tmp = tmp_dir_for(&options.out);
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    }
-    fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    // The lock stays on the folder through the rename: the new dataset is ours until we exit.
+    let _tmp_lock = claim_tmp_dir(&tmp, &options.out)?;
     let result = write_dataset(
         options,
         &layout,
@@ -203,8 +204,76 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
             return Err(e);
         }
     };
+    // Another pack may have put a dataset there while this one worked.
+    let late_lock = match (&old_lock, options.out.exists(), options.force) {
+        (None, true, false) => Err(Error::OutputExists {
+            path: options.out.clone(),
+        }),
+        (None, true, true) => lock_existing_output(&options.out),
+        _ => Ok(None),
+    };
+    let _late_lock = match late_lock {
+        Ok(lock) => lock,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
     publish(&tmp, &options.out)?;
     Ok(report)
+}
+
+/// An exclusive lock on the dataset `pack --force` will replace; refused while anyone reads it.
+fn lock_existing_output(out: &Path) -> Result<Option<DirLock>> {
+    if !out.is_dir() {
+        return Ok(None);
+    }
+    match DirLock::try_lock(out, true) {
+        Ok(Some(lock)) => Ok(Some(lock)),
+        // Readers and a replacing pack both hold it; a pack also holds its working folder.
+        Ok(None) if is_being_packed(out) => Err(Error::OutputBeingPacked {
+            path: out.to_owned(),
+        }),
+        Ok(None) => Err(Error::OutputInUse {
+            path: out.to_owned(),
+        }),
+        Err(e) => Err(Error::io(out, e)),
+    }
+}
+
+/// Whether another `pack` is writing the replacement of `out` now.
+fn is_being_packed(out: &Path) -> bool {
+    matches!(DirLock::try_lock(&tmp_dir_for(out), false), Ok(None))
+}
+
+/// Creates (or takes over, when a crashed pack left it) the folder the new dataset is written
+/// in, locked so that a second `pack` to the same `--out` is refused instead of clobbering it.
+fn claim_tmp_dir(tmp: &Path, out: &Path) -> Result<DirLock> {
+    if let Some(parent) = tmp.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    let created = match fs::create_dir(tmp) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(Error::io(tmp, e)),
+    };
+    let lock = DirLock::try_lock(tmp, true)
+        .map_err(|e| Error::io(tmp, e))?
+        .ok_or_else(|| Error::OutputBeingPacked {
+            path: out.to_owned(),
+        })?;
+    if !created {
+        for entry in fs::read_dir(tmp).map_err(|e| Error::io(tmp, e))? {
+            let path = entry.map_err(|e| Error::io(tmp, e))?.path();
+            let removed = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            removed.map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    Ok(lock)
 }
 
 fn import(source: &Source) -> Result<(SourceDataset, String)> {
