@@ -71,17 +71,20 @@ pub(crate) fn has_extension(path: &std::path::Path, exts: &[&str]) -> bool {
 
 /// Files under `dir` (into subfolders when `recursive`) for which `keep` holds, sorted.
 /// Hidden entries (a name starting with `.`) are skipped, as are entries whose metadata cannot
-/// be read (a dangling symlink); an unreadable `dir` itself is an error.
+/// be read (a dangling symlink); an unreadable `dir` itself is an error. A folder reached twice
+/// through links (a loop, or two links to one folder) is listed once.
 pub(crate) fn list_files(
     dir: &std::path::Path,
     recursive: bool,
     keep: &dyn Fn(&std::path::Path) -> bool,
 ) -> super::Result<Vec<PathBuf>> {
-    // Deep enough for any real dataset; stops symlink loops.
-    const MAX_DEPTH: usize = 32;
+    use std::os::unix::fs::MetadataExt;
+    let folder_id = |meta: &std::fs::Metadata| (meta.dev(), meta.ino());
+    let root = std::fs::metadata(dir).map_err(|e| super::Error::io(dir, e))?;
+    let mut listed = std::collections::HashSet::from([folder_id(&root)]);
     let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|e| super::Error::io(&d, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| super::Error::io(&d, e))?;
@@ -97,8 +100,16 @@ pub(crate) fn list_files(
                 continue;
             };
             if meta.is_dir() {
-                if recursive && depth < MAX_DEPTH {
-                    stack.push((path, depth + 1));
+                if !recursive {
+                    continue;
+                }
+                if listed.insert(folder_id(&meta)) {
+                    stack.push(path);
+                } else {
+                    log::warn!(
+                        "{}: a link to a folder already listed (a loop?); skipped",
+                        path.display()
+                    );
                 }
             } else if meta.is_file() && keep(&path) {
                 out.push(path);
@@ -107,4 +118,34 @@ pub(crate) fn list_files(
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_reached_again_through_links_are_listed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let images = tmp.path().join("images");
+        std::fs::create_dir_all(images.join("sub")).unwrap();
+        std::fs::write(images.join("a.jpg"), b"").unwrap();
+        std::fs::write(images.join("sub/b.jpg"), b"").unwrap();
+        // A loop back to the top, and a second way into `sub`.
+        std::os::unix::fs::symlink("..", images.join("sub/loop")).unwrap();
+        std::os::unix::fs::symlink("sub", images.join("again")).unwrap();
+        std::os::unix::fs::symlink("missing", images.join("dangling.jpg")).unwrap();
+
+        let listed = list_files(&images, true, &is_image_path).unwrap();
+        let names: Vec<_> = listed
+            .iter()
+            .map(|p| p.strip_prefix(&images).unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.contains(&"a.jpg"), "{names:?}");
+        assert!(names.iter().any(|n| n.ends_with("b.jpg")), "{names:?}");
+
+        let flat = list_files(&images, false, &is_image_path).unwrap();
+        assert_eq!(flat, vec![images.join("a.jpg")]);
+    }
 }
