@@ -701,4 +701,46 @@ mod tests {
         let err = decode_image(&gif).unwrap_err().to_string();
         assert!(err.contains("anim.gif") && err.contains("PNG"), "{err}");
     }
+
+    /// Files no encoder in the tree writes (made with Pillow; see testdata/images/README.md).
+    #[test]
+    fn cmyk_jpeg_and_animated_images() {
+        let fixture = |name: &str| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/images")
+                .join(name)
+        };
+        let near = |got: &image::Rgb<u8>, want: [u8; 3]| {
+            got.0.iter().zip(want).all(|(g, w)| g.abs_diff(w) <= 12)
+        };
+
+        // CMYK (Adobe, inverted, as Photoshop writes it): converted to RGB, not read as noise.
+        let cmyk = decode_image(&fixture("cmyk.jpg")).unwrap();
+        assert_eq!(cmyk.dimensions(), (16, 8));
+        assert!(
+            near(cmyk.get_pixel(2, 4), [255, 0, 0]),
+            "{:?}",
+            cmyk.get_pixel(2, 4)
+        );
+        assert!(
+            near(cmyk.get_pixel(13, 4), [0, 0, 255]),
+            "{:?}",
+            cmyk.get_pixel(13, 4)
+        );
+
+        // An animated PNG is its first frame (red; the second is green).
+        let apng = decode_image(&fixture("animated.png")).unwrap();
+        assert_eq!(apng.dimensions(), (10, 6));
+        assert!(
+            apng.pixels().all(|p| near(p, [220, 20, 20])),
+            "{:?}",
+            apng.get_pixel(0, 0)
+        );
+
+        // An animated GIF: refused by name, with what to do.
+        let err = decode_image(&fixture("animated.gif"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("animated.gif") && err.contains("PNG"), "{err}");
+    }
 }
