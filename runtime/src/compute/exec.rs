@@ -124,6 +124,8 @@ impl Exec {
                         false
                     }
                     Ok(_) => true,
+                    // A device asked for by number and missing is a mistake, not a fallback.
+                    Err(e) if options.device.is_some() => return Err(e.into()),
                     Err(e) => {
                         log::info!("engine: {e}; using the CPU engine");
                         false
