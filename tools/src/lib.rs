@@ -1,8 +1,10 @@
 //! The code behind fulcrum's binaries: argument parsing, progress and printing. The work itself
 //! is in the `fulcrum` crate; this stays thin.
 
+pub mod args;
 pub mod cmd;
 pub mod logger;
+pub mod output_file;
 pub mod progress;
 pub mod signals;
 

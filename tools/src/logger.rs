@@ -23,14 +23,19 @@ impl Log for Logger {
                 Level::Info => 6,
                 Level::Debug | Level::Trace => 7,
             };
-            eprintln!("<{priority}>{}", record.args());
+            eprintln!("<{priority}>{}", message(record));
         } else {
             let level = record.level().as_str().to_lowercase();
-            eprintln!("{level}: {}", record.args());
+            eprintln!("{level}: {}", message(record));
         }
     }
 
     fn flush(&self) {}
+}
+
+/// The record's text, with any long token in it (a 100 kB path, a pasted blob) cut short.
+fn message(record: &Record) -> String {
+    crate::args::cut_long_words(&record.args().to_string())
 }
 
 /// Installs the logger; `FULCRUM_LOG=error|warn|info|debug|trace` overrides `default`.

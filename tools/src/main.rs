@@ -39,7 +39,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
-    let cli = Cli::parse();
+    let cli: Cli = fulcrum_tools::args::parse();
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Pack(a) => cmd::pack::run(a),

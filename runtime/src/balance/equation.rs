@@ -140,6 +140,10 @@ pub fn evaluate(input: &BalanceInput) -> Result<BalanceReport, String> {
     })
 }
 
+/// Longest duration [`parse_duration`] takes: every one fulcrum asks for (a sample's load time,
+/// a training step, a loader's added delay) is far shorter, so more is a typo.
+const MAX_DURATION_S: f64 = 3600.0;
+
 /// Parses a duration like `28ms`, `30us`, `30µs`, `0.5s`, `120ns`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -147,9 +151,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 28ms, 30us, 0.5s)"))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!(
+            "{} is not a duration (e.g. 28ms, 30us, 0.5s)",
+            crate::text::quoted(text)
+        )
+    })?;
     let scale = match unit.trim() {
         "" | "s" => 1.0,
         "ms" => 1e-3,
@@ -157,14 +164,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ns" => 1e-9,
         other => {
             return Err(format!(
-                "{text:?}: unknown unit {other:?}; use s, ms, us or ns"
+                "{}: unknown unit {}; use s, ms, us or ns",
+                crate::text::quoted(text),
+                crate::text::quoted(other)
             ))
         }
     };
     let seconds = value * scale;
-    if !seconds.is_finite() || seconds < 0.0 {
+    if !(0.0..=MAX_DURATION_S).contains(&seconds) {
         return Err(format!(
-            "{text:?}: a duration must be a non-negative number"
+            "{}: a duration must be between 0 and an hour",
+            crate::text::quoted(text)
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
@@ -253,5 +263,15 @@ mod tests {
             .contains("not a duration"));
         assert!(parse_duration("3h").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("-1ms").is_err());
+        assert!(parse_duration("nan").is_err() && parse_duration("inf").is_err());
+        for absurd in ["1e300", "99999999999999999999", "3601s"] {
+            assert!(
+                parse_duration(absurd)
+                    .unwrap_err()
+                    .contains("between 0 and an hour"),
+                "{absurd}"
+            );
+        }
+        assert!(parse_duration(&"9".repeat(100_000)).unwrap_err().len() < 200);
     }
 }

@@ -215,7 +215,11 @@ pub fn bench_serve(
     config: &ServeBenchConfig,
     mut progress: impl FnMut(&str),
 ) -> Result<ServeBenchReport, Error> {
-    if config.clients == 0 || config.seconds <= 0.0 || config.rate < 0.0 {
+    let finite_and = |v: f64, ok: bool| v.is_finite() && ok;
+    if config.clients == 0
+        || !finite_and(config.seconds, config.seconds > 0.0)
+        || !finite_and(config.rate, config.rate >= 0.0)
+    {
         return Err(Error::Config(
             "--clients and --seconds must be positive, --rate not negative".into(),
         ));

@@ -272,6 +272,9 @@ pub struct Server {
     swap_loading: Option<(std::thread::JoinHandle<LoadedModel>, f32)>,
 }
 
+/// Most clients one daemon serves at once: each holds an outbox and a poll slot.
+pub const MAX_CLIENTS: usize = 1024;
+
 impl Server {
     /// Loads and warms up the model, then binds the socket: a daemon that is listening is one
     /// that can answer.
@@ -280,6 +283,19 @@ impl Server {
             return Err(Error::Config(
                 "--max-clients, --top-k and --max-frame-side must be at least 1".into(),
             ));
+        }
+        if config.max_clients > MAX_CLIENTS {
+            return Err(Error::Config(format!(
+                "--max-clients {} is over {MAX_CLIENTS}",
+                config.max_clients
+            )));
+        }
+        if config.top_k > u32::from(protocol::MAX_DETECTIONS) {
+            return Err(Error::Config(format!(
+                "--top-k {} is over the protocol's limit of {} detections per frame",
+                config.top_k,
+                protocol::MAX_DETECTIONS
+            )));
         }
         if config.max_frame_side > protocol::MAX_FRAME_SIDE {
             return Err(Error::Config(format!(

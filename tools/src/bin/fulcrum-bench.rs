@@ -21,7 +21,7 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
-    let cli = Cli::parse();
+    let cli: Cli = fulcrum_tools::args::parse();
     let board = fulcrum_board::detect();
     println!(
         "board: {} ({} cores available)",

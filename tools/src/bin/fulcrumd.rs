@@ -195,8 +195,8 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
     let mut c = ServeConfig::new(socket, weights, exec);
     c.state_dir = state_dir;
     if let Some(ms) = args.fine_tune_slice.or(file.fine_tune_slice) {
-        if ms == 0 {
-            anyhow::bail!("--fine-tune-slice must be at least 1 ms");
+        if !(1..=60_000).contains(&ms) {
+            anyhow::bail!("--fine-tune-slice {ms} ms: use 1 to 60000 ms");
         }
         c.fine_tune_slice = std::time::Duration::from_millis(ms);
     }
@@ -248,11 +248,12 @@ fn run(args: Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     logger::init(log::LevelFilter::Info);
-    match run(Args::parse()) {
+    match run(fulcrum_tools::args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{}", describe(&e));
-            ExitCode::FAILURE
+            // As the fulcrum CLI and a bad command line: 2 for every error.
+            ExitCode::from(2)
         }
     }
 }

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration, required_unless_present = "from")]
     tg: Option<Duration>,
     /// Loader cores.
-    #[arg(long, required_unless_present = "from")]
+    #[arg(long, required_unless_present = "from", value_parser = crate::args::positive)]
     cores: Option<f64>,
     /// Samples per batch.
     #[arg(long, required_unless_present = "from")]

@@ -27,17 +27,19 @@ pub struct ServeArgs {
     /// Checkpoint to serve [default: untrained det-s; latency does not depend on training].
     #[arg(long)]
     weights: Option<PathBuf>,
-    #[arg(long, default_value_t = 4)]
-    clients: usize,
-    /// Seconds per run (four runs).
-    #[arg(long, default_value_t = 3.0)]
+    /// Clients connected at once, 1 to 1000.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    clients: u16,
+    /// Seconds per run (six runs: two transports, paced and flat out, and two while fine-tuning).
+    #[arg(long, default_value_t = 3.0, value_parser = crate::args::seconds)]
     seconds: f64,
-    /// Frames per second over all clients in the paced runs.
-    #[arg(long, default_value_t = 200.0)]
+    /// Frames per second over all clients in the paced runs (0: unpaced).
+    #[arg(long, default_value_t = 200.0, value_parser = crate::args::non_negative)]
     rate: f64,
-    /// Frame size sent, pixels [default: the model's input, 128 × 128].
+    /// Frame width sent, pixels (the model's input is 128 × 128).
     #[arg(long, default_value_t = 128)]
     width: u16,
+    /// Frame height sent, pixels.
     #[arg(long, default_value_t = 128)]
     height: u16,
     /// Pixel format sent: rgb8, bgr8, gray8, yuyv or nv12.
@@ -65,10 +67,10 @@ pub struct BalanceArgs {
     #[arg(long, default_value_t = 32)]
     batch: u32,
     /// Training steps per run.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     steps: u64,
     /// One loader's time per batch as a multiple of the step time.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::args::factor)]
     slowdown: f64,
     /// Memory budget for both runs (the autotuner stays inside it).
     #[arg(long, value_parser = fulcrum::balance::parse_size)]
@@ -88,9 +90,9 @@ pub struct ComputeArgs {
     /// Training batch.
     #[arg(long, default_value_t = 32)]
     batch: u32,
-    /// Runs per figure (medians are reported).
-    #[arg(long, default_value_t = 10)]
-    runs: usize,
+    /// Runs per figure (medians are reported), 1 to 10000.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    runs: u16,
     /// CPU engine threads [default: every core].
     #[arg(long)]
     threads: Option<usize>,
@@ -133,7 +135,7 @@ pub struct IoArgs {
     #[arg(long, default_value_t = 32)]
     queue_depth: u32,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::args::seconds)]
     seconds: f64,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -151,10 +153,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::serve::bench::{bench_serve, ServeBenchConfig};
+    crate::output_file::check_some("--json", a.json.as_deref())?;
     let config = ServeBenchConfig {
         weights: a.weights.clone(),
         exec: a.engine.options(None),
-        clients: a.clients,
+        clients: usize::from(a.clients),
         seconds: a.seconds,
         rate: a.rate,
         width: a.width,
@@ -250,8 +253,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(path) = &a.json {
-        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&r)?.as_bytes())?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write_json(path, &r)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -260,6 +262,7 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::train::bench_balance::{self, BalanceBenchConfig, RunFigures};
     use fulcrum::train::trainer::RunOptions;
 
+    crate::output_file::check_some("--json", a.json.as_deref())?;
     if !(a.slowdown.is_finite() && a.slowdown > 0.0) || a.steps == 0 || a.batch == 0 {
         anyhow::bail!("--slowdown must be positive, --steps and --batch at least 1");
     }
@@ -329,8 +332,7 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
         100.0 * r.autotuned.device_idle
     );
     if let Some(path) = &a.json {
-        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&r)?.as_bytes())?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write_json(path, &r)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -339,11 +341,12 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::compute::bench::{self, ComputeBenchConfig, EntryFigures};
     use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 
+    crate::output_file::check_some("--json", a.json.as_deref())?;
     let base = ComputeBenchConfig {
         model: "det-s".into(),
         classes: 2,
         train_batch: a.batch,
-        runs: a.runs.max(1),
+        runs: usize::from(a.runs),
         exec: ExecOptions {
             engine: EngineChoice::Cpu,
             threads: a.threads.unwrap_or_else(fulcrum_board::host_cores),
@@ -442,13 +445,13 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &a.json {
         let json = serde_json::json!({ "model": "det-s", "runs": base.runs, "engines": reports });
-        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write_json(path, &json)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--json", a.json.as_deref())?;
     let data = match a.data {
         Some(d) => d,
         None => balance::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
@@ -463,9 +466,8 @@ pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {
     };
     let report = balance::bench_io(&config, &|step| eprintln!("measuring: {step}"))?;
     print_io(&report);
-    if let Some(path) = a.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
-        eprintln!("wrote {}", path.display());
+    if let Some(path) = &a.json {
+        crate::output_file::write_json(path, &report)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -33,8 +33,8 @@ pub struct Args {
     /// Training images (synthetic, seed 0); the held-out set is 256 images of seed 1.
     #[arg(long, default_value_t = 2048)]
     images: u64,
-    /// Training epochs.
-    #[arg(long, default_value_t = 16)]
+    /// Training epochs, 1 to 1000000.
+    #[arg(long, default_value_t = 16, value_parser = crate::args::epochs())]
     epochs: u64,
     /// Records per batch: 16 takes twice the optimizer steps of 32 for the same samples, at
     /// about the same samples/s on the CPU engine, and det-s learns more from them.

@@ -38,6 +38,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--json", a.json.as_deref())?;
     let checkpoint = Checkpoint::load(&a.weights)?;
     // Buffered reads: evaluation reads into plain (unaligned) buffers, once per record.
     let dataset = Dataset::open(&a.data, DirectMode::Off)?;
@@ -82,7 +83,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "seconds": report.wall.as_secs_f64(),
             "baseline_map": baseline,
         });
-        fulcrum::durable::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
+        crate::output_file::write_json(path, &json)?;
     }
     Ok(ExitCode::SUCCESS)
 }

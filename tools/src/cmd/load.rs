@@ -15,8 +15,8 @@ use super::pipeline::PipelineArgs;
 pub struct Args {
     /// Packed dataset folder.
     dir: PathBuf,
-    /// Epochs to stream.
-    #[arg(long, default_value_t = 1)]
+    /// Epochs to stream, 1 to 1000000.
+    #[arg(long, default_value_t = 1, value_parser = crate::args::epochs())]
     epochs: u64,
     /// Record loader and consumer spans and write them as Chrome trace JSON (open in Perfetto).
     #[arg(long, value_name = "JSON")]

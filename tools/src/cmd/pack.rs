@@ -24,10 +24,10 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_parser = ["auto", "yolo", "voc", "coco"])]
     format: String,
     /// Split of an Ultralytics data.yaml dataset (train, val, test).
-    #[arg(long)]
+    #[arg(long, requires = "source", conflicts_with = "synthetic")]
     split: Option<String>,
     /// Image folder for a COCO .json (default: beside the .json, then images/).
-    #[arg(long)]
+    #[arg(long, requires = "source", conflicts_with = "synthetic")]
     images: Option<PathBuf>,
     /// Output dataset folder [default: data/synthetic for the synthetic set, else required].
     #[arg(long, short)]
@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR", requires = "holdout")]
     holdout_out: Option<PathBuf>,
     /// Seed of the hold-out split.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "holdout")]
     holdout_seed: u64,
 }
 

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use crate::args::{non_negative, positive};
 use fulcrum::balance::{
     self, timeline, DistSpec, Distribution, Policy, Role, SimConfig, SimReport,
 };
@@ -82,21 +82,10 @@ enum PolicyArg {
     Both,
 }
 
-fn positive(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
-    }
-}
-
-fn non_negative(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number ≥ 0")),
-    }
-}
-
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--json", a.json.as_deref())?;
+    crate::output_file::check_some("--svg", a.svg.as_deref())?;
+    crate::output_file::check_some("--html", a.html.as_deref())?;
     let load = Distribution::new(a.dist.as_ref(), a.load_ms, a.cv, Role::Load)?;
     let step = Distribution::new(a.step_dist.as_ref(), a.step_ms, a.step_cv, Role::Step)?;
     let loaders = a.loaders as usize;
@@ -120,21 +109,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     print(&cfg, &reports);
     if let Some(path) = &a.json {
         let doc = serde_json::json!({ "config": cfg, "results": reports });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write_json(path, &doc)?;
     }
     let panels: Vec<timeline::Timeline> = sims.iter().map(|s| s.timeline.clone()).collect();
     if let Some(path) = &a.svg {
-        std::fs::write(path, timeline::svg(&panels))
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write(path, timeline::svg(&panels).as_bytes())?;
     }
     if let Some(path) = &a.html {
         let title = format!("fulcrum simulate: {}", cfg.describe());
-        std::fs::write(path, timeline::html(&panels, &title))
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        crate::output_file::write(path, timeline::html(&panels, &title).as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

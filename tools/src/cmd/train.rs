@@ -38,8 +38,8 @@ pub struct Args {
     /// Output folder for the checkpoint.
     #[arg(long, default_value = "runs/det-s")]
     out: PathBuf,
-    /// Epochs to train (with --resume: the total, so it may grow).
-    #[arg(long, default_value_t = 30)]
+    /// Epochs to train (with --resume: the total, so it may grow), 1 to 1000000.
+    #[arg(long, default_value_t = 30, value_parser = crate::args::epochs())]
     epochs: u64,
     /// Records per batch (B).
     #[arg(long, default_value_t = 32)]

@@ -1,0 +1,126 @@
+//! Argument parsing shared by the binaries: value parsers with the ranges that make sense (so
+//! an absurd number is a clear error, not a panic or a run of a hundred years), and clap's own
+//! errors with any long token the user gave cut short.
+
+/// Longest run of non-blank characters printed whole in a message.
+const LONGEST_WORD: usize = 200;
+
+/// Parses the command line as `T`. A bad one prints clap's error, with long tokens cut, and
+/// exits with status 2 (help and version print and exit 0 as usual).
+pub fn parse<T: clap::Parser>() -> T {
+    match T::try_parse() {
+        Ok(args) => args,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprint!("{}", cut_long_words(&e.render().to_string()));
+            std::process::exit(2);
+        }
+    }
+}
+
+/// `text` with every run of over 200 non-blank characters (a pasted blob, a 100 kB "path")
+/// cut to its first 48, with its length named.
+pub fn cut_long_words(text: &str) -> String {
+    if !text
+        .split_whitespace()
+        .any(|w| w.chars().count() > LONGEST_WORD)
+    {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len().min(4096));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let blank = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..blank]);
+        rest = &rest[blank..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let word = &rest[..end];
+        if word.chars().count() > LONGEST_WORD {
+            out.extend(word.chars().take(48));
+            out.push_str(&format!("… ({} bytes)", word.len()));
+        } else {
+            out.push_str(word);
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Epochs of one run, 1 to a million: far past any real run; more is a typo.
+pub fn epochs() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::new().range(1..=1_000_000)
+}
+
+/// A finite number > 0.
+pub fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{} is not a positive number", quoted(s))),
+    }
+}
+
+/// A finite number ≥ 0.
+pub fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{} is not a number ≥ 0", quoted(s))),
+    }
+}
+
+/// A measurement's length in seconds: more than 0, at most a day.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    const DAY: f64 = 86_400.0;
+    match positive(s)? {
+        v if v <= DAY => Ok(v),
+        _ => Err(format!(
+            "{} s is more than a day; use at most {DAY}",
+            quoted(s)
+        )),
+    }
+}
+
+/// A factor between 0 (exclusive) and 1000.
+pub fn factor(s: &str) -> Result<f64, String> {
+    match positive(s)? {
+        v if v <= 1000.0 => Ok(v),
+        _ => Err(format!("{} is past 1000", quoted(s))),
+    }
+}
+
+fn quoted(s: &str) -> String {
+    fulcrum::text::quoted(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_words_are_cut_and_the_rest_kept() {
+        assert_eq!(cut_long_words("a b  c\n"), "a b  c\n");
+        let long = "9".repeat(100_000);
+        let cut = cut_long_words(&format!("error: invalid value '{long}' for '--batch'\n"));
+        assert!(cut.len() < 120, "{cut}");
+        assert!(cut.starts_with("error: invalid value '9999"), "{cut}");
+        assert!(cut.ends_with("… (100002 bytes) for '--batch'\n"), "{cut}");
+    }
+
+    #[test]
+    fn numbers_outside_their_range_are_refused() {
+        for bad in ["0", "-1", "nan", "inf", "1e300", "", "x"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+            assert!(factor(bad).is_err(), "{bad}");
+        }
+        assert_eq!(seconds("0.2"), Ok(0.2));
+        assert!(seconds("86401").is_err());
+        assert_eq!(non_negative("0"), Ok(0.0));
+        assert!(non_negative("-0.5").is_err());
+        assert!(
+            positive(&"9".repeat(100_000)).is_err(),
+            "parses as infinity"
+        );
+        assert!(positive("1e400").is_err());
+    }
+}
