@@ -4,87 +4,10 @@
 //! (which only a child process can set without affecting other tests).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fulcrum");
-/// Generous: every command here takes well under a few seconds; more means a hang.
-const TIMEOUT: Duration = Duration::from_secs(60);
+mod common;
 
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
-
-    fn both(&self) -> String {
-        format!("{}\n{}", self.stdout, self.stderr)
-    }
-
-    /// Panics with the whole output unless the exit code is `code` and nothing panicked.
-    #[track_caller]
-    fn expect(&self, code: i32) -> &Self {
-        assert!(
-            self.code() == Some(code) && !self.stderr.contains("panicked"),
-            "expected exit code {code}, got {:?}\n--- stdout\n{}\n--- stderr\n{}",
-            self.code(),
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-}
-
-/// Runs `fulcrum ARGS` in `cwd` with `env` set (and fulcrum's own variables cleared otherwise),
-/// output to files (no pipe can fill up), killed and failed after [`TIMEOUT`].
-fn fulcrum_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let out_path = cwd.join(".fulcrum-test-stdout");
-    let err_path = cwd.join(".fulcrum-test-stderr");
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .current_dir(cwd)
-        .env_remove("FULCRUM_FAULT_URING")
-        .env_remove("FULCRUM_FAULT_DIRECT")
-        .env_remove("FULCRUM_LOG")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("run the fulcrum binary");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for fulcrum") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "`fulcrum {}` did not finish within {TIMEOUT:?} (hang?); stderr so far:\n{}",
-                args.join(" "),
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Run {
-        status,
-        stdout: std::fs::read_to_string(&out_path).unwrap(),
-        stderr: std::fs::read_to_string(&err_path).unwrap(),
-    }
-}
-
-fn fulcrum(cwd: &Path, args: &[&str]) -> Run {
-    fulcrum_env(cwd, args, &[])
-}
+use common::{assert_mentions, fulcrum, fulcrum_env};
 
 /// Packs `n` synthetic records of 32×32 into `cwd/name` with the CLI.
 fn pack(cwd: &Path, name: &str, n: u64, extra: &[&str]) -> PathBuf {
@@ -108,12 +31,6 @@ fn corrupt(dir: &Path, shard: u32, record: u64) {
     let mut b = [0u8];
     file.read_exact_at(&mut b, at).unwrap();
     file.write_all_at(&[b[0] ^ 0x10], at).unwrap();
-}
-
-fn assert_mentions(text: &str, words: &[&str]) {
-    for w in words {
-        assert!(text.contains(w), "{w:?} missing from:\n{text}");
-    }
 }
 
 #[test]

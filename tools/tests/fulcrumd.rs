@@ -720,7 +720,7 @@ fn reloads_swap_good_weights_and_keep_serving_on_bad_ones() {
 #[test]
 fn bad_options_are_clear_errors() {
     let (st, _, err) = run(Command::new(FULCRUMD).args(["--socket", "/tmp/x.sock"]));
-    assert_eq!(st.code(), Some(1));
+    assert_eq!(st.code(), Some(2));
     assert!(err.contains("no weights"), "{err}");
     let (st, _, err) = run(Command::new(FULCRUMD).args([
         "--weights",
@@ -728,13 +728,13 @@ fn bad_options_are_clear_errors() {
         "--socket",
         "/tmp/x.sock",
     ]));
-    assert_eq!(st.code(), Some(1));
+    assert_eq!(st.code(), Some(2));
     assert!(err.contains("/nonexistent.safetensors"), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("fulcrumd.toml");
     std::fs::write(&config, "weigths = \"x\"\n").unwrap();
     let (st, _, err) = run(Command::new(FULCRUMD).arg("--config").arg(&config));
-    assert_eq!(st.code(), Some(1));
+    assert_eq!(st.code(), Some(2));
     assert!(
         err.contains("weigths") && err.contains("fulcrumd.toml"),
         "{err}"
@@ -766,7 +766,7 @@ fn bad_options_are_clear_errors() {
             "--mem-budget",
             "1M",
         ]));
-    assert_eq!(st.code(), Some(1));
+    assert_eq!(st.code(), Some(2));
     assert!(
         err.contains("serving needs") && err.contains("--mem-budget is 1.0 MiB"),
         "{err}"
@@ -784,7 +784,7 @@ fn bad_options_are_clear_errors() {
         .arg("--socket")
         .arg(&plain)
         .args(["--engine", "cpu"]));
-    assert_eq!(st.code(), Some(1));
+    assert_eq!(st.code(), Some(2));
     assert!(err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read(&plain).unwrap(), b"keep");
 }
