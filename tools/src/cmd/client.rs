@@ -111,7 +111,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let image = match decode_image(path) {
             Ok(image) => image,
             Err(e) => {
-                log::warn!("{}: {e}", path.display());
+                log::warn!("{}", super::about_file(path, &e));
                 failed += 1;
                 continue;
             }
@@ -149,7 +149,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let reply = match result {
             Ok(r) => r,
             Err(e) => {
-                log::warn!("{}: {e}", path.display());
+                log::warn!("{}", super::about_file(path, &e));
                 failed += 1;
                 continue;
             }

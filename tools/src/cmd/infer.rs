@@ -102,7 +102,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let (mut image, p) = match predictor.predict_file(path) {
             Ok(r) => r,
             Err(e) => {
-                log::warn!("{}: {e}", path.display());
+                log::warn!("{}", super::about_file(path, &e));
                 failed += 1;
                 continue;
             }

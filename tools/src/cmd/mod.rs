@@ -16,3 +16,13 @@ pub mod pack;
 pub mod pipeline;
 pub mod simulate;
 pub mod train;
+
+/// `error` about the file `path`, naming it once: most errors of a file already start with it.
+fn about_file(path: &std::path::Path, error: &dyn std::fmt::Display) -> String {
+    let (name, message) = (path.display().to_string(), error.to_string());
+    if message.starts_with(&name) {
+        message
+    } else {
+        format!("{name}: {message}")
+    }
+}
