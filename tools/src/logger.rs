@@ -23,14 +23,21 @@ impl Log for Logger {
                 Level::Info => 6,
                 Level::Debug | Level::Trace => 7,
             };
-            eprintln!("<{priority}>{}", message(record));
+            write_line(format_args!("<{priority}>{}", message(record)));
         } else {
             let level = record.level().as_str().to_lowercase();
-            eprintln!("{level}: {}", message(record));
+            write_line(format_args!("{level}: {}", message(record)));
         }
     }
 
     fn flush(&self) {}
+}
+
+/// One line on stderr; a closed stderr (a pipe whose reader exited) loses it rather than
+/// panicking in the middle of the work.
+fn write_line(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// The record's text, with any long token in it (a 100 kB path, a pasted blob) cut short.

@@ -39,6 +39,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
+    fulcrum_tools::signals::end_quietly_on_closed_pipe();
     let cli: Cli = fulcrum_tools::args::parse();
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),

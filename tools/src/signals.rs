@@ -34,3 +34,13 @@ pub fn install() {
         }
     }
 }
+
+/// Ends the process at once, as other Unix tools do, when its output is a pipe whose reader
+/// has exited (`fulcrum infer DIR | head`), instead of panicking on the failed print. For the
+/// command-line tools only: the service's sockets send with MSG_NOSIGNAL either way.
+pub fn end_quietly_on_closed_pipe() {
+    // SAFETY: the default disposition of SIGPIPE is always valid to install.
+    if let Err(e) = unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+        log::debug!("cannot restore SIGPIPE: {e}");
+    }
+}

@@ -558,3 +558,56 @@ fn a_dataset_is_not_replaced_while_read_nor_read_or_packed_twice_while_written()
     assert_eq!(records_of(root, "syn"), "16");
     assert!(!working.exists());
 }
+
+/// `fulcrum infer DIR | head -1`: when the reader of its output exits, fulcrum ends as other
+/// Unix tools do (SIGPIPE), not with a panic on the failed print.
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let data = pack_synthetic(root, "16");
+    fulcrum(
+        root,
+        &[
+            "train",
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            "run",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--batch",
+            "8",
+        ],
+    )
+    .expect(0);
+    let images = coco128_image().parent().unwrap().to_owned();
+    let mut child = Command::new(BIN)
+        .args(["infer", "--weights", "run/last.safetensors"])
+        .arg(&images)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with('{'), "{first}");
+    // The reader is dropped here: 127 images' lines are left to write into a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(nix::libc::SIGPIPE),
+        "{:?}\n{stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -21,6 +21,7 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
+    fulcrum_tools::signals::end_quietly_on_closed_pipe();
     let cli: Cli = fulcrum_tools::args::parse();
     let board = fulcrum_board::detect();
     println!(
