@@ -73,7 +73,7 @@ pub fn coco_json(bytes: &[u8]) {
 
 /// A checkpoint (safetensors with fulcrum's metadata).
 pub fn checkpoint(bytes: &[u8]) {
-    let _ = crate::train::Checkpoint::decode(Path::new(NAME), bytes);
+    let _ = crate::model::Checkpoint::decode(Path::new(NAME), bytes);
 }
 
 /// An image, through the decoder's size limits.

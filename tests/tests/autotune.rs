@@ -10,9 +10,9 @@ use std::time::Duration;
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{self, AugmentConfig, Dataset, LoaderConfig};
+use fulcrum::model::Checkpoint;
 use fulcrum::model::{Arch, GraphOptions, ModelConfig, ModelGraph};
 use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfig, TrainReport};
-use fulcrum::train::Checkpoint;
 use fulcrum_tests::*;
 
 const BATCH: u32 = 8;

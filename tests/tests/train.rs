@@ -9,8 +9,8 @@ use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 use fulcrum::infer::evaluate::{evaluate, EvalOptions};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
+use fulcrum::model::Checkpoint;
 use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfig};
-use fulcrum::train::Checkpoint;
 use fulcrum_tests::*;
 
 fn options(resume: bool) -> RunOptions {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fulcrum::train::Checkpoint;
+use fulcrum::model::Checkpoint;
 
 mod common;
 

@@ -974,7 +974,7 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
             assert_eq!(reply.boxes, before.boxes);
         }
         frames += 1;
-        let saved = fulcrum::train::Checkpoint::load(&checkpoint).map(|c| c.progress.step);
+        let saved = fulcrum::model::Checkpoint::load(&checkpoint).map(|c| c.progress.step);
         let status = control.fine_tune_status().unwrap();
         assert_eq!(status.state, FineTuneState::Running, "{}", daemon.log());
         matches!(saved, Ok(s) if s > 0 && u64::from(status.step) > s)
@@ -983,13 +983,13 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
 
     // kill -9 mid-run: the checkpoint is whole, and a restart resumes from it.
     let mut daemon = daemon;
-    let saved = fulcrum::train::Checkpoint::load(&checkpoint)
+    let saved = fulcrum::model::Checkpoint::load(&checkpoint)
         .expect("the checkpoint survives kill -9")
         .progress
         .step;
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
-    let saved_after = fulcrum::train::Checkpoint::load(&checkpoint)
+    let saved_after = fulcrum::model::Checkpoint::load(&checkpoint)
         .expect("the checkpoint survives kill -9")
         .progress
         .step;
@@ -1060,7 +1060,7 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
     });
     let status = control.fine_tune_status().unwrap();
     assert!(status.step < status.total_steps, "{status:?}");
-    let saved = fulcrum::train::Checkpoint::load(&state.join("fine-tune/run/last.safetensors"))
+    let saved = fulcrum::model::Checkpoint::load(&state.join("fine-tune/run/last.safetensors"))
         .unwrap()
         .progress
         .step;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use fulcrum::train::Checkpoint;
+use fulcrum::model::Checkpoint;
 
 mod common;
 

@@ -8,13 +8,13 @@
 use std::time::{Duration, Instant};
 
 use super::map::{MapAccumulator, MapReport, Scored};
+use super::{Error, Result};
 use crate::compute::cpu::decode::detections_from_bytes;
 use crate::compute::exec::{Exec, ExecOptions};
 use crate::compute::recording::{DETECTION_BYTES, LOSS_LEN};
 use crate::loader::{self, Dataset};
+use crate::model::Checkpoint;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_EVAL};
-use crate::train::trainer::{load_tensors, Error, Result};
-use crate::train::Checkpoint;
 
 /// How to evaluate.
 #[derive(Debug, Clone)]
@@ -132,7 +132,7 @@ pub fn evaluate(
     let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)
         .map_err(Error::Config)?;
     let mut exec = Exec::new(&graph.recording, &options.exec)?;
-    load_tensors(&mut exec, &graph, checkpoint, false)?;
+    checkpoint.load_into(&mut exec, &graph, false)?;
     let entry = graph.entry(ENTRY_EVAL);
 
     let layout = &dataset.layout;

@@ -6,3 +6,21 @@ pub mod map;
 pub mod predict;
 
 pub use map::{MapAccumulator, MapReport, Scored};
+
+/// What can go wrong predicting or evaluating.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Loader(#[from] crate::loader::Error),
+    #[error(transparent)]
+    Exec(#[from] crate::compute::exec::Error),
+    #[error(transparent)]
+    Load(#[from] crate::model::checkpoint::LoadError),
+    /// An image that cannot be read (it names the file).
+    #[error(transparent)]
+    Image(#[from] crate::pack::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

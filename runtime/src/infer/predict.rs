@@ -7,17 +7,17 @@ use std::time::{Duration, Instant};
 use image::RgbImage;
 
 use super::map::Scored;
+use super::{Error, Result};
 use crate::balance::MemoryPlan;
 use crate::compute::cpu::decode::detections_from_bytes;
 use crate::compute::exec::{Exec, ExecOptions};
 use crate::compute::recording::DETECTION_BYTES;
 use crate::format::{RecordLayout, RecordMeta};
+use crate::model::Checkpoint;
 use crate::model::ModelConfig;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
 use crate::pack::letterbox::{decode_image, Letterboxer};
 use crate::pack::resample::{Resampler, RgbRows};
-use crate::train::trainer::{load_tensors, Error, Result};
-use crate::train::Checkpoint;
 
 /// A checkpoint set up for inference, one image at a time (the latency a robot sees).
 pub struct Predictor {
@@ -110,7 +110,7 @@ impl Predictor {
         };
         let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
         let mut exec = Exec::new(&graph.recording, exec)?;
-        load_tensors(&mut exec, &graph, checkpoint, false)?;
+        checkpoint.load_into(&mut exec, &graph, false)?;
         Ok(Predictor {
             exec,
             record: vec![0; layout.record_size],
@@ -135,7 +135,7 @@ impl Predictor {
     /// Detections in an image file (JPEG, PNG; EXIF orientation applied).
     pub fn predict_file(&mut self, path: &Path) -> Result<(RgbImage, Prediction)> {
         let started = Instant::now();
-        let image = decode_image(path).map_err(|e| Error::Config(e.to_string()))?;
+        let image = decode_image(path)?;
         let mut p = self.predict(&image)?;
         p.prepare += started.elapsed() - p.prepare - p.device;
         Ok((image, p))

@@ -2,9 +2,11 @@
 //! derived from the forward one ([`graph`]) and its initial weights ([`init`]).
 
 pub mod arch;
+pub mod checkpoint;
 pub mod graph;
 pub mod init;
 pub mod onnx;
 
 pub use arch::{Arch, ModelConfig};
+pub use checkpoint::{Checkpoint, Progress};
 pub use graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};

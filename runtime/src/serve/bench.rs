@@ -19,8 +19,8 @@ use super::{Control, Error, Notifier, ServeConfig, Server};
 use crate::compute::exec::ExecOptions;
 use crate::infer::predict::Predictor;
 use crate::infer::Scored;
+use crate::model::Checkpoint;
 use crate::model::ModelConfig;
-use crate::train::Checkpoint;
 
 #[derive(Clone, Debug)]
 pub struct ServeBenchConfig {
@@ -110,7 +110,7 @@ fn forward_baseline(
     desc: FrameDesc,
     bytes: &[u8],
 ) -> Result<(LatencyHistogram, LatencyHistogram, String), Error> {
-    let weights_error = |e: crate::train::trainer::Error| Error::Weights {
+    let weights_error = |e: crate::infer::Error| Error::Weights {
         path: PathBuf::from("(benchmark model)"),
         reason: e.to_string(),
     };

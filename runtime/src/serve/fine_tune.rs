@@ -33,10 +33,10 @@ use crate::infer::evaluate::{check_compatible, evaluate, EvalOptions};
 use crate::io::DirectMode;
 use crate::loader::Dataset;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_TRAIN};
+use crate::model::{Checkpoint, Progress};
 use crate::train::trainer::{
     self as train, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
 };
-use crate::train::{Checkpoint, Progress};
 
 /// The fine-tune's folder under the state directory.
 pub const DIR: &str = "fine-tune";

@@ -30,7 +30,7 @@ use crate::balance::MemoryPlan;
 use crate::compute::exec::ExecOptions;
 use crate::infer::predict::Predictor;
 use crate::infer::Scored;
-use crate::train::Checkpoint;
+use crate::model::Checkpoint;
 
 /// What the daemon serves and its limits.
 #[derive(Clone, Debug)]

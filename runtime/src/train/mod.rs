@@ -1,10 +1,9 @@
-//! Training: the step loop, the learning-rate schedule and checkpoints.
+//! Training: the step loop and the learning-rate schedule (checkpoints are the model's:
+//! [`crate::model::checkpoint`]).
 
 pub mod autotune;
 pub mod bench_balance;
-pub mod checkpoint;
 pub mod schedule;
 pub mod trainer;
 
-pub use checkpoint::{Checkpoint, Progress};
 pub use schedule::Schedule;

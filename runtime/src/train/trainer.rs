@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
-use super::checkpoint::{self, Checkpoint, Progress};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
@@ -33,6 +32,7 @@ use crate::compute::ops::AdamW;
 use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
+use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress};
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
 use crate::ring::RingMemory;
 
@@ -152,6 +152,8 @@ pub enum Error {
     Exec(#[from] exec::Error),
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::Error),
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("{0}")]
     Config(String),
     #[error("memory budget {budget} is too small: the run needs {needed} ({detail}); {advice}")]
@@ -488,7 +490,7 @@ pub fn train(
     };
     match (&resumed, options.init_from.as_deref()) {
         (Some(c), _) => {
-            load_tensors(&mut exec, &graph, c, true)?;
+            c.load_into(&mut exec, &graph, true)?;
             progress = c.progress;
         }
         (None, Some(base)) => {
@@ -502,7 +504,7 @@ pub fn train(
                     model.classes
                 )));
             }
-            load_tensors(&mut exec, &graph, base, false)?;
+            base.load_into(&mut exec, &graph, false)?;
             zero_moments(&mut exec, &graph)?;
         }
         (None, None) => {
@@ -991,39 +993,6 @@ fn zero_moments(exec: &mut Exec, graph: &ModelGraph) -> Result<()> {
         let zeros = vec![0.0; spec.len()];
         for t in [p.m, p.v].into_iter().flatten() {
             exec.write_f32(t, &zeros)?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes a checkpoint's weights (and, with `optimizer`, its AdamW moments) into `exec`.
-pub fn load_tensors(
-    exec: &mut Exec,
-    graph: &ModelGraph,
-    c: &Checkpoint,
-    optimizer: bool,
-) -> Result<()> {
-    for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
-        let mut put = |name: &str, id| -> Result<()> {
-            let v = c
-                .get(name)
-                .ok_or_else(|| Error::Config(format!("the checkpoint has no tensor {name:?}")))?;
-            if v.len() != spec.len() {
-                return Err(Error::Config(format!(
-                    "checkpoint tensor {name:?} has {} values; the model's has {}",
-                    v.len(),
-                    spec.len()
-                )));
-            }
-            exec.write_f32(id, v)?;
-            Ok(())
-        };
-        put(&spec.name, p.value)?;
-        if optimizer {
-            if let (Some(m), Some(v)) = (p.m, p.v) {
-                put(&format!("adam.m.{}", spec.name), m)?;
-                put(&format!("adam.v.{}", spec.name), v)?;
-            }
         }
     }
     Ok(())

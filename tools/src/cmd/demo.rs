@@ -9,11 +9,11 @@ use fulcrum::infer::predict::Predictor;
 use fulcrum::io::DirectMode;
 use fulcrum::loader::preview::{class_colour, outline};
 use fulcrum::loader::Dataset;
+use fulcrum::model::Checkpoint;
 use fulcrum::pack::{self, PackOptions, Source};
 use fulcrum::train::trainer::{
     self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
 };
-use fulcrum::train::Checkpoint;
 use image::{Rgb, RgbImage};
 
 use super::engine::EngineArgs;

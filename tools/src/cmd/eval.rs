@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use fulcrum::infer::evaluate::{evaluate, full_image_baseline, EvalOptions, EvalReport};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
-use fulcrum::train::Checkpoint;
+use fulcrum::model::Checkpoint;
 
 use super::engine::EngineArgs;
 

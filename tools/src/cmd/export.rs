@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use fulcrum::model::Checkpoint;
 use fulcrum::model::{onnx, Arch};
-use fulcrum::train::Checkpoint;
 
 /// Export a trained detector as an ONNX model (opset 13).
 ///

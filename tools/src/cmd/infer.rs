@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use fulcrum::infer::predict::Predictor;
 use fulcrum::loader::preview::{class_colour, outline};
+use fulcrum::model::Checkpoint;
 use fulcrum::pack::source::is_image_path;
-use fulcrum::train::Checkpoint;
 use image::Rgb;
 
 use super::engine::EngineArgs;

@@ -4,12 +4,12 @@ use std::process::ExitCode;
 use fulcrum::balance::human;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
+use fulcrum::model::Progress;
 use fulcrum::ring::RingMemory;
 use fulcrum::train::autotune::Decision;
 use fulcrum::train::trainer::{
     self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
 };
-use fulcrum::train::Progress;
 use indicatif::ProgressBar;
 
 use super::engine::EngineArgs;
@@ -222,7 +222,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ring_memory: a.ring_memory,
         init_from: match &a.init_from {
             Some(path) if !a.resume => {
-                Some(std::sync::Arc::new(fulcrum::train::Checkpoint::load(path)?))
+                Some(std::sync::Arc::new(fulcrum::model::Checkpoint::load(path)?))
             }
             _ => None,
         },

@@ -53,6 +53,21 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Why a checkpoint's tensors could not be put into an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("the checkpoint has no tensor {0:?}")]
+    MissingTensor(String),
+    #[error("checkpoint tensor {name:?} has {got} values; the model's has {want}")]
+    WrongLength {
+        name: String,
+        got: usize,
+        want: usize,
+    },
+    #[error(transparent)]
+    Exec(#[from] crate::compute::exec::Error),
+}
+
 /// A checkpoint in memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
@@ -225,6 +240,42 @@ impl Checkpoint {
 
 fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serialises")
+}
+
+impl Checkpoint {
+    /// Writes the weights (and, with `optimizer`, the AdamW moments) into `exec`, which runs
+    /// `graph`.
+    pub fn load_into(
+        &self,
+        exec: &mut crate::compute::exec::Exec,
+        graph: &super::ModelGraph,
+        optimizer: bool,
+    ) -> std::result::Result<(), LoadError> {
+        for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
+            let mut put = |name: &str, id| -> std::result::Result<(), LoadError> {
+                let v = self
+                    .get(name)
+                    .ok_or_else(|| LoadError::MissingTensor(name.to_owned()))?;
+                if v.len() != spec.len() {
+                    return Err(LoadError::WrongLength {
+                        name: name.to_owned(),
+                        got: v.len(),
+                        want: spec.len(),
+                    });
+                }
+                exec.write_f32(id, v)?;
+                Ok(())
+            };
+            put(&spec.name, p.value)?;
+            if optimizer {
+                if let (Some(m), Some(v)) = (p.m, p.v) {
+                    put(&format!("adam.m.{}", spec.name), m)?;
+                    put(&format!("adam.v.{}", spec.name), v)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
