@@ -151,25 +151,7 @@ fn every_option_takes_absurd_numbers_without_a_panic_or_hang() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let abs = |p: &Path| p.to_str().unwrap().to_owned();
-    let data = pack_synthetic(root, "64");
-    let weights = root.join("run/last.safetensors");
-    fulcrum(
-        root,
-        &[
-            "train",
-            "--data",
-            &abs(&data),
-            "--out",
-            "run",
-            "--epochs",
-            "1",
-            "--max-steps",
-            "1",
-            "--batch",
-            "8",
-        ],
-    )
-    .expect(0);
+    let (data, weights) = one_step_checkpoint(root, "64");
     let image = abs(&coco128_image());
     let (data, weights) = (abs(&data), abs(&weights));
     let daemon_socket = root.join("daemon.sock");
@@ -358,6 +340,14 @@ fn every_option_takes_absurd_numbers_without_a_panic_or_hang() {
         runs.len(),
         failures.join("\n\n")
     );
+}
+
+/// `ROOT/syn` (N synthetic records) and `ROOT/run/last.safetensors` trained on it for a step.
+fn one_step_checkpoint(root: &Path, records: &str) -> (PathBuf, PathBuf) {
+    let data = pack_synthetic(root, records);
+    let train = "train --data syn --out run --epochs 1 --max-steps 1 --batch 8";
+    fulcrum(root, &train.split(' ').collect::<Vec<_>>()).expect(0);
+    (data, root.join("run/last.safetensors"))
 }
 
 fn coco128_image() -> PathBuf {
@@ -566,24 +556,7 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let data = pack_synthetic(root, "16");
-    fulcrum(
-        root,
-        &[
-            "train",
-            "--data",
-            data.to_str().unwrap(),
-            "--out",
-            "run",
-            "--epochs",
-            "1",
-            "--max-steps",
-            "1",
-            "--batch",
-            "8",
-        ],
-    )
-    .expect(0);
+    one_step_checkpoint(root, "16");
     let images = coco128_image().parent().unwrap().to_owned();
     let mut child = Command::new(BIN)
         .args(["infer", "--weights", "run/last.safetensors"])
