@@ -17,7 +17,7 @@ pub enum Error {
     BadVoc { path: PathBuf, what: String },
     #[error("{path}: bad COCO JSON: {what}")]
     BadCoco { path: PathBuf, what: String },
-    #[error("{path}: cannot decode image: {what} (re-save it as a JPEG or PNG of sensible size, or remove it from the dataset)")]
+    #[error("{path}: cannot decode image: {what} (re-save it as a JPEG or PNG of sensible size, or leave it out)")]
     UnreadableImage { path: PathBuf, what: String },
     #[error("{path}: {source}")]
     Io {
