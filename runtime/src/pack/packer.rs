@@ -187,7 +187,7 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
     let tmp = tmp_dir_for(&options.out);
     // The lock stays on the folder through the rename: the new dataset is ours until we exit.
     let _tmp_lock = claim_tmp_dir(&tmp, &options.out)?;
-    let result = write_dataset(
+    let written = write_dataset(
         options,
         &layout,
         &dataset,
@@ -196,24 +196,20 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
         &source_name,
         &tmp,
         progress,
-    );
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    // Another pack may have put a dataset there while this one worked.
-    let late_lock = match (&old_lock, options.out.exists(), options.force) {
-        (None, true, false) => Err(Error::OutputExists {
-            path: options.out.clone(),
-        }),
-        (None, true, true) => lock_existing_output(&options.out),
-        _ => Ok(None),
-    };
-    let _late_lock = match late_lock {
-        Ok(lock) => lock,
+    )
+    .and_then(|report| {
+        // Another pack may have put a dataset there while this one worked.
+        let late_lock = match (&old_lock, options.out.exists(), options.force) {
+            (None, true, false) => Err(Error::OutputExists {
+                path: options.out.clone(),
+            }),
+            (None, true, true) => lock_existing_output(&options.out),
+            _ => Ok(None),
+        }?;
+        Ok((report, late_lock))
+    });
+    let (report, _late_lock) = match written {
+        Ok(w) => w,
         Err(e) => {
             let _ = fs::remove_dir_all(&tmp);
             return Err(e);
