@@ -215,11 +215,9 @@ pub fn bench_serve(
     config: &ServeBenchConfig,
     mut progress: impl FnMut(&str),
 ) -> Result<ServeBenchReport, Error> {
-    let finite_and = |v: f64, ok: bool| v.is_finite() && ok;
-    if config.clients == 0
-        || !finite_and(config.seconds, config.seconds > 0.0)
-        || !finite_and(config.rate, config.rate >= 0.0)
-    {
+    let seconds_ok = config.seconds.is_finite() && config.seconds > 0.0;
+    let rate_ok = config.rate.is_finite() && config.rate >= 0.0;
+    if config.clients == 0 || !seconds_ok || !rate_ok {
         return Err(Error::Config(
             "--clients and --seconds must be positive, --rate not negative".into(),
         ));
