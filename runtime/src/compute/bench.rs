@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::cpu::kernels::KernelSet;
 use super::exec::{Exec, ExecOptions, Result};
 use super::recording::{Recording, Step, HYPER_LEN};
 use crate::balance::thread_cpu_time;
@@ -74,6 +75,8 @@ pub struct UploadFigures {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ComputeBenchReport {
     pub engine: String,
+    /// The CPU engine's kernel set (`FULCRUM_CPU_KERNELS` forces one); `None` on a GPU.
+    pub cpu_kernels: Option<KernelSet>,
     pub model: String,
     pub params: usize,
     pub forward_batch1: EntryFigures,
@@ -188,7 +191,7 @@ fn measure(
     config: &ComputeBenchConfig,
     batch: u32,
     train: bool,
-) -> Result<(EntryFigures, String, Option<UploadFigures>)> {
+) -> Result<(EntryFigures, Engine, Option<UploadFigures>)> {
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     let arch = Arch::new(&model);
@@ -211,7 +214,10 @@ fn measure(
             ..config.exec.clone()
         },
     )?;
-    let engine = exec.describe();
+    let engine = Engine {
+        describe: exec.describe(),
+        cpu_kernels: exec.cpu_kernels(),
+    };
     setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
     let (mut device, mut wall) = (Vec::new(), Vec::new());
     for i in 0..config.runs + 2 {
@@ -301,6 +307,12 @@ fn setup(
     exec.write_f32(graph.hyper, &hyper)
 }
 
+/// Which engine a measurement ran on.
+struct Engine {
+    describe: String,
+    cpu_kernels: Option<KernelSet>,
+}
+
 /// Runs the benchmark on the engine `config.exec` chooses.
 pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
     progress("forward at batch 1");
@@ -310,7 +322,8 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     Ok(ComputeBenchReport {
-        engine,
+        engine: engine.describe,
+        cpu_kernels: engine.cpu_kernels,
         model: config.model.clone(),
         params: Arch::new(&model).param_count(),
         forward_batch1,

@@ -159,13 +159,14 @@ impl Exec {
         }
     }
 
-    /// `cpu (2 threads)` or `vulkan: NAME (type)`.
+    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)`.
     pub fn describe(&self) -> String {
         match self {
             Exec::Cpu(c) => format!(
-                "cpu ({} thread{})",
+                "cpu ({} thread{}, {} kernels)",
                 c.threads(),
-                if c.threads() == 1 { "" } else { "s" }
+                if c.threads() == 1 { "" } else { "s" },
+                c.kernels()
             ),
             Exec::Vulkan(v) => format!(
                 "vulkan: {}{}",
@@ -203,6 +204,14 @@ impl Exec {
         match self {
             Exec::Cpu(_) => 0,
             Exec::Vulkan(v) => v.engine().imported_uploads(),
+        }
+    }
+
+    /// The CPU engine's kernel set; `None` on a GPU.
+    pub fn cpu_kernels(&self) -> Option<crate::compute::cpu::kernels::KernelSet> {
+        match self {
+            Exec::Cpu(c) => Some(c.kernels()),
+            Exec::Vulkan(_) => None,
         }
     }
 

@@ -1,5 +1,6 @@
 use std::process::ExitCode;
 
+use fulcrum::compute::cpu::kernels::{self, KernelSet};
 use fulcrum::compute::vulkan::{self, Options};
 
 /// List the compute devices: every Vulkan device (with what fulcrum would pick) and the CPU.
@@ -20,17 +21,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let options = Options::default();
     let listed = vulkan::list_devices(&options);
     let cpu_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernels = kernels::chosen();
+    let kernels_json = serde_json::json!({
+        "chosen": kernels.as_ref().ok(),
+        "error": kernels.as_ref().err().map(|e| e.to_string()),
+        "available": KernelSet::here(),
+    });
     if a.json {
         let value = match &listed {
             Ok(list) => serde_json::json!({
                 "vulkan": list,
                 "picked": vulkan::pick_device(&list.devices, None).ok(),
                 "cpu_threads": cpu_threads,
+                "cpu_kernels": kernels_json,
             }),
             Err(e) => serde_json::json!({
                 "vulkan": null,
                 "vulkan_error": e.to_string(),
                 "cpu_threads": cpu_threads,
+                "cpu_kernels": kernels_json,
             }),
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -111,5 +120,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!("CPU: {cpu_threads} thread(s) (--engine cpu)");
+    let here = KernelSet::here()
+        .iter()
+        .map(|s| s.name())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match kernels {
+        Ok(set) => println!(
+            "     kernels: {set} ({}); this CPU runs: {here} ({} forces one)",
+            set.describe(),
+            kernels::ENV
+        ),
+        Err(e) => println!("     kernels: {e}"),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,7 +7,8 @@
 //! are unrolled by hand into one pass over the row). The backward pass accumulates the input
 //! gradient into phases the same way and copies it out.
 
-use super::dw3x3::{self, Avx2, Taps, WeightGrad};
+use super::dw3x3;
+use super::kernels::{self, dot_lanes, hsum, Kernels, Taps, WeightGrad};
 use crate::compute::ops::Conv2d;
 
 /// Sizes of the phase planes for one op.
@@ -161,28 +162,6 @@ fn axpy(out: &mut [f32], w: f32, t: &[f32]) {
     }
 }
 
-/// `lanes += a·b` in eight independent partial sums (so the compiler can vectorise it); the
-/// lanes carry over from row to row, so a tap pays one horizontal sum, not one per row.
-#[inline(always)]
-pub(super) fn dot_lanes(lanes: &mut [f32; 8], a: &[f32], b: &[f32]) {
-    let b = &b[..a.len()];
-    let (ac, ar) = a.split_at(a.len() / 8 * 8);
-    let (bc, br) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    for (l, (x, y)) in ar.iter().zip(br).enumerate() {
-        lanes[l] += x * y;
-    }
-}
-
-#[inline(always)]
-pub(super) fn hsum(acc: &[f32; 8]) -> f32 {
-    (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
-}
-
 /// Forward pass of one image: `x` is `c × h × w`, `y` is `c × oh × ow`.
 pub(crate) fn forward_image(
     op: &Conv2d,
@@ -192,13 +171,13 @@ pub(crate) fn forward_image(
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
-    forward_with(Avx2::detect(), op, x, weight, bias, y, scratch);
+    forward_with(kernels::active(), op, x, weight, bias, y, scratch);
 }
 
-/// [`forward_image`] with the 3×3 plane kernels of `isa`; other kernel sizes by taps, at the
+/// [`forward_image`] with the 3×3 plane kernels of `kern`; other kernel sizes by taps, at the
 /// compiler's baseline width.
 fn forward_with(
-    isa: Option<Avx2>,
+    kern: &Kernels,
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
@@ -214,7 +193,7 @@ fn forward_with(
         let wc = &weight[c * kk..][..kk];
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
         if let Ok(w9) = <&[f32; 9]>::try_from(wc) {
-            dw3x3::conv(isa, g.taps3(ph), w9, bias[c], op.relu, yc, g.ow);
+            dw3x3::conv(kern, g.taps3(ph), w9, bias[c], op.relu, yc, g.ow);
             continue;
         }
         for (oy, out) in yc.chunks_exact_mut(g.ow).enumerate() {
@@ -245,38 +224,12 @@ pub(crate) fn backward_image(
     gb: &mut [f32],
     scratch: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(isa) = Avx2::detect() {
-        // SAFETY: an `Avx2` exists only where the CPU has AVX2 and FMA, all the function needs.
-        unsafe { backward_avx2(isa, op, x, weight, y, gy, gx, gw, gb, scratch) };
-        return;
-    }
-    backward_body(None, op, x, weight, y, gy, gx, gw, gb, scratch);
+    backward_body(kernels::active(), op, x, weight, y, gy, gx, gw, gb, scratch);
 }
 
-/// [`backward_body`] compiled for AVX2 + FMA (the loops that are not explicit AVX2 too).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn backward_avx2(
-    isa: Avx2,
-    op: &Conv2d,
-    x: &[f32],
-    weight: &[f32],
-    y: &[f32],
-    gy: &[f32],
-    gx: Option<&mut [f32]>,
-    gw: &mut [f32],
-    gb: &mut [f32],
-    scratch: &mut [f32],
-) {
-    backward_body(Some(isa), op, x, weight, y, gy, gx, gw, gb, scratch);
-}
-
-#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn backward_body(
-    isa: Option<Avx2>,
+    kern: &Kernels,
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
@@ -304,7 +257,7 @@ fn backward_body(
         let bufs = (&mut *dph, &mut *masked);
         let gbc = &mut gb[c];
         match <&[f32; 9]>::try_from(wc) {
-            Ok(w9) => backward_3x3(isa, &g, ph, (gyc, yc), w9, (gwc, gbc), gxc, bufs),
+            Ok(w9) => backward_3x3(kern, &g, ph, (gyc, yc), w9, (gwc, gbc), gxc, bufs),
             Err(_) => backward_taps(&g, ph, (gyc, yc), wc, (gwc, gbc), gxc, bufs),
         }
     }
@@ -319,7 +272,7 @@ type OutGrad<'a> = (&'a [f32], Option<&'a [f32]>);
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn backward_3x3(
-    isa: Option<Avx2>,
+    kern: &Kernels,
     g: &Geometry,
     ph: &[f32],
     (gy, y): OutGrad<'_>,
@@ -340,7 +293,7 @@ fn backward_3x3(
         (masked, 0, g.ow)
     };
     let wg = WeightGrad { gy, y, dst, at, ld };
-    let (sums, bsum) = dw3x3::weight_grad(isa, g.taps3(ph), wg, g.ow);
+    let (sums, bsum) = dw3x3::weight_grad(kern, g.taps3(ph), wg, g.ow);
     gw.iter_mut().zip(sums).for_each(|(d, v)| *d += v);
     *gb += bsum;
     let Some(gx) = gx else {
@@ -350,9 +303,9 @@ fn backward_3x3(
         // Stride 1: a conv of the padded gradient with the flipped kernel.
         let flipped: [f32; 9] = std::array::from_fn(|i| w[8 - i]);
         let taps = t.taps3(&dph[..t.phases_len()]);
-        dw3x3::conv(isa, taps, &flipped, 0.0, false, gx, g.w);
+        dw3x3::conv(kern, taps, &flipped, 0.0, false, gx, g.w);
     } else if gather {
-        dw3x3::input_grad_s2(isa, &dph[..(g.oh + 1) * (g.ow + 1)], w, gx, g.ow);
+        dw3x3::input_grad_s2(kern, &dph[..(g.oh + 1) * (g.ow + 1)], w, gx, g.ow);
     } else {
         scatter_input_grad(g, masked, w, dph, gx);
     }
@@ -519,23 +472,26 @@ mod tests {
         y
     }
 
-    fn assert_near(op: &Conv2d, what: &str, got: &[f32], want: &[f64]) {
+    fn assert_near(op: &Conv2d, set: kernels::KernelSet, what: &str, got: &[f32], want: &[f64]) {
         assert_eq!(got.len(), want.len());
         for (g, r) in got.iter().zip(want) {
             assert!(
                 (*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()),
-                "{op:?} {what}: {g} vs {r}"
+                "{op:?} {what} ({set} kernels): {g} vs {r}"
             );
         }
     }
 
-    /// Forward and backward against the definition, with the portable plane kernels and (where
-    /// the CPU has them) the AVX2 ones; shapes with rows shorter and longer than a vector, and
+    /// Forward and backward against the definition, with the plane kernels of every set this
+    /// CPU runs; shapes with rows shorter and longer than a vector, and
     /// stride-2 planes exactly twice their output (the gather path) and not.
     #[test]
     fn backward_matches_the_definition_for_every_stride_kernel_and_pad() {
         let mut rng = SplitMix64::new(7);
-        let isas = [None, Avx2::detect()];
+        let sets = kernels::KernelSet::here()
+            .into_iter()
+            .filter_map(kernels::table);
+        let tables: Vec<&Kernels> = sets.collect();
         for (k, s, p, h, wd, relu) in [
             (3, 1, 1, 9, 11, true),
             (3, 1, 0, 7, 6, false),
@@ -565,28 +521,34 @@ mod tests {
             let b = random_vec(&mut rng, 3, -0.5, 0.5);
             let on = 3 * (op.out_h() * op.out_w()) as usize;
             let gy = random_vec(&mut rng, on, -1.0, 1.0);
-            for isa in isas {
+            for &kern in &tables {
                 let mut y = vec![f32::NAN; on];
                 let mut scr = vec![f32::NAN; forward_scratch_len(&op)];
-                forward_with(isa, &op, &x, &w, &b, &mut y, &mut scr);
-                assert_near(&op, "output", &y, &forward_reference(&op, &x, &w, &b));
+                forward_with(kern, &op, &x, &w, &b, &mut y, &mut scr);
+                assert_near(
+                    &op,
+                    kern.set,
+                    "output",
+                    &y,
+                    &forward_reference(&op, &x, &w, &b),
+                );
                 let (mut gx, mut gw, mut gb) =
                     (vec![f32::NAN; x.len()], vec![0.0; w.len()], [0.0; 3]);
                 let mut scr = vec![f32::NAN; backward_scratch_len(&op)];
                 let gxs = Some(&mut gx[..]);
-                backward_body(isa, &op, &x, &w, &y, &gy, gxs, &mut gw, &mut gb, &mut scr);
+                backward_body(kern, &op, &x, &w, &y, &gy, gxs, &mut gw, &mut gb, &mut scr);
                 let want = reference(&op, &x, &w, &y, &gy);
                 for ((got, want), what) in [&gx[..], &gw, &gb]
                     .into_iter()
                     .zip(&want)
                     .zip(["gx", "gw", "gb"])
                 {
-                    assert_near(&op, what, got, want);
+                    assert_near(&op, kern.set, what, got, want);
                 }
                 // Without an input gradient (a first layer) the weights get the same.
                 let (mut gw2, mut gb2) = (vec![0.0; w.len()], [0.0; 3]);
                 backward_body(
-                    isa, &op, &x, &w, &y, &gy, None, &mut gw2, &mut gb2, &mut scr,
+                    kern, &op, &x, &w, &y, &gy, None, &mut gw2, &mut gb2, &mut scr,
                 );
                 assert_eq!((gw2, gb2), (gw, gb));
             }

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::decode::Candidate;
+use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
@@ -36,12 +37,16 @@ pub struct CpuExec {
     decode_scratch: Vec<Candidate>,
     per_step: bool,
     timings: Vec<Duration>,
+    kernels: KernelSet,
 }
 
 impl CpuExec {
     /// Allocates every tensor (zeroed) and the kernels' working memory for `threads` threads.
+    /// A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any kernel runs.
     pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
         recording.validate()?;
+        kernels::chosen().map_err(|e| e.to_string())?;
+        let kernels = kernels::active().set;
         let storage = recording
             .tensors
             .iter()
@@ -75,6 +80,7 @@ impl CpuExec {
             decode_scratch: Vec::with_capacity(decode),
             per_step: false,
             timings: Vec::with_capacity(steps),
+            kernels,
         })
     }
 
@@ -85,6 +91,11 @@ impl CpuExec {
 
     pub fn threads(&self) -> usize {
         self.scratch.threads()
+    }
+
+    /// The kernel set the steps run with.
+    pub fn kernels(&self) -> KernelSet {
+        self.kernels
     }
 
     /// Bytes this executor holds: tensors and working memory.

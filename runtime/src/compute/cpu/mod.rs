@@ -14,6 +14,7 @@ pub mod exec;
 mod gemm;
 #[cfg(test)]
 pub(crate) mod gradcheck;
+pub mod kernels;
 pub mod loss;
 pub mod normalize;
 pub mod optim;

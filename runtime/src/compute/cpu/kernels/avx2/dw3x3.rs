@@ -1,0 +1,156 @@
+//! The 3×3 depthwise plane kernels in AVX2 + FMA: all nine taps in one pass over a row,
+//! eight outputs at a time.
+use super::super::operands::{Taps, WeightGrad};
+use super::super::portable::{self, s2_pixels};
+use std::arch::x86_64::{
+    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_max_ps, _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _CMP_GT_OQ,
+};
+
+/// Horizontal sum of eight lanes, in the pairwise order of `portable::hsum`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn hsum(v: __m256) -> f32 {
+    let mut l = [0f32; 8];
+    // SAFETY: `l` holds eight floats; storeu needs no alignment.
+    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
+    portable::hsum(&l)
+}
+
+/// See [`super::super::Dw3x3Conv`] (and its safety).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn conv(
+    taps: Taps<'_>,
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+) {
+    let wv = w.map(|v| _mm256_set1_ps(v));
+    let (bv, zero) = (_mm256_set1_ps(bias), _mm256_setzero_ps());
+    let ow8 = ow - ow % 8;
+    for (oy, o) in out.chunks_exact_mut(ow).enumerate() {
+        let t = taps.ptrs(oy);
+        for x in (0..ow8).step_by(8) {
+            // SAFETY: every run of `t` (checked by the caller) and `o` is `ow ≥ x + 8` long.
+            unsafe {
+                let ld = |i: usize| _mm256_loadu_ps(t[i].add(x));
+                // One accumulator per kernel row: three short FMA chains, not one long one.
+                let mut a0 = _mm256_fmadd_ps(wv[0], ld(0), bv);
+                let mut a1 = _mm256_mul_ps(wv[3], ld(3));
+                let mut a2 = _mm256_mul_ps(wv[6], ld(6));
+                a0 = _mm256_fmadd_ps(wv[1], ld(1), a0);
+                a1 = _mm256_fmadd_ps(wv[4], ld(4), a1);
+                a2 = _mm256_fmadd_ps(wv[7], ld(7), a2);
+                a0 = _mm256_fmadd_ps(wv[2], ld(2), a0);
+                a1 = _mm256_fmadd_ps(wv[5], ld(5), a1);
+                a2 = _mm256_fmadd_ps(wv[8], ld(8), a2);
+                let mut v = _mm256_add_ps(_mm256_add_ps(a0, a1), a2);
+                if relu {
+                    v = _mm256_max_ps(v, zero);
+                }
+                _mm256_storeu_ps(o.as_mut_ptr().add(x), v);
+            }
+        }
+        for (i, out) in o.iter_mut().enumerate().skip(ow8) {
+            // SAFETY: as above, i < ow.
+            let a = bias + (0..9).map(|k| w[k] * unsafe { *t[k].add(i) }).sum::<f32>();
+            *out = if relu { a.max(0.0) } else { a };
+        }
+    }
+}
+
+/// See [`super::super::Dw3x3WeightGrad`] (and its safety).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn weight_grad(taps: Taps<'_>, wg: WeightGrad<'_>, ow: usize) -> ([f32; 9], f32) {
+    let ow8 = ow - ow % 8;
+    let zero = _mm256_setzero_ps();
+    let mut acc = [zero; 9];
+    let mut bacc = zero;
+    let (mut tail, mut btail) = ([0f32; 9], 0f32);
+    for (oy, grow) in wg.gy.chunks_exact(ow).enumerate() {
+        let t = taps.ptrs(oy);
+        let yrow = wg.y.map(|y| &y[oy * ow..][..ow]);
+        let d = &mut wg.dst[wg.at + oy * wg.ld..][..ow];
+        for x in (0..ow8).step_by(8) {
+            // SAFETY: every row slice here and every run of `t` (checked by the caller)
+            // is `ow ≥ x + 8` long.
+            unsafe {
+                let mut g = _mm256_loadu_ps(grow.as_ptr().add(x));
+                if let Some(y) = yrow {
+                    let live =
+                        _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_loadu_ps(y.as_ptr().add(x)), zero);
+                    g = _mm256_and_ps(g, live);
+                }
+                _mm256_storeu_ps(d.as_mut_ptr().add(x), g);
+                bacc = _mm256_add_ps(bacc, g);
+                for (a, tap) in acc.iter_mut().zip(t) {
+                    *a = _mm256_fmadd_ps(g, _mm256_loadu_ps(tap.add(x)), *a);
+                }
+            }
+        }
+        for i in ow8..ow {
+            let g = match yrow {
+                Some(y) if y[i] <= 0.0 => 0.0,
+                _ => grow[i],
+            };
+            d[i] = g;
+            btail += g;
+            for (s, tap) in tail.iter_mut().zip(t) {
+                // SAFETY: every run of `t` is `ow > i` long (checked by the caller).
+                *s += g * unsafe { *tap.add(i) };
+            }
+        }
+    }
+    // SAFETY: AVX2 as for this function.
+    let sums: [f32; 9] = std::array::from_fn(|k| unsafe { hsum(acc[k]) } + tail[k]);
+    // SAFETY: as above.
+    (sums, unsafe { hsum(bacc) } + btail)
+}
+
+/// See [`super::super::Dw3x3InputGradS2`] (and its safety).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn input_grad_s2(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize) {
+    let oh = gx.len() / (4 * ow);
+    let ld = ow + 1;
+    let ow8 = ow - ow % 8;
+    let wv = w.map(|v| _mm256_set1_ps(v));
+    for a in 0..oh {
+        let (r0, r1) = (&g[a * ld..][..ld], &g[(a + 1) * ld..][..ld]);
+        let (top, bottom) = gx[2 * a * 2 * ow..][..4 * ow].split_at_mut(2 * ow);
+        for b in (0..ow8).step_by(8) {
+            // SAFETY: rows of g are ow + 1 ≥ b + 9 long, rows of gx 2·ow ≥ 2b + 16.
+            unsafe {
+                let g00 = _mm256_loadu_ps(r0.as_ptr().add(b));
+                let g01 = _mm256_loadu_ps(r0.as_ptr().add(b + 1));
+                let g10 = _mm256_loadu_ps(r1.as_ptr().add(b));
+                let g11 = _mm256_loadu_ps(r1.as_ptr().add(b + 1));
+                let ee = _mm256_mul_ps(wv[4], g00);
+                let eo = _mm256_fmadd_ps(wv[3], g01, _mm256_mul_ps(wv[5], g00));
+                let oe = _mm256_fmadd_ps(wv[1], g10, _mm256_mul_ps(wv[7], g00));
+                let oo = _mm256_add_ps(
+                    _mm256_fmadd_ps(wv[0], g11, _mm256_mul_ps(wv[2], g10)),
+                    _mm256_fmadd_ps(wv[6], g01, _mm256_mul_ps(wv[8], g00)),
+                );
+                interleave_store(top.as_mut_ptr().add(2 * b), ee, eo);
+                interleave_store(bottom.as_mut_ptr().add(2 * b), oe, oo);
+            }
+        }
+        s2_pixels(g, w, gx, ow, a, ow8..ow);
+    }
+}
+
+/// Stores `e0 o0 e1 o1 … e7 o7` at `dst .. dst + 16`. Safety: AVX2; 16 floats writable.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn interleave_store(dst: *mut f32, e: __m256, o: __m256) {
+    let lo = _mm256_unpacklo_ps(e, o); // e0 o0 e1 o1 | e4 o4 e5 o5
+    let hi = _mm256_unpackhi_ps(e, o); // e2 o2 e3 o3 | e6 o6 e7 o7
+                                       // SAFETY: the caller's contract.
+    unsafe {
+        _mm256_storeu_ps(dst, _mm256_permute2f128_ps::<0x20>(lo, hi));
+        _mm256_storeu_ps(dst.add(8), _mm256_permute2f128_ps::<0x31>(lo, hi));
+    }
+}

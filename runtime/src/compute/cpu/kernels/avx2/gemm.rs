@@ -1,0 +1,277 @@
+//! The GEMM panels in AVX2 + FMA.
+
+use super::super::operands::{Epilogue, Mat};
+use super::super::panel::{pack_panel, KC};
+use super::super::portable;
+
+/// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
+/// loops compiled for AVX2 + FMA elsewhere. Safety: see [`super::super::GemmAccumulate`].
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accumulate(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if a.cs == 1 && b.rs == 1 {
+        // SAFETY: AVX2 and FMA as for this function.
+        unsafe { dots(m, k, n, alpha, a, b, c, ldc) };
+    } else {
+        portable::gemm_body(m, k, n, alpha, a, b, c, ldc);
+    }
+}
+
+/// `C ← ep(alpha·A·B + beta·C)` with explicit FMA and the epilogue fused: C in register tiles
+/// of up to 4 rows × 16 columns (eight accumulators), each B row of the tile loaded once per
+/// row set and each A element broadcast once, stored once.
+///
+/// Column tiles are the outer loop: a tile's `k × 16` block of B is first copied into a
+/// contiguous panel (see [`pack_panel`]), which stays in L1 while every row set passes over
+/// it. `k` past [`KC`] goes in blocks, C carrying the partial sums between them.
+///
+/// Safety: see [`super::super::GemmFused`].
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn fused(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    let mut panel = [0f32; KC * 16];
+    for j in (0..n).step_by(16) {
+        let w = (n - j).min(16);
+        for k0 in (0..k).step_by(KC) {
+            let kl = KC.min(k - k0);
+            pack_panel(&mut panel, b, k0, kl, j, w);
+            let t = RowTiles {
+                a,
+                k0,
+                panel: &panel[..kl * 16],
+                alpha,
+                // Blocks after the first add to what C holds; the last stores the result.
+                beta: if k0 == 0 { beta } else { 1.0 },
+                ep: if k0 + kl == k {
+                    ep
+                } else {
+                    Epilogue::default()
+                },
+                c: c.as_mut_ptr(),
+                ldc,
+            };
+            for i in (0..m).step_by(4) {
+                // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns
+                // j..j + w) lies inside A and C, whose last elements the caller checked.
+                unsafe {
+                    match (m - i).min(4) {
+                        4 => t.tile::<4>(i, j, w),
+                        3 => t.tile::<3>(i, j, w),
+                        2 => t.tile::<2>(i, j, w),
+                        _ => t.tile::<1>(i, j, w),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One k block of [`fused`]: A from column `k0`, B's packed panel (`kl × 16`), C as a
+/// raw pointer so tiles can be written through it.
+struct RowTiles<'a> {
+    a: Mat<'a>,
+    k0: usize,
+    panel: &'a [f32],
+    alpha: f32,
+    beta: f32,
+    ep: Epilogue<'a>,
+    c: *mut f32,
+    ldc: usize,
+}
+
+impl RowTiles<'_> {
+    /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C.
+    ///
+    /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R` and columns `k0 .. k0 + kl`
+    /// are inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
+    /// elements the caller checked against their slices).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn tile<const R: usize>(&self, i: usize, j: usize, w: usize) {
+        use std::arch::x86_64::{
+            __m256i, _mm256_add_ps, _mm256_broadcast_ss, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
+            _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
+            _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
+            _mm256_storeu_ps,
+        };
+        let a = &self.a;
+        let full = w == 16;
+        // Lane l of half h is live when 8·h + l < w.
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mask: [__m256i; 2] = [
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
+        ];
+        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
+        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // (i + r)·ldc + j + 8h .. + 8, live lanes only when ragged; all inside the checked
+        // views. Pointers that may point past them are formed with wrapping arithmetic.
+        unsafe {
+            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
+                a.data
+                    .as_ptr()
+                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
+            });
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for row in self.panel.chunks_exact(16) {
+                let b0 = _mm256_loadu_ps(row.as_ptr());
+                let b1 = _mm256_loadu_ps(row.as_ptr().add(8));
+                for r in 0..R {
+                    let av = _mm256_broadcast_ss(&*ap[r]);
+                    ap[r] = ap[r].wrapping_add(a.cs);
+                    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                }
+            }
+            let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
+            for (r, acc_r) in acc.iter().enumerate() {
+                let bias = self.ep.bias.map(|bs| _mm256_set1_ps(bs[i + r]));
+                for (h, v) in acc_r.iter().enumerate() {
+                    let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
+                    let mut v = _mm256_mul_ps(al, *v);
+                    if self.beta != 0.0 {
+                        let old = if full {
+                            _mm256_loadu_ps(o)
+                        } else {
+                            _mm256_maskload_ps(o, mask[h])
+                        };
+                        v = _mm256_fmadd_ps(be, old, v);
+                    }
+                    if let Some(bv) = bias {
+                        v = _mm256_add_ps(v, bv);
+                    }
+                    if self.ep.relu {
+                        v = _mm256_max_ps(v, _mm256_setzero_ps());
+                    }
+                    if full {
+                        _mm256_storeu_ps(o, v);
+                    } else {
+                        _mm256_maskstore_ps(o, mask[h], v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The dot path of [`portable::gemm_body`] (both operands contiguous along k, as in `dW += G·Xᵀ`) with
+/// explicit AVX2: the compiler's own vectoriser makes a shuffle-bound mess of a register
+/// tile. Tiles of 4 rows × 2 columns of C share their loads (6 vector loads per 8 FMAs
+/// instead of 16), and k is cut into blocks so that the block's rows of B stay in cache
+/// while every row tile passes over them.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dots(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    const KC: usize = 512;
+    let (m4, n2) = (m - m % 4, n - n % 2);
+    for k0 in (0..k).step_by(KC) {
+        let kl = KC.min(k - k0);
+        let arow = |i: usize| &a.data[i * a.rs + k0..][..kl];
+        let bcol = |j: usize| &b.data[j * b.cs + k0..][..kl];
+        for i in (0..m4).step_by(4) {
+            let ar = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
+            for j in (0..n2).step_by(2) {
+                // SAFETY: dots runs only on CPUs with AVX2 and FMA.
+                let s = unsafe { dot_tile(ar, [bcol(j), bcol(j + 1)]) };
+                for (r, sr) in s.iter().enumerate() {
+                    for (q, v) in sr.iter().enumerate() {
+                        c[(i + r) * ldc + j + q] += alpha * v;
+                    }
+                }
+            }
+            for j in n2..n {
+                // SAFETY: as above.
+                let s = unsafe { dot_tile(ar, [bcol(j)]) };
+                for (r, sr) in s.iter().enumerate() {
+                    c[(i + r) * ldc + j] += alpha * sr[0];
+                }
+            }
+        }
+        for i in m4..m {
+            for j in 0..n {
+                // SAFETY: as above.
+                let s = unsafe { dot_tile([arow(i)], [bcol(j)]) };
+                c[i * ldc + j] += alpha * s[0][0];
+            }
+        }
+    }
+}
+
+/// `R × Q` dot products of equally long rows; every loaded vector of `a` serves `Q`
+/// products and every one of `b` serves `R`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn dot_tile<const R: usize, const Q: usize>(
+    a: [&[f32]; R],
+    b: [&[f32]; Q],
+) -> [[f32; Q]; R] {
+    use std::arch::x86_64::{
+        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let kl = a[0].len();
+    let n8 = kl / 8;
+    // Cut every row to kl first (panics if one is shorter), so reading 8 floats at 8·p
+    // for p < n8 stays inside each of them.
+    let ap = a.map(|s| s[..kl].as_ptr());
+    let bp = b.map(|s| s[..kl].as_ptr());
+    let mut out = [[0f32; Q]; R];
+    // SAFETY: the CPU has AVX2 and FMA (the caller's contract); every load reads
+    // 8·p .. 8·p + 8 ≤ kl floats of a row checked above, and loadu/storeu need no
+    // alignment.
+    unsafe {
+        let mut acc: [[__m256; Q]; R] = [[_mm256_setzero_ps(); Q]; R];
+        for p in 0..n8 {
+            let mut bv = [_mm256_setzero_ps(); Q];
+            for q in 0..Q {
+                bv[q] = _mm256_loadu_ps(bp[q].add(8 * p));
+            }
+            for r in 0..R {
+                let av = _mm256_loadu_ps(ap[r].add(8 * p));
+                for q in 0..Q {
+                    acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
+                }
+            }
+        }
+        for r in 0..R {
+            for q in 0..Q {
+                let mut v = [0f32; 8];
+                _mm256_storeu_ps(v.as_mut_ptr(), acc[r][q]);
+                let mut s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+                for p in n8 * 8..kl {
+                    s += a[r][p] * b[q][p];
+                }
+                out[r][q] = s;
+            }
+        }
+    }
+    out
+}

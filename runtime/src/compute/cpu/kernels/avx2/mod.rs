@@ -1,0 +1,22 @@
+//! The AVX2 + FMA set (x86-64 CPUs since Haswell and Zen).
+
+mod dw3x3;
+mod gemm;
+
+use super::{KernelSet, Kernels};
+
+static KERNELS: Kernels = Kernels {
+    set: KernelSet::Avx2,
+    gemm_fused: Some(gemm::fused),
+    gemm_accumulate: gemm::accumulate,
+    dw3x3_conv: dw3x3::conv,
+    dw3x3_weight_grad: dw3x3::weight_grad,
+    dw3x3_input_grad_s2: dw3x3::input_grad_s2,
+};
+
+/// The set, where the CPU has AVX2 and FMA (everything its kernels are compiled with).
+pub(super) fn kernels() -> Option<&'static Kernels> {
+    let here =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    here.then_some(&KERNELS)
+}

@@ -1,0 +1,228 @@
+//! The CPU engine's hot loops, one set per instruction set, chosen once per process.
+//!
+//! Each set fills a [`Kernels`] table of function pointers (the GEMM panels and the 3×3
+//! depthwise plane kernels), the way tract's `linalg` does; the callers ([`super::gemm`],
+//! [`super::dw3x3`]) check their operands once and call through [`active`]. This module is the
+//! only place that asks the CPU what it has:
+//!
+//! | set | where | what |
+//! |-----|-------|------|
+//! | `portable` | everywhere | plain loops at the compiler's baseline (SSE2 on x86-64, NEON on aarch64) |
+//! | `avx2` | x86-64 with AVX2 and FMA | register tiles with explicit FMA |
+//! | `neon` | aarch64 (NEON is baseline there) | register tiles with explicit FMA |
+//!
+//! `FULCRUM_CPU_KERNELS=portable|avx2|neon` forces a set for A/B runs; without it the best
+//! set the CPU has runs.
+
+mod operands;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod panel;
+mod portable;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+use std::sync::OnceLock;
+
+pub(crate) use operands::{rm, tr, Epilogue, Mat, Taps, WeightGrad};
+pub(crate) use portable::{dot_lanes, hsum};
+
+/// The environment variable that forces a kernel set.
+pub const ENV: &str = "FULCRUM_CPU_KERNELS";
+
+/// One set of kernels, named for the instructions it is written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelSet {
+    Portable,
+    Avx2,
+    Neon,
+}
+
+impl KernelSet {
+    /// Every set fulcrum has, best last.
+    pub const ALL: [KernelSet; 3] = [KernelSet::Portable, KernelSet::Avx2, KernelSet::Neon];
+
+    /// The name `FULCRUM_CPU_KERNELS` takes and the reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelSet::Portable => "portable",
+            KernelSet::Avx2 => "avx2",
+            KernelSet::Neon => "neon",
+        }
+    }
+
+    /// What the set is written with, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            KernelSet::Portable => "plain loops at the compiler's baseline",
+            KernelSet::Avx2 => "AVX2 + FMA register tiles",
+            KernelSet::Neon => "NEON register tiles",
+        }
+    }
+
+    /// The set named `name` (as [`KernelSet::name`] prints it, any case).
+    pub fn parse(name: &str) -> Option<KernelSet> {
+        Self::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// Whether this CPU (and this build's architecture) can run the set.
+    pub fn runs_here(self) -> bool {
+        table(self).is_some()
+    }
+
+    /// The sets this CPU can run, portable first.
+    pub fn here() -> Vec<KernelSet> {
+        Self::ALL.into_iter().filter(|s| s.runs_here()).collect()
+    }
+
+    /// The best set this CPU can run.
+    pub fn best() -> KernelSet {
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|s| s.runs_here())
+            .unwrap_or(KernelSet::Portable)
+    }
+}
+
+impl std::fmt::Display for KernelSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `C ← ep(alpha·A·B + beta·C)` in one pass; with `beta = 0`, C is not read.
+///
+/// # Safety
+/// The table it came from is the one of a set that runs here (only [`table`] hands tables
+/// out), and the caller checked that the last elements of A (`m × k`), B (`k × n`) and C
+/// (`m × n`, leading dimension `ldc ≥ n`) lie inside their slices and that `ep.bias`, when
+/// given, holds `m` values.
+pub(crate) type GemmFused = unsafe fn(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+);
+
+/// `C += alpha·A·B`.
+///
+/// # Safety
+/// As for [`GemmFused`] (`k > 0`).
+pub(crate) type GemmAccumulate = unsafe fn(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+);
+
+/// `out[oy][·] = relu?(bias + Σ_t w[t]·tap_t[oy][·])` for an `oh × ow` output plane.
+///
+/// # Safety
+/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0` and `taps` passed
+/// [`Taps::check`] for its `out.len() / ow` rows.
+pub(crate) type Dw3x3Conv =
+    unsafe fn(taps: Taps<'_>, w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
+
+/// See [`WeightGrad`]: the masked gradient written and its sums against the taps.
+///
+/// # Safety
+/// A table of a set that runs here; `gy.len()` is a multiple of `ow > 0`, `taps` passed
+/// [`Taps::check`] for its rows, `y` (when given) is as long as `gy` and every row of `dst`
+/// lies inside it.
+pub(crate) type Dw3x3WeightGrad =
+    unsafe fn(taps: Taps<'_>, wg: WeightGrad<'_>, ow: usize) -> ([f32; 9], f32);
+
+/// Input gradient of a 3×3, stride-2, pad-1 depthwise conv whose input is exactly twice its
+/// output (`2·oh × 2·ow`), as a gather: `g` is the masked output gradient, `oh + 1` rows of
+/// `ow + 1` with a zero last row and column. Input pixel `(2a + u, 2b + v)` gets
+/// taps `ky ∈ {1}` (u = 0) or `{0 → a + 1, 2 → a}` (u = 1), and likewise for columns.
+///
+/// # Safety
+/// A table of a set that runs here; `gx.len() = 4·oh·ow` and `g.len() ≥ (oh + 1)·(ow + 1)`.
+pub(crate) type Dw3x3InputGradS2 = unsafe fn(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize);
+
+/// One set's kernels. Only [`table`] hands them out, and only for a set the CPU can run:
+/// that is what makes calling through them sound.
+pub(crate) struct Kernels {
+    pub set: KernelSet,
+    /// The fused GEMM, where the set has one (the caller falls back to scaling C, then
+    /// [`Kernels::gemm_accumulate`], then the epilogue).
+    pub gemm_fused: Option<GemmFused>,
+    pub gemm_accumulate: GemmAccumulate,
+    pub dw3x3_conv: Dw3x3Conv,
+    pub dw3x3_weight_grad: Dw3x3WeightGrad,
+    pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
+}
+
+/// The kernels of `set`, when this CPU can run them.
+pub(crate) fn table(set: KernelSet) -> Option<&'static Kernels> {
+    match set {
+        KernelSet::Portable => Some(&portable::KERNELS),
+        #[cfg(target_arch = "x86_64")]
+        KernelSet::Avx2 => avx2::kernels(),
+        #[cfg(target_arch = "aarch64")]
+        KernelSet::Neon => Some(&neon::KERNELS),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// A `FULCRUM_CPU_KERNELS` this process cannot honour.
+#[derive(Debug, thiserror::Error)]
+pub enum ChoiceError {
+    #[error("{ENV}={value:?} names no kernel set; use one of: {}", names(&KernelSet::ALL))]
+    Unknown { value: String },
+    #[error(
+        "{ENV}={set} cannot run on this CPU ({arch}); it can run: {}. Unset {ENV} to use the best",
+        names(&KernelSet::here()),
+        arch = std::env::consts::ARCH
+    )]
+    NotHere { set: KernelSet },
+}
+
+fn names(sets: &[KernelSet]) -> String {
+    sets.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// The set `FULCRUM_CPU_KERNELS` asks for (an empty value is no value), or the best one.
+pub fn chosen() -> Result<KernelSet, ChoiceError> {
+    let value = std::env::var(ENV).unwrap_or_default();
+    if value.trim().is_empty() {
+        return Ok(KernelSet::best());
+    }
+    let set = KernelSet::parse(&value).ok_or(ChoiceError::Unknown { value })?;
+    if !set.runs_here() {
+        return Err(ChoiceError::NotHere { set });
+    }
+    Ok(set)
+}
+
+/// The kernels every CPU kernel of this process calls: the [`chosen`] set, decided on first
+/// use. An engine asks [`chosen`] first so that a bad `FULCRUM_CPU_KERNELS` is an error; any
+/// other caller gets the best set then.
+pub(crate) fn active() -> &'static Kernels {
+    static ACTIVE: OnceLock<&'static Kernels> = OnceLock::new();
+    ACTIVE.get_or_init(|| {
+        let set = chosen().unwrap_or_else(|_| KernelSet::best());
+        table(set).unwrap_or(&portable::KERNELS)
+    })
+}
+
+#[cfg(test)]
+mod tests;

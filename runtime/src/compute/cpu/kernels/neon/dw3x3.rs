@@ -1,0 +1,129 @@
+//! The 3×3 depthwise plane kernels in NEON: all nine taps in one pass over a row, four
+//! outputs at a time.
+
+use std::arch::aarch64::{
+    float32x4x2_t, vaddq_f32, vaddvq_f32, vandq_u32, vcgtq_f32, vdupq_n_f32, vfmaq_f32, vld1q_f32,
+    vmaxq_f32, vmulq_f32, vreinterpretq_f32_u32, vreinterpretq_u32_f32, vst1q_f32, vst2q_f32,
+};
+
+use super::super::operands::{Taps, WeightGrad};
+use super::super::portable::s2_pixels;
+
+/// See [`super::super::Dw3x3Conv`] (and its safety).
+pub(super) unsafe fn conv(
+    taps: Taps<'_>,
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+) {
+    // SAFETY: NEON is baseline on aarch64; every run of `t` (checked by the caller) and `o`
+    // is `ow ≥ x + 4` long where four lanes are read or written.
+    unsafe {
+        let wv = w.map(|v| vdupq_n_f32(v));
+        let (bv, zero) = (vdupq_n_f32(bias), vdupq_n_f32(0.0));
+        let ow4 = ow - ow % 4;
+        for (oy, o) in out.chunks_exact_mut(ow).enumerate() {
+            let t = taps.ptrs(oy);
+            for x in (0..ow4).step_by(4) {
+                let ld = |i: usize| vld1q_f32(t[i].add(x));
+                // One accumulator per kernel row: three short FMA chains, not one long one.
+                let mut a0 = vfmaq_f32(bv, wv[0], ld(0));
+                let mut a1 = vmulq_f32(wv[3], ld(3));
+                let mut a2 = vmulq_f32(wv[6], ld(6));
+                a0 = vfmaq_f32(a0, wv[1], ld(1));
+                a1 = vfmaq_f32(a1, wv[4], ld(4));
+                a2 = vfmaq_f32(a2, wv[7], ld(7));
+                a0 = vfmaq_f32(a0, wv[2], ld(2));
+                a1 = vfmaq_f32(a1, wv[5], ld(5));
+                a2 = vfmaq_f32(a2, wv[8], ld(8));
+                let mut v = vaddq_f32(vaddq_f32(a0, a1), a2);
+                if relu {
+                    v = vmaxq_f32(v, zero);
+                }
+                vst1q_f32(o.as_mut_ptr().add(x), v);
+            }
+            for (i, out) in o.iter_mut().enumerate().skip(ow4) {
+                let a = bias + (0..9).map(|k| w[k] * *t[k].add(i)).sum::<f32>();
+                *out = if relu { a.max(0.0) } else { a };
+            }
+        }
+    }
+}
+
+/// See [`super::super::Dw3x3WeightGrad`] (and its safety).
+pub(super) unsafe fn weight_grad(taps: Taps<'_>, wg: WeightGrad<'_>, ow: usize) -> ([f32; 9], f32) {
+    let ow4 = ow - ow % 4;
+    // SAFETY: NEON is baseline on aarch64; every row slice here and every run of `t`
+    // (checked by the caller) is `ow ≥ x + 4` long where four lanes are read or written.
+    unsafe {
+        let zero = vdupq_n_f32(0.0);
+        let mut acc = [zero; 9];
+        let mut bacc = zero;
+        let (mut tail, mut btail) = ([0f32; 9], 0f32);
+        for (oy, grow) in wg.gy.chunks_exact(ow).enumerate() {
+            let t = taps.ptrs(oy);
+            let yrow = wg.y.map(|y| &y[oy * ow..][..ow]);
+            let d = &mut wg.dst[wg.at + oy * wg.ld..][..ow];
+            for x in (0..ow4).step_by(4) {
+                let mut g = vld1q_f32(grow.as_ptr().add(x));
+                if let Some(y) = yrow {
+                    let live = vcgtq_f32(vld1q_f32(y.as_ptr().add(x)), zero);
+                    g = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(g), live));
+                }
+                vst1q_f32(d.as_mut_ptr().add(x), g);
+                bacc = vaddq_f32(bacc, g);
+                for (a, tap) in acc.iter_mut().zip(t) {
+                    *a = vfmaq_f32(*a, g, vld1q_f32(tap.add(x)));
+                }
+            }
+            for i in ow4..ow {
+                let g = match yrow {
+                    Some(y) if y[i] <= 0.0 => 0.0,
+                    _ => grow[i],
+                };
+                d[i] = g;
+                btail += g;
+                for (s, tap) in tail.iter_mut().zip(t) {
+                    *s += g * *tap.add(i);
+                }
+            }
+        }
+        let sums: [f32; 9] = std::array::from_fn(|k| vaddvq_f32(acc[k]) + tail[k]);
+        (sums, vaddvq_f32(bacc) + btail)
+    }
+}
+
+/// See [`super::super::Dw3x3InputGradS2`] (and its safety).
+pub(super) unsafe fn input_grad_s2(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize) {
+    let oh = gx.len() / (4 * ow);
+    let ld = ow + 1;
+    let ow4 = ow - ow % 4;
+    // SAFETY: NEON is baseline on aarch64.
+    let wv = w.map(|v| unsafe { vdupq_n_f32(v) });
+    for a in 0..oh {
+        let (r0, r1) = (&g[a * ld..][..ld], &g[(a + 1) * ld..][..ld]);
+        let (top, bottom) = gx[2 * a * 2 * ow..][..4 * ow].split_at_mut(2 * ow);
+        for b in (0..ow4).step_by(4) {
+            // SAFETY: NEON is baseline on aarch64; rows of g are ow + 1 ≥ b + 5 long, rows
+            // of gx 2·ow ≥ 2b + 8; vst2q stores e0 o0 e1 o1 … e3 o3, eight floats.
+            unsafe {
+                let g00 = vld1q_f32(r0.as_ptr().add(b));
+                let g01 = vld1q_f32(r0.as_ptr().add(b + 1));
+                let g10 = vld1q_f32(r1.as_ptr().add(b));
+                let g11 = vld1q_f32(r1.as_ptr().add(b + 1));
+                let ee = vmulq_f32(wv[4], g00);
+                let eo = vfmaq_f32(vmulq_f32(wv[5], g00), wv[3], g01);
+                let oe = vfmaq_f32(vmulq_f32(wv[7], g00), wv[1], g10);
+                let oo = vaddq_f32(
+                    vfmaq_f32(vmulq_f32(wv[2], g10), wv[0], g11),
+                    vfmaq_f32(vmulq_f32(wv[8], g00), wv[6], g01),
+                );
+                vst2q_f32(top.as_mut_ptr().add(2 * b), float32x4x2_t(ee, eo));
+                vst2q_f32(bottom.as_mut_ptr().add(2 * b), float32x4x2_t(oe, oo));
+            }
+        }
+        s2_pixels(g, w, gx, ow, a, ow4..ow);
+    }
+}

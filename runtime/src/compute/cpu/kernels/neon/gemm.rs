@@ -1,0 +1,254 @@
+//! The GEMM panels in NEON: the same register tiles as the AVX2 set, four 4-lane vectors
+//! where AVX2 has two 8-lane ones (4 rows × 16 columns: 16 accumulators and 4 B vectors of
+//! the 32 registers).
+
+use std::arch::aarch64::{
+    float32x4_t, vaddq_f32, vaddvq_f32, vdupq_n_f32, vfmaq_f32, vfmaq_n_f32, vld1q_f32, vmaxq_f32,
+    vmulq_n_f32, vst1q_f32,
+};
+
+use super::super::operands::{Epilogue, Mat};
+use super::super::panel::{pack_panel, KC};
+use super::super::portable;
+
+/// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
+/// loops elsewhere. Safety: see [`super::super::GemmAccumulate`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accumulate(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if a.cs == 1 && b.rs == 1 {
+        dots(m, k, n, alpha, a, b, c, ldc);
+    } else {
+        portable::gemm_body(m, k, n, alpha, a, b, c, ldc);
+    }
+}
+
+/// `C ← ep(alpha·A·B + beta·C)` with explicit FMA and the epilogue fused: C in register tiles
+/// of up to 4 rows × 16 columns over B's packed panels (see [`pack_panel`]); `k` past [`KC`]
+/// goes in blocks, C carrying the partial sums between them.
+///
+/// Safety: see [`super::super::GemmFused`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn fused(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    let mut panel = [0f32; KC * 16];
+    for j in (0..n).step_by(16) {
+        let w = (n - j).min(16);
+        for k0 in (0..k).step_by(KC) {
+            let kl = KC.min(k - k0);
+            pack_panel(&mut panel, b, k0, kl, j, w);
+            let t = RowTiles {
+                a,
+                k0,
+                panel: &panel[..kl * 16],
+                alpha,
+                // Blocks after the first add to what C holds; the last stores the result.
+                beta: if k0 == 0 { beta } else { 1.0 },
+                ep: if k0 + kl == k {
+                    ep
+                } else {
+                    Epilogue::default()
+                },
+                c: c.as_mut_ptr(),
+                ldc,
+            };
+            for i in (0..m).step_by(4) {
+                // SAFETY: the tile (rows i.., columns j..j + w) lies inside A and C, whose
+                // last elements the caller checked.
+                unsafe {
+                    match (m - i).min(4) {
+                        4 => t.tile::<4>(i, j, w),
+                        3 => t.tile::<3>(i, j, w),
+                        2 => t.tile::<2>(i, j, w),
+                        _ => t.tile::<1>(i, j, w),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One k block of [`fused`]: A from column `k0`, B's packed panel (`kl × 16`), C as a raw
+/// pointer so tiles can be written through it.
+struct RowTiles<'a> {
+    a: Mat<'a>,
+    k0: usize,
+    panel: &'a [f32],
+    alpha: f32,
+    beta: f32,
+    ep: Epilogue<'a>,
+    c: *mut f32,
+    ldc: usize,
+}
+
+impl RowTiles<'_> {
+    /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C.
+    ///
+    /// Safety: rows `i .. i + R` and columns `k0 .. k0 + kl` are inside A, and rows
+    /// `i .. i + R`, columns `j .. j + w` inside C (whose last elements the caller checked
+    /// against their slices).
+    #[inline(always)]
+    unsafe fn tile<const R: usize>(&self, i: usize, j: usize, w: usize) {
+        let a = &self.a;
+        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
+        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // (i + r)·ldc + j .. + w (a ragged tile goes through a 16-float buffer); all inside
+        // the checked views. Pointers that may point past them are formed with wrapping
+        // arithmetic.
+        unsafe {
+            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
+                a.data
+                    .as_ptr()
+                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
+            });
+            let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+            for row in self.panel.chunks_exact(16) {
+                let p = row.as_ptr();
+                let bv = [
+                    vld1q_f32(p),
+                    vld1q_f32(p.add(4)),
+                    vld1q_f32(p.add(8)),
+                    vld1q_f32(p.add(12)),
+                ];
+                for r in 0..R {
+                    let av = *ap[r];
+                    ap[r] = ap[r].wrapping_add(a.cs);
+                    for h in 0..4 {
+                        acc[r][h] = vfmaq_n_f32(acc[r][h], bv[h], av);
+                    }
+                }
+            }
+            let zero = vdupq_n_f32(0.0);
+            for (r, acc_r) in acc.iter().enumerate() {
+                let row = self.c.wrapping_add((i + r) * self.ldc + j);
+                let mut buf = [0f32; 16];
+                let out = if w == 16 {
+                    row
+                } else {
+                    if self.beta != 0.0 {
+                        std::ptr::copy_nonoverlapping(row, buf.as_mut_ptr(), w);
+                    }
+                    buf.as_mut_ptr()
+                };
+                let bias = self.ep.bias.map(|bs| vdupq_n_f32(bs[i + r]));
+                for (h, v) in acc_r.iter().enumerate() {
+                    let o = out.add(4 * h);
+                    let mut v = vmulq_n_f32(*v, self.alpha);
+                    if self.beta != 0.0 {
+                        v = vfmaq_n_f32(v, vld1q_f32(o), self.beta);
+                    }
+                    if let Some(bv) = bias {
+                        v = vaddq_f32(v, bv);
+                    }
+                    if self.ep.relu {
+                        v = vmaxq_f32(v, zero);
+                    }
+                    vst1q_f32(o, v);
+                }
+                if w < 16 {
+                    std::ptr::copy_nonoverlapping(buf.as_ptr(), row, w);
+                }
+            }
+        }
+    }
+}
+
+/// The dot path (both operands contiguous along k, as in `dW += G·Xᵀ`): tiles of 4 rows ×
+/// 2 columns of C share their loads, and k is cut into blocks so that the block's rows of B
+/// stay in cache while every row tile passes over them.
+#[allow(clippy::too_many_arguments)]
+fn dots(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    const KC: usize = 512;
+    let (m4, n2) = (m - m % 4, n - n % 2);
+    for k0 in (0..k).step_by(KC) {
+        let kl = KC.min(k - k0);
+        let arow = |i: usize| &a.data[i * a.rs + k0..][..kl];
+        let bcol = |j: usize| &b.data[j * b.cs + k0..][..kl];
+        for i in (0..m4).step_by(4) {
+            let ar = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
+            for j in (0..n2).step_by(2) {
+                let s = dot_tile(ar, [bcol(j), bcol(j + 1)]);
+                for (r, sr) in s.iter().enumerate() {
+                    for (q, v) in sr.iter().enumerate() {
+                        c[(i + r) * ldc + j + q] += alpha * v;
+                    }
+                }
+            }
+            for j in n2..n {
+                let s = dot_tile(ar, [bcol(j)]);
+                for (r, sr) in s.iter().enumerate() {
+                    c[(i + r) * ldc + j] += alpha * sr[0];
+                }
+            }
+        }
+        for i in m4..m {
+            for j in 0..n {
+                c[i * ldc + j] += alpha * dot_tile([arow(i)], [bcol(j)])[0][0];
+            }
+        }
+    }
+}
+
+/// `R × Q` dot products of equally long rows; every loaded vector of `a` serves `Q`
+/// products and every one of `b` serves `R`.
+#[inline(always)]
+fn dot_tile<const R: usize, const Q: usize>(a: [&[f32]; R], b: [&[f32]; Q]) -> [[f32; Q]; R] {
+    let kl = a[0].len();
+    let n4 = kl / 4;
+    // Cut every row to kl first (panics if one is shorter), so reading 4 floats at 4·p for
+    // p < n4 stays inside each of them.
+    let ap = a.map(|s| s[..kl].as_ptr());
+    let bp = b.map(|s| s[..kl].as_ptr());
+    let mut out = [[0f32; Q]; R];
+    // SAFETY: NEON is baseline on aarch64; every load reads 4·p .. 4·p + 4 ≤ kl floats of a
+    // row checked above, and vld1q needs no alignment.
+    unsafe {
+        let mut acc: [[float32x4_t; Q]; R] = [[vdupq_n_f32(0.0); Q]; R];
+        for p in 0..n4 {
+            let bv: [float32x4_t; Q] = std::array::from_fn(|q| vld1q_f32(bp[q].add(4 * p)));
+            for r in 0..R {
+                let av = vld1q_f32(ap[r].add(4 * p));
+                for q in 0..Q {
+                    acc[r][q] = vfmaq_f32(acc[r][q], av, bv[q]);
+                }
+            }
+        }
+        for r in 0..R {
+            for q in 0..Q {
+                let mut s = vaddvq_f32(acc[r][q]);
+                for p in n4 * 4..kl {
+                    s += a[r][p] * b[q][p];
+                }
+                out[r][q] = s;
+            }
+        }
+    }
+    out
+}

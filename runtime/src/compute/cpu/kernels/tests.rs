@@ -1,0 +1,136 @@
+//! Every set this CPU runs against the portable one, kernel by kernel, on planes whose rows
+//! end in every possible tail of a 4- and 8-lane vector. (The GEMMs are checked per set in
+//! `gemm`'s tests, the depthwise pass per set against its definition in `depthwise`'s.)
+
+use super::*;
+
+fn wave(n: usize, f: f32) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * f).sin()).collect()
+}
+
+fn assert_close(set: KernelSet, what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{set} {what}[{i}]: {g} vs portable {w}"
+        );
+    }
+}
+
+/// The sets here other than the portable one.
+fn simd_tables() -> Vec<&'static Kernels> {
+    KernelSet::here()
+        .into_iter()
+        .filter(|s| *s != KernelSet::Portable)
+        .filter_map(table)
+        .collect()
+}
+
+#[test]
+fn the_best_set_for_this_architecture_is_the_one_that_runs() {
+    // On aarch64 NEON is baseline: its set must be the one that runs (CI runs this under
+    // qemu-aarch64).
+    #[cfg(target_arch = "aarch64")]
+    let expected = Some(KernelSet::Neon);
+    #[cfg(target_arch = "x86_64")]
+    let expected = (std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma"))
+    .then_some(KernelSet::Avx2);
+    #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
+    let expected: Option<KernelSet> = None;
+    if let Some(set) = expected {
+        assert_eq!(KernelSet::best(), set);
+        if std::env::var(ENV).unwrap_or_default().is_empty() {
+            assert_eq!(active().set, set);
+        }
+    }
+    assert_eq!(KernelSet::here()[0], KernelSet::Portable);
+}
+
+#[test]
+fn names_parse_back_and_foreign_sets_are_refused() {
+    for set in KernelSet::ALL {
+        assert_eq!(KernelSet::parse(set.name()), Some(set));
+        assert_eq!(KernelSet::parse(&set.name().to_uppercase()), Some(set));
+    }
+    assert_eq!(KernelSet::parse("sse9"), None);
+    // A set of another architecture never runs here.
+    let foreign = if cfg!(target_arch = "aarch64") {
+        KernelSet::Avx2
+    } else {
+        KernelSet::Neon
+    };
+    assert!(!foreign.runs_here());
+    assert!(table(foreign).is_none());
+}
+
+/// Nine taps over a stride-1 plane of `oh + 2` rows of `ow + 2`.
+fn taps(src: &[f32], ow: usize) -> Taps<'_> {
+    let ld = ow + 2;
+    Taps {
+        src,
+        at: std::array::from_fn(|t| (t / 3) * ld + t % 3),
+        step: ld,
+    }
+}
+
+#[test]
+fn depthwise_plane_kernels_match_the_portable_ones() {
+    let w: [f32; 9] = std::array::from_fn(|i| (i as f32 * 0.7).cos());
+    let portable = table(KernelSet::Portable).unwrap();
+    for kern in simd_tables() {
+        for ow in 1..=19 {
+            let oh = 3;
+            let src = wave((oh + 2) * (ow + 2), 0.31);
+            let t = taps(&src, ow);
+            t.check(oh, ow);
+            for relu in [false, true] {
+                let (mut want, mut got) = (vec![f32::NAN; oh * ow], vec![f32::NAN; oh * ow]);
+                // SAFETY: tables from `table`; the taps were checked for oh rows of ow.
+                unsafe {
+                    (portable.dw3x3_conv)(t, &w, 0.25, relu, &mut want, ow);
+                    (kern.dw3x3_conv)(t, &w, 0.25, relu, &mut got, ow);
+                }
+                assert_close(kern.set, "conv", &got, &want);
+            }
+
+            let gy = wave(oh * ow, 0.53);
+            let y = wave(oh * ow, 0.97);
+            for y in [None, Some(&y[..])] {
+                let (ld, at) = (ow + 3, 1);
+                let mut dst = [vec![f32::NAN; oh * ld + at], vec![f32::NAN; oh * ld + at]];
+                let [d0, d1] = &mut dst;
+                let wg = |dst| WeightGrad {
+                    gy: &gy,
+                    y,
+                    dst,
+                    at,
+                    ld,
+                };
+                // SAFETY: as above; y is as long as gy and dst holds oh rows of ld from at.
+                let (want, got) = unsafe {
+                    (
+                        (portable.dw3x3_weight_grad)(t, wg(d0), ow),
+                        (kern.dw3x3_weight_grad)(t, wg(d1), ow),
+                    )
+                };
+                assert_close(kern.set, "weight gradient", &got.0, &want.0);
+                assert_close(kern.set, "bias gradient", &[got.1], &[want.1]);
+                for r in 0..oh {
+                    let row = |d: &Vec<f32>| d[at + r * ld..][..ow].to_vec();
+                    assert_eq!(row(&dst[1]), row(&dst[0]), "{} masked gradient", kern.set);
+                }
+            }
+
+            let g = wave((oh + 1) * (ow + 1), 0.29);
+            let (mut want, mut got) = (vec![f32::NAN; 4 * oh * ow], vec![f32::NAN; 4 * oh * ow]);
+            // SAFETY: as above; gx is 2·oh × 2·ow and g holds (oh + 1)·(ow + 1).
+            unsafe {
+                (portable.dw3x3_input_grad_s2)(&g, &w, &mut want, ow);
+                (kern.dw3x3_input_grad_s2)(&g, &w, &mut got, ow);
+            }
+            assert_close(kern.set, "stride-2 input gradient", &got, &want);
+        }
+    }
+}
