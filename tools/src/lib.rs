@@ -2,6 +2,7 @@
 //! is in the `fulcrum` crate; this stays thin.
 
 pub mod args;
+pub mod board_bench;
 pub mod cmd;
 pub mod logger;
 pub mod output_file;

@@ -1,35 +1,31 @@
-//! `fulcrum-bench`: the benchmark to copy onto a board. One static-ish binary, cross-compiled
+//! `fulcrum-bench`: the benchmark to copy onto a board. One binary, cross-compiled
 //! (`cargo build --release --target aarch64-unknown-linux-gnu --bin fulcrum-bench`), that
-//! detects the board, packs a synthetic dataset once and measures the input pipeline against
-//! the raw read limit of the board's storage, all in one run.
+//! identifies the board and measures its input pipeline, its compute engines and their balance
+//! in one run (see [`fulcrum_tools::board_bench`]).
 
 use clap::Parser;
-use fulcrum_tools::cmd::bench::{run_io, IoArgs};
-use fulcrum_tools::{describe, logger};
+use fulcrum_tools::{board_bench, describe, logger};
 
 #[derive(Parser)]
 #[command(
     name = "fulcrum-bench",
     version,
-    about = "Benchmark a board's input pipeline: raw reads vs io_uring vs pread vs loaders",
-    after_help = "Example on a board:\n  fulcrum-bench --records 1024 --seconds 2 --json bench.json"
+    about = "Benchmark a board: what it is, its input pipeline (raw reads vs io_uring vs pread vs \
+             loaders), det-s on every compute engine and thread count, the balance equation with \
+             the board's own figures, and whether it throttled meanwhile",
+    after_help = "Examples on a board:\n  fulcrum-bench --json bench.json\n  fulcrum-bench --quick\n\
+                  FULCRUM_CPU_KERNELS=portable fulcrum-bench   (the CPU engine without its SIMD kernels)"
 )]
 struct Cli {
     #[command(flatten)]
-    io: IoArgs,
+    args: board_bench::Args,
 }
 
 fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
     fulcrum_tools::signals::end_quietly_on_closed_pipe();
     let cli: Cli = fulcrum_tools::args::parse();
-    let board = fulcrum_board::detect();
-    println!(
-        "board: {} ({} cores available)",
-        board.name,
-        fulcrum_board::host_cores()
-    );
-    match run_io(cli.io) {
+    match board_bench::run(cli.args) {
         Ok(code) => code,
         Err(e) => {
             log::error!("{}", describe(&e));

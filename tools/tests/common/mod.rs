@@ -85,6 +85,7 @@ pub fn run_bin(
         .env_remove("FULCRUM_FAULT_URING")
         .env_remove("FULCRUM_FAULT_DIRECT")
         .env_remove("FULCRUM_LOG")
+        .env_remove("FULCRUM_CPU_KERNELS")
         .env_remove("JOURNAL_STREAM")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())

@@ -1,0 +1,418 @@
+//! `fulcrum-bench`: the report a person copies onto a new board. It identifies the board,
+//! then measures, with warm-up and a cool-down between sections, the input pipeline (raw
+//! reads vs io_uring vs pread vs loaders), compute (every engine present, the CPU engine at
+//! every thread count, its kernel set named) and the balance equation with this board's own
+//! `T_g` and `T_step`, all the while watching for throttling. It prints one screen to compare
+//! between boards and, with `--json FILE`, the figures under a schema version.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use fulcrum::balance::{self, BalanceInput, BalanceReport, IoBenchConfig, IoBenchReport};
+use fulcrum::compute::bench::{self as compute_bench, ComputeBenchConfig};
+use fulcrum::compute::cpu::kernels::{self, KernelSet};
+use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+use serde::Serialize;
+
+use crate::system::{SystemFacts, ThrottleReport, Watch};
+
+/// The JSON's layout version: raised whenever a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Benchmark a board: what it is, its input pipeline, its compute engines and how they balance.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A short run for CI and a first look: small dataset, short measurements, one CPU thread
+    /// count (all cores), one run per figure.
+    #[arg(long)]
+    quick: bool,
+    /// Packed dataset for the input pipeline [default: a synthetic one packed once under
+    /// ~/.cache/fulcrum].
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Records of the default synthetic dataset [default: 4096; 128 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    records: Option<u64>,
+    /// Seconds per input-pipeline measurement [default: 3; 0.3 with --quick].
+    #[arg(long, value_parser = crate::args::seconds)]
+    seconds: Option<f64>,
+    /// Training batch for the compute and balance figures.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch: u32,
+    /// Runs per compute figure (medians) [default: 10; 1 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    runs: Option<u16>,
+    /// Seconds of rest between sections, so one section's heat does not slow the next.
+    #[arg(long, default_value_t = 2.0, value_parser = cool_down_seconds)]
+    cool_down: f64,
+    /// Also write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// 0 to 600 seconds.
+fn cool_down_seconds(s: &str) -> Result<f64, String> {
+    match crate::args::non_negative(s)? {
+        v if v <= 600.0 => Ok(v),
+        v => Err(format!("{v} s of cool-down is more than 600 s")),
+    }
+}
+
+/// What the board is and what it offers fulcrum.
+#[derive(Debug, Serialize)]
+pub struct BoardSection {
+    #[serde(flatten)]
+    pub facts: SystemFacts,
+    /// The CPU kernel set the CPU engine runs, and every set this CPU can run.
+    pub cpu_kernels: KernelSet,
+    pub cpu_kernel_sets: Vec<KernelSet>,
+    pub io_uring: Availability,
+    /// Vulkan devices by label; empty with the reason where there is no Vulkan.
+    pub vulkan: Vec<String>,
+    pub vulkan_error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Availability {
+    pub available: bool,
+    pub error: Option<String>,
+}
+
+/// One engine at one thread count.
+#[derive(Debug, Serialize)]
+pub struct ComputeRow {
+    pub engine: String,
+    pub threads: Option<usize>,
+    pub cpu_kernels: Option<KernelSet>,
+    pub forward_batch1_ms: f64,
+    pub train_batch: u32,
+    pub train_step_ms: f64,
+    pub train_gflops: f64,
+}
+
+/// The balance equation for det-s on the fastest engine measured.
+#[derive(Debug, Serialize)]
+pub struct BalanceSection {
+    pub model: String,
+    pub engine: String,
+    pub batch: u32,
+    /// Loader CPU time per record (`T_g`), from the input-pipeline section.
+    pub tg_ms: f64,
+    pub loader_cores: usize,
+    #[serde(flatten)]
+    pub report: BalanceReport,
+}
+
+/// The whole report (the JSON file).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub fulcrum_version: &'static str,
+    pub quick: bool,
+    pub seconds: f64,
+    pub board: BoardSection,
+    pub io: Option<IoBenchReport>,
+    pub io_error: Option<String>,
+    pub compute: Vec<ComputeRow>,
+    pub compute_errors: Vec<String>,
+    pub balance: Option<BalanceSection>,
+    pub throttle: ThrottleReport,
+}
+
+/// Runs every section and prints the report.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--json", a.json.as_deref())?;
+    // A forced kernel set this CPU cannot run would fail every CPU figure: say so once, first.
+    let cpu_kernels = kernels::chosen()?;
+    let started = Instant::now();
+    let quick = a.quick;
+    let watch = Watch::start(PathBuf::from("/"), Duration::from_millis(500));
+    let cool_down = || std::thread::sleep(Duration::from_secs_f64(a.cool_down));
+
+    eprintln!("fulcrum-bench: identifying the board");
+    let data = match &a.data {
+        Some(d) => d.clone(),
+        None => {
+            let records = a.records.unwrap_or(if quick { 128 } else { 4096 });
+            balance::ensure_bench_data(records, &|note| eprintln!("{note}"))?
+        }
+    };
+    let board = board_section(&data, cpu_kernels);
+
+    eprintln!("fulcrum-bench: input pipeline");
+    let io_config = IoBenchConfig {
+        data,
+        batch: a.batch as usize,
+        loaders: fulcrum_board::host_cores(),
+        ring_slots: 4,
+        queue_depth: 32,
+        seconds: a.seconds.unwrap_or(if quick { 0.3 } else { 3.0 }),
+    };
+    let (io, io_error) = match balance::bench_io(&io_config, &|step| eprintln!("  io: {step}")) {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(crate::describe(&anyhow::Error::from(e)))),
+    };
+    cool_down();
+
+    eprintln!("fulcrum-bench: compute");
+    let runs = a.runs.map_or(if quick { 1 } else { 10 }, usize::from);
+    let (compute, compute_errors) = compute_section(&board, a.batch, runs, quick, &cool_down);
+
+    let balance = io.as_ref().and_then(|io| balance_section(io, &compute));
+    let throttle = watch.finish();
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        fulcrum_version: env!("CARGO_PKG_VERSION"),
+        quick,
+        seconds: started.elapsed().as_secs_f64(),
+        board,
+        io,
+        io_error,
+        compute,
+        compute_errors,
+        balance,
+        throttle,
+    };
+    print(&report);
+    if let Some(path) = &a.json {
+        crate::output_file::write_json(path, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn board_section(data: &Path, cpu_kernels: KernelSet) -> BoardSection {
+    let facts = SystemFacts::read(Path::new("/"), Some(data));
+    let io_uring = match fulcrum::io::probe_uring() {
+        Ok(()) => Availability {
+            available: true,
+            error: None,
+        },
+        Err(e) => Availability {
+            available: false,
+            error: Some(e.to_string()),
+        },
+    };
+    let (vulkan, vulkan_error) =
+        match fulcrum::compute::vulkan::list_devices(&fulcrum::compute::vulkan::Options::default())
+        {
+            Ok(list) => (list.devices.iter().map(|d| d.label()).collect(), None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+    BoardSection {
+        facts,
+        cpu_kernels,
+        cpu_kernel_sets: KernelSet::here(),
+        io_uring,
+        vulkan,
+        vulkan_error,
+    }
+}
+
+/// det-s on the CPU engine at every thread count (all cores only with `quick`), then on the
+/// Vulkan engine where there is a device.
+fn compute_section(
+    board: &BoardSection,
+    batch: u32,
+    runs: usize,
+    quick: bool,
+    cool_down: &dyn Fn(),
+) -> (Vec<ComputeRow>, Vec<String>) {
+    let cores = fulcrum_board::host_cores();
+    let mut threads: Vec<Option<usize>> = if quick {
+        vec![Some(cores)]
+    } else {
+        (1..=cores).map(Some).collect()
+    };
+    if !board.vulkan.is_empty() {
+        threads.push(None);
+    }
+    let (mut rows, mut errors) = (Vec::new(), Vec::new());
+    for t in threads {
+        let config = ComputeBenchConfig {
+            model: "det-s".into(),
+            classes: 2,
+            train_batch: batch,
+            runs,
+            exec: ExecOptions {
+                engine: if t.is_some() {
+                    EngineChoice::Cpu
+                } else {
+                    EngineChoice::Vulkan
+                },
+                threads: t.unwrap_or(0),
+                ..ExecOptions::default()
+            },
+        };
+        let what = t.map_or("vulkan".to_owned(), |t| format!("cpu, {t} thread(s)"));
+        match compute_bench::run(&config, &|step| eprintln!("  {what}: {step}")) {
+            Ok(r) => rows.push(ComputeRow {
+                engine: r.engine,
+                threads: t,
+                cpu_kernels: r.cpu_kernels,
+                forward_batch1_ms: r.forward_batch1.device_ms,
+                train_batch: batch,
+                train_step_ms: r.train_step.device_ms,
+                train_gflops: r.train_step.gflops,
+            }),
+            Err(e) => errors.push(format!("{what}: {e}")),
+        }
+        cool_down();
+    }
+    (rows, errors)
+}
+
+/// The equation with the loaders' measured `T_g` and the fastest measured training step.
+fn balance_section(io: &IoBenchReport, compute: &[ComputeRow]) -> Option<BalanceSection> {
+    let best = compute
+        .iter()
+        .min_by(|x, y| x.train_step_ms.total_cmp(&y.train_step_ms))?;
+    let tg = Duration::from_secs_f64(io.loader_cpu_us_per_record * 1e-6);
+    // The CPU engine's threads and the loaders share the cores; a GPU leaves them all to the
+    // loaders.
+    let cores = fulcrum_board::host_cores();
+    let input = BalanceInput {
+        tg,
+        cores: cores as f64,
+        batch: best.train_batch,
+        step: Duration::from_secs_f64(best.train_step_ms * 1e-3),
+        decode: None,
+        augment: None,
+        disk: Some((io.record_bytes as f64, io.raw.mb_per_s * 1e6)),
+    };
+    let report = balance::evaluate(&input).ok()?;
+    Some(BalanceSection {
+        model: "det-s".into(),
+        engine: best.engine.clone(),
+        batch: best.train_batch,
+        tg_ms: tg.as_secs_f64() * 1e3,
+        loader_cores: cores,
+        report,
+    })
+}
+
+fn print(r: &Report) {
+    let b = &r.board;
+    let f = &b.facts;
+    println!(
+        "fulcrum-bench {} — {}{}",
+        r.fulcrum_version,
+        f.model.as_deref().unwrap_or(&f.board),
+        if r.quick { " (quick)" } else { "" }
+    );
+    println!(
+        "  board      {} ({}), kernel {}",
+        f.board,
+        f.arch,
+        f.kernel.as_deref().unwrap_or("?")
+    );
+    for c in &f.clusters {
+        let mhz = match (c.min_mhz, c.max_mhz) {
+            (Some(lo), Some(hi)) => format!("{lo}–{hi} MHz"),
+            _ => "frequency unknown".to_owned(),
+        };
+        println!(
+            "  cpu        {}× {} ({mhz}{})",
+            c.cpus.len(),
+            c.core,
+            c.governor
+                .as_deref()
+                .map_or(String::new(), |g| format!(", {g}"))
+        );
+    }
+    println!(
+        "  kernels    {} (this CPU runs: {})",
+        b.cpu_kernels,
+        b.cpu_kernel_sets
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(m) = f.memory {
+        println!(
+            "  memory     {} MiB{}",
+            m.total_mib,
+            m.available_mib
+                .map_or(String::new(), |a| format!(", {a} MiB available"))
+        );
+    }
+    if let Some(s) = &f.storage {
+        println!(
+            "  storage    {} on {} ({}{})",
+            s.mount_point,
+            s.device,
+            s.filesystem,
+            s.kind
+                .as_deref()
+                .map_or(String::new(), |k| format!(", {k}"))
+        );
+    }
+    match &b.io_uring.error {
+        None => println!("  io_uring   available"),
+        Some(e) => println!("  io_uring   unavailable: {e}"),
+    }
+    match (&b.vulkan_error, b.vulkan.is_empty()) {
+        (Some(e), _) => println!("  vulkan     unavailable: {e}"),
+        (None, true) => println!("  vulkan     no devices"),
+        (None, false) => println!("  vulkan     {}", b.vulkan.join("; ")),
+    }
+    match (&r.io, &r.io_error) {
+        (Some(io), _) => {
+            let uring = io
+                .uring
+                .map_or("-".to_owned(), |t| format!("{:.0}", t.mb_per_s));
+            println!(
+                "  io         raw ({}) {:.0} MB/s, io_uring {uring} MB/s, pread {:.0} MB/s, \
+                 loaders {:.0} records/s (T_g {:.1} µs/record)",
+                io.raw_method,
+                io.raw.mb_per_s,
+                io.pread.mb_per_s,
+                io.loaders_augment.records_per_s,
+                io.loader_cpu_us_per_record
+            );
+        }
+        (None, Some(e)) => println!("  io         not measured: {e}"),
+        (None, None) => {}
+    }
+    let width = r.compute.iter().map(|c| c.engine.len()).max().unwrap_or(0);
+    for c in &r.compute {
+        println!(
+            "  compute    {:<width$}  forward b=1 {:>8.3} ms, step b={} {:>8.2} ms ({:.1} GFLOP/s)",
+            c.engine, c.forward_batch1_ms, c.train_batch, c.train_step_ms, c.train_gflops
+        );
+    }
+    for e in &r.compute_errors {
+        println!("  compute    not measured: {e}");
+    }
+    if let Some(bal) = &r.balance {
+        let rep = &bal.report;
+        println!(
+            "  balance    {} b={} on {}: load {:.2} ms vs step {:.2} ms per batch → {} binds, \
+             {:.1} loader core(s) needed of {}",
+            bal.model,
+            bal.batch,
+            bal.engine,
+            rep.load_per_batch_ms,
+            rep.step_ms,
+            rep.binding.describe(),
+            rep.cores_needed,
+            bal.loader_cores
+        );
+    }
+    let t = &r.throttle;
+    let temp = t
+        .max_temp_c
+        .map_or(String::new(), |c| format!(", hottest {c:.1} °C"));
+    if t.throttled {
+        println!(
+            "  throttle   THROTTLED: {}{temp} — the figures above are low",
+            t.notes.join("; ")
+        );
+    } else if t.notes.is_empty() {
+        println!("  throttle   none seen{temp}");
+    } else {
+        println!("  throttle   {}{temp}", t.notes.join("; "));
+    }
+    println!("  ({:.0} s)", r.seconds);
+}
