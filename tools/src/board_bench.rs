@@ -89,6 +89,9 @@ pub struct ComputeRow {
     pub train_batch: u32,
     pub train_step_ms: f64,
     pub train_gflops: f64,
+    /// CPU: of the batch-1 forward convs, how many split by channels over the threads
+    /// (chosen per layer by measurement) and how many were measured.
+    pub batch1_split: Option<[usize; 2]>,
 }
 
 /// The balance equation for det-s on the fastest engine measured.
@@ -254,6 +257,10 @@ fn compute_section(
                 train_batch: batch,
                 train_step_ms: r.train_step.device_ms,
                 train_gflops: r.train_step.gflops,
+                batch1_split: r
+                    .cpu_batch1_split
+                    .as_ref()
+                    .map(|s| [s.split.len(), s.measured]),
             }),
             Err(e) => errors.push(format!("{what}: {e}")),
         }
@@ -377,8 +384,12 @@ fn print(r: &Report) {
     }
     let width = r.compute.iter().map(|c| c.engine.len()).max().unwrap_or(0);
     for c in &r.compute {
+        let split = match c.batch1_split {
+            Some([s, m]) if m > 0 => format!(", {s}/{m} b=1 convs split"),
+            _ => String::new(),
+        };
         println!(
-            "  compute    {:<width$}  forward b=1 {:>8.3} ms, step b={} {:>8.2} ms ({:.1} GFLOP/s)",
+            "  compute    {:<width$}  forward b=1 {:>8.3} ms, step b={} {:>8.2} ms ({:.1} GFLOP/s{split})",
             c.engine, c.forward_batch1_ms, c.train_batch, c.train_step_ms, c.train_gflops
         );
     }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::cpu::exec::SplitChoice;
 use super::cpu::kernels::KernelSet;
 use super::exec::{Exec, ExecOptions, Result};
 use super::recording::{Recording, Step, HYPER_LEN};
@@ -77,6 +78,9 @@ pub struct ComputeBenchReport {
     pub engine: String,
     /// The CPU engine's kernel set (`FULCRUM_CPU_KERNELS` forces one); `None` on a GPU.
     pub cpu_kernels: Option<KernelSet>,
+    /// The CPU engine's batch-1 forward convs split by channels over the threads (chosen per
+    /// layer by measurement); `None` on a GPU.
+    pub cpu_batch1_split: Option<SplitChoice>,
     pub model: String,
     pub params: usize,
     pub forward_batch1: EntryFigures,
@@ -217,6 +221,7 @@ fn measure(
     let engine = Engine {
         describe: exec.describe(),
         cpu_kernels: exec.cpu_kernels(),
+        cpu_split: exec.cpu_split_choice(entry),
     };
     setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
     let (mut device, mut wall) = (Vec::new(), Vec::new());
@@ -311,6 +316,7 @@ fn setup(
 struct Engine {
     describe: String,
     cpu_kernels: Option<KernelSet>,
+    cpu_split: Option<SplitChoice>,
 }
 
 /// Runs the benchmark on the engine `config.exec` chooses.
@@ -324,6 +330,7 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     Ok(ComputeBenchReport {
         engine: engine.describe,
         cpu_kernels: engine.cpu_kernels,
+        cpu_batch1_split: engine.cpu_split,
         model: config.model.clone(),
         params: Arch::new(&model).param_count(),
         forward_batch1,

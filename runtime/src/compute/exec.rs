@@ -207,6 +207,15 @@ impl Exec {
         }
     }
 
+    /// What the CPU engine chose for the forward convs of `entry` with fewer images than
+    /// threads (see [`CpuExec::split_choice`]); `None` on a GPU.
+    pub fn cpu_split_choice(&self, entry: usize) -> Option<crate::compute::cpu::exec::SplitChoice> {
+        match self {
+            Exec::Cpu(c) => Some(c.split_choice(entry)),
+            Exec::Vulkan(_) => None,
+        }
+    }
+
     /// The CPU engine's kernel set; `None` on a GPU.
     pub fn cpu_kernels(&self) -> Option<crate::compute::cpu::kernels::KernelSet> {
         match self {

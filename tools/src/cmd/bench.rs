@@ -425,6 +425,18 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     for r in &reports {
         println!("{}:", r.engine);
         show("forward, batch 1", &r.forward_batch1);
+        if let Some(s) = r.cpu_batch1_split.as_ref().filter(|s| s.measured > 0) {
+            println!(
+                "    {} of {} convs split by channels over the threads (measured faster): {}",
+                s.split.len(),
+                s.measured,
+                if s.split.is_empty() {
+                    "none".to_owned()
+                } else {
+                    s.split.join(", ")
+                }
+            );
+        }
         show(&format!("training step, batch {}", a.batch), &r.train_step);
         if let Some(u) = &r.upload {
             let imported = match (u.imported_ms, u.imported_cpu_ms) {

@@ -235,6 +235,64 @@ pub fn conv2d_forward(
     });
 }
 
+/// Whether [`conv2d_forward_split`] can split `op`'s images by output channels: every kind
+/// but a grouped convolution (whose groups would have to be cut along).
+pub fn splits_by_channels(op: &Conv2d) -> bool {
+    op.kind() != ConvKind::Grouped
+}
+
+/// [`conv2d_forward`] with each image's output channels split over the threads instead of the
+/// batch over them: for a batch smaller than the threads (the batch-1 forward pass of
+/// inference), where the batch split leaves threads idle. Each output is computed exactly as
+/// by [`conv2d_forward`] (the same sums in the same order), so the results are identical.
+/// Falls back to [`conv2d_forward`] where [`splits_by_channels`] says no.
+pub fn conv2d_forward_split(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    if !splits_by_channels(op) {
+        return conv2d_forward(op, input, weight, bias, output, scratch);
+    }
+    check_lens(op, input, weight, bias, output.len());
+    let (in_img, out_img, plane_out, _) = image_sizes(op);
+    let co = op.c_out as usize;
+    let per = conv2d_forward_scratch_len(op);
+    let pool = scratch.pool();
+    let depthwise = op.kind() == ConvKind::Depthwise;
+    // A depthwise part keeps at least two channels: one would make it a dense 1×1-channel conv.
+    let parts = scratch.threads().min(if depthwise { co / 2 } else { co });
+    let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
+    // Weights per output channel; a depthwise channel also reads only its own input plane.
+    let w_per = op.weight_len() / co;
+    let plane_in = op.h as usize * op.w as usize;
+    for b in 0..op.n as usize {
+        let x = &input[b * in_img..][..in_img];
+        let y = &mut output[b * out_img..][..out_img];
+        let chunks = split_parts(y, co, plane_out, parts).zip(split_parts(scr, parts, per, parts));
+        run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
+            let c = range.len() as u32;
+            let sub = Conv2d {
+                n: 1,
+                c_out: c,
+                c_in: if depthwise { c } else { op.c_in },
+                groups: if depthwise { c } else { 1 },
+                ..*op
+            };
+            let x = if depthwise {
+                &x[range.start * plane_in..range.end * plane_in]
+            } else {
+                x
+            };
+            let w = &weight[range.start * w_per..range.end * w_per];
+            forward_image(&sub, x, w, &bias[range.clone()], y, scr);
+        });
+    }
+}
+
 /// One image of the backward pass; `gw` and `gb` are accumulated into, `gx` overwritten.
 #[allow(clippy::too_many_arguments)]
 fn backward_image(
@@ -528,6 +586,42 @@ mod tests {
             assert_close(&format!("{name} grad weight"), &gw, &want, 1e-4);
             let want = numeric_grad_f64(&b64, 1e-6, |v| reference(&op, &x64, &w64, v, &r));
             assert_close(&format!("{name} grad bias"), &gb, &want, 1e-4);
+        }
+    }
+
+    /// Splitting an image's output channels over threads gives the batch split's outputs bit
+    /// for bit, for every kind (a grouped conv falls back), thread counts that cut the
+    /// channels unevenly, and a depthwise conv with fewer channels than twice the threads.
+    #[test]
+    fn the_channel_split_matches_the_batch_split_exactly() {
+        let mut rng = SplitMix64::new(5);
+        let cases = [
+            Conv2d::dense(1, 3, 12, 10, 5, 3, 2, true),
+            Conv2d::pointwise(2, 6, 9, 7, 11, true),
+            Conv2d::pointwise(1, 40, 16, 16, 33, false),
+            Conv2d::depthwise(1, 7, 9, 11, 3, 2, true),
+            Conv2d::depthwise(1, 3, 6, 5, 3, 1, false),
+            Conv2d {
+                groups: 2,
+                ..Conv2d::dense(1, 4, 5, 7, 6, 3, 1, true)
+            },
+        ];
+        for op in cases {
+            let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+            let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+            let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+            let mut want = vec![f32::NAN; op.output_len()];
+            let mut one = Scratch::new(1);
+            one.reserve(conv2d_forward_scratch_len(&op));
+            conv2d_forward(&op, &x, &w, &b, &mut want, &mut one);
+            for threads in [1, 2, 3, 4] {
+                let mut scratch = Scratch::new(threads);
+                scratch.reserve(conv2d_forward_scratch_len(&op));
+                let mut y = vec![f32::NAN; op.output_len()];
+                conv2d_forward_split(&op, &x, &w, &b, &mut y, &mut scratch);
+                let same = y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{:?} split over {threads} threads differs", op.kind());
+            }
         }
     }
 }

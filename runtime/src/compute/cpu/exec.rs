@@ -38,6 +38,18 @@ pub struct CpuExec {
     per_step: bool,
     timings: Vec<Duration>,
     kernels: KernelSet,
+    /// Per entry and step: whether a forward conv splits its images' channels over the
+    /// threads rather than its batch (chosen by measurement, see [`CpuExec::choose_splits`]).
+    channel_split: Vec<Vec<bool>>,
+}
+
+/// Which forward convolutions of an entry split their images' channels over the threads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SplitChoice {
+    /// Layers with fewer images than threads, where the choice was measured.
+    pub measured: usize,
+    /// Those whose channel split was faster, named by shape.
+    pub split: Vec<String>,
 }
 
 impl CpuExec {
@@ -81,6 +93,15 @@ impl CpuExec {
             per_step: false,
             timings: Vec::with_capacity(steps),
             kernels,
+            channel_split: recording
+                .entries
+                .iter()
+                .map(|e| vec![false; e.steps.len()])
+                .collect(),
+        })
+        .map(|mut exec| {
+            exec.choose_splits();
+            exec
         })
     }
 
@@ -154,11 +175,16 @@ impl CpuExec {
         };
         let started = Instant::now();
         self.timings.clear();
+        // Small jobs one after another (see `choose_splits`): keep the pool's threads awake.
+        let spin = self.channel_split[entry].iter().any(|&s| s);
+        if let Some(pool) = self.scratch.pool() {
+            pool.set_spinning(spin);
+        }
         // Steps are cloned one at a time (plain data, no heap) so `self` can be borrowed.
         for i in 0..e.steps.len() {
             let t0 = Instant::now();
             let step = self.recording.entries[entry].steps[i].clone();
-            self.step(&step);
+            self.step(&step, self.channel_split[entry][i]);
             if self.per_step {
                 self.timings.push(t0.elapsed());
             }
@@ -173,12 +199,83 @@ impl CpuExec {
         })
     }
 
-    fn step(&mut self, step: &Step) {
+    /// A forward conv with fewer images than threads leaves threads idle when split over its
+    /// batch; split over its channels instead, it pays a wake-up of the pool that a small
+    /// layer does not earn back. So each such layer is timed both ways here, alternating
+    /// (the tensors hold zeros; the timing does not depend on values), and keeps the faster.
+    /// Both ways give identical outputs.
+    fn choose_splits(&mut self) {
+        let Some(pool) = self.scratch.pool() else {
+            return;
+        };
+        pool.set_spinning(true);
+        for e in 0..self.recording.entries.len() {
+            for i in 0..self.recording.entries[e].steps.len() {
+                let step = self.recording.entries[e].steps[i].clone();
+                let Step::ConvForward { op, .. } = step else {
+                    continue;
+                };
+                if op.n as usize >= self.threads() || !conv::splits_by_channels(&op) {
+                    continue;
+                }
+                let (mut whole, mut split) = (Vec::new(), Vec::new());
+                for _ in 0..7 {
+                    for (times, how) in [(&mut whole, false), (&mut split, true)] {
+                        let t = Instant::now();
+                        for _ in 0..3 {
+                            self.step(&step, how);
+                        }
+                        times.push(t.elapsed());
+                    }
+                }
+                whole.sort_unstable();
+                split.sort_unstable();
+                // Medians; the split must win clearly, as it costs the other threads' time.
+                self.channel_split[e][i] = split[3].as_secs_f64() < 0.9 * whole[3].as_secs_f64();
+            }
+        }
+    }
+
+    /// What [`CpuExec::choose_splits`] chose for entry `entry`.
+    pub fn split_choice(&self, entry: usize) -> SplitChoice {
+        let mut choice = SplitChoice {
+            measured: 0,
+            split: Vec::new(),
+        };
+        let Some(e) = self.recording.entries.get(entry) else {
+            return choice;
+        };
+        for (step, &split) in e.steps.iter().zip(&self.channel_split[entry]) {
+            if let Step::ConvForward { op, .. } = step {
+                if (op.n as usize) < self.threads() && conv::splits_by_channels(op) {
+                    choice.measured += 1;
+                    if split {
+                        choice.split.push(format!(
+                            "{:?} {}→{} at {}×{}",
+                            op.kind(),
+                            op.c_in,
+                            op.c_out,
+                            op.h,
+                            op.w
+                        ));
+                    }
+                }
+            }
+        }
+        choice
+    }
+
+    fn step(&mut self, step: &Step, channel_split: bool) {
         match *step {
             Step::ConvForward { op, x, w, b, y } => {
                 let mut out = self.take(y);
                 let mut scratch = std::mem::take(&mut self.scratch);
-                conv::conv2d_forward(
+                let forward = if channel_split {
+                    conv::conv2d_forward_split
+                } else {
+                    conv::conv2d_forward
+                };
+                forward(
                     &op,
                     self.f32s(x),
                     self.f32s(w),

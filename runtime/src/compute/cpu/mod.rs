@@ -26,5 +26,6 @@ pub mod upsample;
 
 pub use conv::{
     conv2d_backward, conv2d_backward_scratch_len, conv2d_forward, conv2d_forward_scratch_len,
+    conv2d_forward_split, splits_by_channels,
 };
 pub use scratch::Scratch;
