@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""det-s on the CPU, side by side: fulcrum's CPU engine against LiteRT with XNNPACK (forward at
+batch 1), Keras and PyTorch (a training step at batch 32), same architecture, same threads, in
+one run with the engines alternating round by round (the machines are shared and noisy).
+
+A developer tool, not a test. It needs a release build of fulcrum and, in the Python it runs
+with, `tensorflow-cpu` (Keras and the TFLite converter) and optionally `ai-edge-litert` (the
+LiteRT interpreter; TensorFlow's own is used without it) and `torch`:
+
+    python3 -m venv /tmp/peers && /tmp/peers/bin/pip install tensorflow-cpu ai-edge-litert torch
+    cargo build --release
+    /tmp/peers/bin/python tools/scripts/compare-cpu-peers.py --threads 2 --rounds 3
+
+The Keras and PyTorch models are det-s layer for layer (the script checks the parameter count
+against fulcrum's 54,758). Their training step uses a mean-squared-error loss on the output
+maps: the same convolutions forward and backward as fulcrum's step, a cheaper loss (fulcrum's
+loss and target rendering are about 4 % of its step), and AdamW in both.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DET_S_PARAMS = 54_758
+INPUT, CLASSES = 128, 2
+BLOCKS = [  # (c_in, c_out, stride, residual), as runtime/src/model/arch.rs
+    (16, 32, 2, False),
+    (32, 32, 1, True),
+    (32, 64, 2, False),
+    (64, 64, 1, True),
+    (64, 64, 1, True),
+    (64, 128, 2, False),
+    (128, 128, 1, True),
+]
+SKIP_BLOCK, NECK, HEAD = 4, 64, 64
+
+
+def median_ms(fn, runs, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def fulcrum_figures(binary, threads, runs, batch):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "compute.json")
+        subprocess.run(
+            [binary, "bench", "compute", "--cpu-only", "--threads", str(threads),
+             "--runs", str(runs), "--batch", str(batch), "--json", out],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        engine = json.load(open(out))["engines"][0]
+    return {
+        "engine": engine["engine"],
+        "forward_b1_ms": engine["forward_batch1"]["device_ms"],
+        "step_ms": engine["train_step"]["device_ms"],
+    }
+
+
+def keras_det_s():
+    import keras
+    from keras import layers
+
+    def conv(x, c, k=1, s=1, relu=True, name=None):
+        return layers.Conv2D(c, k, strides=s, padding="same",
+                             activation="relu" if relu else None, name=name)(x)
+
+    def dw(x, s=1, name=None):
+        return layers.DepthwiseConv2D(3, strides=s, padding="same", activation="relu",
+                                      name=name)(x)
+
+    inp = keras.Input((INPUT, INPUT, 3), batch_size=None)
+    x = layers.Rescaling(1 / 255)(inp)
+    x = conv(x, 16, 3, 2, name="stem")
+    skip = None
+    for i, (cin, cout, s, res) in enumerate(BLOCKS):
+        y = conv(dw(x, s, name=f"b{i+1}dw"), cout, name=f"b{i+1}pw")
+        x = layers.Add()([x, y]) if res else y
+        if i == SKIP_BLOCK:
+            skip = x
+    x = layers.UpSampling2D(2)(x)
+    x = layers.Add()([conv(x, NECK, name="neckpw"), skip])
+    x = conv(dw(x, name="headdw"), HEAD, name="headpw")
+    out = conv(x, CLASSES + 4, relu=False, name="headout")
+    return keras.Model(inp, out)
+
+
+def torch_det_s():
+    import torch
+    from torch import nn
+
+    class Sep(nn.Module):
+        def __init__(self, cin, cout, s, res):
+            super().__init__()
+            self.dw = nn.Conv2d(cin, cin, 3, s, 1, groups=cin)
+            self.pw = nn.Conv2d(cin, cout, 1)
+            self.res = res
+
+        def forward(self, x):
+            y = torch.relu(self.pw(torch.relu(self.dw(x))))
+            return x + y if self.res else y
+
+    class DetS(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 16, 3, 2, 1)
+            self.blocks = nn.ModuleList(Sep(*b) for b in BLOCKS)
+            self.neck = nn.Conv2d(128, NECK, 1)
+            self.hdw = nn.Conv2d(NECK, NECK, 3, 1, 1, groups=NECK)
+            self.hpw = nn.Conv2d(NECK, HEAD, 1)
+            self.out = nn.Conv2d(HEAD, CLASSES + 4, 1)
+
+        def forward(self, x):
+            x = torch.relu(self.stem(x / 255))
+            skip = None
+            for i, b in enumerate(self.blocks):
+                x = b(x)
+                if i == SKIP_BLOCK:
+                    skip = x
+            x = nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+            x = torch.relu(self.neck(x)) + skip
+            return self.out(torch.relu(self.hpw(torch.relu(self.hdw(x)))))
+
+    return DetS()
+
+
+def worker(kind, threads, runs, batch):
+    """One peer's figure, in a process of its own: TensorFlow and PyTorch each bundle LLVM,
+    and both in one process abort on their duplicate command-line options."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    grid = INPUT // 8
+    xb = rng.integers(0, 256, (batch, INPUT, INPUT, 3)).astype(np.float32)
+    yb = rng.standard_normal((batch, grid, grid, CLASSES + 4)).astype(np.float32)
+    if kind in ("litert", "keras"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        import keras
+
+        model = keras_det_s()
+        if model.count_params() != DET_S_PARAMS:
+            sys.exit(f"the Keras det-s has {model.count_params()} parameters, not {DET_S_PARAMS}")
+        if kind == "litert":
+            # LiteRT's default CPU delegate is XNNPACK; a float32 model.
+            tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+            try:
+                from ai_edge_litert.interpreter import Interpreter
+                name = "LiteRT (ai-edge-litert) + XNNPACK"
+            except ImportError:
+                Interpreter = tf.lite.Interpreter
+                name = "TF Lite interpreter + XNNPACK"
+            interp = Interpreter(model_content=tflite, num_threads=threads)
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], xb[:1])
+            return name, median_ms(interp.invoke, runs * 10)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="mse", jit_compile=False)
+        return f"Keras {keras.__version__} (TensorFlow {tf.__version__})", median_ms(
+            lambda: model.train_on_batch(xb, yb), runs)
+    import torch
+
+    torch.set_num_threads(threads)
+    tm = torch_det_s()
+    n = sum(p.numel() for p in tm.parameters())
+    if n != DET_S_PARAMS:
+        sys.exit(f"the PyTorch det-s has {n} parameters, not {DET_S_PARAMS}")
+    opt = torch.optim.AdamW(tm.parameters(), 1e-3)
+    txb = torch.from_numpy(xb.transpose(0, 3, 1, 2).copy())
+    tyb = torch.from_numpy(yb.transpose(0, 3, 1, 2).copy())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(tm(txb), tyb).backward()
+        opt.step()
+
+    return f"PyTorch {torch.__version__}", median_ms(step, runs)
+
+
+def run_worker(kind, a):
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", kind, "--threads", str(a.threads),
+         "--runs", str(a.runs), "--batch", str(a.batch)],
+        capture_output=True, text=True,
+    )
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        print(f"{kind}: not measured:\n{out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fulcrum", default="target/release/fulcrum")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--runs", type=int, default=30, help="timed runs per figure (medians)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every engine, alternating")
+    p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--worker", choices=["litert", "keras", "torch"], help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        name, ms = worker(a.worker, a.threads, a.runs, a.batch)
+        print(json.dumps({"name": name, "ms": ms}))
+        return
+    if not os.path.exists(a.fulcrum):
+        sys.exit(f"{a.fulcrum} not found: run `cargo build --release` first")
+
+    rows = {k: [] for k in ("fulcrum_fwd", "fulcrum_step", "litert_fwd", "keras_step", "torch_step")}
+    names = {}
+    for r in range(a.rounds):
+        print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
+        f = fulcrum_figures(a.fulcrum, a.threads, a.runs, a.batch)
+        rows["fulcrum_fwd"].append(f["forward_b1_ms"])
+        rows["fulcrum_step"].append(f["step_ms"])
+        names["fulcrum"] = f["engine"]
+        for kind, key in (("litert", "litert_fwd"), ("keras", "keras_step"), ("torch", "torch_step")):
+            got = run_worker(kind, a)
+            if got:
+                rows[key].append(got["ms"])
+                names[kind] = got["name"]
+
+    med = {k: statistics.median(v) for k, v in rows.items() if v}
+    print(f"det-s, {a.threads} thread(s), batch {a.batch}, medians of {a.rounds} alternating rounds "
+          f"× {a.runs} runs; fulcrum: {names['fulcrum']}")
+    if "litert_fwd" in med:
+        print(f"  forward b=1: fulcrum {med['fulcrum_fwd']:.3f} ms, {names['litert']} "
+              f"{med['litert_fwd']:.3f} ms → fulcrum / LiteRT = "
+              f"{med['fulcrum_fwd'] / med['litert_fwd']:.2f}×  (goal ≤ 1.0×)")
+    peers = {names[k]: med[f"{k}_step"] for k in ("keras", "torch") if f"{k}_step" in med}
+    if peers:
+        best = min(peers, key=peers.get)
+        print(f"  training step b={a.batch}: fulcrum {med['fulcrum_step']:.2f} ms, "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in peers.items())
+              + f" → fulcrum / best = {med['fulcrum_step'] / peers[best]:.2f}×  (goal ≤ 0.6×)")
+    for k, v in rows.items():
+        if v:
+            print(f"    {k:<13} " + "  ".join(f"{x:.3f}" for x in v))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"threads": a.threads, "batch": a.batch, "rounds": rows, "medians": med,
+                       "names": names}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
