@@ -320,12 +320,14 @@ impl CpuExec {
             }
             Step::Add { op, a, b, out } => {
                 let mut o = self.take(out);
-                add::add(&op, self.f32s(a), self.f32s(b), &mut o);
+                let pool = self.scratch.pool();
+                add::add(&op, self.f32s(a), self.f32s(b), &mut o, pool.as_deref());
                 self.put(out, o);
             }
             Step::AddAssign { op, dst, src } => {
                 let mut d = self.take(dst);
-                add::add_assign(&op, &mut d, self.f32s(src));
+                let pool = self.scratch.pool();
+                add::add_assign(&op, &mut d, self.f32s(src), pool.as_deref());
                 self.put(dst, d);
             }
             Step::UpsampleForward { op, x, y } => {
@@ -340,7 +342,8 @@ impl CpuExec {
             }
             Step::Normalize { op, records, out } => {
                 let mut o = self.take(out);
-                normalize::normalize(&op, self.bytes_of(records), &mut o);
+                let pool = self.scratch.pool();
+                normalize::normalize(&op, self.bytes_of(records), &mut o, pool.as_deref());
                 self.put(out, o);
             }
             Step::Targets { op, records, out } => {

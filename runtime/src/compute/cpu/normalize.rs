@@ -1,27 +1,45 @@
-//! Record bytes to network input ([`Normalize`]): u8 HWC RGB → f32 NCHW in `[0, 1]`.
+//! Record bytes to network input ([`Normalize`]): u8 HWC RGB → f32 NCHW in `[0, 1]`, the
+//! batch's images split over the pool's threads.
 
+use super::pool::Pool;
+use super::scratch::{run_parts, split_parts};
 use crate::compute::ops::Normalize;
 
-pub fn normalize(op: &Normalize, records: &[u8], out: &mut [f32]) {
+pub fn normalize(op: &Normalize, records: &[u8], out: &mut [f32], pool: Option<&Pool>) {
     let (h, w) = (op.h as usize, op.w as usize);
     assert!(
         records.len() >= op.input_bytes() && out.len() >= op.output_len(),
         "normalize: short tensors"
     );
     let plane = h * w;
-    for b in 0..op.n as usize {
-        let image = &records[b * op.record_stride as usize..][..op.image_bytes()];
-        let dst = &mut out[b * 3 * plane..(b + 1) * 3 * plane];
-        for y in 0..h {
-            let row = &image[y * w * 3..(y + 1) * w * 3];
-            for x in 0..w {
-                let sx = if op.flip { w - 1 - x } else { x };
-                for c in 0..3 {
-                    dst[c * plane + y * w + x] = row[sx * 3 + c] as f32 / 255.0;
+    let n = op.n as usize;
+    let parts = pool.map_or(1, Pool::threads).min(n);
+    run_parts(
+        pool,
+        split_parts(out, n, 3 * plane, parts),
+        |(images, dst)| {
+            for (b, dst) in images.zip(dst.chunks_exact_mut(3 * plane)) {
+                let image = &records[b * op.record_stride as usize..][..op.image_bytes()];
+                let (r, gb) = dst.split_at_mut(plane);
+                let (g, bl) = gb.split_at_mut(plane);
+                for (y, row) in image.chunks_exact(3 * w).enumerate() {
+                    let at = y * w..(y + 1) * w;
+                    let planes = [&mut r[at.clone()], &mut g[at.clone()], &mut bl[at]];
+                    for (c, dst) in planes.into_iter().enumerate() {
+                        if op.flip {
+                            for (d, px) in dst.iter_mut().rev().zip(row.chunks_exact(3)) {
+                                *d = px[c] as f32 / 255.0;
+                            }
+                        } else {
+                            for (d, px) in dst.iter_mut().zip(row.chunks_exact(3)) {
+                                *d = px[c] as f32 / 255.0;
+                            }
+                        }
+                    }
                 }
             }
-        }
-    }
+        },
+    );
 }
 
 #[cfg(test)]
@@ -40,12 +58,12 @@ mod tests {
             flip: false,
         };
         let mut out = vec![0.0; 12];
-        normalize(&op, &records, &mut out);
+        normalize(&op, &records, &mut out, None);
         let want = [0.0, 0.4, 0.2, 0.6, 1.0, 0.8, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0];
         for (g, w) in out.iter().zip(want) {
             assert!((g - w).abs() < 1e-7, "{out:?}");
         }
-        normalize(&Normalize { flip: true, ..op }, &records, &mut out);
+        normalize(&Normalize { flip: true, ..op }, &records, &mut out, None);
         assert_eq!(&out[..2], &[0.4, 0.0]);
         assert_eq!(&out[6..8], &[0.0, 1.0]);
     }
