@@ -13,6 +13,8 @@ use fulcrum::balance::{self, BalanceInput, BalanceReport, IoBenchConfig, IoBench
 use fulcrum::compute::bench::{self as compute_bench, ComputeBenchConfig};
 use fulcrum::compute::cpu::kernels::{self, KernelSet};
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+use fulcrum::serve::bench::{bench_serve, ServeBenchConfig, ServeBenchReport};
+use fulcrum_board::protocol::PixelFormat;
 use serde::Serialize;
 
 use crate::system::{SystemFacts, ThrottleReport, Watch};
@@ -120,6 +122,9 @@ pub struct Report {
     pub compute: Vec<ComputeRow>,
     pub compute_errors: Vec<String>,
     pub balance: Option<BalanceSection>,
+    /// `fulcrumd`'s latency from a client handing over a camera frame to its detections.
+    pub serve: Option<ServeBenchReport>,
+    pub serve_error: Option<String>,
     pub throttle: ThrottleReport,
 }
 
@@ -163,6 +168,26 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let (compute, compute_errors) = compute_section(&board, a.batch, runs, quick, &cool_down);
 
     let balance = io.as_ref().and_then(|io| balance_section(io, &compute));
+    cool_down();
+
+    eprintln!("fulcrum-bench: serve");
+    let serve_config = ServeBenchConfig {
+        weights: None,
+        exec: ExecOptions::default(),
+        clients: 4,
+        seconds: if quick { 0.3 } else { 3.0 },
+        rate: 200.0,
+        width: 320,
+        height: 240,
+        format: PixelFormat::Rgb8,
+        // Fine-tuning beside serving needs its own set packed and minutes: not in a quick run.
+        fine_tune: !quick,
+    };
+    let (serve, serve_error) = match bench_serve(&serve_config, |what| eprintln!("  serve: {what}"))
+    {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let throttle = watch.finish();
     let report = Report {
         schema_version: SCHEMA_VERSION,
@@ -175,6 +200,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         compute,
         compute_errors,
         balance,
+        serve,
+        serve_error,
         throttle,
     };
     print(&report);
@@ -410,6 +437,30 @@ fn print(r: &Report) {
             rep.cores_needed,
             bal.loader_cores
         );
+    }
+    match (&r.serve, &r.serve_error) {
+        (Some(s), _) => {
+            let memfd = s
+                .runs
+                .iter()
+                .find(|run| run.transport == "memfd" && run.load == "paced" && !run.fine_tuning);
+            println!(
+                "  serve      {} clients, {} frames, on {}: forward p50 {:.3} ms{}",
+                s.clients,
+                s.frame,
+                s.engine,
+                s.forward_p50_ms,
+                memfd.map_or(String::new(), |m| format!(
+                    "; memfd at {} frames/s: p50 {:.3} ms, p99 {:.3} ms",
+                    s.paced_rate, m.p50_ms, m.p99_ms
+                ))
+            );
+            for why in &s.skipped {
+                println!("             left out {why}");
+            }
+        }
+        (None, Some(e)) => println!("  serve      not measured: {e}"),
+        (None, None) => {}
     }
     let t = &r.throttle;
     let temp = t

@@ -79,6 +79,12 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
     assert_eq!(r["balance"]["batch"], 4);
     assert!(r["balance"]["binding"].is_string());
     assert!(r["throttle"]["samples"].as_u64().unwrap() >= 2);
+    assert!(
+        r["serve"]["forward_p50_ms"].as_f64().unwrap() > 0.0,
+        "{}",
+        r["serve_error"]
+    );
+    assert!(!r["serve"]["runs"].as_array().unwrap().is_empty());
 
     // A forced set is the one the CPU engine runs.
     let run = bench(

@@ -163,6 +163,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         width: a.width,
         height: a.height,
         format: a.format,
+        fine_tune: true,
     };
     let r = bench_serve(&config, |what| eprintln!("measuring: {what}"))?;
     println!(
