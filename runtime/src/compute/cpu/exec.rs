@@ -39,7 +39,7 @@ pub struct CpuExec {
     timings: Vec<Duration>,
     kernels: KernelSet,
     /// Per entry and step: whether a forward conv splits its images' channels over the
-    /// threads rather than its batch (chosen by measurement, see [`CpuExec::choose_splits`]).
+    /// threads rather than its batch (chosen by measurement, see `CpuExec::choose_splits`).
     channel_split: Vec<Vec<bool>>,
 }
 
@@ -236,7 +236,8 @@ impl CpuExec {
         }
     }
 
-    /// What [`CpuExec::choose_splits`] chose for entry `entry`.
+    /// Which batch-1 forward convs of entry `entry` split their channels (timed both ways per
+    /// layer when the executor was made).
     pub fn split_choice(&self, entry: usize) -> SplitChoice {
         let mut choice = SplitChoice {
             measured: 0,

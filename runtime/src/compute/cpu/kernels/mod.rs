@@ -1,8 +1,8 @@
 //! The CPU engine's hot loops, one set per instruction set, chosen once per process.
 //!
-//! Each set fills a [`Kernels`] table of function pointers (the GEMM panels and the 3×3
-//! depthwise plane kernels), the way tract's `linalg` does; the callers ([`super::gemm`],
-//! [`super::dw3x3`]) check their operands once and call through [`active`]. This module is the
+//! Each set fills a `Kernels` table of function pointers (the GEMM panels and the 3×3
+//! depthwise plane kernels), the way tract's `linalg` does; the callers (`cpu::gemm`,
+//! `cpu::dw3x3`) check their operands once and call through `active()`. This module is the
 //! only place that asks the CPU what it has:
 //!
 //! | set | where | what |

@@ -5,7 +5,7 @@
 //! place, B's rows lie a plane apart — often a multiple of 4 KiB, so they all fall into the
 //! same L1 set and every row set would fetch them again.
 
-use super::operands::Mat;
+use super::operands::{Epilogue, Mat};
 
 /// Rows of B packed per column tile by the register-tile GEMMs: a `KC × 16` panel (16 KiB, on the
 /// stack).
@@ -45,6 +45,65 @@ pub(super) fn pack_panel(
         let col = (j + q) * b.cs + k0 * b.rs;
         for p in 0..kl {
             panel[p * 16 + q] = b.data[col + p * b.rs];
+        }
+    }
+}
+
+/// One k block of a register-tile GEMM: A from column `k0`, B's packed panel (`kl × 16`), C
+/// as a raw pointer so tiles can be written through it. Each SIMD set implements its `tile`.
+pub(super) struct RowTiles<'a> {
+    pub a: Mat<'a>,
+    pub k0: usize,
+    pub panel: &'a [f32],
+    pub alpha: f32,
+    pub beta: f32,
+    pub ep: Epilogue<'a>,
+    pub c: *mut f32,
+    pub ldc: usize,
+}
+
+/// The loops around a register tile for `C ← ep(alpha·A·B + beta·C)`: column tiles of 16
+/// (B packed per tile), `k` in blocks of [`KC`] (C carrying the partial sums between them),
+/// rows in sets of up to `rows`. `tile(t, i, j, w, r)` does rows `i .. i + r`, columns
+/// `j .. j + w` of block `t`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn drive(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+    rows: usize,
+    mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
+) {
+    let mut panel = [0f32; KC * 16];
+    for j in (0..n).step_by(16) {
+        let w = (n - j).min(16);
+        for k0 in (0..k).step_by(KC) {
+            let kl = KC.min(k - k0);
+            pack_panel(&mut panel, b, k0, kl, j, w);
+            let t = RowTiles {
+                a,
+                k0,
+                panel: &panel[..kl * 16],
+                alpha,
+                // Blocks after the first add to what C holds; the last stores the result.
+                beta: if k0 == 0 { beta } else { 1.0 },
+                ep: if k0 + kl == k {
+                    ep
+                } else {
+                    Epilogue::default()
+                },
+                c: c.as_mut_ptr(),
+                ldc,
+            };
+            for i in (0..m).step_by(rows) {
+                tile(&t, i, j, w, (m - i).min(rows));
+            }
         }
     }
 }

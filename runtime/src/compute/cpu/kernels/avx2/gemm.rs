@@ -1,7 +1,7 @@
 //! The GEMM panels in AVX2 + FMA.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{pack_panel, KC};
+use super::super::panel::{drive, RowTiles};
 use super::super::portable;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
@@ -30,9 +30,7 @@ pub(super) unsafe fn accumulate(
 /// of up to 4 rows × 16 columns (eight accumulators), each B row of the tile loaded once per
 /// row set and each A element broadcast once, stored once.
 ///
-/// Column tiles are the outer loop: a tile's `k × 16` block of B is first copied into a
-/// contiguous panel (see [`pack_panel`]), which stays in L1 while every row set passes over
-/// it. `k` past [`KC`] goes in blocks, C carrying the partial sums between them.
+/// The loops around the tiles (B's packed panels, k blocks) are [`drive`]'s.
 ///
 /// Safety: see [`super::super::GemmFused`].
 #[target_feature(enable = "avx2,fma")]
@@ -49,54 +47,29 @@ pub(super) unsafe fn fused(
     ldc: usize,
     ep: Epilogue<'_>,
 ) {
-    let mut panel = [0f32; KC * 16];
-    for j in (0..n).step_by(16) {
-        let w = (n - j).min(16);
-        for k0 in (0..k).step_by(KC) {
-            let kl = KC.min(k - k0);
-            pack_panel(&mut panel, b, k0, kl, j, w);
-            let t = RowTiles {
-                a,
-                k0,
-                panel: &panel[..kl * 16],
-                alpha,
-                // Blocks after the first add to what C holds; the last stores the result.
-                beta: if k0 == 0 { beta } else { 1.0 },
-                ep: if k0 + kl == k {
-                    ep
-                } else {
-                    Epilogue::default()
-                },
-                c: c.as_mut_ptr(),
-                ldc,
-            };
-            for i in (0..m).step_by(4) {
-                // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns
-                // j..j + w) lies inside A and C, whose last elements the caller checked.
-                unsafe {
-                    match (m - i).min(4) {
-                        4 => t.tile::<4>(i, j, w),
-                        3 => t.tile::<3>(i, j, w),
-                        2 => t.tile::<2>(i, j, w),
-                        _ => t.tile::<1>(i, j, w),
-                    }
+    drive(
+        (m, k, n),
+        alpha,
+        a,
+        b,
+        beta,
+        c,
+        ldc,
+        ep,
+        4,
+        |t, i, j, w, rows| {
+            // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns j..j + w) lies inside A and C,
+            // whose last elements the caller checked.
+            unsafe {
+                match rows {
+                    4 => t.tile::<4>(i, j, w),
+                    3 => t.tile::<3>(i, j, w),
+                    2 => t.tile::<2>(i, j, w),
+                    _ => t.tile::<1>(i, j, w),
                 }
             }
-        }
-    }
-}
-
-/// One k block of [`fused`]: A from column `k0`, B's packed panel (`kl × 16`), C as a
-/// raw pointer so tiles can be written through it.
-struct RowTiles<'a> {
-    a: Mat<'a>,
-    k0: usize,
-    panel: &'a [f32],
-    alpha: f32,
-    beta: f32,
-    ep: Epilogue<'a>,
-    c: *mut f32,
-    ldc: usize,
+        },
+    );
 }
 
 impl RowTiles<'_> {

@@ -8,7 +8,7 @@ use std::arch::aarch64::{
 };
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{pack_panel, KC};
+use super::super::panel::{drive, RowTiles};
 use super::super::portable;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
@@ -32,8 +32,8 @@ pub(super) unsafe fn accumulate(
 }
 
 /// `C ← ep(alpha·A·B + beta·C)` with explicit FMA and the epilogue fused: C in register tiles
-/// of up to 4 rows × 16 columns over B's packed panels (see [`pack_panel`]); `k` past [`KC`]
-/// goes in blocks, C carrying the partial sums between them.
+/// of up to 4 rows × 16 columns; the loops around them (B's packed panels, k blocks) are
+/// [`drive`]'s.
 ///
 /// Safety: see [`super::super::GemmFused`].
 #[allow(clippy::too_many_arguments)]
@@ -49,54 +49,29 @@ pub(super) unsafe fn fused(
     ldc: usize,
     ep: Epilogue<'_>,
 ) {
-    let mut panel = [0f32; KC * 16];
-    for j in (0..n).step_by(16) {
-        let w = (n - j).min(16);
-        for k0 in (0..k).step_by(KC) {
-            let kl = KC.min(k - k0);
-            pack_panel(&mut panel, b, k0, kl, j, w);
-            let t = RowTiles {
-                a,
-                k0,
-                panel: &panel[..kl * 16],
-                alpha,
-                // Blocks after the first add to what C holds; the last stores the result.
-                beta: if k0 == 0 { beta } else { 1.0 },
-                ep: if k0 + kl == k {
-                    ep
-                } else {
-                    Epilogue::default()
-                },
-                c: c.as_mut_ptr(),
-                ldc,
-            };
-            for i in (0..m).step_by(4) {
-                // SAFETY: the tile (rows i.., columns j..j + w) lies inside A and C, whose
-                // last elements the caller checked.
-                unsafe {
-                    match (m - i).min(4) {
-                        4 => t.tile::<4>(i, j, w),
-                        3 => t.tile::<3>(i, j, w),
-                        2 => t.tile::<2>(i, j, w),
-                        _ => t.tile::<1>(i, j, w),
-                    }
+    drive(
+        (m, k, n),
+        alpha,
+        a,
+        b,
+        beta,
+        c,
+        ldc,
+        ep,
+        4,
+        |t, i, j, w, rows| {
+            // SAFETY: the tile (rows i.., columns j..j + w) lies inside A and C,
+            // whose last elements the caller checked.
+            unsafe {
+                match rows {
+                    4 => t.tile::<4>(i, j, w),
+                    3 => t.tile::<3>(i, j, w),
+                    2 => t.tile::<2>(i, j, w),
+                    _ => t.tile::<1>(i, j, w),
                 }
             }
-        }
-    }
-}
-
-/// One k block of [`fused`]: A from column `k0`, B's packed panel (`kl × 16`), C as a raw
-/// pointer so tiles can be written through it.
-struct RowTiles<'a> {
-    a: Mat<'a>,
-    k0: usize,
-    panel: &'a [f32],
-    alpha: f32,
-    beta: f32,
-    ep: Epilogue<'a>,
-    c: *mut f32,
-    ldc: usize,
+        },
+    );
 }
 
 impl RowTiles<'_> {
