@@ -275,11 +275,52 @@ pub fn decode_image_bytes(bytes: &[u8], path: &Path) -> Result<RgbImage> {
         )));
     }
     let orientation = decoder.orientation().ok();
-    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
+    let mut img = contain_decoder_panic(|| DynamicImage::from_decoder(decoder))
+        .map_err(|panic| {
+            bad(format!(
+                "the image decoder failed on it ({panic}: a bug in the decoder, set off by \
+                 damaged data)"
+            ))
+        })?
+        .map_err(|e| bad(e.to_string()))?;
     if let Some(o) = orientation {
         img.apply_orientation(o);
     }
     Ok(img.into_rgb8())
+}
+
+thread_local! {
+    /// Set while this thread runs a decoder under [`contain_decoder_panic`].
+    static IN_DECODER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `decode`, turning a panic inside it into `Err(its message)`.
+///
+/// Decoders are third-party code fed hostile bytes: fuzzing found zune-jpeg 0.5.15 asserting
+/// in its AVX2 upsampler on a 423-byte JPEG (`testdata/images/zune-upsampler-panic.jpg`). One
+/// damaged photo must cost its file, not the pack, the daemon or the training run. The panic
+/// hook is wrapped once so that a panic contained here prints nothing (other panics print as
+/// before); unwinding out of the decoder is ordinary Rust unwinding through safe code.
+fn contain_decoder_panic<T>(decode: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_DECODER.with(|d| d.get()) {
+                previous(info);
+            }
+        }));
+    });
+    IN_DECODER.with(|d| d.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
+    IN_DECODER.with(|d| d.set(false));
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned())
+    })
 }
 
 #[cfg(test)]
@@ -703,6 +744,34 @@ mod tests {
     }
 
     /// Files no encoder in the tree writes (made with Pillow; see testdata/images/README.md).
+    #[test]
+    fn a_panicking_decoder_is_an_error_about_the_file() {
+        // A panic inside the decoder comes back as its message, printing nothing.
+        assert_eq!(
+            contain_decoder_panic(|| -> u8 { panic!("inner") }),
+            Err("inner".to_owned())
+        );
+        assert_eq!(contain_decoder_panic(|| 7), Ok(7));
+        // The JPEG that sets off zune-jpeg's AVX2 upsampler assertion (x86-64 with AVX2;
+        // elsewhere its scalar path decodes or refuses it, but never panics either).
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/images/zune-upsampler-panic.jpg");
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        match decode_image(&path) {
+            Err(Error::UnreadableImage { path: p, what }) => {
+                assert_eq!(p, path);
+                if avx2 {
+                    assert!(what.contains("decoder failed"), "{what}");
+                }
+            }
+            Ok(_) if !avx2 => {}
+            other => panic!("expected an unreadable image, got {other:?}"),
+        }
+    }
+
     #[test]
     fn cmyk_jpeg_and_animated_images() {
         let fixture = |name: &str| {
