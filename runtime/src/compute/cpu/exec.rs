@@ -11,6 +11,7 @@ use super::decode::Candidate;
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
+use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
 
 /// A tensor's host memory.
@@ -37,7 +38,6 @@ pub struct CpuExec {
     decode_scratch: Vec<Candidate>,
     per_step: bool,
     timings: Vec<Duration>,
-    kernels: KernelSet,
     /// Per entry and step: whether a forward conv splits its images' channels over the
     /// threads rather than its batch (chosen by measurement, see `CpuExec::choose_splits`).
     channel_split: Vec<Vec<bool>>,
@@ -58,7 +58,6 @@ impl CpuExec {
     pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
         recording.validate()?;
         kernels::chosen().map_err(|e| e.to_string())?;
-        let kernels = kernels::active().set;
         let storage = recording
             .tensors
             .iter()
@@ -85,24 +84,21 @@ impl CpuExec {
                 }
             }
         }
-        Ok(CpuExec {
+        let mut exec = CpuExec {
             recording: recording.clone(),
             storage,
             scratch,
             decode_scratch: Vec::with_capacity(decode),
             per_step: false,
             timings: Vec::with_capacity(steps),
-            kernels,
             channel_split: recording
                 .entries
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
                 .collect(),
-        })
-        .map(|mut exec| {
-            exec.choose_splits();
-            exec
-        })
+        };
+        exec.choose_splits();
+        Ok(exec)
     }
 
     /// Time every step of a run (for per-kernel figures).
@@ -114,9 +110,15 @@ impl CpuExec {
         self.scratch.threads()
     }
 
-    /// The kernel set the steps run with.
+    /// The kernel set the steps run with (one per process).
     pub fn kernels(&self) -> KernelSet {
-        self.kernels
+        kernels::active().set
+    }
+
+    /// Whether a forward conv leaves threads idle when split over its batch and could split
+    /// its channels instead: the layers [`CpuExec::choose_splits`] times.
+    fn split_candidate(&self, op: &Conv2d) -> bool {
+        (op.n as usize) < self.threads() && conv::splits_by_channels(op)
     }
 
     /// Bytes this executor holds: tensors and working memory.
@@ -215,7 +217,7 @@ impl CpuExec {
                 let Step::ConvForward { op, .. } = step else {
                     continue;
                 };
-                if op.n as usize >= self.threads() || !conv::splits_by_channels(&op) {
+                if !self.split_candidate(&op) {
                     continue;
                 }
                 let (mut whole, mut split) = (Vec::new(), Vec::new());
@@ -248,7 +250,7 @@ impl CpuExec {
         };
         for (step, &split) in e.steps.iter().zip(&self.channel_split[entry]) {
             if let Step::ConvForward { op, .. } = step {
-                if (op.n as usize) < self.threads() && conv::splits_by_channels(op) {
+                if self.split_candidate(op) {
                     choice.measured += 1;
                     if split {
                         choice.split.push(format!(
