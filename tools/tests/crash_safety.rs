@@ -60,10 +60,22 @@ fn sigkill_at_any_moment_leaves_a_checkpoint_that_resumes() {
         // Each checkpoint waits 300 ms before its rename: a good share of the run's time is
         // inside a write, even on a loaded machine where the steps are slower.
         let mut child = train(&data, &out, checkpoint.exists(), 300);
-        // Kill at a moment from 0.05 to 1.55 s in: before the first step, mid-step, or while
-        // a checkpoint's temporary file is written and waits to be renamed.
-        let at = Duration::from_millis(50 + next(&mut rng) % 1500);
-        std::thread::sleep(at);
+        // Every third kill waits for a checkpoint's temporary file to appear and lands while
+        // it waits to be renamed: on a loaded machine, where the steps are slow, the timed
+        // kills alone may never hit a write. The others kill at a moment from 0.05 to 1.55 s
+        // in: before the first step, mid-step, or inside a write.
+        let at = if kills % 3 == 1 {
+            let started = Instant::now();
+            while !tmp.exists() && child.try_wait().unwrap().is_none() {
+                assert!(started.elapsed() < TIMEOUT, "{}", stderr_of(&out));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            started.elapsed()
+        } else {
+            let at = Duration::from_millis(50 + next(&mut rng) % 1500);
+            std::thread::sleep(at);
+            at
+        };
         if child.try_wait().unwrap().is_some() {
             // It finished before the kill: the run is complete.
             break;
