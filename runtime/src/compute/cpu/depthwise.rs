@@ -6,6 +6,10 @@
 //! contiguous memory with no branch and no bounds check, which the compiler vectorises (3×3 taps
 //! are unrolled by hand into one pass over the row). The backward pass accumulates the input
 //! gradient into phases the same way and copies it out.
+//!
+//! The forward 3×3, stride-1, pad-1 planes (most of det-s's) skip the phases where the kernel
+//! set reads the plane in place ([`super::kernels::Dw3x3Same`]): the copy cost more than the
+//! convolution on the small planes of a batch-1 forward.
 
 use super::dw3x3;
 use super::kernels::{self, dot_lanes, hsum, Kernels, Taps, WeightGrad};
@@ -188,10 +192,18 @@ fn forward_with(
     let g = Geometry::new(op);
     let kk = g.k * g.k;
     let ph = &mut scratch[..g.phases_len()];
+    let same = (g.k, g.s, g.p) == (3, 1, 1);
     for c in 0..op.c_in as usize {
-        fill_phases(&x[c * g.h * g.w..][..g.h * g.w], &g, ph);
-        let wc = &weight[c * kk..][..kk];
+        let xc = &x[c * g.h * g.w..][..g.h * g.w];
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
+        if same {
+            let w9 = weight[c * 9..][..9].try_into().expect("nine taps");
+            if dw3x3::same(kern, xc, w9, bias[c], op.relu, yc, g.w) {
+                continue;
+            }
+        }
+        fill_phases(xc, &g, ph);
+        let wc = &weight[c * kk..][..kk];
         if let Ok(w9) = <&[f32; 9]>::try_from(wc) {
             dw3x3::conv(kern, g.taps3(ph), w9, bias[c], op.relu, yc, g.ow);
             continue;

@@ -28,6 +28,31 @@ pub(super) fn conv(
     unsafe { (k.dw3x3_conv)(taps, w, bias, relu, out, ow) }
 }
 
+/// The stride-1, pad-1 plane read in place (no phases), where the set has a kernel for it;
+/// `false` when it has none and the caller must go through phases.
+pub(super) fn same(
+    k: &Kernels,
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    width: usize,
+) -> bool {
+    let Some(kernel) = k.dw3x3_same else {
+        return false;
+    };
+    assert!(
+        width > 0 && x.len() == out.len() && out.len() % width == 0,
+        "depthwise plane of {} from {} for rows of {width}",
+        out.len(),
+        x.len()
+    );
+    // SAFETY: a table of a set this CPU runs; the plane's shape was checked just above.
+    unsafe { kernel(x, w, bias, relu, out, width) };
+    true
+}
+
 /// The masked output gradient of a plane and its sums against the taps (see [`WeightGrad`]).
 pub(super) fn weight_grad(
     k: &Kernels,

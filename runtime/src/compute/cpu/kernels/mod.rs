@@ -139,6 +139,15 @@ pub(crate) type GemmAccumulate = unsafe fn(
 pub(crate) type Dw3x3Conv =
     unsafe fn(taps: Taps<'_>, w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
 
+/// `out = relu?(bias + conv3x3(x))` for one `h × width` plane with stride 1 and pad 1 (the
+/// output the size of the input), read straight from the plane: the zero border is implied,
+/// not copied into phases. The same sums in the same order as [`Dw3x3Conv`] over phases.
+///
+/// # Safety
+/// A table of a set that runs here; `x.len() == out.len()`, a multiple of `width > 0`.
+pub(crate) type Dw3x3Same =
+    unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], width: usize);
+
 /// See [`WeightGrad`]: the masked gradient written and its sums against the taps.
 ///
 /// # Safety
@@ -166,6 +175,9 @@ pub(crate) struct Kernels {
     pub gemm_fused: Option<GemmFused>,
     pub gemm_accumulate: GemmAccumulate,
     pub dw3x3_conv: Dw3x3Conv,
+    /// The stride-1, pad-1 depthwise plane without phases, where the set has one (the caller
+    /// falls back to phases and [`Kernels::dw3x3_conv`]).
+    pub dw3x3_same: Option<Dw3x3Same>,
     pub dw3x3_weight_grad: Dw3x3WeightGrad,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
 }

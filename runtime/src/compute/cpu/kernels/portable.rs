@@ -10,6 +10,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     gemm_fused: None,
     gemm_accumulate: accumulate,
     dw3x3_conv,
+    dw3x3_same: None,
     dw3x3_weight_grad,
     dw3x3_input_grad_s2,
 };
@@ -238,5 +239,31 @@ pub(super) fn s2_pixels(
         top[2 * b + 1] = w[3] * g01 + w[5] * g00;
         bottom[2 * b] = w[1] * g10 + w[7] * g00;
         bottom[2 * b + 1] = w[0] * g11 + w[2] * g10 + w[6] * g01 + w[8] * g00;
+    }
+}
+
+/// Columns `cols` of one output row of the stride-1, pad-1 depthwise plane (see
+/// [`super::Dw3x3Same`]) from its input rows above, at and below (`None` past the plane's
+/// edge): the SIMD sets finish their rows with it.
+#[inline(always)]
+pub(super) fn same_pixels(
+    rows: &[Option<&[f32]>; 3],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    cols: std::ops::Range<usize>,
+) {
+    for i in cols {
+        let mut a = bias;
+        for (ky, row) in rows.iter().enumerate() {
+            let Some(r) = row else { continue };
+            for kx in 0..3 {
+                if let Some(&v) = (i + kx).checked_sub(1).and_then(|ix| r.get(ix)) {
+                    a += w[3 * ky + kx] * v;
+                }
+            }
+        }
+        out[i] = if relu { a.max(0.0) } else { a };
     }
 }

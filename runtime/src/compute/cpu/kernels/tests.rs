@@ -134,3 +134,47 @@ fn depthwise_plane_kernels_match_the_portable_ones() {
         }
     }
 }
+
+#[test]
+fn the_in_place_stride_1_plane_matches_the_portable_phases() {
+    let w: [f32; 9] = std::array::from_fn(|i| (i as f32 * 0.7).cos() - 0.2);
+    let portable = table(KernelSet::Portable).unwrap();
+    assert!(
+        portable.dw3x3_same.is_none(),
+        "portable goes through phases"
+    );
+    for kern in simd_tables() {
+        let same = kern
+            .dw3x3_same
+            .expect("every SIMD set reads the plane in place");
+        for width in 1..=19 {
+            for h in [1, 2, 3, 6] {
+                let x = wave(h * width, 0.37);
+                // The phases of a stride-1, pad-1 plane: the plane in a zero frame.
+                let ld = width + 2;
+                let mut framed = vec![0f32; (h + 2) * ld];
+                for (r, row) in x.chunks_exact(width).enumerate() {
+                    framed[(r + 1) * ld + 1..][..width].copy_from_slice(row);
+                }
+                let t = taps(&framed, width);
+                t.check(h, width);
+                for relu in [false, true] {
+                    let (mut want, mut got) =
+                        (vec![f32::NAN; h * width], vec![f32::NAN; h * width]);
+                    // SAFETY: tables from `table`; the taps were checked for h rows of width,
+                    // and x and got are both h × width.
+                    unsafe {
+                        (portable.dw3x3_conv)(t, &w, -0.3, relu, &mut want, width);
+                        same(&x, &w, -0.3, relu, &mut got, width);
+                    }
+                    assert_close(
+                        kern.set,
+                        &format!("in-place plane {h}×{width}"),
+                        &got,
+                        &want,
+                    );
+                }
+            }
+        }
+    }
+}

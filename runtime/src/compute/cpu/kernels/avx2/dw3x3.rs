@@ -3,8 +3,9 @@
 use super::super::operands::{Taps, WeightGrad};
 use super::super::portable::{self, s2_pixels};
 use std::arch::x86_64::{
-    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_max_ps, _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_cmp_ps, _mm256_fmadd_ps,
+    _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_permute2f128_ps,
+    _mm256_permutevar8x32_ps, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
     _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _CMP_GT_OQ,
 };
 
@@ -59,6 +60,149 @@ pub(super) unsafe fn conv(
             let a = bias + (0..9).map(|k| w[k] * unsafe { *t[k].add(i) }).sum::<f32>();
             *out = if relu { a.max(0.0) } else { a };
         }
+    }
+}
+
+/// See [`super::super::Dw3x3Same`] (and its safety). Eight outputs at a time; a row's
+/// neighbours to the left and right are unaligned loads, or the row's own lanes shifted one
+/// place with a zero brought in at the plane's edges. The edges are const parameters of
+/// [`same_run`], so the loop over a row's middle has no branch.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn same(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    width: usize,
+) {
+    let k = SameRow {
+        w: w.map(|v| _mm256_set1_ps(v)),
+        bias: _mm256_set1_ps(bias),
+        relu,
+    };
+    let h = out.len() / width;
+    let w8 = width - width % 8;
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+    for oy in 0..h {
+        // Input rows oy − 1, oy, oy + 1; a missing one (past the top or bottom edge) is never
+        // read and adds nothing, as the zero rows of the phases would.
+        let p = [oy.wrapping_sub(1), oy, oy + 1].map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
+        let o = op.wrapping_add(oy * width);
+        // SAFETY: AVX2 as for this function; rows oy − 1 (when oy > 0), oy and oy + 1 (when
+        // oy + 1 < h) of `x` and row oy of `out` are `width` long, as `row` requires.
+        unsafe {
+            match (oy > 0, oy + 1 < h) {
+                (true, true) => k.row::<true, true>(p, o, width, w8),
+                (false, true) => k.row::<false, true>(p, o, width, w8),
+                (true, false) => k.row::<true, false>(p, o, width, w8),
+                (false, false) => k.row::<false, false>(p, o, width, w8),
+            }
+        }
+        if w8 < width {
+            let row = |iy: usize| Some(&x[iy * width..][..width]);
+            let rows = [
+                oy.checked_sub(1).and_then(row),
+                row(oy),
+                (oy + 1 < h).then(|| row(oy + 1)).flatten(),
+            ];
+            let o = &mut out[oy * width..][..width];
+            portable::same_pixels(&rows, w, bias, relu, o, w8..width);
+        }
+    }
+}
+
+/// The broadcast weights and bias of one plane.
+struct SameRow {
+    w: [__m256; 9],
+    bias: __m256,
+    relu: bool,
+}
+
+impl SameRow {
+    /// Columns `0 .. w8` of one output row from input rows `p` (`p[0]` above, present when
+    /// `TOP`; `p[2]` below, present when `BOTTOM`).
+    ///
+    /// Safety: AVX2 + FMA; the present rows and `o` point at `width` floats, `w8 = width −
+    /// width % 8`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn row<const TOP: bool, const BOTTOM: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        width: usize,
+        w8: usize,
+    ) {
+        if w8 == 0 {
+            return;
+        }
+        // SAFETY (all four runs): the caller's; a chunk at `c` reads `c − 1` only when it is
+        // not the first (c ≥ 8) and `c + 8` only when it is not the last (c + 8 < width).
+        unsafe {
+            if width == 8 {
+                self.chunk::<TOP, BOTTOM, true, true>(p, o, 0);
+                return;
+            }
+            self.chunk::<TOP, BOTTOM, true, false>(p, o, 0);
+            let mut c = 8;
+            while c + 8 < width && c < w8 {
+                self.chunk::<TOP, BOTTOM, false, false>(p, o, c);
+                c += 8;
+            }
+            if c < w8 {
+                // c + 8 == width: the last column has no right neighbour.
+                self.chunk::<TOP, BOTTOM, false, true>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 8`. Safety: AVX2 + FMA; the present rows hold `c .. c + 8`, and
+    /// `c − 1` unless `LEFT` (the plane's first column), `c + 8` unless `RIGHT` (its last).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn chunk<const TOP: bool, const BOTTOM: bool, const LEFT: bool, const RIGHT: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        c: usize,
+    ) {
+        let zero = _mm256_setzero_ps();
+        let taps = |ky: usize, init: __m256| {
+            let r = p[ky];
+            // SAFETY: the caller's.
+            unsafe {
+                let mid = _mm256_loadu_ps(r.add(c));
+                let left = if LEFT {
+                    let shifted =
+                        _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+                    _mm256_blend_ps::<0b0000_0001>(shifted, zero)
+                } else {
+                    _mm256_loadu_ps(r.add(c - 1))
+                };
+                let right = if RIGHT {
+                    let shifted =
+                        _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7));
+                    _mm256_blend_ps::<0b1000_0000>(shifted, zero)
+                } else {
+                    _mm256_loadu_ps(r.add(c + 1))
+                };
+                let a = _mm256_fmadd_ps(self.w[3 * ky], left, init);
+                let a = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, a);
+                _mm256_fmadd_ps(self.w[3 * ky + 2], right, a)
+            }
+        };
+        let a0 = if TOP { taps(0, self.bias) } else { self.bias };
+        let a1 = taps(1, zero);
+        let v = _mm256_add_ps(a0, a1);
+        let v = if BOTTOM {
+            _mm256_add_ps(v, taps(2, zero))
+        } else {
+            v
+        };
+        let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
+        // SAFETY: the caller's: `o` holds c .. c + 8.
+        unsafe { _mm256_storeu_ps(o.add(c), v) };
     }
 }
 

@@ -2,12 +2,13 @@
 //! outputs at a time.
 
 use std::arch::aarch64::{
-    float32x4x2_t, vaddq_f32, vaddvq_f32, vandq_u32, vcgtq_f32, vdupq_n_f32, vfmaq_f32, vld1q_f32,
-    vmaxq_f32, vmulq_f32, vreinterpretq_f32_u32, vreinterpretq_u32_f32, vst1q_f32, vst2q_f32,
+    float32x4_t, float32x4x2_t, vaddq_f32, vaddvq_f32, vandq_u32, vcgtq_f32, vdupq_n_f32,
+    vextq_f32, vfmaq_f32, vld1q_f32, vmaxq_f32, vmulq_f32, vreinterpretq_f32_u32,
+    vreinterpretq_u32_f32, vst1q_f32, vst2q_f32,
 };
 
 use super::super::operands::{Taps, WeightGrad};
-use super::super::portable::s2_pixels;
+use super::super::portable::{s2_pixels, same_pixels};
 
 /// See [`super::super::Dw3x3Conv`] (and its safety).
 pub(super) unsafe fn conv(
@@ -48,6 +49,142 @@ pub(super) unsafe fn conv(
                 let a = bias + (0..9).map(|k| w[k] * *t[k].add(i)).sum::<f32>();
                 *out = if relu { a.max(0.0) } else { a };
             }
+        }
+    }
+}
+
+/// See [`super::super::Dw3x3Same`] (and its safety). Four outputs at a time; a row's
+/// neighbours to the left and right are unaligned loads, or the row's own lanes shifted one
+/// place (`ext`) with a zero brought in at the plane's edges. The edges are const parameters
+/// of [`SameRow::chunk`], so the loop over a row's middle has no branch.
+pub(super) unsafe fn same(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    width: usize,
+) {
+    // SAFETY: NEON is baseline on aarch64.
+    let k = unsafe {
+        SameRow {
+            w: w.map(|v| vdupq_n_f32(v)),
+            bias: vdupq_n_f32(bias),
+            relu,
+        }
+    };
+    let h = out.len() / width;
+    let w4 = width - width % 4;
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+    for oy in 0..h {
+        // Input rows oy − 1, oy, oy + 1; a missing one (past the top or bottom edge) is never
+        // read and adds nothing, as the zero rows of the phases would.
+        let p = [oy.wrapping_sub(1), oy, oy + 1].map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
+        let o = op.wrapping_add(oy * width);
+        // SAFETY: rows oy − 1 (when oy > 0), oy and oy + 1 (when oy + 1 < h) of `x` and row
+        // oy of `out` are `width` long, as `row` requires.
+        unsafe {
+            match (oy > 0, oy + 1 < h) {
+                (true, true) => k.row::<true, true>(p, o, width, w4),
+                (false, true) => k.row::<false, true>(p, o, width, w4),
+                (true, false) => k.row::<true, false>(p, o, width, w4),
+                (false, false) => k.row::<false, false>(p, o, width, w4),
+            }
+        }
+        if w4 < width {
+            let row = |iy: usize| Some(&x[iy * width..][..width]);
+            let rows = [
+                oy.checked_sub(1).and_then(row),
+                row(oy),
+                (oy + 1 < h).then(|| row(oy + 1)).flatten(),
+            ];
+            let o = &mut out[oy * width..][..width];
+            same_pixels(&rows, w, bias, relu, o, w4..width);
+        }
+    }
+}
+
+/// The broadcast weights and bias of one plane.
+struct SameRow {
+    w: [float32x4_t; 9],
+    bias: float32x4_t,
+    relu: bool,
+}
+
+impl SameRow {
+    /// Columns `0 .. w4` of one output row from input rows `p` (`p[0]` above, present when
+    /// `TOP`; `p[2]` below, present when `BOTTOM`).
+    ///
+    /// Safety: the present rows and `o` point at `width` floats, `w4 = width − width % 4`.
+    #[inline(always)]
+    unsafe fn row<const TOP: bool, const BOTTOM: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        width: usize,
+        w4: usize,
+    ) {
+        if w4 == 0 {
+            return;
+        }
+        // SAFETY (all four runs): the caller's; a chunk at `c` reads `c − 1` only when it is
+        // not the first (c ≥ 4) and `c + 4` only when it is not the last (c + 4 < width).
+        unsafe {
+            if width == 4 {
+                self.chunk::<TOP, BOTTOM, true, true>(p, o, 0);
+                return;
+            }
+            self.chunk::<TOP, BOTTOM, true, false>(p, o, 0);
+            let mut c = 4;
+            while c + 4 < width && c < w4 {
+                self.chunk::<TOP, BOTTOM, false, false>(p, o, c);
+                c += 4;
+            }
+            if c < w4 {
+                // c + 4 == width: the last column has no right neighbour.
+                self.chunk::<TOP, BOTTOM, false, true>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 4`. Safety: the present rows hold `c .. c + 4`, and `c − 1` unless
+    /// `LEFT` (the plane's first column), `c + 4` unless `RIGHT` (its last).
+    #[inline(always)]
+    unsafe fn chunk<const TOP: bool, const BOTTOM: bool, const LEFT: bool, const RIGHT: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        c: usize,
+    ) {
+        // SAFETY: NEON is baseline; the reads and the store are the caller's.
+        unsafe {
+            let zero = vdupq_n_f32(0.0);
+            let taps = |ky: usize, init: float32x4_t| {
+                let r = p[ky];
+                let mid = vld1q_f32(r.add(c));
+                let left = if LEFT {
+                    vextq_f32::<3>(zero, mid)
+                } else {
+                    vld1q_f32(r.add(c - 1))
+                };
+                let right = if RIGHT {
+                    vextq_f32::<1>(mid, zero)
+                } else {
+                    vld1q_f32(r.add(c + 1))
+                };
+                let a = vfmaq_f32(init, self.w[3 * ky], left);
+                let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
+                vfmaq_f32(a, self.w[3 * ky + 2], right)
+            };
+            let a0 = if TOP { taps(0, self.bias) } else { self.bias };
+            let v = vaddq_f32(a0, taps(1, zero));
+            let v = if BOTTOM {
+                vaddq_f32(v, taps(2, zero))
+            } else {
+                v
+            };
+            let v = if self.relu { vmaxq_f32(v, zero) } else { v };
+            vst1q_f32(o.add(c), v);
         }
     }
 }
