@@ -7,9 +7,10 @@
 //! are unrolled by hand into one pass over the row). The backward pass accumulates the input
 //! gradient into phases the same way and copies it out.
 //!
-//! The forward 3×3, stride-1, pad-1 planes (most of det-s's) skip the phases where the kernel
-//! set reads the plane in place ([`super::kernels::Dw3x3Same`]): the copy cost more than the
-//! convolution on the small planes of a batch-1 forward.
+//! The forward 3×3, pad-1 planes of stride 1 and of stride 2 from an even-sized input (all of
+//! det-s's) skip the phases where the kernel set reads the plane in place
+//! ([`super::kernels::Dw3x3Same`], [`super::kernels::Dw3x3Half`]): the copy cost more than
+//! the convolution on the small planes of a batch-1 forward.
 
 use super::dw3x3;
 use super::kernels::{self, dot_lanes, hsum, Kernels, Taps, WeightGrad};
@@ -78,9 +79,10 @@ impl Geometry {
         }
     }
 
-    /// Input gradient by [`dw3x3::input_grad_s2`]: 3×3, stride 2, pad 1, input twice the
-    /// output.
-    fn s2_gather(&self) -> bool {
+    /// 3×3, stride 2, pad 1, input exactly twice the output: the forward reads such a plane
+    /// in place ([`dw3x3::half`]) and its input gradient is a gather
+    /// ([`dw3x3::input_grad_s2`]).
+    fn halves(&self) -> bool {
         (self.k, self.s, self.p) == (3, 2, 1) && self.h == 2 * self.oh && self.w == 2 * self.ow
     }
 }
@@ -193,12 +195,18 @@ fn forward_with(
     let kk = g.k * g.k;
     let ph = &mut scratch[..g.phases_len()];
     let same = (g.k, g.s, g.p) == (3, 1, 1);
+    let half = g.halves();
     for c in 0..op.c_in as usize {
         let xc = &x[c * g.h * g.w..][..g.h * g.w];
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
-        if same {
+        if same || half {
             let w9 = weight[c * 9..][..9].try_into().expect("nine taps");
-            if dw3x3::same(kern, xc, w9, bias[c], op.relu, yc, g.w) {
+            let in_place = if same {
+                dw3x3::same(kern, xc, w9, bias[c], op.relu, yc, g.w)
+            } else {
+                dw3x3::half(kern, xc, w9, bias[c], op.relu, yc, g.ow)
+            };
+            if in_place {
                 continue;
             }
         }
@@ -294,7 +302,7 @@ fn backward_3x3(
     (dph, masked): (&mut [f32], &mut [f32]),
 ) {
     let gt = g.transposed().filter(|_| gx.is_some());
-    let gather = gx.is_some() && g.s2_gather();
+    let gather = gx.is_some() && g.halves();
     let (dst, at, ld): (&mut [f32], usize, usize) = if let Some(t) = gt {
         zero_frame(dph, t.pwid, t.rows, (t.p, t.p), (g.oh, g.ow));
         (dph, t.p * t.pwid + t.p, t.pwid)

@@ -53,6 +53,31 @@ pub(super) fn same(
     true
 }
 
+/// The stride-2, pad-1 plane of a `2·oh × 2·ow` input read in place (no phases), where the
+/// set has a kernel for it; `false` when it has none and the caller must go through phases.
+pub(super) fn half(
+    k: &Kernels,
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+) -> bool {
+    let Some(kernel) = k.dw3x3_half else {
+        return false;
+    };
+    assert!(
+        ow > 0 && out.len() % ow == 0 && x.len() == 4 * out.len(),
+        "stride-2 depthwise plane of {} from {} for rows of {ow}",
+        out.len(),
+        x.len()
+    );
+    // SAFETY: a table of a set this CPU runs; the planes' shapes were checked just above.
+    unsafe { kernel(x, w, bias, relu, out, ow) };
+    true
+}
+
 /// The masked output gradient of a plane and its sums against the taps (see [`WeightGrad`]).
 pub(super) fn weight_grad(
     k: &Kernels,

@@ -148,6 +148,16 @@ pub(crate) type Dw3x3Conv =
 pub(crate) type Dw3x3Same =
     unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], width: usize);
 
+/// `out = relu?(bias + conv3x3(x))` with stride 2 and pad 1 for one `2·oh × 2·ow` input plane
+/// and its `oh × ow` output, read straight from the plane (even and odd columns split in
+/// registers, not copied into phases). The same sums in the same order as [`Dw3x3Conv`].
+///
+/// # Safety
+/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0` and
+/// `x.len() == 4·out.len()`.
+pub(crate) type Dw3x3Half =
+    unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
+
 /// See [`WeightGrad`]: the masked gradient written and its sums against the taps.
 ///
 /// # Safety
@@ -178,6 +188,8 @@ pub(crate) struct Kernels {
     /// The stride-1, pad-1 depthwise plane without phases, where the set has one (the caller
     /// falls back to phases and [`Kernels::dw3x3_conv`]).
     pub dw3x3_same: Option<Dw3x3Same>,
+    /// The stride-2, pad-1 depthwise plane of an even-sized input without phases, likewise.
+    pub dw3x3_half: Option<Dw3x3Half>,
     pub dw3x3_weight_grad: Dw3x3WeightGrad,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
 }

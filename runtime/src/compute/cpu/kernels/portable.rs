@@ -11,6 +11,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     gemm_accumulate: accumulate,
     dw3x3_conv,
     dw3x3_same: None,
+    dw3x3_half: None,
     dw3x3_weight_grad,
     dw3x3_input_grad_s2,
 };
@@ -242,12 +243,15 @@ pub(super) fn s2_pixels(
     }
 }
 
-/// Columns `cols` of one output row of the stride-1, pad-1 depthwise plane (see
-/// [`super::Dw3x3Same`]) from its input rows above, at and below (`None` past the plane's
-/// edge): the SIMD sets finish their rows with it.
+/// Columns `cols` of one output row of a pad-1 depthwise plane read in place (see
+/// [`super::Dw3x3Same`], [`super::Dw3x3Half`]) from its input rows above, at and below
+/// (`None` past the plane's edge), output column `i` reading input columns `stride·i − 1 ..=
+/// stride·i + 1`: the SIMD sets finish their rows with it.
 #[inline(always)]
-pub(super) fn same_pixels(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn plane_pixels(
     rows: &[Option<&[f32]>; 3],
+    stride: usize,
     w: &[f32; 9],
     bias: f32,
     relu: bool,
@@ -259,7 +263,7 @@ pub(super) fn same_pixels(
         for (ky, row) in rows.iter().enumerate() {
             let Some(r) = row else { continue };
             for kx in 0..3 {
-                if let Some(&v) = (i + kx).checked_sub(1).and_then(|ix| r.get(ix)) {
+                if let Some(&v) = (stride * i + kx).checked_sub(1).and_then(|ix| r.get(ix)) {
                     a += w[3 * ky + kx] * v;
                 }
             }

@@ -178,3 +178,53 @@ fn the_in_place_stride_1_plane_matches_the_portable_phases() {
         }
     }
 }
+
+#[test]
+fn the_in_place_stride_2_plane_matches_its_definition() {
+    let w: [f32; 9] = std::array::from_fn(|i| (i as f32 * 0.9).sin() + 0.1);
+    for kern in simd_tables() {
+        let half = kern
+            .dw3x3_half
+            .expect("every SIMD set reads the plane in place");
+        for ow in 1..=19 {
+            for oh in [1, 2, 3, 5] {
+                let width = 2 * ow;
+                let x = wave(4 * oh * ow, 0.41);
+                let at = |iy: isize, ix: isize| -> f32 {
+                    let inside =
+                        (0..2 * oh as isize).contains(&iy) && (0..width as isize).contains(&ix);
+                    if inside {
+                        x[iy as usize * width + ix as usize]
+                    } else {
+                        0.0
+                    }
+                };
+                for relu in [false, true] {
+                    let want: Vec<f32> = (0..oh * ow)
+                        .map(|i| {
+                            let (oy, ox) = ((i / ow) as isize, (i % ow) as isize);
+                            let a = 0.2
+                                + (0..9)
+                                    .map(|t| {
+                                        w[t] * at(
+                                            2 * oy + t as isize / 3 - 1,
+                                            2 * ox + t as isize % 3 - 1,
+                                        )
+                                    })
+                                    .sum::<f32>();
+                            if relu {
+                                a.max(0.0)
+                            } else {
+                                a
+                            }
+                        })
+                        .collect();
+                    let mut got = vec![f32::NAN; oh * ow];
+                    // SAFETY: a table from `table`; x is 2·oh × 2·ow and got oh × ow.
+                    unsafe { half(&x, &w, 0.2, relu, &mut got, ow) };
+                    assert_close(kern.set, &format!("stride-2 plane {oh}×{ow}"), &got, &want);
+                }
+            }
+        }
+    }
+}

@@ -3,10 +3,11 @@
 use super::super::operands::{Taps, WeightGrad};
 use super::super::portable::{self, s2_pixels};
 use std::arch::x86_64::{
-    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_cmp_ps, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_permute2f128_ps,
-    _mm256_permutevar8x32_ps, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _CMP_GT_OQ,
+    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_castpd_ps, _mm256_castps_pd,
+    _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps,
+    _mm256_permute2f128_ps, _mm256_permute4x64_pd, _mm256_permutevar8x32_ps, _mm256_set1_ps,
+    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps,
+    _mm256_unpacklo_ps, _CMP_GT_OQ,
 };
 
 /// Horizontal sum of eight lanes, in the pairwise order of `portable::hsum`.
@@ -76,7 +77,7 @@ pub(super) unsafe fn same(
     out: &mut [f32],
     width: usize,
 ) {
-    let k = SameRow {
+    let k = Plane {
         w: w.map(|v| _mm256_set1_ps(v)),
         bias: _mm256_set1_ps(bias),
         relu,
@@ -107,19 +108,68 @@ pub(super) unsafe fn same(
                 (oy + 1 < h).then(|| row(oy + 1)).flatten(),
             ];
             let o = &mut out[oy * width..][..width];
-            portable::same_pixels(&rows, w, bias, relu, o, w8..width);
+            portable::plane_pixels(&rows, 1, w, bias, relu, o, w8..width);
+        }
+    }
+}
+
+/// See [`super::super::Dw3x3Half`] (and its safety). Eight outputs at a time from sixteen
+/// input columns, split into even (the centre taps) and odd (the right taps) lanes; the left
+/// taps are the even lanes of the run one column earlier, or the odd lanes shifted one place
+/// with a zero brought in at the plane's left edge. An even-sized input has no right edge
+/// and no bottom one: only the top row and the left column are special.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn half(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+) {
+    let k = Plane {
+        w: w.map(|v| _mm256_set1_ps(v)),
+        bias: _mm256_set1_ps(bias),
+        relu,
+    };
+    let (oh, width) = (out.len() / ow, 2 * ow);
+    let w8 = ow - ow % 8;
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+    for oy in 0..oh {
+        // Input rows 2·oy − 1 (missing at the top: never read), 2·oy and 2·oy + 1.
+        let p = [(2 * oy).wrapping_sub(1), 2 * oy, 2 * oy + 1]
+            .map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
+        let o = op.wrapping_add(oy * ow);
+        // SAFETY: AVX2 as for this function; rows 2·oy − 1 (when oy > 0), 2·oy and 2·oy + 1
+        // of `x` are `2·ow` long and row oy of `out` is `ow` long, as `half_row` requires.
+        unsafe {
+            if oy > 0 {
+                k.half_row::<true>(p, o, w8);
+            } else {
+                k.half_row::<false>(p, o, w8);
+            }
+        }
+        if w8 < ow {
+            let row = |iy: usize| Some(&x[iy * width..][..width]);
+            let rows = [
+                (2 * oy).checked_sub(1).and_then(row),
+                row(2 * oy),
+                row(2 * oy + 1),
+            ];
+            let o = &mut out[oy * ow..][..ow];
+            portable::plane_pixels(&rows, 2, w, bias, relu, o, w8..ow);
         }
     }
 }
 
 /// The broadcast weights and bias of one plane.
-struct SameRow {
+struct Plane {
     w: [__m256; 9],
     bias: __m256,
     relu: bool,
 }
 
-impl SameRow {
+impl Plane {
     /// Columns `0 .. w8` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///
@@ -200,6 +250,80 @@ impl SameRow {
         } else {
             v
         };
+        let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
+        // SAFETY: the caller's: `o` holds c .. c + 8.
+        unsafe { _mm256_storeu_ps(o.add(c), v) };
+    }
+
+    /// Columns `0 .. w8` of one stride-2 output row from input rows `p` (`p[0]` above,
+    /// present when `TOP`).
+    ///
+    /// Safety: AVX2 + FMA; the present rows point at `2·ow` floats and `o` at `ow`, with
+    /// `w8 = ow − ow % 8`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn half_row<const TOP: bool>(&self, p: [*const f32; 3], o: *mut f32, w8: usize) {
+        if w8 == 0 {
+            return;
+        }
+        // SAFETY: the caller's; a chunk at `c` reads input columns 2c .. 2c + 16 ≤ 2·w8, and
+        // 2c − 1 only when it is not the first (c ≥ 8).
+        unsafe {
+            self.half_chunk::<TOP, true>(p, o, 0);
+            for c in (8..w8).step_by(8) {
+                self.half_chunk::<TOP, false>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 8` of a stride-2 row. Safety: AVX2 + FMA; the present rows hold
+    /// input columns `2c .. 2c + 16`, and `2c − 1` unless `LEFT` (the plane's first column).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn half_chunk<const TOP: bool, const LEFT: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        c: usize,
+    ) {
+        let zero = _mm256_setzero_ps();
+        // Lanes 0, 2, 4, 6 (EVEN) or 1, 3, 5, 7 (ODD) of a then of b, in order.
+        let split = |a: __m256, b: __m256, odd: bool| {
+            let t = if odd {
+                _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
+            } else {
+                _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
+            };
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+        };
+        let taps = |ky: usize, init: __m256| {
+            let r = p[ky];
+            // SAFETY: the caller's.
+            unsafe {
+                let (a, b) = (
+                    _mm256_loadu_ps(r.add(2 * c)),
+                    _mm256_loadu_ps(r.add(2 * c + 8)),
+                );
+                let (mid, right) = (split(a, b, false), split(a, b, true));
+                let left = if LEFT {
+                    let shifted =
+                        _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+                    _mm256_blend_ps::<0b0000_0001>(shifted, zero)
+                } else {
+                    let before = r.add(2 * c - 1);
+                    split(
+                        _mm256_loadu_ps(before),
+                        _mm256_loadu_ps(before.add(8)),
+                        false,
+                    )
+                };
+                let acc = _mm256_fmadd_ps(self.w[3 * ky], left, init);
+                let acc = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, acc);
+                _mm256_fmadd_ps(self.w[3 * ky + 2], right, acc)
+            }
+        };
+        let a0 = if TOP { taps(0, self.bias) } else { self.bias };
+        let v = _mm256_add_ps(_mm256_add_ps(a0, taps(1, zero)), taps(2, zero));
         let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
         // SAFETY: the caller's: `o` holds c .. c + 8.
         unsafe { _mm256_storeu_ps(o.add(c), v) };

@@ -3,12 +3,12 @@
 
 use std::arch::aarch64::{
     float32x4_t, float32x4x2_t, vaddq_f32, vaddvq_f32, vandq_u32, vcgtq_f32, vdupq_n_f32,
-    vextq_f32, vfmaq_f32, vld1q_f32, vmaxq_f32, vmulq_f32, vreinterpretq_f32_u32,
+    vextq_f32, vfmaq_f32, vld1q_f32, vld2q_f32, vmaxq_f32, vmulq_f32, vreinterpretq_f32_u32,
     vreinterpretq_u32_f32, vst1q_f32, vst2q_f32,
 };
 
 use super::super::operands::{Taps, WeightGrad};
-use super::super::portable::{s2_pixels, same_pixels};
+use super::super::portable::{plane_pixels, s2_pixels};
 
 /// See [`super::super::Dw3x3Conv`] (and its safety).
 pub(super) unsafe fn conv(
@@ -56,7 +56,7 @@ pub(super) unsafe fn conv(
 /// See [`super::super::Dw3x3Same`] (and its safety). Four outputs at a time; a row's
 /// neighbours to the left and right are unaligned loads, or the row's own lanes shifted one
 /// place (`ext`) with a zero brought in at the plane's edges. The edges are const parameters
-/// of [`SameRow::chunk`], so the loop over a row's middle has no branch.
+/// of [`Plane::chunk`], so the loop over a row's middle has no branch.
 pub(super) unsafe fn same(
     x: &[f32],
     w: &[f32; 9],
@@ -67,7 +67,7 @@ pub(super) unsafe fn same(
 ) {
     // SAFETY: NEON is baseline on aarch64.
     let k = unsafe {
-        SameRow {
+        Plane {
             w: w.map(|v| vdupq_n_f32(v)),
             bias: vdupq_n_f32(bias),
             relu,
@@ -99,19 +99,70 @@ pub(super) unsafe fn same(
                 (oy + 1 < h).then(|| row(oy + 1)).flatten(),
             ];
             let o = &mut out[oy * width..][..width];
-            same_pixels(&rows, w, bias, relu, o, w4..width);
+            plane_pixels(&rows, 1, w, bias, relu, o, w4..width);
+        }
+    }
+}
+
+/// See [`super::super::Dw3x3Half`] (and its safety). Four outputs at a time from eight
+/// input columns split by `ld2` into even (the centre taps) and odd (the right taps) lanes;
+/// the left taps are the even lanes of the run one column earlier, or the odd lanes shifted
+/// one place with a zero brought in at the plane's left edge. An even-sized input has no
+/// right edge and no bottom one: only the top row and the left column are special.
+pub(super) unsafe fn half(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+) {
+    // SAFETY: NEON is baseline on aarch64.
+    let k = unsafe {
+        Plane {
+            w: w.map(|v| vdupq_n_f32(v)),
+            bias: vdupq_n_f32(bias),
+            relu,
+        }
+    };
+    let (oh, width) = (out.len() / ow, 2 * ow);
+    let w4 = ow - ow % 4;
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+    for oy in 0..oh {
+        // Input rows 2·oy − 1 (missing at the top: never read), 2·oy and 2·oy + 1.
+        let p = [(2 * oy).wrapping_sub(1), 2 * oy, 2 * oy + 1]
+            .map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
+        let o = op.wrapping_add(oy * ow);
+        // SAFETY: rows 2·oy − 1 (when oy > 0), 2·oy and 2·oy + 1 of `x` are `2·ow` long and
+        // row oy of `out` is `ow` long, as `half_row` requires.
+        unsafe {
+            if oy > 0 {
+                k.half_row::<true>(p, o, w4);
+            } else {
+                k.half_row::<false>(p, o, w4);
+            }
+        }
+        if w4 < ow {
+            let row = |iy: usize| Some(&x[iy * width..][..width]);
+            let rows = [
+                (2 * oy).checked_sub(1).and_then(row),
+                row(2 * oy),
+                row(2 * oy + 1),
+            ];
+            let o = &mut out[oy * ow..][..ow];
+            plane_pixels(&rows, 2, w, bias, relu, o, w4..ow);
         }
     }
 }
 
 /// The broadcast weights and bias of one plane.
-struct SameRow {
+struct Plane {
     w: [float32x4_t; 9],
     bias: float32x4_t,
     relu: bool,
 }
 
-impl SameRow {
+impl Plane {
     /// Columns `0 .. w4` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///
@@ -183,6 +234,57 @@ impl SameRow {
             } else {
                 v
             };
+            let v = if self.relu { vmaxq_f32(v, zero) } else { v };
+            vst1q_f32(o.add(c), v);
+        }
+    }
+
+    /// Columns `0 .. w4` of one stride-2 output row from input rows `p` (`p[0]` above,
+    /// present when `TOP`).
+    ///
+    /// Safety: the present rows point at `2·ow` floats and `o` at `ow`, `w4 = ow − ow % 4`.
+    #[inline(always)]
+    unsafe fn half_row<const TOP: bool>(&self, p: [*const f32; 3], o: *mut f32, w4: usize) {
+        if w4 == 0 {
+            return;
+        }
+        // SAFETY: the caller's; a chunk at `c` reads input columns 2c .. 2c + 8 ≤ 2·w4, and
+        // 2c − 1 only when it is not the first (c ≥ 4).
+        unsafe {
+            self.half_chunk::<TOP, true>(p, o, 0);
+            for c in (4..w4).step_by(4) {
+                self.half_chunk::<TOP, false>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 4` of a stride-2 row. Safety: the present rows hold input columns
+    /// `2c .. 2c + 8`, and `2c − 1` unless `LEFT` (the plane's first column).
+    #[inline(always)]
+    unsafe fn half_chunk<const TOP: bool, const LEFT: bool>(
+        &self,
+        p: [*const f32; 3],
+        o: *mut f32,
+        c: usize,
+    ) {
+        // SAFETY: NEON is baseline; the reads and the store are the caller's.
+        unsafe {
+            let zero = vdupq_n_f32(0.0);
+            let taps = |ky: usize, init: float32x4_t| {
+                let r = p[ky];
+                let pair = vld2q_f32(r.add(2 * c));
+                let (mid, right) = (pair.0, pair.1);
+                let left = if LEFT {
+                    vextq_f32::<3>(zero, right)
+                } else {
+                    vld2q_f32(r.add(2 * c - 1)).0
+                };
+                let a = vfmaq_f32(init, self.w[3 * ky], left);
+                let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
+                vfmaq_f32(a, self.w[3 * ky + 2], right)
+            };
+            let a0 = if TOP { taps(0, self.bias) } else { self.bias };
+            let v = vaddq_f32(vaddq_f32(a0, taps(1, zero)), taps(2, zero));
             let v = if self.relu { vmaxq_f32(v, zero) } else { v };
             vst1q_f32(o.add(c), v);
         }
