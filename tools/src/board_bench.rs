@@ -13,6 +13,7 @@ use fulcrum::balance::{self, BalanceInput, BalanceReport, IoBenchConfig, IoBench
 use fulcrum::compute::bench::{self as compute_bench, ComputeBenchConfig};
 use fulcrum::compute::cpu::kernels::{self, KernelSet};
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+use fulcrum::model::ModelConfig;
 use fulcrum::serve::bench::{bench_serve, ServeBenchConfig, ServeBenchReport};
 use fulcrum_board::protocol::PixelFormat;
 use serde::Serialize;
@@ -20,7 +21,7 @@ use serde::Serialize;
 use crate::system::{SystemFacts, ThrottleReport, Watch};
 
 /// The JSON's layout version: raised whenever a field changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Benchmark a board: what it is, its input pipeline, its compute engines and how they balance.
 #[derive(clap::Args, Debug)]
@@ -82,7 +83,7 @@ pub struct Availability {
 }
 
 /// One engine at one thread count.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ComputeRow {
     pub engine: String,
     pub threads: Option<usize>,
@@ -96,10 +97,12 @@ pub struct ComputeRow {
     pub batch1_split: Option<[usize; 2]>,
 }
 
-/// The balance equation for det-s on the fastest engine measured.
+/// The balance equation for one model on the fastest engine measured.
 #[derive(Debug, Serialize)]
 pub struct BalanceSection {
     pub model: String,
+    /// The model's input side: its records are this many pixels square.
+    pub input: u32,
     pub engine: String,
     pub batch: u32,
     /// Loader CPU time per record (`T_g`), from the input-pipeline section.
@@ -121,7 +124,10 @@ pub struct Report {
     pub io_error: Option<String>,
     pub compute: Vec<ComputeRow>,
     pub compute_errors: Vec<String>,
-    pub balance: Option<BalanceSection>,
+    /// det-s at `--batch`, then the larger [`LARGER_MODEL`] at half of it, each with `T_g`
+    /// from loaders reading its own records.
+    pub balance: Vec<BalanceSection>,
+    pub balance_errors: Vec<String>,
     /// `fulcrumd`'s latency from a client handing over a camera frame to its detections.
     pub serve: Option<ServeBenchReport>,
     pub serve_error: Option<String>,
@@ -167,7 +173,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let runs = a.runs.map_or(if quick { 1 } else { 10 }, usize::from);
     let (compute, compute_errors) = compute_section(&board, a.batch, runs, quick, &cool_down);
 
-    let balance = io.as_ref().and_then(|io| balance_section(io, &compute));
+    let fastest = compute
+        .iter()
+        .min_by(|x, y| x.train_step_ms.total_cmp(&y.train_step_ms));
+    let mut balance: Vec<BalanceSection> = io
+        .as_ref()
+        .zip(fastest)
+        .and_then(|(io, row)| balance_section("det-s", io, row, row.train_step_ms))
+        .into_iter()
+        .collect();
+    let mut balance_errors = Vec::new();
+    cool_down();
+    eprintln!("fulcrum-bench: balance for {LARGER_MODEL}");
+    match larger_balance(&a, quick, runs, fastest) {
+        Ok(b) => balance.push(b),
+        Err(e) => balance_errors.push(format!("{LARGER_MODEL}: {e}")),
+    }
     cool_down();
 
     eprintln!("fulcrum-bench: serve");
@@ -200,6 +221,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         compute,
         compute_errors,
         balance,
+        balance_errors,
         serve,
         serve_error,
         throttle,
@@ -264,31 +286,11 @@ fn compute_section(
             classes: 2,
             train_batch: batch,
             runs,
-            exec: ExecOptions {
-                engine: if t.is_some() {
-                    EngineChoice::Cpu
-                } else {
-                    EngineChoice::Vulkan
-                },
-                threads: t.unwrap_or(0),
-                ..ExecOptions::default()
-            },
+            exec: engine_options(t),
         };
-        let what = t.map_or("vulkan".to_owned(), |t| format!("cpu, {t} thread(s)"));
+        let what = engine_name(t);
         match compute_bench::run(&config, &|step| eprintln!("  {what}: {step}")) {
-            Ok(r) => rows.push(ComputeRow {
-                engine: r.engine,
-                threads: t,
-                cpu_kernels: r.cpu_kernels,
-                forward_batch1_ms: r.forward_batch1.device_ms,
-                train_batch: batch,
-                train_step_ms: r.train_step.device_ms,
-                train_gflops: r.train_step.gflops,
-                batch1_split: r
-                    .cpu_batch1_split
-                    .as_ref()
-                    .map(|s| [s.split.len(), s.measured]),
-            }),
+            Ok(r) => rows.push(ComputeRow::new(&r, t, batch)),
             Err(e) => errors.push(format!("{what}: {e}")),
         }
         cool_down();
@@ -296,11 +298,98 @@ fn compute_section(
     (rows, errors)
 }
 
-/// The equation with the loaders' measured `T_g` and the fastest measured training step.
-fn balance_section(io: &IoBenchReport, compute: &[ComputeRow]) -> Option<BalanceSection> {
-    let best = compute
-        .iter()
-        .min_by(|x, y| x.train_step_ms.total_cmp(&y.train_step_ms))?;
+/// The CPU engine on `threads`, or the Vulkan engine for `None`.
+fn engine_options(threads: Option<usize>) -> ExecOptions {
+    ExecOptions {
+        engine: if threads.is_some() {
+            EngineChoice::Cpu
+        } else {
+            EngineChoice::Vulkan
+        },
+        threads: threads.unwrap_or(0),
+        ..ExecOptions::default()
+    }
+}
+
+fn engine_name(threads: Option<usize>) -> String {
+    threads.map_or("vulkan".to_owned(), |t| format!("cpu, {t} thread(s)"))
+}
+
+impl ComputeRow {
+    fn new(r: &compute_bench::ComputeBenchReport, threads: Option<usize>, batch: u32) -> Self {
+        ComputeRow {
+            engine: r.engine.clone(),
+            threads,
+            cpu_kernels: r.cpu_kernels,
+            forward_batch1_ms: r.forward_batch1.device_ms,
+            train_batch: batch,
+            train_step_ms: r.train_step.device_ms,
+            train_gflops: r.train_step.gflops,
+            batch1_split: r
+                .cpu_batch1_split
+                .as_ref()
+                .map(|s| [s.split.len(), s.measured]),
+        }
+    }
+}
+
+/// The larger model the balance section also works out: the one a board would train when
+/// det-s is not enough, with four times det-s's pixels per record and far more work per step.
+pub const LARGER_MODEL: &str = "det-m";
+
+/// The balance equation for [`LARGER_MODEL`] at half `--batch`, on the engine whose det-s step
+/// was fastest (`best`): its own synthetic records packed at its input size (an eighth of
+/// det-s's record count, at least 64), the loaders measured on them, and its training step.
+fn larger_balance(
+    a: &Args,
+    quick: bool,
+    runs: usize,
+    best: Option<&ComputeRow>,
+) -> Result<BalanceSection, String> {
+    let best = best.ok_or("no engine measured det-s")?;
+    let model = ModelConfig::named(LARGER_MODEL, 2)?;
+    let records = (a.records.unwrap_or(if quick { 128 } else { 4096 }) / 8).max(64);
+    let data = balance::ensure_bench_data_sized(records, model.input, &|note| {
+        eprintln!("  {LARGER_MODEL}: {note}")
+    })
+    .map_err(|e| e.to_string())?;
+    let batch = (a.batch / 2).max(1);
+    let io_config = IoBenchConfig {
+        data,
+        batch: batch as usize,
+        loaders: fulcrum_board::host_cores(),
+        ring_slots: 4,
+        queue_depth: 32,
+        seconds: a.seconds.unwrap_or(if quick { 0.3 } else { 3.0 }),
+    };
+    let io = balance::bench_io(&io_config, &|step| eprintln!("  {LARGER_MODEL} io: {step}"))
+        .map_err(|e| e.to_string())?;
+    let config = ComputeBenchConfig {
+        model: LARGER_MODEL.into(),
+        classes: 2,
+        train_batch: batch,
+        runs,
+        exec: engine_options(best.threads),
+    };
+    let what = format!("{LARGER_MODEL} on {}", engine_name(best.threads));
+    let step = compute_bench::run_step(&config, &|step| eprintln!("  {what}: {step}"))
+        .map_err(|e| e.to_string())?;
+    let at_batch = ComputeRow {
+        train_batch: batch,
+        ..best.clone()
+    };
+    balance_section(LARGER_MODEL, &io, &at_batch, step.device_ms)
+        .ok_or_else(|| format!("the equation could not be evaluated for {LARGER_MODEL}"))
+}
+
+/// The equation for `model` with the loaders' measured `T_g` and a training step of `step_ms`
+/// at `best.train_batch` on `best`'s engine.
+fn balance_section(
+    model: &str,
+    io: &IoBenchReport,
+    best: &ComputeRow,
+    step_ms: f64,
+) -> Option<BalanceSection> {
     let tg = Duration::from_secs_f64(io.loader_cpu_us_per_record * 1e-6);
     // The CPU engine's threads and the loaders share the cores; a GPU leaves them all to the
     // loaders.
@@ -309,14 +398,15 @@ fn balance_section(io: &IoBenchReport, compute: &[ComputeRow]) -> Option<Balance
         tg,
         cores: cores as f64,
         batch: best.train_batch,
-        step: Duration::from_secs_f64(best.train_step_ms * 1e-3),
+        step: Duration::from_secs_f64(step_ms * 1e-3),
         decode: None,
         augment: None,
         disk: Some((io.record_bytes as f64, io.raw.mb_per_s * 1e6)),
     };
     let report = balance::evaluate(&input).ok()?;
     Some(BalanceSection {
-        model: "det-s".into(),
+        model: model.into(),
+        input: ModelConfig::named(model, 2).ok()?.input,
         engine: best.engine.clone(),
         batch: best.train_batch,
         tg_ms: tg.as_secs_f64() * 1e3,
@@ -357,11 +447,7 @@ fn print(r: &Report) {
     println!(
         "  kernels    {} (this CPU runs: {})",
         b.cpu_kernels,
-        b.cpu_kernel_sets
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(", ")
+        kernels::names(&b.cpu_kernel_sets)
     );
     if let Some(m) = f.memory {
         println!(
@@ -423,12 +509,13 @@ fn print(r: &Report) {
     for e in &r.compute_errors {
         println!("  compute    not measured: {e}");
     }
-    if let Some(bal) = &r.balance {
+    for bal in &r.balance {
         let rep = &bal.report;
         println!(
-            "  balance    {} b={} on {}: load {:.2} ms vs step {:.2} ms per batch → {} binds, \
+            "  balance    {}@{} b={} on {}: load {:.2} ms vs step {:.2} ms per batch → {} binds, \
              {:.1} loader core(s) needed of {}",
             bal.model,
+            bal.input,
             bal.batch,
             bal.engine,
             rep.load_per_batch_ms,
@@ -437,6 +524,9 @@ fn print(r: &Report) {
             rep.cores_needed,
             bal.loader_cores
         );
+    }
+    for e in &r.balance_errors {
+        println!("  balance    not worked out: {e}");
     }
     match (&r.serve, &r.serve_error) {
         (Some(s), _) => {

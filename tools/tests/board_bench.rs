@@ -30,10 +30,13 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
         "--batch",
         "4",
     ];
+    // The larger model's records are packed under the cache: a throwaway one.
+    let cache = tmp.path().join("cache");
+    let cache_env = ("XDG_CACHE_HOME", cache.to_str().unwrap());
     let run = bench(
         tmp.path(),
         &[&quick[..], &["--cool-down", "0", "--json", "r.json"]].concat(),
-        &[],
+        &[cache_env],
     );
     run.expect(0);
     for line in [
@@ -46,7 +49,7 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
         );
     }
     let r = json(&tmp.path().join("r.json"));
-    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["schema_version"], 2);
     assert_eq!(r["quick"], true);
     let set = r["board"]["cpu_kernels"].as_str().unwrap().to_owned();
     assert!(r["board"]["cpu_kernel_sets"]
@@ -76,8 +79,23 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
             r["compute_errors"]
         );
     }
-    assert_eq!(r["balance"]["batch"], 4);
-    assert!(r["balance"]["binding"].is_string());
+    // det-s at --batch from the given data, det-m at half of it from its own 256-px records.
+    let balance = r["balance"].as_array().unwrap();
+    assert_eq!(balance.len(), 2, "{balance:?} {:?}", r["balance_errors"]);
+    for (b, (model, input, batch)) in balance.iter().zip([("det-s", 128, 4), ("det-m", 256, 2)]) {
+        assert_eq!(b["model"], model);
+        assert_eq!(b["input"], input);
+        assert_eq!(b["batch"], batch);
+        assert!(b["binding"].is_string());
+        assert!(b["tg_ms"].as_f64().unwrap() > 0.0 && b["step_ms"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        balance[1]["step_ms"].as_f64() > balance[0]["step_ms"].as_f64(),
+        "det-m's step must cost more than det-s's: {balance:?}"
+    );
+    assert!(cache
+        .join("fulcrum/bench-synthetic-64-256px/manifest.json")
+        .exists());
     assert!(r["throttle"]["samples"].as_u64().unwrap() >= 2);
     assert!(
         r["serve"]["forward_p50_ms"].as_f64().unwrap() > 0.0,
@@ -90,7 +108,7 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
     let run = bench(
         tmp.path(),
         &[&quick[..], &["--cool-down", "0", "--json", "p.json"]].concat(),
-        &[("FULCRUM_CPU_KERNELS", "portable")],
+        &[("FULCRUM_CPU_KERNELS", "portable"), cache_env],
     );
     run.expect(0);
     let p = json(&tmp.path().join("p.json"));

@@ -237,8 +237,20 @@ fn run_loader(
 /// The default bench dataset of `records` synthetic images, packed on first use (saying so
 /// through `say`) and reused after.
 pub fn ensure_bench_data(records: u64, say: &dyn Fn(&str)) -> crate::pack::Result<PathBuf> {
+    ensure_bench_data_sized(records, DEFAULT_BENCH_SIZE, say)
+}
+
+/// The pixel side of the default bench dataset's records (det-s's input).
+pub const DEFAULT_BENCH_SIZE: u32 = 128;
+
+/// [`ensure_bench_data`] with records of `size` × `size` pixels (a larger model's input).
+pub fn ensure_bench_data_sized(
+    records: u64,
+    size: u32,
+    say: &dyn Fn(&str),
+) -> crate::pack::Result<PathBuf> {
     use crate::pack::{pack, PackOptions, Source};
-    let dir = default_bench_data(records);
+    let dir = default_bench_data_sized(records, size);
     if !dir.join(crate::format::MANIFEST_FILE).exists() {
         say(&format!(
             "packing {records} synthetic records into {} (once)",
@@ -252,6 +264,7 @@ pub fn ensure_bench_data(records: u64, say: &dyn Fn(&str)) -> crate::pack::Resul
         }
         let options = PackOptions {
             force: true,
+            size,
             ..PackOptions::new(
                 Source::Synthetic {
                     count: records,
@@ -267,10 +280,18 @@ pub fn ensure_bench_data(records: u64, say: &dyn Fn(&str)) -> crate::pack::Resul
 
 /// Where the default bench dataset lives: under the user's cache directory.
 pub fn default_bench_data(records: u64) -> PathBuf {
+    default_bench_data_sized(records, DEFAULT_BENCH_SIZE)
+}
+
+/// [`default_bench_data`] for records of `size` pixels (the default size keeps its old name).
+pub fn default_bench_data_sized(records: u64, size: u32) -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
-    base.join("fulcrum")
-        .join(format!("bench-synthetic-{records}"))
+    base.join("fulcrum").join(if size == DEFAULT_BENCH_SIZE {
+        format!("bench-synthetic-{records}")
+    } else {
+        format!("bench-synthetic-{records}-{size}px")
+    })
 }

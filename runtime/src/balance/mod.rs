@@ -9,7 +9,8 @@ mod simulate;
 pub mod timeline;
 
 pub use bench_io::{
-    bench_io, default_bench_data, ensure_bench_data, IoBenchConfig, IoBenchReport, Throughput,
+    bench_io, default_bench_data, default_bench_data_sized, ensure_bench_data,
+    ensure_bench_data_sized, IoBenchConfig, IoBenchReport, Throughput,
 };
 pub use budget::{
     human, largest_fitting, parse_size, process_memory_limit, MemoryPlan, PlanItem, ProcessLimit,

@@ -319,6 +319,13 @@ struct Engine {
     cpu_split: Option<SplitChoice>,
 }
 
+/// Only the training step at `config.train_batch`, on the engine `config.exec` chooses (what
+/// the balance equation needs, without the batch-1 forward and its set-up).
+pub fn run_step(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<EntryFigures> {
+    progress(&format!("training step at batch {}", config.train_batch));
+    Ok(measure(config, config.train_batch, true)?.0)
+}
+
 /// Runs the benchmark on the engine `config.exec` chooses.
 pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
     progress("forward at batch 1");

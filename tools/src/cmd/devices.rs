@@ -120,11 +120,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!("CPU: {cpu_threads} thread(s) (--engine cpu)");
-    let here = KernelSet::here()
-        .iter()
-        .map(|s| s.name())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let here = kernels::names(&KernelSet::here());
     match kernels {
         Ok(set) => println!(
             "     kernels: {set} ({}); this CPU runs: {here} ({} forces one)",

@@ -220,7 +220,8 @@ pub enum ChoiceError {
     NotHere { set: KernelSet },
 }
 
-fn names(sets: &[KernelSet]) -> String {
+/// `sets` by name, comma-separated, for messages and reports.
+pub fn names(sets: &[KernelSet]) -> String {
     sets.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
 }
 
