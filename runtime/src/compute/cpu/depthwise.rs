@@ -9,7 +9,7 @@
 //!
 //! The forward 3×3, pad-1 planes of stride 1 and of stride 2 from an even-sized input (all of
 //! det-s's) skip the phases where the kernel set reads the plane in place
-//! ([`super::kernels::Dw3x3Same`], [`super::kernels::Dw3x3Half`]): the copy cost more than
+//! ([`super::kernels::Dw3x3InPlace`]): the copy cost more than
 //! the convolution on the small planes of a batch-1 forward.
 
 use super::dw3x3;
@@ -201,12 +201,7 @@ fn forward_with(
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
         if same || half {
             let w9 = weight[c * 9..][..9].try_into().expect("nine taps");
-            let in_place = if same {
-                dw3x3::same(kern, xc, w9, bias[c], op.relu, yc, g.w)
-            } else {
-                dw3x3::half(kern, xc, w9, bias[c], op.relu, yc, g.ow)
-            };
-            if in_place {
+            if dw3x3::in_place(kern, g.s, xc, w9, bias[c], op.relu, yc, g.ow) {
                 continue;
             }
         }

@@ -28,35 +28,13 @@ pub(super) fn conv(
     unsafe { (k.dw3x3_conv)(taps, w, bias, relu, out, ow) }
 }
 
-/// The stride-1, pad-1 plane read in place (no phases), where the set has a kernel for it;
-/// `false` when it has none and the caller must go through phases.
-pub(super) fn same(
+/// A pad-1 plane of stride 1 or 2 read in place (no phases; see
+/// [`super::kernels::Dw3x3InPlace`]), where the set has a kernel for it; `false` when it has
+/// none and the caller must go through phases.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn in_place(
     k: &Kernels,
-    x: &[f32],
-    w: &[f32; 9],
-    bias: f32,
-    relu: bool,
-    out: &mut [f32],
-    width: usize,
-) -> bool {
-    let Some(kernel) = k.dw3x3_same else {
-        return false;
-    };
-    assert!(
-        width > 0 && x.len() == out.len() && out.len() % width == 0,
-        "depthwise plane of {} from {} for rows of {width}",
-        out.len(),
-        x.len()
-    );
-    // SAFETY: a table of a set this CPU runs; the plane's shape was checked just above.
-    unsafe { kernel(x, w, bias, relu, out, width) };
-    true
-}
-
-/// The stride-2, pad-1 plane of a `2·oh × 2·ow` input read in place (no phases), where the
-/// set has a kernel for it; `false` when it has none and the caller must go through phases.
-pub(super) fn half(
-    k: &Kernels,
+    stride: usize,
     x: &[f32],
     w: &[f32; 9],
     bias: f32,
@@ -64,12 +42,17 @@ pub(super) fn half(
     out: &mut [f32],
     ow: usize,
 ) -> bool {
-    let Some(kernel) = k.dw3x3_half else {
+    let kernel = match stride {
+        1 => k.dw3x3_same,
+        2 => k.dw3x3_half,
+        _ => None,
+    };
+    let Some(kernel) = kernel else {
         return false;
     };
     assert!(
-        ow > 0 && out.len() % ow == 0 && x.len() == 4 * out.len(),
-        "stride-2 depthwise plane of {} from {} for rows of {ow}",
+        ow > 0 && out.len() % ow == 0 && x.len() == stride * stride * out.len(),
+        "stride-{stride} depthwise plane of {} from {} for rows of {ow}",
         out.len(),
         x.len()
     );

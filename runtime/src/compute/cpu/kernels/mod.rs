@@ -17,6 +17,8 @@
 mod operands;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod panel;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod plane;
 mod portable;
 
 #[cfg(target_arch = "x86_64")]
@@ -139,23 +141,16 @@ pub(crate) type GemmAccumulate = unsafe fn(
 pub(crate) type Dw3x3Conv =
     unsafe fn(taps: Taps<'_>, w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
 
-/// `out = relu?(bias + conv3x3(x))` for one `h × width` plane with stride 1 and pad 1 (the
-/// output the size of the input), read straight from the plane: the zero border is implied,
-/// not copied into phases. The same sums in the same order as [`Dw3x3Conv`] over phases.
+/// `out = relu?(bias + conv3x3(x))` for one `oh × ow` output plane of a pad-1 conv read
+/// straight from its input plane `x`: the zero border is implied and, with stride 2, the even
+/// and odd columns are split in registers, where the phases would copy them. The same sums in
+/// the same order as [`Dw3x3Conv`] over phases. With stride 1 the input is `oh × ow` (the
+/// output the size of the input), with stride 2 it is `2·oh × 2·ow`.
 ///
 /// # Safety
-/// A table of a set that runs here; `x.len() == out.len()`, a multiple of `width > 0`.
-pub(crate) type Dw3x3Same =
-    unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], width: usize);
-
-/// `out = relu?(bias + conv3x3(x))` with stride 2 and pad 1 for one `2·oh × 2·ow` input plane
-/// and its `oh × ow` output, read straight from the plane (even and odd columns split in
-/// registers, not copied into phases). The same sums in the same order as [`Dw3x3Conv`].
-///
-/// # Safety
-/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0` and
-/// `x.len() == 4·out.len()`.
-pub(crate) type Dw3x3Half =
+/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0` and `x.len()` is
+/// `out.len()` (stride 1) or `4·out.len()` (stride 2), as the field holding it says.
+pub(crate) type Dw3x3InPlace =
     unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
 
 /// See [`WeightGrad`]: the masked gradient written and its sums against the taps.
@@ -187,9 +182,9 @@ pub(crate) struct Kernels {
     pub dw3x3_conv: Dw3x3Conv,
     /// The stride-1, pad-1 depthwise plane without phases, where the set has one (the caller
     /// falls back to phases and [`Kernels::dw3x3_conv`]).
-    pub dw3x3_same: Option<Dw3x3Same>,
+    pub dw3x3_same: Option<Dw3x3InPlace>,
     /// The stride-2, pad-1 depthwise plane of an even-sized input without phases, likewise.
-    pub dw3x3_half: Option<Dw3x3Half>,
+    pub dw3x3_half: Option<Dw3x3InPlace>,
     pub dw3x3_weight_grad: Dw3x3WeightGrad,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
 }

@@ -242,32 +242,3 @@ pub(super) fn s2_pixels(
         bottom[2 * b + 1] = w[0] * g11 + w[2] * g10 + w[6] * g01 + w[8] * g00;
     }
 }
-
-/// Columns `cols` of one output row of a pad-1 depthwise plane read in place (see
-/// [`super::Dw3x3Same`], [`super::Dw3x3Half`]) from its input rows above, at and below
-/// (`None` past the plane's edge), output column `i` reading input columns `stride·i − 1 ..=
-/// stride·i + 1`: the SIMD sets finish their rows with it.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn plane_pixels(
-    rows: &[Option<&[f32]>; 3],
-    stride: usize,
-    w: &[f32; 9],
-    bias: f32,
-    relu: bool,
-    out: &mut [f32],
-    cols: std::ops::Range<usize>,
-) {
-    for i in cols {
-        let mut a = bias;
-        for (ky, row) in rows.iter().enumerate() {
-            let Some(r) = row else { continue };
-            for kx in 0..3 {
-                if let Some(&v) = (stride * i + kx).checked_sub(1).and_then(|ix| r.get(ix)) {
-                    a += w[3 * ky + kx] * v;
-                }
-            }
-        }
-        out[i] = if relu { a.max(0.0) } else { a };
-    }
-}

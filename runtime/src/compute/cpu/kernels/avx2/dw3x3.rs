@@ -1,6 +1,7 @@
 //! The 3×3 depthwise plane kernels in AVX2 + FMA: all nine taps in one pass over a row,
 //! eight outputs at a time.
 use super::super::operands::{Taps, WeightGrad};
+use super::super::plane;
 use super::super::portable::{self, s2_pixels};
 use std::arch::x86_64::{
     __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_castpd_ps, _mm256_castps_pd,
@@ -64,10 +65,10 @@ pub(super) unsafe fn conv(
     }
 }
 
-/// See [`super::super::Dw3x3Same`] (and its safety). Eight outputs at a time; a row's
-/// neighbours to the left and right are unaligned loads, or the row's own lanes shifted one
-/// place with a zero brought in at the plane's edges. The edges are const parameters of
-/// [`same_run`], so the loop over a row's middle has no branch.
+/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Eight outputs at a time; a
+/// row's neighbours to the left and right are unaligned loads, or the row's own lanes shifted
+/// one place with a zero brought in at the plane's edges. The edges are const parameters of
+/// [`Plane::chunk`], so the loop over a row's middle has no branch.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn same(
     x: &[f32],
@@ -75,49 +76,28 @@ pub(super) unsafe fn same(
     bias: f32,
     relu: bool,
     out: &mut [f32],
-    width: usize,
+    ow: usize,
 ) {
-    let k = Plane {
-        w: w.map(|v| _mm256_set1_ps(v)),
-        bias: _mm256_set1_ps(bias),
-        relu,
-    };
-    let h = out.len() / width;
-    let w8 = width - width % 8;
-    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
-    for oy in 0..h {
-        // Input rows oy − 1, oy, oy + 1; a missing one (past the top or bottom edge) is never
-        // read and adds nothing, as the zero rows of the phases would.
-        let p = [oy.wrapping_sub(1), oy, oy + 1].map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
-        let o = op.wrapping_add(oy * width);
-        // SAFETY: AVX2 as for this function; rows oy − 1 (when oy > 0), oy and oy + 1 (when
-        // oy + 1 < h) of `x` and row oy of `out` are `width` long, as `row` requires.
+    let k = Plane::new(w, bias, relu);
+    plane::rows(x, w, bias, relu, out, ow, 1, 8, |t, o, n| {
+        // SAFETY: AVX2 as for this function; `plane::rows` hands over rows of `ow` floats,
+        // present as `t` says, and `o` pointing at `ow`, as `row` requires.
         unsafe {
-            match (oy > 0, oy + 1 < h) {
-                (true, true) => k.row::<true, true>(p, o, width, w8),
-                (false, true) => k.row::<false, true>(p, o, width, w8),
-                (true, false) => k.row::<true, false>(p, o, width, w8),
-                (false, false) => k.row::<false, false>(p, o, width, w8),
+            match (t.top, t.bottom) {
+                (true, true) => k.row::<true, true>(t.rows, o, ow, n),
+                (false, true) => k.row::<false, true>(t.rows, o, ow, n),
+                (true, false) => k.row::<true, false>(t.rows, o, ow, n),
+                (false, false) => k.row::<false, false>(t.rows, o, ow, n),
             }
         }
-        if w8 < width {
-            let row = |iy: usize| Some(&x[iy * width..][..width]);
-            let rows = [
-                oy.checked_sub(1).and_then(row),
-                row(oy),
-                (oy + 1 < h).then(|| row(oy + 1)).flatten(),
-            ];
-            let o = &mut out[oy * width..][..width];
-            portable::plane_pixels(&rows, 1, w, bias, relu, o, w8..width);
-        }
-    }
+    });
 }
 
-/// See [`super::super::Dw3x3Half`] (and its safety). Eight outputs at a time from sixteen
-/// input columns, split into even (the centre taps) and odd (the right taps) lanes; the left
-/// taps are the even lanes of the run one column earlier, or the odd lanes shifted one place
-/// with a zero brought in at the plane's left edge. An even-sized input has no right edge
-/// and no bottom one: only the top row and the left column are special.
+/// See [`super::super::Dw3x3InPlace`] (stride 2, and its safety). Eight outputs at a time from
+/// sixteen input columns, split into even (the centre taps) and odd (the right taps) lanes;
+/// the left taps are the even lanes of the run one column earlier, or the odd lanes shifted
+/// one place with a zero brought in at the plane's left edge. An even-sized input has no
+/// right edge and no bottom one: only the top row and the left column are special.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn half(
     x: &[f32],
@@ -127,39 +107,19 @@ pub(super) unsafe fn half(
     out: &mut [f32],
     ow: usize,
 ) {
-    let k = Plane {
-        w: w.map(|v| _mm256_set1_ps(v)),
-        bias: _mm256_set1_ps(bias),
-        relu,
-    };
-    let (oh, width) = (out.len() / ow, 2 * ow);
-    let w8 = ow - ow % 8;
-    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
-    for oy in 0..oh {
-        // Input rows 2·oy − 1 (missing at the top: never read), 2·oy and 2·oy + 1.
-        let p = [(2 * oy).wrapping_sub(1), 2 * oy, 2 * oy + 1]
-            .map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
-        let o = op.wrapping_add(oy * ow);
-        // SAFETY: AVX2 as for this function; rows 2·oy − 1 (when oy > 0), 2·oy and 2·oy + 1
-        // of `x` are `2·ow` long and row oy of `out` is `ow` long, as `half_row` requires.
+    let k = Plane::new(w, bias, relu);
+    plane::rows(x, w, bias, relu, out, ow, 2, 8, |t, o, n| {
+        // SAFETY: AVX2 as for this function; `plane::rows` hands over rows of `2·ow` floats
+        // (all but the one above present unless `t.top`) and `o` pointing at `ow`, as
+        // `half_row` requires.
         unsafe {
-            if oy > 0 {
-                k.half_row::<true>(p, o, w8);
+            if t.top {
+                k.half_row::<true>(t.rows, o, n);
             } else {
-                k.half_row::<false>(p, o, w8);
+                k.half_row::<false>(t.rows, o, n);
             }
         }
-        if w8 < ow {
-            let row = |iy: usize| Some(&x[iy * width..][..width]);
-            let rows = [
-                (2 * oy).checked_sub(1).and_then(row),
-                row(2 * oy),
-                row(2 * oy + 1),
-            ];
-            let o = &mut out[oy * ow..][..ow];
-            portable::plane_pixels(&rows, 2, w, bias, relu, o, w8..ow);
-        }
-    }
+    });
 }
 
 /// The broadcast weights and bias of one plane.
@@ -170,6 +130,16 @@ struct Plane {
 }
 
 impl Plane {
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn new(w: &[f32; 9], bias: f32, relu: bool) -> Plane {
+        Plane {
+            w: w.map(|v| _mm256_set1_ps(v)),
+            bias: _mm256_set1_ps(bias),
+            relu,
+        }
+    }
+
     /// Columns `0 .. w8` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///

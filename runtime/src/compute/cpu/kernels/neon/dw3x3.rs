@@ -8,7 +8,8 @@ use std::arch::aarch64::{
 };
 
 use super::super::operands::{Taps, WeightGrad};
-use super::super::portable::{plane_pixels, s2_pixels};
+use super::super::plane;
+use super::super::portable::s2_pixels;
 
 /// See [`super::super::Dw3x3Conv`] (and its safety).
 pub(super) unsafe fn conv(
@@ -53,62 +54,38 @@ pub(super) unsafe fn conv(
     }
 }
 
-/// See [`super::super::Dw3x3Same`] (and its safety). Four outputs at a time; a row's
-/// neighbours to the left and right are unaligned loads, or the row's own lanes shifted one
-/// place (`ext`) with a zero brought in at the plane's edges. The edges are const parameters
-/// of [`Plane::chunk`], so the loop over a row's middle has no branch.
+/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Four outputs at a time; a
+/// row's neighbours to the left and right are unaligned loads, or the row's own lanes shifted
+/// one place (`ext`) with a zero brought in at the plane's edges. The edges are const
+/// parameters of [`Plane::chunk`], so the loop over a row's middle has no branch.
 pub(super) unsafe fn same(
     x: &[f32],
     w: &[f32; 9],
     bias: f32,
     relu: bool,
     out: &mut [f32],
-    width: usize,
+    ow: usize,
 ) {
-    // SAFETY: NEON is baseline on aarch64.
-    let k = unsafe {
-        Plane {
-            w: w.map(|v| vdupq_n_f32(v)),
-            bias: vdupq_n_f32(bias),
-            relu,
-        }
-    };
-    let h = out.len() / width;
-    let w4 = width - width % 4;
-    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
-    for oy in 0..h {
-        // Input rows oy − 1, oy, oy + 1; a missing one (past the top or bottom edge) is never
-        // read and adds nothing, as the zero rows of the phases would.
-        let p = [oy.wrapping_sub(1), oy, oy + 1].map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
-        let o = op.wrapping_add(oy * width);
-        // SAFETY: rows oy − 1 (when oy > 0), oy and oy + 1 (when oy + 1 < h) of `x` and row
-        // oy of `out` are `width` long, as `row` requires.
+    let k = Plane::new(w, bias, relu);
+    plane::rows(x, w, bias, relu, out, ow, 1, 4, |t, o, n| {
+        // SAFETY: `plane::rows` hands over rows of `ow` floats, present as `t` says, and `o`
+        // pointing at `ow`, as `row` requires.
         unsafe {
-            match (oy > 0, oy + 1 < h) {
-                (true, true) => k.row::<true, true>(p, o, width, w4),
-                (false, true) => k.row::<false, true>(p, o, width, w4),
-                (true, false) => k.row::<true, false>(p, o, width, w4),
-                (false, false) => k.row::<false, false>(p, o, width, w4),
+            match (t.top, t.bottom) {
+                (true, true) => k.row::<true, true>(t.rows, o, ow, n),
+                (false, true) => k.row::<false, true>(t.rows, o, ow, n),
+                (true, false) => k.row::<true, false>(t.rows, o, ow, n),
+                (false, false) => k.row::<false, false>(t.rows, o, ow, n),
             }
         }
-        if w4 < width {
-            let row = |iy: usize| Some(&x[iy * width..][..width]);
-            let rows = [
-                oy.checked_sub(1).and_then(row),
-                row(oy),
-                (oy + 1 < h).then(|| row(oy + 1)).flatten(),
-            ];
-            let o = &mut out[oy * width..][..width];
-            plane_pixels(&rows, 1, w, bias, relu, o, w4..width);
-        }
-    }
+    });
 }
 
-/// See [`super::super::Dw3x3Half`] (and its safety). Four outputs at a time from eight
-/// input columns split by `ld2` into even (the centre taps) and odd (the right taps) lanes;
-/// the left taps are the even lanes of the run one column earlier, or the odd lanes shifted
-/// one place with a zero brought in at the plane's left edge. An even-sized input has no
-/// right edge and no bottom one: only the top row and the left column are special.
+/// See [`super::super::Dw3x3InPlace`] (stride 2, and its safety). Four outputs at a time from
+/// eight input columns split by `ld2` into even (the centre taps) and odd (the right taps)
+/// lanes; the left taps are the even lanes of the run one column earlier, or the odd lanes
+/// shifted one place with a zero brought in at the plane's left edge. An even-sized input
+/// has no right edge and no bottom one: only the top row and the left column are special.
 pub(super) unsafe fn half(
     x: &[f32],
     w: &[f32; 9],
@@ -117,42 +94,18 @@ pub(super) unsafe fn half(
     out: &mut [f32],
     ow: usize,
 ) {
-    // SAFETY: NEON is baseline on aarch64.
-    let k = unsafe {
-        Plane {
-            w: w.map(|v| vdupq_n_f32(v)),
-            bias: vdupq_n_f32(bias),
-            relu,
-        }
-    };
-    let (oh, width) = (out.len() / ow, 2 * ow);
-    let w4 = ow - ow % 4;
-    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
-    for oy in 0..oh {
-        // Input rows 2·oy − 1 (missing at the top: never read), 2·oy and 2·oy + 1.
-        let p = [(2 * oy).wrapping_sub(1), 2 * oy, 2 * oy + 1]
-            .map(|iy| xp.wrapping_add(iy.wrapping_mul(width)));
-        let o = op.wrapping_add(oy * ow);
-        // SAFETY: rows 2·oy − 1 (when oy > 0), 2·oy and 2·oy + 1 of `x` are `2·ow` long and
-        // row oy of `out` is `ow` long, as `half_row` requires.
+    let k = Plane::new(w, bias, relu);
+    plane::rows(x, w, bias, relu, out, ow, 2, 4, |t, o, n| {
+        // SAFETY: `plane::rows` hands over rows of `2·ow` floats (all but the one above
+        // present unless `t.top`) and `o` pointing at `ow`, as `half_row` requires.
         unsafe {
-            if oy > 0 {
-                k.half_row::<true>(p, o, w4);
+            if t.top {
+                k.half_row::<true>(t.rows, o, n);
             } else {
-                k.half_row::<false>(p, o, w4);
+                k.half_row::<false>(t.rows, o, n);
             }
         }
-        if w4 < ow {
-            let row = |iy: usize| Some(&x[iy * width..][..width]);
-            let rows = [
-                (2 * oy).checked_sub(1).and_then(row),
-                row(2 * oy),
-                row(2 * oy + 1),
-            ];
-            let o = &mut out[oy * ow..][..ow];
-            plane_pixels(&rows, 2, w, bias, relu, o, w4..ow);
-        }
-    }
+    });
 }
 
 /// The broadcast weights and bias of one plane.
@@ -163,6 +116,17 @@ struct Plane {
 }
 
 impl Plane {
+    fn new(w: &[f32; 9], bias: f32, relu: bool) -> Plane {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe {
+            Plane {
+                w: w.map(|v| vdupq_n_f32(v)),
+                bias: vdupq_n_f32(bias),
+                relu,
+            }
+        }
+    }
+
     /// Columns `0 .. w4` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///
