@@ -190,11 +190,13 @@ fn measure_upload(
 }
 
 /// Measures one entry of a freshly built graph at `batch` (and, for a training step on
-/// Vulkan, the batch upload).
+/// Vulkan, the batch upload); `breakdown` adds the time per kernel family, from a second
+/// executor timing every kernel.
 fn measure(
     config: &ComputeBenchConfig,
     batch: u32,
     train: bool,
+    breakdown: bool,
 ) -> Result<(EntryFigures, Engine, Option<UploadFigures>)> {
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
@@ -243,9 +245,41 @@ fn measure(
     } else {
         None
     };
+    let kernels = exec.kernel_names(entry).len();
     drop(exec);
+    let per_kernel = if breakdown {
+        per_kernel_times(config, &graph, &arch, &layout, batch, entry)?
+    } else {
+        Vec::new()
+    };
 
-    // Per kernel, in a second executor with per-kernel timing.
+    let (device, wall) = (median(device), median(wall));
+    let gflop = entry_flops(&graph.recording, entry) as f64 / 1e9;
+    Ok((
+        EntryFigures {
+            batch,
+            device_ms: device.as_secs_f64() * 1e3,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            overhead_ms: wall.saturating_sub(device).as_secs_f64() * 1e3,
+            kernels,
+            gflop,
+            gflops: gflop / device.as_secs_f64().max(1e-12),
+            per_kernel,
+        },
+        engine,
+        upload,
+    ))
+}
+
+/// Time per kernel family of `entry`, in a second executor with per-kernel timing.
+fn per_kernel_times(
+    config: &ComputeBenchConfig,
+    graph: &ModelGraph,
+    arch: &Arch,
+    layout: &RecordLayout,
+    batch: u32,
+    entry: usize,
+) -> Result<Vec<KernelTime>> {
     let mut exec = Exec::new(
         &graph.recording,
         &ExecOptions {
@@ -253,7 +287,7 @@ fn measure(
             ..config.exec.clone()
         },
     )?;
-    setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
+    setup(&mut exec, graph, arch, layout, batch, config.classes)?;
     let names = exec.kernel_names(entry);
     let mut sums: BTreeMap<String, (usize, Duration)> = BTreeMap::new();
     let runs = config.runs.clamp(1, 5);
@@ -277,23 +311,7 @@ fn measure(
         })
         .collect();
     per_kernel.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-
-    let (device, wall) = (median(device), median(wall));
-    let gflop = entry_flops(&graph.recording, entry) as f64 / 1e9;
-    Ok((
-        EntryFigures {
-            batch,
-            device_ms: device.as_secs_f64() * 1e3,
-            wall_ms: wall.as_secs_f64() * 1e3,
-            overhead_ms: wall.saturating_sub(device).as_secs_f64() * 1e3,
-            kernels: names.len(),
-            gflop,
-            gflops: gflop / device.as_secs_f64().max(1e-12),
-            per_kernel,
-        },
-        engine,
-        upload,
-    ))
+    Ok(per_kernel)
 }
 
 fn setup(
@@ -319,19 +337,20 @@ struct Engine {
     cpu_split: Option<SplitChoice>,
 }
 
-/// Only the training step at `config.train_batch`, on the engine `config.exec` chooses (what
-/// the balance equation needs, without the batch-1 forward and its set-up).
+/// Only the training step at `config.train_batch`, on the engine `config.exec` chooses, with
+/// no time per kernel (`per_kernel` is empty): what the balance equation needs, without the
+/// batch-1 forward, its set-up and the second executor of the breakdown.
 pub fn run_step(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<EntryFigures> {
     progress(&format!("training step at batch {}", config.train_batch));
-    Ok(measure(config, config.train_batch, true)?.0)
+    Ok(measure(config, config.train_batch, true, false)?.0)
 }
 
 /// Runs the benchmark on the engine `config.exec` chooses.
 pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
     progress("forward at batch 1");
-    let (forward_batch1, engine, _) = measure(config, 1, false)?;
+    let (forward_batch1, engine, _) = measure(config, 1, false, true)?;
     progress(&format!("training step at batch {}", config.train_batch));
-    let (train_step, _, upload) = measure(config, config.train_batch, true)?;
+    let (train_step, _, upload) = measure(config, config.train_batch, true, true)?;
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     Ok(ComputeBenchReport {
