@@ -9,8 +9,8 @@
 //!
 //! The forward 3×3, pad-1 planes of stride 1 and of stride 2 from an even-sized input (all of
 //! det-s's) skip the phases where the kernel set reads the plane in place
-//! ([`super::kernels::Dw3x3InPlace`]): the copy cost more than
-//! the convolution on the small planes of a batch-1 forward.
+//! (`kernels::Dw3x3InPlace`): the copy cost more than the convolution on the small planes of a
+//! batch-1 forward.
 
 use super::dw3x3;
 use super::kernels::{self, dot_lanes, hsum, Kernels, Taps, WeightGrad};
