@@ -19,6 +19,7 @@
 //! directly into the outputs) and the partial sums are added at the end.
 
 use super::gemm::{rm, sgemm, sgemm_ep, tr, Epilogue};
+use super::kernels::{self, DENSE3X3_MAX_TAPS};
 use super::scratch::{run_parts, split_parts, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
@@ -38,12 +39,61 @@ fn image_sizes(op: &Conv2d) -> (usize, usize, usize, usize) {
 
 /// Floats of [`Scratch`] one thread needs for [`conv2d_forward`].
 pub fn conv2d_forward_scratch_len(op: &Conv2d) -> usize {
-    let (_, _, plane_out, cols) = image_sizes(op);
+    let (_, _, _, cols) = image_sizes(op);
     match op.kind() {
         ConvKind::Pointwise => 0,
         ConvKind::Depthwise => depthwise::forward_scratch_len(op),
-        ConvKind::Dense | ConvKind::Grouped => cols * plane_out,
+        ConvKind::Dense if reads_in_place(op) => 0,
+        ConvKind::Dense | ConvKind::Grouped => cols * im2col_block_rows(op) * op.out_w() as usize,
     }
+}
+
+/// Output rows the forward pass's `im2col` fills at a time: blocks whose columns (~16 KiB)
+/// stay in L1 between `im2col` and the product.
+fn im2col_block_rows(op: &Conv2d) -> usize {
+    let (_, _, _, cols) = image_sizes(op);
+    (4096 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
+}
+
+/// Whether the forward pass of `op` runs without `im2col`: a dense 3×3, stride-2, pad-1 conv of
+/// an even-sized input (the stem), where the active kernel set has
+/// [`kernels::Dense3x3Half`].
+fn reads_in_place(op: &Conv2d) -> bool {
+    kernels::active().dense3x3_half.is_some()
+        && op.kind() == ConvKind::Dense
+        && (op.kernel, op.stride, op.pad) == (3, 2, 1)
+        && op.h % 2 == 0
+        && op.w % 2 == 0
+        && op.c_in as usize * 9 <= DENSE3X3_MAX_TAPS
+}
+
+/// One image of a conv that [`reads_in_place`], through the active set's kernel.
+fn forward_in_place(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y: &mut [f32]) {
+    let kernel = kernels::active()
+        .dense3x3_half
+        .expect("reads_in_place checked the set has the kernel");
+    let (c_in, m) = (op.c_in as usize, op.c_out as usize);
+    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+    assert!(
+        ow > 0
+            && y.len() == m * oh * ow
+            && x.len() >= 4 * c_in * oh * ow
+            && weight.len() >= m * c_in * 9
+            && bias.len() >= m,
+        "dense 3×3 stride-2 conv: {op:?} with input {}, weights {}, bias {}, output {}",
+        x.len(),
+        weight.len(),
+        bias.len(),
+        y.len()
+    );
+    let ep = Epilogue {
+        bias: Some(bias),
+        relu: op.relu,
+    };
+    // SAFETY: a table of a set this CPU runs (`kernels::active`); `reads_in_place` checked
+    // the taps fit a panel, the assertion above the operands' sizes (an even-sized input is
+    // exactly `2·oh × 2·ow`).
+    unsafe { kernel(x, c_in, weight, m, ep, y, ow) };
 }
 
 /// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
@@ -174,13 +224,12 @@ fn forward_image(
                 ep,
             );
         }
+        ConvKind::Dense if reads_in_place(op) => forward_in_place(op, x, weight, bias, y),
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
             let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
             let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
-            // Output rows in blocks whose columns (~16 KiB) stay in L1 between im2col and the
-            // product.
-            let block = (4096 / (cols * ow)).clamp(1, oh);
+            let block = im2col_block_rows(op);
             for g in 0..groups {
                 let xg = &x[g * in_img / groups..][..in_img / groups];
                 let ep = Epilogue {

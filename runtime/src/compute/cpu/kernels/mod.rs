@@ -171,6 +171,33 @@ pub(crate) type Dw3x3WeightGrad =
 /// A table of a set that runs here; `gx.len() = 4·oh·ow` and `g.len() ≥ (oh + 1)·(ow + 1)`.
 pub(crate) type Dw3x3InputGradS2 = unsafe fn(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize);
 
+/// `out = ep(W · im2col(x))` for one image of a dense (one group) 3×3, stride-2, pad-1
+/// convolution whose input is even-sized: `x` is `c_in` planes of `2·oh × 2·ow`, `weight`
+/// `m × c_in·9` (row-major, taps in `(ci, ky, kx)` order), `out` `m` planes of `oh × ow`. B's
+/// panels are built straight from the planes (the even and odd columns split in registers), so
+/// neither `im2col` nor the GEMM's packing copies them; the tiles are the fused GEMM's, so the
+/// sums are those of `im2col` + [`GemmFused`], in the same order.
+///
+/// # Safety
+/// A table of a set that runs here; `c_in·9 ≤` [`DENSE3X3_MAX_TAPS`], `ow > 0`, `out.len()` a
+/// multiple of `m·ow`, `x.len() ≥ 4·c_in·oh·ow` and `weight.len() ≥ m·c_in·9` (with
+/// `oh = out.len() / (m·ow)`), and `ep.bias`, when given, holds `m` values.
+pub(crate) type Dense3x3Half = unsafe fn(
+    x: &[f32],
+    c_in: usize,
+    weight: &[f32],
+    m: usize,
+    ep: Epilogue<'_>,
+    out: &mut [f32],
+    ow: usize,
+);
+
+/// Most taps (`c_in·9`) a [`Dense3x3Half`] panel holds: the GEMM panel's rows.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) const DENSE3X3_MAX_TAPS: usize = panel::KC;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) const DENSE3X3_MAX_TAPS: usize = 0;
+
 /// One set's kernels. Only [`table`] hands them out, and only for a set the CPU can run:
 /// that is what makes calling through them sound.
 pub(crate) struct Kernels {
@@ -185,6 +212,9 @@ pub(crate) struct Kernels {
     pub dw3x3_same: Option<Dw3x3InPlace>,
     /// The stride-2, pad-1 depthwise plane of an even-sized input without phases, likewise.
     pub dw3x3_half: Option<Dw3x3InPlace>,
+    /// The stride-2 dense 3×3 conv (the stem) without `im2col`, where the set has one (the
+    /// caller falls back to `im2col` and the GEMM).
+    pub dense3x3_half: Option<Dense3x3Half>,
     pub dw3x3_weight_grad: Dw3x3WeightGrad,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
 }

@@ -107,3 +107,85 @@ pub(super) fn drive(
         }
     }
 }
+
+/// The loops of [`super::Dense3x3Half`] around a set's register tile: for each output row and
+/// 16-column tile, the panel's row `(ci·3 + ky)·3 + kx` gets the input at
+/// `(2·oy + ky − 1, 2·(j + q) + kx − 1)` (zero outside the plane and past a ragged tile), then
+/// `tile(t, i, j, w, r)` does rows `i .. i + r` of the output over it.
+///
+/// A set brings `split(row, c, left, dst)`: the three taps (`kx` = 0, 1, 2) of output columns
+/// `c .. c + lanes`, from the input row `row` (`2·ow` floats, which it may read from column
+/// `2c − 1`, unless `left`: then `c = 0` and column −1 is the zero border, to `2c + 2·lanes −
+/// 1`), stored through `dst[kx]` (`lanes` floats each). Columns a whole vector does not cover
+/// are filled here.
+///
+/// Safety (of what the closures are handed): as [`super::Dense3x3Half`]'s contract, which the
+/// caller checked; this function asserts it again, cheaply, before any pointer is formed.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dense3x3_half(
+    x: &[f32],
+    c_in: usize,
+    weight: &[f32],
+    m: usize,
+    ep: Epilogue<'_>,
+    out: &mut [f32],
+    ow: usize,
+    lanes: usize,
+    rows: usize,
+    mut split: impl FnMut(*const f32, usize, bool, [*mut f32; 3]),
+    mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
+) {
+    let kl = c_in * 9;
+    assert!(kl <= KC && ow > 0 && m > 0 && out.len() % (m * ow) == 0);
+    let oh = out.len() / (m * ow);
+    let (ih, iw) = (2 * oh, 2 * ow);
+    assert!(x.len() >= c_in * ih * iw && weight.len() >= m * kl);
+    let mut panel = [0f32; KC * 16];
+    for oy in 0..oh {
+        for j in (0..ow).step_by(16) {
+            let wl = (ow - j).min(16);
+            for (t, dst) in panel.chunks_exact_mut(3 * 16).take(3 * c_in).enumerate() {
+                let (ci, ky) = (t / 3, t % 3);
+                let iy = (2 * oy + ky).wrapping_sub(1);
+                if iy >= ih {
+                    dst.fill(0.0);
+                    continue;
+                }
+                let row = &x[(ci * ih + iy) * iw..][..iw];
+                let mut q = 0;
+                while q + lanes <= wl {
+                    let d = dst.as_mut_ptr();
+                    split(
+                        row.as_ptr(),
+                        j + q,
+                        j + q == 0,
+                        [0, 16, 32].map(|o| d.wrapping_add(o + q)),
+                    );
+                    q += lanes;
+                }
+                for q in q..16 {
+                    for kx in 0..3 {
+                        let ix = (2 * (j + q) + kx).checked_sub(1);
+                        let v = ix.filter(|_| q < wl).and_then(|ix| row.get(ix));
+                        dst[16 * kx + q] = v.copied().unwrap_or(0.0);
+                    }
+                }
+            }
+            let t = RowTiles {
+                a: super::rm(weight, kl),
+                k0: 0,
+                panel: &panel[..kl * 16],
+                alpha: 1.0,
+                beta: 0.0,
+                ep,
+                // Row i of the tile is output plane i, at this output row.
+                c: out.as_mut_ptr().wrapping_add(oy * ow),
+                ldc: oh * ow,
+            };
+            for i in (0..m).step_by(rows) {
+                tile(&t, i, j, wl, (m - i).min(rows));
+            }
+        }
+    }
+}

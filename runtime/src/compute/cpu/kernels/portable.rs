@@ -12,6 +12,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_conv,
     dw3x3_same: None,
     dw3x3_half: None,
+    dense3x3_half: None,
     dw3x3_weight_grad,
     dw3x3_input_grad_s2,
 };

@@ -228,3 +228,71 @@ fn the_in_place_stride_2_plane_matches_its_definition() {
         }
     }
 }
+
+#[test]
+fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
+    assert!(
+        table(KernelSet::Portable).unwrap().dense3x3_half.is_none(),
+        "portable goes through im2col"
+    );
+    for kern in simd_tables() {
+        let dense = kern
+            .dense3x3_half
+            .expect("every SIMD set builds the stem's panels in place");
+        // Widths 1–19 and 33: every tail of a vector, one and several 16-column tiles.
+        for ow in (1..=19).chain([33]) {
+            for (c_in, m, oh) in [(3, 16, 2), (1, 5, 3), (2, 3, 1), (5, 6, 2)] {
+                let (ih, iw) = (2 * oh, 2 * ow);
+                let x = wave(c_in * ih * iw, 0.43);
+                let weight = wave(m * c_in * 9, 0.77);
+                let bias = wave(m, 1.3);
+                let at = |ci: usize, iy: isize, ix: isize| -> f32 {
+                    let inside = (0..ih as isize).contains(&iy) && (0..iw as isize).contains(&ix);
+                    if inside {
+                        x[(ci * ih + iy as usize) * iw + ix as usize]
+                    } else {
+                        0.0
+                    }
+                };
+                for (with_bias, relu) in [(false, false), (true, false), (true, true)] {
+                    let want: Vec<f32> = (0..m * oh * ow)
+                        .map(|i| {
+                            let (co, oy, ox) = (i / (oh * ow), (i / ow) % oh, i % ow);
+                            let mut a = if with_bias { bias[co] } else { 0.0 };
+                            for ci in 0..c_in {
+                                for t in 0..9 {
+                                    let (ky, kx) = ((t / 3) as isize, (t % 3) as isize);
+                                    a += weight[(co * c_in + ci) * 9 + t]
+                                        * at(
+                                            ci,
+                                            2 * oy as isize + ky - 1,
+                                            2 * ox as isize + kx - 1,
+                                        );
+                                }
+                            }
+                            if relu {
+                                a.max(0.0)
+                            } else {
+                                a
+                            }
+                        })
+                        .collect();
+                    let ep = Epilogue {
+                        bias: with_bias.then_some(&bias[..]),
+                        relu,
+                    };
+                    let mut got = vec![f32::NAN; m * oh * ow];
+                    // SAFETY: a table from `table`; x is c_in planes of 2·oh × 2·ow, weight
+                    // m × c_in·9 (c_in·9 ≤ 45 taps), got m planes of oh × ow, bias m values.
+                    unsafe { dense(&x, c_in, &weight, m, ep, &mut got, ow) };
+                    assert_close(
+                        kern.set,
+                        &format!("dense 3×3 stride 2, {c_in}→{m} at {oh}×{ow}"),
+                        &got,
+                        &want,
+                    );
+                }
+            }
+        }
+    }
+}

@@ -257,46 +257,60 @@ impl Plane {
         c: usize,
     ) {
         let zero = _mm256_setzero_ps();
-        // Lanes 0, 2, 4, 6 (EVEN) or 1, 3, 5, 7 (ODD) of a then of b, in order.
-        let split = |a: __m256, b: __m256, odd: bool| {
-            let t = if odd {
-                _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
-            } else {
-                _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
-            };
-            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
-        };
         let taps = |ky: usize, init: __m256| {
-            let r = p[ky];
             // SAFETY: the caller's.
-            unsafe {
-                let (a, b) = (
-                    _mm256_loadu_ps(r.add(2 * c)),
-                    _mm256_loadu_ps(r.add(2 * c + 8)),
-                );
-                let (mid, right) = (split(a, b, false), split(a, b, true));
-                let left = if LEFT {
-                    let shifted =
-                        _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
-                    _mm256_blend_ps::<0b0000_0001>(shifted, zero)
-                } else {
-                    let before = r.add(2 * c - 1);
-                    split(
-                        _mm256_loadu_ps(before),
-                        _mm256_loadu_ps(before.add(8)),
-                        false,
-                    )
-                };
-                let acc = _mm256_fmadd_ps(self.w[3 * ky], left, init);
-                let acc = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, acc);
-                _mm256_fmadd_ps(self.w[3 * ky + 2], right, acc)
-            }
+            let [left, mid, right] = unsafe { half_taps::<LEFT>(p[ky], c) };
+            let acc = _mm256_fmadd_ps(self.w[3 * ky], left, init);
+            let acc = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, acc);
+            _mm256_fmadd_ps(self.w[3 * ky + 2], right, acc)
         };
         let a0 = if TOP { taps(0, self.bias) } else { self.bias };
         let v = _mm256_add_ps(_mm256_add_ps(a0, taps(1, zero)), taps(2, zero));
         let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
         // SAFETY: the caller's: `o` holds c .. c + 8.
         unsafe { _mm256_storeu_ps(o.add(c), v) };
+    }
+}
+
+/// The left, centre and right taps of outputs `c .. c + 8` of a stride-2, pad-1 row: input
+/// columns `2(c + l) − 1`, `2(c + l)` and `2(c + l) + 1` for lane `l`, from sixteen input
+/// columns split into even (centre) and odd (right) lanes; the left taps are the even lanes of
+/// the run one column earlier, or the odd lanes shifted one place with a zero brought in at
+/// the row's left edge (`LEFT`).
+///
+/// Safety: AVX2; `r` holds input columns `2c .. 2c + 16`, and `2c − 1` unless `LEFT`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
+    // Lanes 0, 2, 4, 6 (even) or 1, 3, 5, 7 (odd) of a then of b, in order.
+    let split = |a: __m256, b: __m256, odd: bool| {
+        let t = if odd {
+            _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
+        };
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+    };
+    // SAFETY: the caller's.
+    unsafe {
+        let (a, b) = (
+            _mm256_loadu_ps(r.add(2 * c)),
+            _mm256_loadu_ps(r.add(2 * c + 8)),
+        );
+        let (mid, right) = (split(a, b, false), split(a, b, true));
+        let left = if LEFT {
+            let shifted =
+                _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+            _mm256_blend_ps::<0b0000_0001>(shifted, _mm256_setzero_ps())
+        } else {
+            let before = r.add(2 * c - 1);
+            split(
+                _mm256_loadu_ps(before),
+                _mm256_loadu_ps(before.add(8)),
+                false,
+            )
+        };
+        [left, mid, right]
     }
 }
 

@@ -1,8 +1,9 @@
 //! The GEMM panels in AVX2 + FMA.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{drive, RowTiles};
+use super::super::panel::{self, drive, RowTiles};
 use super::super::portable;
+use super::dw3x3::half_taps;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
 /// loops compiled for AVX2 + FMA elsewhere. Safety: see [`super::super::GemmAccumulate`].
@@ -60,6 +61,59 @@ pub(super) unsafe fn fused(
         |t, i, j, w, rows| {
             // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns j..j + w) lies inside A and C,
             // whose last elements the caller checked.
+            unsafe {
+                match rows {
+                    4 => t.tile::<4>(i, j, w),
+                    3 => t.tile::<3>(i, j, w),
+                    2 => t.tile::<2>(i, j, w),
+                    _ => t.tile::<1>(i, j, w),
+                }
+            }
+        },
+    );
+}
+
+/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
+/// taps split by [`half_taps`], the tiles of [`fused`].
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dense3x3_half(
+    x: &[f32],
+    c_in: usize,
+    weight: &[f32],
+    m: usize,
+    ep: Epilogue<'_>,
+    out: &mut [f32],
+    ow: usize,
+) {
+    use std::arch::x86_64::_mm256_storeu_ps;
+    panel::dense3x3_half(
+        x,
+        c_in,
+        weight,
+        m,
+        ep,
+        out,
+        ow,
+        8,
+        4,
+        |row, c, left, dst| {
+            // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over a row
+            // holding columns 2c .. 2c + 16 (and 2c − 1 unless `left`) and three runs of
+            // eight floats inside its panel.
+            unsafe {
+                let taps = if left {
+                    half_taps::<true>(row, c)
+                } else {
+                    half_taps::<false>(row, c)
+                };
+                for (d, v) in dst.into_iter().zip(taps) {
+                    _mm256_storeu_ps(d, v);
+                }
+            }
+        },
+        |t, i, j, w, rows| {
+            // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns
+            // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
                 match rows {
                     4 => t.tile::<4>(i, j, w),

@@ -235,14 +235,7 @@ impl Plane {
         unsafe {
             let zero = vdupq_n_f32(0.0);
             let taps = |ky: usize, init: float32x4_t| {
-                let r = p[ky];
-                let pair = vld2q_f32(r.add(2 * c));
-                let (mid, right) = (pair.0, pair.1);
-                let left = if LEFT {
-                    vextq_f32::<3>(zero, right)
-                } else {
-                    vld2q_f32(r.add(2 * c - 1)).0
-                };
+                let [left, mid, right] = half_taps::<LEFT>(p[ky], c);
                 let a = vfmaq_f32(init, self.w[3 * ky], left);
                 let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
                 vfmaq_f32(a, self.w[3 * ky + 2], right)
@@ -252,6 +245,27 @@ impl Plane {
             let v = if self.relu { vmaxq_f32(v, zero) } else { v };
             vst1q_f32(o.add(c), v);
         }
+    }
+}
+
+/// The left, centre and right taps of outputs `c .. c + 4` of a stride-2, pad-1 row: input
+/// columns `2(c + l) − 1`, `2(c + l)` and `2(c + l) + 1` for lane `l`. `ld2` splits eight
+/// input columns into even (centre) and odd (right) lanes; the left taps are the even lanes
+/// of the run one column earlier, or the odd lanes shifted one place with a zero brought in at
+/// the row's left edge (`LEFT`).
+///
+/// Safety: `r` holds input columns `2c .. 2c + 8`, and `2c − 1` unless `LEFT`.
+#[inline(always)]
+pub(super) unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [float32x4_t; 3] {
+    // SAFETY: NEON is baseline; the reads are the caller's.
+    unsafe {
+        let pair = vld2q_f32(r.add(2 * c));
+        let left = if LEFT {
+            vextq_f32::<3>(vdupq_n_f32(0.0), pair.1)
+        } else {
+            vld2q_f32(r.add(2 * c - 1)).0
+        };
+        [left, pair.0, pair.1]
     }
 }
 

@@ -13,6 +13,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_conv: dw3x3::conv,
     dw3x3_same: Some(dw3x3::same),
     dw3x3_half: Some(dw3x3::half),
+    dense3x3_half: Some(gemm::dense3x3_half),
     dw3x3_weight_grad: dw3x3::weight_grad,
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
 };
