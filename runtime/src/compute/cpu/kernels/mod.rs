@@ -198,6 +198,15 @@ pub(crate) const DENSE3X3_MAX_TAPS: usize = panel::KC;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) const DENSE3X3_MAX_TAPS: usize = 0;
 
+/// One row of an 8-bit RGB image (`src`, `3·w` bytes, pixels interleaved) as three rows of
+/// floats in `[0, 1]` (`byte / 255`, exactly), one per channel plane; with `flip`, mirrored
+/// (pixel `x` lands in column `w − 1 − x`).
+///
+/// # Safety
+/// A table of a set that runs here; `src.len() = 3·w` where `w` is the length of every row
+/// of `dst`.
+pub(crate) type RgbRow = unsafe fn(src: &[u8], flip: bool, dst: [&mut [f32]; 3]);
+
 /// One set's kernels. Only [`table`] hands them out, and only for a set the CPU can run:
 /// that is what makes calling through them sound.
 pub(crate) struct Kernels {
@@ -216,6 +225,8 @@ pub(crate) struct Kernels {
     /// caller falls back to `im2col` and the GEMM).
     pub dense3x3_half: Option<Dense3x3Half>,
     pub dw3x3_weight_grad: Dw3x3WeightGrad,
+    /// The network input from a record's pixels (`Normalize`).
+    pub rgb_row: RgbRow,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
 }
 

@@ -15,6 +15,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     dense3x3_half: None,
     dw3x3_weight_grad,
     dw3x3_input_grad_s2,
+    rgb_row,
 };
 
 /// `C += alpha·A·B` (see [`super::GemmAccumulate`]).
@@ -241,5 +242,15 @@ pub(super) fn s2_pixels(
         top[2 * b + 1] = w[3] * g01 + w[5] * g00;
         bottom[2 * b] = w[1] * g10 + w[7] * g00;
         bottom[2 * b + 1] = w[0] * g11 + w[2] * g10 + w[6] * g01 + w[8] * g00;
+    }
+}
+
+/// See [`super::RgbRow`].
+pub(super) unsafe fn rgb_row(src: &[u8], flip: bool, dst: [&mut [f32]; 3]) {
+    let w = src.len() / 3;
+    for (c, row) in dst.into_iter().enumerate() {
+        for (x, px) in src.chunks_exact(3).enumerate() {
+            row[if flip { w - 1 - x } else { x }] = px[c] as f32 / 255.0;
+        }
     }
 }

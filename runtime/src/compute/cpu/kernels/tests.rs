@@ -296,3 +296,26 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
         }
     }
 }
+
+#[test]
+fn rgb_rows_match_the_portable_ones_for_every_byte() {
+    let portable = table(KernelSet::Portable).unwrap();
+    // Every byte value in every channel position, over rows with every tail of a vector.
+    let bytes: Vec<u8> = (0..3 * 19 * 16).map(|i| (i * 7 % 256) as u8).collect();
+    for kern in simd_tables() {
+        for w in (1..=19).chain([40]) {
+            for src in bytes.chunks_exact(3 * w) {
+                for flip in [false, true] {
+                    let mut want = [vec![f32::NAN; w], vec![f32::NAN; w], vec![f32::NAN; w]];
+                    let mut got = want.clone();
+                    // SAFETY: tables from `table`; 3·w bytes for rows of w floats.
+                    unsafe {
+                        (portable.rgb_row)(src, flip, want.each_mut().map(|v| &mut v[..]));
+                        (kern.rgb_row)(src, flip, got.each_mut().map(|v| &mut v[..]));
+                    }
+                    assert_eq!(got, want, "{} rgb row of {w}, flip {flip}", kern.set);
+                }
+            }
+        }
+    }
+}

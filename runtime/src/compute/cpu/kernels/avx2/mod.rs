@@ -1,6 +1,7 @@
 //! The AVX2 + FMA set (x86-64 CPUs since Haswell and Zen).
 
 mod dw3x3;
+mod elementwise;
 mod gemm;
 
 use super::{KernelSet, Kernels};
@@ -15,6 +16,7 @@ static KERNELS: Kernels = Kernels {
     dense3x3_half: Some(gemm::dense3x3_half),
     dw3x3_weight_grad: dw3x3::weight_grad,
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
+    rgb_row: elementwise::rgb_row,
 };
 
 /// The set, where the CPU has AVX2 and FMA (everything its kernels are compiled with).

@@ -2,6 +2,7 @@
 //! targets has it, so the set needs no detection).
 
 mod dw3x3;
+mod elementwise;
 mod gemm;
 
 use super::{KernelSet, Kernels};
@@ -16,4 +17,5 @@ pub(super) static KERNELS: Kernels = Kernels {
     dense3x3_half: Some(gemm::dense3x3_half),
     dw3x3_weight_grad: dw3x3::weight_grad,
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
+    rgb_row: elementwise::rgb_row,
 };
