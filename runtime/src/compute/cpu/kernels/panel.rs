@@ -66,6 +66,11 @@ pub(super) struct RowTiles<'a> {
 /// (B packed per tile), `k` in blocks of [`KC`] (C carrying the partial sums between them),
 /// rows in sets of up to `rows`. `tile(t, i, j, w, r)` does rows `i .. i + r`, columns
 /// `j .. j + w` of block `t`.
+///
+/// Where `k` is short, one panel buffer holds several column tiles, packed a row of B at a
+/// time: each row is then read as `KC / k` consecutive cache lines instead of one line per
+/// row a plane apart, which the prefetcher follows and which does not pile every row into
+/// one L1 set (a 32-channel pointwise conv on 32×32 planes: 33 → 25 µs).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn drive(
@@ -81,29 +86,57 @@ pub(super) fn drive(
     mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
 ) {
     let mut panel = [0f32; KC * 16];
-    for j in (0..n).step_by(16) {
-        let w = (n - j).min(16);
+    // Column tiles per buffer: as many as fit at this k, one where k needs blocks.
+    let tiles = if b.cs == 1 { KC / k.clamp(1, KC) } else { 1 };
+    for jc in (0..n).step_by(16 * tiles) {
+        let cols = (n - jc).min(16 * tiles);
         for k0 in (0..k).step_by(KC) {
             let kl = KC.min(k - k0);
-            pack_panel(&mut panel, b, k0, kl, j, w);
-            let t = RowTiles {
-                a,
-                k0,
-                panel: &panel[..kl * 16],
-                alpha,
-                // Blocks after the first add to what C holds; the last stores the result.
-                beta: if k0 == 0 { beta } else { 1.0 },
-                ep: if k0 + kl == k {
-                    ep
-                } else {
-                    Epilogue::default()
-                },
-                c: c.as_mut_ptr(),
-                ldc,
-            };
-            for i in (0..m).step_by(rows) {
-                tile(&t, i, j, w, (m - i).min(rows));
+            if tiles == 1 {
+                pack_panel(&mut panel, b, k0, kl, jc, cols);
+            } else {
+                pack_rows(&mut panel, b, k0, kl, jc, cols);
             }
+            for (q, j) in (jc..jc + cols).step_by(16).enumerate() {
+                let t = RowTiles {
+                    a,
+                    k0,
+                    panel: &panel[q * kl * 16..][..kl * 16],
+                    alpha,
+                    // Blocks after the first add to what C holds; the last stores the result.
+                    beta: if k0 == 0 { beta } else { 1.0 },
+                    ep: if k0 + kl == k {
+                        ep
+                    } else {
+                        Epilogue::default()
+                    },
+                    c: c.as_mut_ptr(),
+                    ldc,
+                };
+                let w = (n - j).min(16);
+                for i in (0..m).step_by(rows) {
+                    tile(&t, i, j, w, (m - i).min(rows));
+                }
+            }
+        }
+    }
+}
+
+/// Several column tiles' panels from B with contiguous rows, a row of B at a time: tile `q`
+/// (columns `j + 16q ..`) at `panel[q·kl·16 ..]`, zero past column `j + cols`.
+#[inline(always)]
+fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: usize, cols: usize) {
+    let full = cols / 16;
+    for p in 0..kl {
+        let src = &b.data[(k0 + p) * b.rs + j..][..cols];
+        for (q, s) in src.chunks_exact(16).enumerate() {
+            let d = &mut panel[(q * kl + p) * 16..][..16];
+            d.copy_from_slice(s);
+        }
+        if cols % 16 != 0 {
+            let d = &mut panel[(full * kl + p) * 16..][..16];
+            d[..cols % 16].copy_from_slice(&src[full * 16..]);
+            d[cols % 16..].fill(0.0);
         }
     }
 }
