@@ -92,7 +92,7 @@ pub struct ComputeRow {
     pub train_batch: u32,
     pub train_step_ms: f64,
     pub train_gflops: f64,
-    /// CPU: of the batch-1 forward convs, how many split by channels over the threads
+    /// CPU: of the batch-1 forward convs, how many split over the threads
     /// (chosen per layer by measurement) and how many were measured.
     pub batch1_split: Option<[usize; 2]>,
 }

@@ -18,8 +18,9 @@
 //! thread sums its images' weight and bias gradients into its own buffer (the first thread
 //! directly into the outputs) and the partial sums are added at the end.
 
-use super::gemm::{rm, sgemm, sgemm_ep, tr, Epilogue};
+use super::gemm::{rm, sgemm, sgemm_ep, sgemm_ep_split_columns, tr, Epilogue};
 use super::kernels::{self, DENSE3X3_MAX_TAPS};
+use super::pool::Pool;
 use super::scratch::{run_parts, split_parts, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
@@ -292,9 +293,11 @@ pub fn splits_by_channels(op: &Conv2d) -> bool {
 
 /// [`conv2d_forward`] with each image's output channels split over the threads instead of the
 /// batch over them: for a batch smaller than the threads (the batch-1 forward pass of
-/// inference), where the batch split leaves threads idle. Each output is computed exactly as
-/// by [`conv2d_forward`] (the same sums in the same order), so the results are identical.
-/// Falls back to [`conv2d_forward`] where [`splits_by_channels`] says no.
+/// inference), where the batch split leaves threads idle. A pointwise conv splits its pixels
+/// instead, where the kernel set has a fused GEMM: each thread then packs only its own part of
+/// the input. Each output is computed exactly as by [`conv2d_forward`] (the same sums in the
+/// same order), so the results are identical. Falls back to [`conv2d_forward`] where
+/// [`splits_by_channels`] says no.
 pub fn conv2d_forward_split(
     op: &Conv2d,
     input: &[f32],
@@ -311,6 +314,11 @@ pub fn conv2d_forward_split(
     let co = op.c_out as usize;
     let per = conv2d_forward_scratch_len(op);
     let pool = scratch.pool();
+    if let (ConvKind::Pointwise, Some(pool)) = (op.kind(), pool.as_deref()) {
+        if forward_pointwise_split_columns(op, input, weight, bias, output, pool) {
+            return;
+        }
+    }
     let depthwise = op.kind() == ConvKind::Depthwise;
     // A depthwise part keeps at least two channels: one would make it a dense 1×1-channel conv.
     let parts = scratch.threads().min(if depthwise { co / 2 } else { co });
@@ -340,6 +348,35 @@ pub fn conv2d_forward_split(
             forward_image(&sub, x, w, &bias[range.clone()], y, scr);
         });
     }
+}
+
+/// A pointwise conv's images with each one's columns (pixels) split over `pool`'s threads:
+/// each thread packs only its own pixels of the input, where a split by output channels has
+/// every thread pack all of them. False, having done nothing, where the kernel set has no
+/// fused GEMM to split.
+fn forward_pointwise_split_columns(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+    pool: &Pool,
+) -> bool {
+    let (in_img, out_img, plane, _) = image_sizes(op);
+    let (ci, co) = (op.c_in as usize, op.c_out as usize);
+    let ep = Epilogue {
+        bias: Some(bias),
+        relu: op.relu,
+    };
+    for b in 0..op.n as usize {
+        let x = &input[b * in_img..][..in_img];
+        let y = &mut output[b * out_img..][..out_img];
+        let a = rm(weight, ci);
+        if !sgemm_ep_split_columns(pool, co, ci, plane, 1.0, a, rm(x, plane), 0.0, y, plane, ep) {
+            return false;
+        }
+    }
+    true
 }
 
 /// One image of the backward pass; `gw` and `gb` are accumulated into, `gx` overwritten.
@@ -638,16 +675,18 @@ mod tests {
         }
     }
 
-    /// Splitting an image's output channels over threads gives the batch split's outputs bit
-    /// for bit, for every kind (a grouped conv falls back), thread counts that cut the
-    /// channels unevenly, and a depthwise conv with fewer channels than twice the threads.
+    /// Splitting an image's output channels (a pointwise conv's pixels) over threads gives the
+    /// batch split's outputs bit for bit, for every kind (a grouped conv falls back), thread
+    /// counts that cut the channels or pixel tiles unevenly, a plane of one pixel tile, and a
+    /// depthwise conv with fewer channels than twice the threads.
     #[test]
-    fn the_channel_split_matches_the_batch_split_exactly() {
+    fn the_split_over_threads_matches_the_batch_split_exactly() {
         let mut rng = SplitMix64::new(5);
         let cases = [
             Conv2d::dense(1, 3, 12, 10, 5, 3, 2, true),
             Conv2d::pointwise(2, 6, 9, 7, 11, true),
             Conv2d::pointwise(1, 40, 16, 16, 33, false),
+            Conv2d::pointwise(1, 5, 3, 3, 4, true),
             Conv2d::depthwise(1, 7, 9, 11, 3, 2, true),
             Conv2d::depthwise(1, 3, 6, 5, 3, 1, false),
             Conv2d {

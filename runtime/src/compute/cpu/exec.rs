@@ -38,12 +38,13 @@ pub struct CpuExec {
     decode_scratch: Vec<Candidate>,
     per_step: bool,
     timings: Vec<Duration>,
-    /// Per entry and step: whether a forward conv splits its images' channels over the
-    /// threads rather than its batch (chosen by measurement, see `CpuExec::choose_splits`).
-    channel_split: Vec<Vec<bool>>,
+    /// Per entry and step: whether a forward conv splits each image over the threads (a
+    /// pointwise conv its pixels, others their channels) rather than its batch (chosen by measurement, see `CpuExec::choose_splits`).
+    thread_split: Vec<Vec<bool>>,
 }
 
-/// Which forward convolutions of an entry split their images' channels over the threads.
+/// Which forward convolutions of an entry split each image over the threads (see
+/// [`crate::compute::cpu::conv2d_forward_split`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SplitChoice {
     /// Layers with fewer images than threads, where the choice was measured.
@@ -91,7 +92,7 @@ impl CpuExec {
             decode_scratch: Vec::with_capacity(decode),
             per_step: false,
             timings: Vec::with_capacity(steps),
-            channel_split: recording
+            thread_split: recording
                 .entries
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
@@ -178,7 +179,7 @@ impl CpuExec {
         let started = Instant::now();
         self.timings.clear();
         // Small jobs one after another (see `choose_splits`): keep the pool's threads awake.
-        let spin = self.channel_split[entry].iter().any(|&s| s);
+        let spin = self.thread_split[entry].iter().any(|&s| s);
         if let Some(pool) = self.scratch.pool() {
             pool.set_spinning(spin);
         }
@@ -186,7 +187,7 @@ impl CpuExec {
         for i in 0..e.steps.len() {
             let t0 = Instant::now();
             let step = self.recording.entries[entry].steps[i].clone();
-            self.step(&step, self.channel_split[entry][i]);
+            self.step(&step, self.thread_split[entry][i]);
             if self.per_step {
                 self.timings.push(t0.elapsed());
             }
@@ -202,7 +203,7 @@ impl CpuExec {
     }
 
     /// A forward conv with fewer images than threads leaves threads idle when split over its
-    /// batch; split over its channels instead, it pays a wake-up of the pool that a small
+    /// batch; split within each image instead, it pays a wake-up of the pool that a small
     /// layer does not earn back. So each such layer is timed both ways here, alternating
     /// (the tensors hold zeros; the timing does not depend on values), and keeps the faster.
     /// Both ways give identical outputs.
@@ -233,7 +234,7 @@ impl CpuExec {
                 whole.sort_unstable();
                 split.sort_unstable();
                 // Medians; the split must win clearly, as it costs the other threads' time.
-                self.channel_split[e][i] = split[3].as_secs_f64() < 0.9 * whole[3].as_secs_f64();
+                self.thread_split[e][i] = split[3].as_secs_f64() < 0.9 * whole[3].as_secs_f64();
             }
         }
     }
@@ -248,7 +249,7 @@ impl CpuExec {
         let Some(e) = self.recording.entries.get(entry) else {
             return choice;
         };
-        for (step, &split) in e.steps.iter().zip(&self.channel_split[entry]) {
+        for (step, &split) in e.steps.iter().zip(&self.thread_split[entry]) {
             if let Step::ConvForward { op, .. } = step {
                 if self.split_candidate(op) {
                     choice.measured += 1;
@@ -268,12 +269,12 @@ impl CpuExec {
         choice
     }
 
-    fn step(&mut self, step: &Step, channel_split: bool) {
+    fn step(&mut self, step: &Step, thread_split: bool) {
         match *step {
             Step::ConvForward { op, x, w, b, y } => {
                 let mut out = self.take(y);
                 let mut scratch = std::mem::take(&mut self.scratch);
-                let forward = if channel_split {
+                let forward = if thread_split {
                     conv::conv2d_forward_split
                 } else {
                     conv::conv2d_forward

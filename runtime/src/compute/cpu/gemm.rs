@@ -8,6 +8,8 @@
 
 use super::kernels::{self, Kernels};
 pub(crate) use super::kernels::{rm, tr, Epilogue, Mat};
+use super::pool::Pool;
+use super::scratch::part_range;
 
 /// Index of the last element of an `rows × cols` view (which must not be empty).
 fn last(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
@@ -67,29 +69,8 @@ pub(crate) fn sgemm_with(
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        ldc >= n || m == 1,
-        "sgemm: C rows overlap (ldc {ldc} < n {n})"
-    );
-    assert!(
-        last(m, n, ldc, 1) < c.len(),
-        "sgemm: C ({m}×{n}, ldc {ldc}) outside its slice of {}",
-        c.len()
-    );
-    if let Some(bias) = ep.bias {
-        assert!(bias.len() >= m, "sgemm: {} biases for {m} rows", bias.len());
-    }
+    check_operands(m, k, n, a, b, c, ldc, ep);
     if k > 0 {
-        assert!(
-            last(m, k, a.rs, a.cs) < a.data.len(),
-            "sgemm: A ({m}×{k}) outside its slice of {}",
-            a.data.len()
-        );
-        assert!(
-            last(k, n, b.rs, b.cs) < b.data.len(),
-            "sgemm: B ({k}×{n}) outside its slice of {}",
-            b.data.len()
-        );
         // With both operands contiguous along k, the dot path pays a horizontal sum per
         // element of C and k block; the row path a transposing copy of B, which m rows of C
         // share. Measured on det-s's `dW = G·Xᵀ`: the row path wins while k ≤ 4·m.
@@ -97,7 +78,7 @@ pub(crate) fn sgemm_with(
         if let (false, Some(fused)) = (dots, kern.gemm_fused) {
             // SAFETY: a `Kernels` comes only from the table of a set this CPU runs; A, B, C
             // and the biases were checked just above.
-            unsafe { fused(m, k, n, alpha, a, b, beta, c, ldc, ep) };
+            unsafe { fused(m, k, n, alpha, a, b, beta, c.as_mut_ptr(), ldc, ep) };
             return;
         }
     }
@@ -122,6 +103,107 @@ pub(crate) fn sgemm_with(
             }
         }
     }
+}
+
+/// Panics unless A (`m × k`), B (`k × n`), C (`m × n`, leading dimension `ldc`) and the
+/// biases lie inside their slices: what the kernels' safety contracts ask of their callers.
+#[allow(clippy::too_many_arguments)]
+fn check_operands(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &[f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    assert!(
+        ldc >= n || m == 1,
+        "sgemm: C rows overlap (ldc {ldc} < n {n})"
+    );
+    assert!(
+        last(m, n, ldc, 1) < c.len(),
+        "sgemm: C ({m}×{n}, ldc {ldc}) outside its slice of {}",
+        c.len()
+    );
+    if let Some(bias) = ep.bias {
+        assert!(bias.len() >= m, "sgemm: {} biases for {m} rows", bias.len());
+    }
+    if k > 0 {
+        assert!(
+            last(m, k, a.rs, a.cs) < a.data.len(),
+            "sgemm: A ({m}×{k}) outside its slice of {}",
+            a.data.len()
+        );
+        assert!(
+            last(k, n, b.rs, b.cs) < b.data.len(),
+            "sgemm: B ({k}×{n}) outside its slice of {}",
+            b.data.len()
+        );
+    }
+}
+
+/// `C ← ep(alpha·A·B + beta·C)` as [`sgemm_ep`], with C's columns split over `pool`'s threads
+/// in whole register tiles (16 columns), B row-major. Each thread packs only its own columns
+/// of B, where a split of C's rows would have every thread pack all of it: the split of a
+/// batch-1 pointwise conv, whose B (the input planes) is wide and whose m (channels) is small.
+/// Every element gets the same sums in the same order as from [`sgemm_ep`].
+///
+/// Returns false, having done nothing, where the active kernel set has no fused GEMM (the
+/// caller splits otherwise).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_ep_split_columns(
+    pool: &Pool,
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) -> bool {
+    let Some(fused) = kernels::active().gemm_fused else {
+        return false;
+    };
+    assert!(b.cs == 1, "sgemm_ep_split_columns: B must be row-major");
+    if m == 0 || n == 0 || k == 0 {
+        sgemm_ep(m, k, n, alpha, a, b, beta, c, ldc, ep);
+        return true;
+    }
+    check_operands(m, k, n, a, b, c, ldc, ep);
+    /// C's first element, shared by the parts: each writes only its own columns.
+    struct SharedC(*mut f32);
+    // SAFETY: the parts access disjoint elements through it (see below), and `c`'s borrow
+    // outlives `pool.run`, which returns only when every part is done.
+    unsafe impl Sync for SharedC {}
+    impl SharedC {
+        // A method, so the closure captures the whole `SharedC` (which is `Sync`), not its
+        // pointer field.
+        fn at(&self, j: usize) -> *mut f32 {
+            self.0.wrapping_add(j)
+        }
+    }
+    let shared = SharedC(c.as_mut_ptr());
+    let tiles = n.div_ceil(16);
+    let parts = pool.threads().min(tiles);
+    pool.run(parts, &|part| {
+        let t = part_range(tiles, parts, part);
+        let (j0, j1) = (t.start * 16, (t.end * 16).min(n));
+        let b = Mat {
+            data: &b.data[j0..],
+            ..b
+        };
+        // SAFETY: the set runs here (an active table); A, B and the biases were checked
+        // above, and columns j0..j1 of B lie inside B's columns 0..n. C's elements (i, j) for
+        // i < m, j in j0..j1 lie inside `c` (checked above); no other part touches these
+        // columns, and nothing else touches `c` while its borrow is held here.
+        unsafe { fused(m, k, j1 - j0, alpha, a, b, beta, shared.at(j0), ldc, ep) };
+    });
+    true
 }
 
 #[cfg(test)]

@@ -100,11 +100,15 @@ impl std::fmt::Display for KernelSet {
 
 /// `C ← ep(alpha·A·B + beta·C)` in one pass; with `beta = 0`, C is not read.
 ///
+/// C is a pointer, not a slice, so that threads can each own some columns of the same rows
+/// (a batch-1 pointwise conv split by columns: see [`crate::compute::cpu::gemm`]).
+///
 /// # Safety
 /// The table it came from is the one of a set that runs here (only [`table`] hands tables
-/// out), and the caller checked that the last elements of A (`m × k`), B (`k × n`) and C
-/// (`m × n`, leading dimension `ldc ≥ n`) lie inside their slices and that `ep.bias`, when
-/// given, holds `m` values.
+/// out); the caller checked that the last elements of A (`m × k`) and B (`k × n`) lie inside
+/// their slices and that `ep.bias`, when given, holds `m` values; and C's elements
+/// `c[i·ldc + j]` (`i < m`, `j < n`, `ldc ≥ n`) are valid for reads and writes and not
+/// accessed by anyone else while this runs.
 pub(crate) type GemmFused = unsafe fn(
     m: usize,
     k: usize,
@@ -113,7 +117,7 @@ pub(crate) type GemmFused = unsafe fn(
     a: Mat<'_>,
     b: Mat<'_>,
     beta: f32,
-    c: &mut [f32],
+    c: *mut f32,
     ldc: usize,
     ep: Epilogue<'_>,
 );

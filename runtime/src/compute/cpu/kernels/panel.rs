@@ -79,7 +79,7 @@ pub(super) fn drive(
     a: Mat<'_>,
     b: Mat<'_>,
     beta: f32,
-    c: &mut [f32],
+    c: *mut f32,
     ldc: usize,
     ep: Epilogue<'_>,
     rows: usize,
@@ -110,7 +110,7 @@ pub(super) fn drive(
                     } else {
                         Epilogue::default()
                     },
-                    c: c.as_mut_ptr(),
+                    c,
                     ldc,
                 };
                 let w = (n - j).min(16);

@@ -46,7 +46,7 @@ pub(super) unsafe fn fused(
     a: Mat<'_>,
     b: Mat<'_>,
     beta: f32,
-    c: &mut [f32],
+    c: *mut f32,
     ldc: usize,
     ep: Epilogue<'_>,
 ) {
@@ -61,8 +61,8 @@ pub(super) unsafe fn fused(
         ep,
         4,
         |t, i, j, w, rows| {
-            // SAFETY: the tile (rows i.., columns j..j + w) lies inside A and C,
-            // whose last elements the caller checked.
+            // SAFETY: The tile (rows i.., columns j..j + w) lies inside A, whose last
+            // element the caller checked, and among the elements of C it vouched for.
             unsafe {
                 match rows {
                     4 => t.tile::<4>(i, j, w),
