@@ -88,7 +88,7 @@ pub struct RunTiming {
 /// A recording on an engine.
 #[derive(Debug)]
 pub enum Exec {
-    Cpu(CpuExec),
+    Cpu(Box<CpuExec>),
     Vulkan(Box<VulkanExec>),
 }
 
@@ -155,7 +155,7 @@ impl Exec {
             };
             let mut exec = CpuExec::new(recording, threads).map_err(Error::Cpu)?;
             exec.set_per_step_timing(options.per_kernel_timing);
-            Ok(Exec::Cpu(exec))
+            Ok(Exec::Cpu(Box::new(exec)))
         }
     }
 
@@ -252,11 +252,7 @@ impl Exec {
     /// Labels for [`RunTiming::per_kernel`] of entry `entry`.
     pub fn kernel_names(&self, entry: usize) -> Vec<String> {
         match self {
-            Exec::Cpu(c) => c.recording().entries[entry]
-                .steps
-                .iter()
-                .map(|s| s.name().to_owned())
-                .collect(),
+            Exec::Cpu(c) => c.kernel_names(entry),
             Exec::Vulkan(v) => v
                 .kernels(entry)
                 .iter()

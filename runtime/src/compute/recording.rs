@@ -226,6 +226,13 @@ impl Step {
         }
     }
 
+    /// The tensors the step reads or writes (none where it does not validate).
+    pub(crate) fn touches(&self) -> Vec<TensorId> {
+        self.uses()
+            .map(|u| u.into_iter().map(|(t, ..)| t).collect())
+            .unwrap_or_default()
+    }
+
     /// `(tensor, elements it must hold, element type, written by this step)` for each tensor
     /// the step touches, and the op's own validation.
     fn uses(&self) -> Result<Vec<(TensorId, usize, Elem, bool)>, String> {

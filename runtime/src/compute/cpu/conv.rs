@@ -90,6 +90,7 @@ fn forward_in_place(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y: &mu
     let ep = Epilogue {
         bias: Some(bias),
         relu: op.relu,
+        residual: None,
     };
     // SAFETY: a table of a set this CPU runs (`kernels::active`); `reads_in_place` checked
     // the taps fit a panel, the assertion above the operands' sizes (an even-sized input is
@@ -195,6 +196,37 @@ fn col2im_add(op: &Conv2d, c: usize, col: &[f32], gx: &mut [f32]) {
     }
 }
 
+/// One image of a pointwise conv: a GEMM of the weights and the input planes, with the bias,
+/// the ReLU and (where given) a residual shaped as `y` in its store.
+fn pointwise_image(
+    op: &Conv2d,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    residual: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let (_, _, plane, _) = image_sizes(op);
+    let (ci, co) = (op.c_in as usize, op.c_out as usize);
+    let ep = Epilogue {
+        bias: Some(bias),
+        relu: op.relu,
+        residual,
+    };
+    sgemm_ep(
+        co,
+        ci,
+        plane,
+        1.0,
+        rm(weight, ci),
+        rm(x, plane),
+        0.0,
+        y,
+        plane,
+        ep,
+    );
+}
+
 fn forward_image(
     op: &Conv2d,
     x: &[f32],
@@ -206,25 +238,7 @@ fn forward_image(
     let (in_img, _, plane_out, cols) = image_sizes(op);
     match op.kind() {
         ConvKind::Depthwise => depthwise::forward_image(op, x, weight, bias, y, scratch),
-        ConvKind::Pointwise => {
-            let (ci, co) = (op.c_in as usize, op.c_out as usize);
-            let ep = Epilogue {
-                bias: Some(bias),
-                relu: op.relu,
-            };
-            sgemm_ep(
-                co,
-                ci,
-                plane_out,
-                1.0,
-                rm(weight, ci),
-                rm(x, plane_out),
-                0.0,
-                y,
-                plane_out,
-                ep,
-            );
-        }
+        ConvKind::Pointwise => pointwise_image(op, x, weight, bias, None, y),
         ConvKind::Dense if reads_in_place(op) => forward_in_place(op, x, weight, bias, y),
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
@@ -236,6 +250,7 @@ fn forward_image(
                 let ep = Epilogue {
                     bias: Some(&bias[g * cog..]),
                     relu: op.relu,
+                    residual: None,
                 };
                 for oy0 in (0..oh).step_by(block) {
                     let oys = oy0..(oy0 + block).min(oh);
@@ -315,7 +330,7 @@ pub fn conv2d_forward_split(
     let per = conv2d_forward_scratch_len(op);
     let pool = scratch.pool();
     if let (ConvKind::Pointwise, Some(pool)) = (op.kind(), pool.as_deref()) {
-        if forward_pointwise_split_columns(op, input, weight, bias, output, pool) {
+        if forward_pointwise_split_columns(op, input, weight, bias, None, output, pool) {
             return;
         }
     }
@@ -352,31 +367,82 @@ pub fn conv2d_forward_split(
 
 /// A pointwise conv's images with each one's columns (pixels) split over `pool`'s threads:
 /// each thread packs only its own pixels of the input, where a split by output channels has
-/// every thread pack all of them. False, having done nothing, where the kernel set has no
-/// fused GEMM to split.
+/// every thread pack all of them. `residual` (shaped as `output`), where given, is added in
+/// the store. False, having done nothing, where the kernel set has no fused GEMM to split.
 fn forward_pointwise_split_columns(
     op: &Conv2d,
     input: &[f32],
     weight: &[f32],
     bias: &[f32],
+    residual: Option<&[f32]>,
     output: &mut [f32],
     pool: &Pool,
 ) -> bool {
     let (in_img, out_img, plane, _) = image_sizes(op);
     let (ci, co) = (op.c_in as usize, op.c_out as usize);
-    let ep = Epilogue {
-        bias: Some(bias),
-        relu: op.relu,
-    };
     for b in 0..op.n as usize {
         let x = &input[b * in_img..][..in_img];
         let y = &mut output[b * out_img..][..out_img];
+        let ep = Epilogue {
+            bias: Some(bias),
+            relu: op.relu,
+            residual: residual.map(|r| &r[b * out_img..][..out_img]),
+        };
         let a = rm(weight, ci);
         if !sgemm_ep_split_columns(pool, co, ci, plane, 1.0, a, rm(x, plane), 0.0, y, plane, ep) {
             return false;
         }
     }
     true
+}
+
+/// A pointwise conv with a residual added to its output after the ReLU, `output =
+/// relu?(conv(input) + bias) + residual` (`residual` shaped as `output`): a residual add fused
+/// into the conv that feeds it, which saves the add's own pass over memory. The images are
+/// split over the threads as by [`conv2d_forward`], or with `split` each image's pixels as by
+/// [`conv2d_forward_split`]; the sums are those of the conv followed by the add, in the same
+/// order, so the results are identical to the two steps'.
+#[allow(clippy::too_many_arguments)]
+pub fn pointwise_forward_add(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    residual: &[f32],
+    output: &mut [f32],
+    scratch: &mut Scratch,
+    split: bool,
+) {
+    assert_eq!(
+        op.kind(),
+        ConvKind::Pointwise,
+        "pointwise_forward_add: {op:?}"
+    );
+    check_lens(op, input, weight, bias, output.len());
+    let (in_img, out_img, _, _) = image_sizes(op);
+    let n = op.n as usize;
+    assert!(
+        residual.len() >= n * out_img,
+        "pointwise_forward_add: residual of {} for an output of {}",
+        residual.len(),
+        n * out_img
+    );
+    let pool = scratch.pool();
+    if let (true, Some(pool)) = (split, pool.as_deref()) {
+        let res = Some(residual);
+        if forward_pointwise_split_columns(op, input, weight, bias, res, output, pool) {
+            return;
+        }
+    }
+    let parts = scratch.threads().min(n);
+    let images = split_parts(output, n, out_img, parts);
+    run_parts(pool.as_deref(), images, |(range, y)| {
+        for (b, yb) in range.zip(y.chunks_exact_mut(out_img)) {
+            let x = &input[b * in_img..][..in_img];
+            let res = Some(&residual[b * out_img..][..out_img]);
+            pointwise_image(op, x, weight, bias, res, yb);
+        }
+    });
 }
 
 /// One image of the backward pass; `gw` and `gb` are accumulated into, `gx` overwritten.

@@ -4,10 +4,13 @@
 //! Every tensor and all working memory are allocated in [`CpuExec::new`]; [`CpuExec::run`]
 //! allocates nothing (a step's output tensors are moved out of their slot and back, which
 //! moves pointers, not data). Convolutions split their batch over the engine's thread pool.
+//! A residual add whose conv output nothing else reads runs inside that conv
+//! ([`super::fusion`]).
 
 use std::time::{Duration, Instant};
 
 use super::decode::Candidate;
+use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
@@ -39,8 +42,12 @@ pub struct CpuExec {
     per_step: bool,
     timings: Vec<Duration>,
     /// Per entry and step: whether a forward conv splits each image over the threads (a
-    /// pointwise conv its pixels, others their channels) rather than its batch (chosen by measurement, see `CpuExec::choose_splits`).
+    /// pointwise conv its pixels, others their channels) rather than its batch (chosen by
+    /// measurement, see `CpuExec::choose_splits`).
     thread_split: Vec<Vec<bool>>,
+    /// Per entry and step: the residual add folded into a pointwise conv (see
+    /// [`super::fusion`]), whose own step is then skipped.
+    residual_adds: Vec<Vec<Option<ResidualAdd>>>,
 }
 
 /// Which forward convolutions of an entry split each image over the threads (see
@@ -96,6 +103,9 @@ impl CpuExec {
                 .entries
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
+                .collect(),
+            residual_adds: (0..recording.entries.len())
+                .map(|e| fusion::residual_adds(recording, e))
                 .collect(),
         };
         exec.choose_splits();
@@ -168,6 +178,24 @@ impl CpuExec {
         self.storage[id.index()] = Storage::Bytes(v);
     }
 
+    /// A name for each kernel a run of entry `entry` runs, in order (what
+    /// [`CpuTiming::per_step`] times): its steps', a fused conv and add as one.
+    pub fn kernel_names(&self, entry: usize) -> Vec<String> {
+        let steps = &self.recording.entries[entry].steps;
+        let mut names = Vec::with_capacity(steps.len());
+        let mut i = 0;
+        while i < steps.len() {
+            if self.residual_adds[entry][i].is_some() {
+                names.push(format!("{}+add", steps[i].name()));
+                i += 2;
+            } else {
+                names.push(steps[i].name().to_owned());
+                i += 1;
+            }
+        }
+        names
+    }
+
     /// Runs entry `entry`.
     pub fn run(&mut self, entry: usize) -> Result<CpuTiming, String> {
         let Some(e) = self.recording.entries.get(entry) else {
@@ -184,10 +212,23 @@ impl CpuExec {
             pool.set_spinning(spin);
         }
         // Steps are cloned one at a time (plain data, no heap) so `self` can be borrowed.
-        for i in 0..e.steps.len() {
+        let steps = e.steps.len();
+        let mut i = 0;
+        while i < steps {
             let t0 = Instant::now();
             let step = self.recording.entries[entry].steps[i].clone();
-            self.step(&step, self.thread_split[entry][i]);
+            let split = self.thread_split[entry][i];
+            match self.residual_adds[entry][i] {
+                Some(add) => {
+                    self.conv_add(&step, add, split);
+                    // The add's own step is done.
+                    i += 2;
+                }
+                None => {
+                    self.step(&step, split);
+                    i += 1;
+                }
+            }
             if self.per_step {
                 self.timings.push(t0.elapsed());
             }
@@ -267,6 +308,27 @@ impl CpuExec {
             }
         }
         choice
+    }
+
+    /// A pointwise [`Step::ConvForward`] with the residual add after it folded into its store.
+    fn conv_add(&mut self, step: &Step, add: ResidualAdd, split: bool) {
+        let Step::ConvForward { op, x, w, b, .. } = *step else {
+            unreachable!("fusion: only a conv takes an add");
+        };
+        let mut out = self.take(add.out);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        conv::pointwise_forward_add(
+            &op,
+            self.f32s(x),
+            self.f32s(w),
+            self.f32s(b),
+            self.f32s(add.residual),
+            &mut out,
+            &mut scratch,
+            split,
+        );
+        self.scratch = scratch;
+        self.put(add.out, out);
     }
 
     fn step(&mut self, step: &Step, thread_split: bool) {
@@ -511,5 +573,65 @@ impl CpuExec {
             )),
             Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordLayout;
+    use crate::loader::order::SplitMix64;
+    use crate::model::{
+        init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
+    };
+
+    /// det-s's inference pass folds its five residual adds into their convs and predicts
+    /// exactly what the unfused steps do: over the batch, and with each image split over two
+    /// threads (forced here, where the executor would choose by timing). Training keeps every
+    /// add (its backward pass reads the conv outputs).
+    #[test]
+    fn folded_residual_adds_predict_what_the_separate_steps_do() {
+        let model = ModelConfig::named("det-s", 3).expect("det-s");
+        let arch = Arch::new(&model);
+        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let options = GraphOptions {
+            train: true,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, 2, &layout, &options).expect("graph");
+        let mut rng = SplitMix64::new(3);
+        let records: Vec<u8> = (0..graph.recording.get(graph.records).len)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        let pred_len = graph.recording.get(graph.pred).len;
+        let (infer, train) = (graph.entry(ENTRY_INFER), graph.entry(ENTRY_TRAIN));
+        let mut predictions = Vec::new();
+        for (threads, split, fused) in [
+            (1, false, true),
+            (1, false, false),
+            (2, false, true),
+            (2, true, true),
+            (2, true, false),
+        ] {
+            let mut exec = CpuExec::new(&graph.recording, threads).expect("executor");
+            let folded = |e: usize| exec.residual_adds[e].iter().flatten().count();
+            assert_eq!((folded(infer), folded(train)), (5, 0));
+            if !fused {
+                exec.residual_adds[infer].fill(None);
+            }
+            let steps = &graph.recording.entries[infer].steps;
+            for (s, step) in exec.thread_split[infer].iter_mut().zip(steps) {
+                *s = split && matches!(step, Step::ConvForward { .. });
+            }
+            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+                exec.write_f32(p.value, &v).expect("params");
+            }
+            exec.write_bytes(graph.records, &records).expect("records");
+            exec.run(infer).expect("run");
+            let mut pred = vec![0f32; pred_len];
+            exec.read_f32(graph.pred, &mut pred).expect("pred");
+            predictions.push(pred.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+        assert!(predictions.iter().all(|p| *p == predictions[0]));
     }
 }

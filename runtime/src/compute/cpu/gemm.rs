@@ -96,10 +96,10 @@ pub(crate) fn sgemm_with(
         // SAFETY: as above.
         unsafe { (kern.gemm_accumulate)(m, k, n, alpha, a, b, c, ldc) };
     }
-    if ep.bias.is_some() || ep.relu {
+    if ep.bias.is_some() || ep.relu || ep.residual.is_some() {
         for i in 0..m {
-            for v in &mut c[i * ldc..i * ldc + n] {
-                *v = ep.apply(i, *v);
+            for (j, v) in c[i * ldc..i * ldc + n].iter_mut().enumerate() {
+                *v = ep.apply(i, i * ldc + j, *v);
             }
         }
     }
@@ -129,6 +129,13 @@ fn check_operands(
     );
     if let Some(bias) = ep.bias {
         assert!(bias.len() >= m, "sgemm: {} biases for {m} rows", bias.len());
+    }
+    if let Some(res) = ep.residual {
+        assert!(
+            last(m, n, ldc, 1) < res.len(),
+            "sgemm: residual ({m}×{n}, ldc {ldc}) outside its slice of {}",
+            res.len()
+        );
     }
     if k > 0 {
         assert!(
@@ -196,6 +203,10 @@ pub(crate) fn sgemm_ep_split_columns(
         let b = Mat {
             data: &b.data[j0..],
             ..b
+        };
+        let ep = Epilogue {
+            residual: ep.residual.map(|r| &r[j0..]),
+            ..ep
         };
         // SAFETY: the set runs here (an active table); A, B and the biases were checked
         // above, and columns j0..j1 of B lie inside B's columns 0..n. C's elements (i, j) for
@@ -304,7 +315,8 @@ mod tests {
         }
     }
 
-    /// Bias and ReLU fused into the store, with beta 0 (C holds NaN) and 1, on ragged tiles.
+    /// Bias, ReLU and a residual fused into the store, with beta 0 (C holds NaN) and 1, on
+    /// ragged tiles.
     #[test]
     fn epilogue_adds_bias_then_relu() {
         for kern in tables() {
@@ -325,6 +337,7 @@ mod tests {
         let ep = Epilogue {
             bias: Some(&bias),
             relu: true,
+            residual: None,
         };
         let mut c = vec![f32::NAN; m * n];
         sgemm_ep(m, k, n, 1.0, rm(&a, k), rm(&b, n), 0.0, &mut c, n, ep);
@@ -335,6 +348,38 @@ mod tests {
                 (*x as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
                 "{set}: {x} vs {e}"
             );
+        }
+        // A residual, C-shaped with a wider leading dimension than n, added after the ReLU.
+        let ldc = n + 3;
+        let res: Vec<f32> = (0..m * ldc).map(|i| (i as f32 * 0.29).sin()).collect();
+        let mut cw = vec![f32::NAN; m * ldc];
+        let ep_res = Epilogue {
+            residual: Some(&res),
+            ..ep
+        };
+        sgemm_ep(
+            m,
+            k,
+            n,
+            1.0,
+            rm(&a, k),
+            rm(&b, n),
+            0.0,
+            &mut cw,
+            ldc,
+            ep_res,
+        );
+        for i in 0..m {
+            for j in 0..n {
+                let (x, e) = (
+                    cw[i * ldc + j],
+                    expect(i, want[i * n + j]) + res[i * ldc + j] as f64,
+                );
+                assert!(
+                    (x as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{set} residual ({i}, {j}): {x} vs {e}"
+                );
+            }
         }
         let before = c.clone();
         sgemm_ep(m, k, n, 1.0, rm(&a, k), rm(&b, n), 1.0, &mut c, n, ep);

@@ -11,6 +11,7 @@ pub mod decode;
 pub mod depthwise;
 mod dw3x3;
 pub mod exec;
+mod fusion;
 mod gemm;
 #[cfg(test)]
 pub(crate) mod gradcheck;

@@ -106,7 +106,8 @@ impl std::fmt::Display for KernelSet {
 /// # Safety
 /// The table it came from is the one of a set that runs here (only [`table`] hands tables
 /// out); the caller checked that the last elements of A (`m × k`) and B (`k × n`) lie inside
-/// their slices and that `ep.bias`, when given, holds `m` values; and C's elements
+/// their slices, that `ep.bias`, when given, holds `m` values and `ep.residual`, when given,
+/// element `(m − 1)·ldc + n − 1`; and C's elements
 /// `c[i·ldc + j]` (`i < m`, `j < n`, `ldc ≥ n`) are valid for reads and writes and not
 /// accessed by anyone else while this runs.
 pub(crate) type GemmFused = unsafe fn(

@@ -28,27 +28,32 @@ pub(crate) fn tr(data: &[f32], ld: usize) -> Mat<'_> {
     }
 }
 
-/// What is applied to each element of C as it is stored: `relu?(… + bias[i])` for row `i`.
+/// What is applied to each element of C as it is stored: `relu?(… + bias[i]) + residual[i, j]`
+/// for element `(i, j)`.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Epilogue<'a> {
     /// One value per row of C, added after the product.
     pub bias: Option<&'a [f32]>,
-    /// `max(0, ·)` last.
+    /// `max(0, ·)`, after the bias.
     pub relu: bool,
+    /// A matrix shaped as C (element `(i, j)` at `residual[i·ldc + j]`, C's leading
+    /// dimension), added last: a residual add fused into the conv that feeds it.
+    pub residual: Option<&'a [f32]>,
 }
 
 impl Epilogue<'_> {
-    /// `relu?(v + bias[i])`, the scalar form of what the register tiles do.
+    /// `relu?(v + bias[i]) + residual[at]`, the scalar form of what the register tiles do for
+    /// the element at `at` (`i·ldc + j`) of row `i`.
     #[inline(always)]
-    pub(crate) fn apply(&self, i: usize, v: f32) -> f32 {
+    pub(crate) fn apply(&self, i: usize, at: usize, v: f32) -> f32 {
         let v = match self.bias {
             Some(b) => v + b[i],
             None => v,
         };
-        if self.relu {
-            v.max(0.0)
-        } else {
-            v
+        let v = if self.relu { v.max(0.0) } else { v };
+        match self.residual {
+            Some(r) => v + r[at],
+            None => v,
         }
     }
 }

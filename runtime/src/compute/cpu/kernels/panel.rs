@@ -171,6 +171,8 @@ pub(super) fn dense3x3_half(
 ) {
     let kl = c_in * 9;
     assert!(kl <= KC && ow > 0 && m > 0 && out.len() % (m * ow) == 0);
+    // The tiles index a residual as C, which here is offset by output row: not supported.
+    assert!(ep.residual.is_none(), "dense3x3_half: no residual");
     let oh = out.len() / (m * ow);
     let (ih, iw) = (2 * oh, 2 * ow);
     assert!(x.len() >= c_in * ih * iw && weight.len() >= m * kl);

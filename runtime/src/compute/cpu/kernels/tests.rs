@@ -280,6 +280,7 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
                     let ep = Epilogue {
                         bias: with_bias.then_some(&bias[..]),
                         relu,
+                        residual: None,
                     };
                     let mut got = vec![f32::NAN; m * oh * ow];
                     // SAFETY: a table from `table`; x is c_in planes of 2·oh × 2·ow, weight

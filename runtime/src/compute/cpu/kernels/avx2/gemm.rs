@@ -62,11 +62,15 @@ pub(super) unsafe fn fused(
             // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns j..j + w) lies inside A, whose last
             // element the caller checked, and among the elements of C it vouched for.
             unsafe {
-                match rows {
-                    4 => t.tile::<4>(i, j, w),
-                    3 => t.tile::<3>(i, j, w),
-                    2 => t.tile::<2>(i, j, w),
-                    _ => t.tile::<1>(i, j, w),
+                match (rows, t.ep.residual.is_some()) {
+                    (4, false) => t.tile::<4, false>(i, j, w),
+                    (3, false) => t.tile::<3, false>(i, j, w),
+                    (2, false) => t.tile::<2, false>(i, j, w),
+                    (_, false) => t.tile::<1, false>(i, j, w),
+                    (4, true) => t.tile::<4, true>(i, j, w),
+                    (3, true) => t.tile::<3, true>(i, j, w),
+                    (2, true) => t.tile::<2, true>(i, j, w),
+                    (_, true) => t.tile::<1, true>(i, j, w),
                 }
             }
         },
@@ -116,10 +120,10 @@ pub(super) unsafe fn dense3x3_half(
             // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
                 match rows {
-                    4 => t.tile::<4>(i, j, w),
-                    3 => t.tile::<3>(i, j, w),
-                    2 => t.tile::<2>(i, j, w),
-                    _ => t.tile::<1>(i, j, w),
+                    4 => t.tile::<4, false>(i, j, w),
+                    3 => t.tile::<3, false>(i, j, w),
+                    2 => t.tile::<2, false>(i, j, w),
+                    _ => t.tile::<1, false>(i, j, w),
                 }
             }
         },
@@ -127,14 +131,15 @@ pub(super) unsafe fn dense3x3_half(
 }
 
 impl RowTiles<'_> {
-    /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C.
+    /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
+    /// residual added (which must then be given).
     ///
     /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R` and columns `k0 .. k0 + kl`
     /// are inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
     /// elements the caller checked against their slices).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn tile<const R: usize>(&self, i: usize, j: usize, w: usize) {
+    unsafe fn tile<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
         use std::arch::x86_64::{
             __m256i, _mm256_add_ps, _mm256_broadcast_ss, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
             _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
@@ -151,8 +156,9 @@ impl RowTiles<'_> {
         ];
         // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
         // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
-        // (i + r)·ldc + j + 8h .. + 8, live lanes only when ragged; all inside the checked
-        // views. Pointers that may point past them are formed with wrapping arithmetic.
+        // (i + r)·ldc + j + 8h .. + 8, and the residual the same elements, live lanes only
+        // when ragged; all inside the checked views. Pointers that may point past them are
+        // formed with wrapping arithmetic.
         unsafe {
             let mut ap: [*const f32; R] = std::array::from_fn(|r| {
                 a.data
@@ -171,11 +177,16 @@ impl RowTiles<'_> {
                 }
             }
             let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
-            for (r, acc_r) in acc.iter().enumerate() {
+            // With a residual (RES), every value of the tile first, then every store: a residual row
+            // read after the store of the row above it would wait on that store wherever the
+            // two tensors lie a multiple of 4 KiB apart (planes of 32×32 floats are 4 KiB),
+            // which the load cannot tell from a real dependency (4K aliasing). Without one,
+            // each row is stored as soon as it is done (measured faster).
+            for r in 0..R {
                 let bias = self.ep.bias.map(|bs| _mm256_set1_ps(bs[i + r]));
-                for (h, v) in acc_r.iter().enumerate() {
+                for h in 0..2 {
                     let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
-                    let mut v = _mm256_mul_ps(al, *v);
+                    let mut v = _mm256_mul_ps(al, acc[r][h]);
                     if self.beta != 0.0 {
                         let old = if full {
                             _mm256_loadu_ps(o)
@@ -190,10 +201,33 @@ impl RowTiles<'_> {
                     if self.ep.relu {
                         v = _mm256_max_ps(v, _mm256_setzero_ps());
                     }
-                    if full {
+                    if let (true, Some(res)) = (RES, self.ep.residual) {
+                        let rp = res.as_ptr().wrapping_add((i + r) * self.ldc + j + 8 * h);
+                        let rv = if full {
+                            _mm256_loadu_ps(rp)
+                        } else {
+                            _mm256_maskload_ps(rp, mask[h])
+                        };
+                        v = _mm256_add_ps(v, rv);
+                    }
+                    if RES {
+                        acc[r][h] = v;
+                    } else if full {
                         _mm256_storeu_ps(o, v);
                     } else {
                         _mm256_maskstore_ps(o, mask[h], v);
+                    }
+                }
+            }
+            if RES {
+                for (r, acc_r) in acc.iter().enumerate() {
+                    for (h, v) in acc_r.iter().enumerate() {
+                        let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
+                        if full {
+                            _mm256_storeu_ps(o, *v);
+                        } else {
+                            _mm256_maskstore_ps(o, mask[h], *v);
+                        }
                     }
                 }
             }

@@ -137,8 +137,8 @@ impl RowTiles<'_> {
         let a = &self.a;
         // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
         // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
-        // (i + r)·ldc + j .. + w (a ragged tile goes through a 16-float buffer); all inside
-        // the checked views. Pointers that may point past them are formed with wrapping
+        // (i + r)·ldc + j .. + w, the residual the same elements (a ragged tile goes through
+        // 16-float buffers); all inside the checked views. Pointers that may point past them are formed with wrapping
         // arithmetic.
         unsafe {
             let mut ap: [*const f32; R] = std::array::from_fn(|r| {
@@ -176,6 +176,17 @@ impl RowTiles<'_> {
                     buf.as_mut_ptr()
                 };
                 let bias = self.ep.bias.map(|bs| vdupq_n_f32(bs[i + r]));
+                // The residual's row, likewise through a buffer when ragged.
+                let mut res_buf = [0f32; 16];
+                let res = self.ep.residual.map(|rs| {
+                    let at = rs.as_ptr().wrapping_add((i + r) * self.ldc + j);
+                    if w == 16 {
+                        at
+                    } else {
+                        std::ptr::copy_nonoverlapping(at, res_buf.as_mut_ptr(), w);
+                        res_buf.as_ptr()
+                    }
+                });
                 for (h, v) in acc_r.iter().enumerate() {
                     let o = out.add(4 * h);
                     let mut v = vmulq_n_f32(*v, self.alpha);
@@ -187,6 +198,9 @@ impl RowTiles<'_> {
                     }
                     if self.ep.relu {
                         v = vmaxq_f32(v, zero);
+                    }
+                    if let Some(rp) = res {
+                        v = vaddq_f32(v, vld1q_f32(rp.add(4 * h)));
                     }
                     vst1q_f32(o, v);
                 }
