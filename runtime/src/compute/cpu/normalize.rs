@@ -1,7 +1,10 @@
 //! Record bytes to network input ([`Normalize`]): u8 HWC RGB → f32 NCHW in `[0, 1]`, a row at
 //! a time by the active kernel set ([`super::kernels::RgbRow`]), the batch's images split over
-//! the pool's threads. (A batch-1 image is not split by rows: at 7 µs a frame on one thread,
-//! the split cost what it saved.)
+//! the pool's threads — or, with fewer images than threads (a batch-1 frame), each image's
+//! rows. One thread alone takes 7 µs for a 128-px frame, but in a forward pass at 2 threads it
+//! took 30: the input tensor it writes was read by both cores in the pass before (the stem is
+//! split over them), and each line it writes must first be taken back from the other core.
+//! Split, both cores take lines back at once: 16 µs.
 
 use super::kernels::{self, Kernels};
 use super::pool::Pool;
@@ -18,7 +21,24 @@ pub fn normalize(op: &Normalize, records: &[u8], out: &mut [f32], pool: Option<&
     let plane = h * w;
     let n = op.n as usize;
     let image = |b: usize| &records[b * op.record_stride as usize..][..op.image_bytes()];
-    let parts = pool.map_or(1, Pool::threads).min(n);
+    let threads = pool.map_or(1, Pool::threads);
+    if n < threads {
+        // Fewer images than threads (a batch-1 frame): each image's rows are split instead.
+        for (b, dst) in out.chunks_exact_mut(3 * plane).take(n).enumerate() {
+            let (r, gb) = dst.split_at_mut(plane);
+            let (g, bl) = gb.split_at_mut(plane);
+            let parts = threads.min(h);
+            let items = split_parts(r, h, w, parts)
+                .zip(split_parts(g, h, w, parts))
+                .zip(split_parts(bl, h, w, parts))
+                .map(|(((ys, r), (_, g)), (_, bl))| (ys, [r, g, bl]));
+            run_parts(pool, items, |(ys, planes)| {
+                rows(kern, op, image(b), ys.start, planes);
+            });
+        }
+        return;
+    }
+    let parts = threads.min(n);
     run_parts(
         pool,
         split_parts(out, n, 3 * plane, parts),
@@ -26,21 +46,21 @@ pub fn normalize(op: &Normalize, records: &[u8], out: &mut [f32], pool: Option<&
             for (b, dst) in images.zip(dst.chunks_exact_mut(3 * plane)) {
                 let (r, gb) = dst.split_at_mut(plane);
                 let (g, bl) = gb.split_at_mut(plane);
-                rows(kern, op, image(b), [r, g, bl]);
+                rows(kern, op, image(b), 0, [r, g, bl]);
             }
         },
     );
 }
 
-/// One image's rows into its three planes.
-fn rows(kern: &Kernels, op: &Normalize, image: &[u8], planes: [&mut [f32]; 3]) {
+/// Rows `y0 ..` of one image into its three planes' rows (as many as `planes` hold).
+fn rows(kern: &Kernels, op: &Normalize, image: &[u8], y0: usize, planes: [&mut [f32]; 3]) {
     let w = op.w as usize;
     let [r, g, b] = planes;
     let rows = r
         .chunks_exact_mut(w)
         .zip(g.chunks_exact_mut(w))
         .zip(b.chunks_exact_mut(w));
-    for (y, ((r, g), b)) in rows.enumerate() {
+    for (y, ((r, g), b)) in (y0..).zip(rows) {
         // SAFETY: a table of a set this CPU runs; a row of 3·w bytes for rows of w floats.
         unsafe { (kern.rgb_row)(&image[3 * w * y..][..3 * w], op.flip, [r, g, b]) };
     }
