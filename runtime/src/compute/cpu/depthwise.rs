@@ -296,7 +296,10 @@ fn backward_3x3(
     gx: Option<&mut [f32]>,
     (dph, masked): (&mut [f32], &mut [f32]),
 ) {
-    let gt = g.transposed().filter(|_| gx.is_some());
+    // Stride 1 where the set reads planes in place: the input gradient is the masked output
+    // gradient convolved with the flipped kernel, read straight from a plain plane.
+    let same = gx.is_some() && (g.k, g.s, g.p) == (3, 1, 1) && kern.dw3x3_same.is_some();
+    let gt = g.transposed().filter(|_| gx.is_some() && !same);
     let gather = gx.is_some() && g.halves();
     let (dst, at, ld): (&mut [f32], usize, usize) = if let Some(t) = gt {
         zero_frame(dph, t.pwid, t.rows, (t.p, t.p), (g.oh, g.ow));
@@ -314,7 +317,11 @@ fn backward_3x3(
     let Some(gx) = gx else {
         return;
     };
-    if let Some(t) = gt {
+    if same {
+        let flipped: [f32; 9] = std::array::from_fn(|i| w[8 - i]);
+        let done = dw3x3::in_place(kern, 1, masked, &flipped, 0.0, false, gx, g.w);
+        debug_assert!(done, "checked above: the set reads this plane in place");
+    } else if let Some(t) = gt {
         // Stride 1: a conv of the padded gradient with the flipped kernel.
         let flipped: [f32; 9] = std::array::from_fn(|i| w[8 - i]);
         let taps = t.taps3(&dph[..t.phases_len()]);
