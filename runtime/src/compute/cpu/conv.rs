@@ -198,7 +198,7 @@ fn col2im_add(op: &Conv2d, c: usize, col: &[f32], gx: &mut [f32]) {
 
 /// One image of a pointwise conv: a GEMM of the weights and the input planes, with the bias,
 /// the ReLU and (where given) a residual shaped as `y` in its store.
-fn pointwise_image(
+pub(super) fn pointwise_image(
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],

@@ -13,6 +13,8 @@
 //! batch-1 forward. So does the stride-1 input gradient (the masked output gradient convolved
 //! with the flipped taps), which saved 13 % of the depthwise backward of a det-s step.
 
+use std::ops::Range;
+
 use super::dw3x3;
 use super::kernels::{self, dot_lanes, hsum, Kernels, Taps, WeightGrad};
 use crate::compute::ops::Conv2d;
@@ -181,6 +183,65 @@ pub(crate) fn forward_image(
     forward_with(kernels::active(), op, x, weight, bias, y, scratch);
 }
 
+/// Whether the kernel set reads `op`'s planes in place (3×3, pad 1, stride 1, or stride 2
+/// from an even-sized input), so that [`forward_rows`] can compute a band of rows.
+pub(crate) fn reads_in_place(op: &Conv2d) -> bool {
+    let kern = kernels::active();
+    let g = Geometry::new(op);
+    match g.s {
+        1 => kern.dw3x3_same.is_some() && (g.k, g.p) == (3, 1),
+        _ => kern.dw3x3_half.is_some() && g.halves(),
+    }
+}
+
+/// Output rows `rows` of every channel of one image (`x` its input) by the in-place plane
+/// kernels: channel `c`'s rows go to `out[c·stride ..]` (`rows.len()·ow` floats), so a band
+/// can go straight into the image's output (`stride = oh·ow`) or into a buffer of its own
+/// (`stride = rows.len()·ow`) that a pointwise conv then reads while it is in cache. The sums
+/// are [`forward_image`]'s. Panics unless [`reads_in_place`].
+pub(crate) fn forward_rows(
+    op: &Conv2d,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    stride: usize,
+    rows: Range<usize>,
+) {
+    assert!(reads_in_place(op), "depthwise rows of {op:?}");
+    let kern = kernels::active();
+    let g = Geometry::new(op);
+    let channels = op.c_in as usize;
+    let plane_in = g.h * g.w;
+    let band = rows.len() * g.ow;
+    assert!(
+        rows.end <= g.oh
+            && stride >= band
+            && out.len() >= (channels - 1) * stride + band
+            && x.len() >= channels * plane_in
+            && weight.len() >= 9 * channels
+            && bias.len() >= channels,
+        "depthwise rows {rows:?} of {op:?}"
+    );
+    for c in 0..channels {
+        let xc = &x[c * plane_in..][..plane_in];
+        let w9 = weight[c * 9..][..9].try_into().expect("nine taps");
+        let oc = &mut out[c * stride..][..band];
+        let done = dw3x3::in_place(
+            kern,
+            g.s,
+            xc,
+            w9,
+            bias[c],
+            op.relu,
+            oc,
+            g.ow,
+            (rows.start, g.oh),
+        );
+        debug_assert!(done, "checked above: the set reads this plane in place");
+    }
+}
+
 /// [`forward_image`] with the 3×3 plane kernels of `kern`; other kernel sizes by taps, at the
 /// compiler's baseline width.
 fn forward_with(
@@ -202,7 +263,7 @@ fn forward_with(
         let yc = &mut y[c * g.oh * g.ow..][..g.oh * g.ow];
         if same || half {
             let w9 = weight[c * 9..][..9].try_into().expect("nine taps");
-            if dw3x3::in_place(kern, g.s, xc, w9, bias[c], op.relu, yc, g.ow) {
+            if dw3x3::in_place(kern, g.s, xc, w9, bias[c], op.relu, yc, g.ow, (0, g.oh)) {
                 continue;
             }
         }
@@ -320,7 +381,7 @@ fn backward_3x3(
     };
     if same {
         let flipped: [f32; 9] = std::array::from_fn(|i| w[8 - i]);
-        let done = dw3x3::in_place(kern, 1, masked, &flipped, 0.0, false, gx, g.w);
+        let done = dw3x3::in_place(kern, 1, masked, &flipped, 0.0, false, gx, g.w, (0, g.h));
         debug_assert!(done, "checked above: the set reads this plane in place");
     } else if let Some(t) = gt {
         // Stride 1: a conv of the padded gradient with the flipped kernel.

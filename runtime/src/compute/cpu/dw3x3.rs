@@ -28,9 +28,9 @@ pub(super) fn conv(
     unsafe { (k.dw3x3_conv)(taps, w, bias, relu, out, ow) }
 }
 
-/// A pad-1 plane of stride 1 or 2 read in place (no phases; see
-/// [`super::kernels::Dw3x3InPlace`]), where the set has a kernel for it; `false` when it has
-/// none and the caller must go through phases.
+/// Rows `oy0 .. oy0 + out.len() / ow` of an `oh`-row pad-1 plane of stride 1 or 2 read in
+/// place (no phases; see [`super::kernels::Dw3x3InPlace`]), where the set has a kernel for
+/// it; `false` when it has none and the caller must go through phases.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn in_place(
     k: &Kernels,
@@ -41,6 +41,7 @@ pub(super) fn in_place(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    (oy0, oh): (usize, usize),
 ) -> bool {
     let kernel = match stride {
         1 => k.dw3x3_same,
@@ -51,13 +52,16 @@ pub(super) fn in_place(
         return false;
     };
     assert!(
-        ow > 0 && out.len() % ow == 0 && x.len() == stride * stride * out.len(),
-        "stride-{stride} depthwise plane of {} from {} for rows of {ow}",
+        ow > 0
+            && out.len() % ow == 0
+            && oy0 + out.len() / ow <= oh
+            && x.len() == stride * stride * oh * ow,
+        "stride-{stride} depthwise rows {oy0}.. ({}) of {oh} from {} for rows of {ow}",
         out.len(),
         x.len()
     );
     // SAFETY: a table of a set this CPU runs; the planes' shapes were checked just above.
-    unsafe { kernel(x, w, bias, relu, out, ow) };
+    unsafe { kernel(x, w, bias, relu, out, ow, oy0, oh) };
     true
 }
 

@@ -13,6 +13,7 @@ use super::decode::Candidate;
 use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
+use super::separable;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
 use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
@@ -45,9 +46,38 @@ pub struct CpuExec {
     /// pointwise conv its pixels, others their channels) rather than its batch (chosen by
     /// measurement, see `CpuExec::choose_splits`).
     thread_split: Vec<Vec<bool>>,
-    /// Per entry and step: the residual add folded into a pointwise conv (see
-    /// [`super::fusion`]), whose own step is then skipped.
-    residual_adds: Vec<Vec<Option<ResidualAdd>>>,
+    /// Per entry: the kernels a run runs, in order: steps, and steps run as one (see
+    /// [`super::fusion`]). Made once, after the splits are chosen.
+    schedule: Vec<Vec<Kernel>>,
+}
+
+/// One kernel of a run: a step, or steps run as one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kernel {
+    /// Step `i`, on its own.
+    Step(usize),
+    /// Pointwise conv `i` with the add after it in its store.
+    ConvAdd(usize, ResidualAdd),
+    /// Depthwise conv `i` and pointwise conv `i + 1`, with the add after them where given;
+    /// with `bands`, each image split over the threads in bands of rows, the depthwise
+    /// output kept out of memory ([`separable::forward_bands`]), else the batch split
+    /// ([`separable::forward_images`]).
+    Separable {
+        i: usize,
+        add: Option<ResidualAdd>,
+        bands: bool,
+    },
+}
+
+impl Kernel {
+    /// Steps of the entry it runs.
+    fn steps(self) -> usize {
+        match self {
+            Kernel::Step(_) => 1,
+            Kernel::ConvAdd(..) => 2,
+            Kernel::Separable { add, .. } => 2 + usize::from(add.is_some()),
+        }
+    }
 }
 
 /// Which forward convolutions of an entry split each image over the threads (see
@@ -92,6 +122,15 @@ impl CpuExec {
                 }
             }
         }
+        // A batch-1 pair's depthwise band (see `CpuExec::plan`).
+        for e in 0..recording.entries.len() {
+            let pairs = fusion::separable_pairs(recording, e);
+            for (step, pair) in recording.entries[e].steps.iter().zip(pairs) {
+                if let (Step::ConvForward { op, .. }, Some(_)) = (step, pair) {
+                    scratch.reserve(separable::bands_scratch_len(op, threads));
+                }
+            }
+        }
         let mut exec = CpuExec {
             recording: recording.clone(),
             storage,
@@ -104,11 +143,10 @@ impl CpuExec {
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
                 .collect(),
-            residual_adds: (0..recording.entries.len())
-                .map(|e| fusion::residual_adds(recording, e))
-                .collect(),
+            schedule: Vec::new(),
         };
         exec.choose_splits();
+        exec.schedule = (0..recording.entries.len()).map(|e| exec.plan(e)).collect();
         Ok(exec)
     }
 
@@ -178,32 +216,74 @@ impl CpuExec {
         self.storage[id.index()] = Storage::Bytes(v);
     }
 
-    /// A name for each kernel a run of entry `entry` runs, in order (what
-    /// [`CpuTiming::per_step`] times): its steps', a fused conv and add as one.
-    pub fn kernel_names(&self, entry: usize) -> Vec<String> {
-        let steps = &self.recording.entries[entry].steps;
-        let mut names = Vec::with_capacity(steps.len());
+    /// The kernels of entry `entry`: its steps in order, those that run as one together
+    /// (see [`super::fusion`]). A batch-1 pair keeps the depthwise output out of memory only
+    /// where nothing else reads it and the pointwise conv was measured faster split.
+    fn plan(&self, entry: usize) -> Vec<Kernel> {
+        let rec = &self.recording;
+        let steps = &rec.entries[entry].steps;
+        let adds = fusion::residual_adds(rec, entry);
+        let pairs = fusion::separable_pairs(rec, entry);
+        let mut plan = Vec::with_capacity(steps.len());
         let mut i = 0;
         while i < steps.len() {
-            if self.residual_adds[entry][i].is_some() {
-                names.push(format!("{}+add", steps[i].name()));
-                i += 2;
-            } else {
-                names.push(steps[i].name().to_owned());
-                i += 1;
-            }
+            let kernel = match (pairs[i], &steps[i]) {
+                (Some(pair), Step::ConvForward { op, .. }) => {
+                    let add = adds.get(i + 1).copied().flatten();
+                    if (op.n as usize) >= self.threads() {
+                        Some(Kernel::Separable {
+                            i,
+                            add,
+                            bands: false,
+                        })
+                    } else if pair.private && self.thread_split[entry][i + 1] {
+                        Some(Kernel::Separable {
+                            i,
+                            add,
+                            bands: true,
+                        })
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            };
+            let kernel = kernel.unwrap_or(match adds[i] {
+                Some(add) => Kernel::ConvAdd(i, add),
+                None => Kernel::Step(i),
+            });
+            plan.push(kernel);
+            i += kernel.steps();
         }
-        names
+        plan
+    }
+
+    /// A name for each kernel a run of entry `entry` runs, in order (what
+    /// [`CpuTiming::per_step`] times): its steps', those run as one joined by `+`.
+    pub fn kernel_names(&self, entry: usize) -> Vec<String> {
+        let steps = &self.recording.entries[entry].steps;
+        let name = |i: usize| steps[i].name();
+        self.schedule[entry]
+            .iter()
+            .map(|k| match *k {
+                Kernel::Step(i) => name(i).to_owned(),
+                Kernel::ConvAdd(i, _) => format!("{}+add", name(i)),
+                Kernel::Separable { i, add, .. } => {
+                    let add = if add.is_some() { "+add" } else { "" };
+                    format!("{}+{}{add}", name(i), name(i + 1))
+                }
+            })
+            .collect()
     }
 
     /// Runs entry `entry`.
     pub fn run(&mut self, entry: usize) -> Result<CpuTiming, String> {
-        let Some(e) = self.recording.entries.get(entry) else {
+        if entry >= self.recording.entries.len() {
             return Err(format!(
                 "entry {entry} of a recording with {}",
                 self.recording.entries.len()
             ));
-        };
+        }
         let started = Instant::now();
         self.timings.clear();
         // Small jobs one after another (see `choose_splits`): keep the pool's threads awake.
@@ -212,21 +292,21 @@ impl CpuExec {
             pool.set_spinning(spin);
         }
         // Steps are cloned one at a time (plain data, no heap) so `self` can be borrowed.
-        let steps = e.steps.len();
-        let mut i = 0;
-        while i < steps {
+        for k in 0..self.schedule[entry].len() {
             let t0 = Instant::now();
-            let step = self.recording.entries[entry].steps[i].clone();
-            let split = self.thread_split[entry][i];
-            match self.residual_adds[entry][i] {
-                Some(add) => {
-                    self.conv_add(&step, add, split);
-                    // The add's own step is done.
-                    i += 2;
+            match self.schedule[entry][k] {
+                Kernel::Step(i) => {
+                    let step = self.recording.entries[entry].steps[i].clone();
+                    self.step(&step, self.thread_split[entry][i]);
                 }
-                None => {
-                    self.step(&step, split);
-                    i += 1;
+                Kernel::ConvAdd(i, add) => {
+                    let step = self.recording.entries[entry].steps[i].clone();
+                    self.conv_add(&step, add, self.thread_split[entry][i]);
+                }
+                Kernel::Separable { i, add, bands } => {
+                    let steps = &self.recording.entries[entry].steps;
+                    let pair = [steps[i].clone(), steps[i + 1].clone()];
+                    self.separable(pair, add, bands);
                 }
             }
             if self.per_step {
@@ -308,6 +388,59 @@ impl CpuExec {
             }
         }
         choice
+    }
+
+    /// A depthwise and a pointwise [`Step::ConvForward`] run as one, with the residual add
+    /// after them in the store where given (see [`Kernel::Separable`]).
+    fn separable(&mut self, [dw, pw]: [Step; 2], add: Option<ResidualAdd>, bands: bool) {
+        let (
+            Step::ConvForward {
+                op: dw_op,
+                x,
+                w: dw_w,
+                b: dw_b,
+                y: d,
+            },
+            Step::ConvForward {
+                op: pw_op,
+                w: pw_w,
+                b: pw_b,
+                y,
+                ..
+            },
+        ) = (dw, pw)
+        else {
+            unreachable!("fusion: a pair is two convs");
+        };
+        let out_id = add.map_or(y, |a| a.out);
+        let mut out = self.take(out_id);
+        let mut d_v = if bands { Vec::new() } else { self.take(d) };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let pair = separable::Pair {
+            dw: &dw_op,
+            dw_weight: self.f32s(dw_w),
+            dw_bias: self.f32s(dw_b),
+            pw: &pw_op,
+            pw_weight: self.f32s(pw_w),
+            pw_bias: self.f32s(pw_b),
+        };
+        let residual = add.map(|a| self.f32s(a.residual));
+        let x = self.f32s(x);
+        if bands {
+            let done = separable::forward_bands(&pair, x, residual, &mut out, &mut scratch);
+            assert!(
+                done,
+                "a banded pair is planned only with a pool and a fused GEMM"
+            );
+        } else {
+            let pool = scratch.pool();
+            separable::forward_images(&pair, x, &mut d_v, residual, &mut out, pool.as_deref());
+        }
+        self.scratch = scratch;
+        if !bands {
+            self.put(d, d_v);
+        }
+        self.put(out_id, out);
     }
 
     /// A pointwise [`Step::ConvForward`] with the residual add after it folded into its store.
@@ -585,12 +718,13 @@ mod tests {
         init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
     };
 
-    /// det-s's inference pass folds its five residual adds into their convs and predicts
-    /// exactly what the unfused steps do: over the batch, and with each image split over two
-    /// threads (forced here, where the executor would choose by timing). Training keeps every
-    /// add (its backward pass reads the conv outputs).
+    /// det-s's inference pass runs its depthwise-separable pairs and its five residual adds
+    /// as fused kernels and predicts exactly what the separate steps do: over the batch, and
+    /// at batch 1 with each image split over two threads (forced here, where the executor
+    /// would choose by timing), the pairs in bands. Training keeps every add (its backward
+    /// pass reads the conv outputs).
     #[test]
-    fn folded_residual_adds_predict_what_the_separate_steps_do() {
+    fn fused_kernels_predict_what_the_separate_steps_do() {
         let model = ModelConfig::named("det-s", 3).expect("det-s");
         let arch = Arch::new(&model);
         let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
@@ -598,38 +732,64 @@ mod tests {
             train: true,
             ..GraphOptions::default()
         };
-        let graph = ModelGraph::build(&arch, 2, &layout, &options).expect("graph");
         let mut rng = SplitMix64::new(3);
-        let records: Vec<u8> = (0..graph.recording.get(graph.records).len)
+        let image: Vec<u8> = (0..layout.record_size)
             .map(|_| rng.next_u64() as u8)
             .collect();
-        let pred_len = graph.recording.get(graph.pred).len;
-        let (infer, train) = (graph.entry(ENTRY_INFER), graph.entry(ENTRY_TRAIN));
         let mut predictions = Vec::new();
-        for (threads, split, fused) in [
-            (1, false, true),
-            (1, false, false),
-            (2, false, true),
-            (2, true, true),
-            (2, true, false),
+        for (batch, threads, split, fused) in [
+            (1, 1, false, false),
+            (1, 1, false, true),
+            (1, 2, true, true),
+            (1, 2, false, true),
+            (2, 2, false, true),
+            (2, 2, false, false),
         ] {
+            let graph = ModelGraph::build(&arch, batch, &layout, &options).expect("graph");
+            let (infer, train) = (graph.entry(ENTRY_INFER), graph.entry(ENTRY_TRAIN));
             let mut exec = CpuExec::new(&graph.recording, threads).expect("executor");
-            let folded = |e: usize| exec.residual_adds[e].iter().flatten().count();
-            assert_eq!((folded(infer), folded(train)), (5, 0));
-            if !fused {
-                exec.residual_adds[infer].fill(None);
-            }
             let steps = &graph.recording.entries[infer].steps;
             for (s, step) in exec.thread_split[infer].iter_mut().zip(steps) {
                 *s = split && matches!(step, Step::ConvForward { .. });
             }
+            exec.schedule[infer] = exec.plan(infer);
+            let count = |e: usize, f: &dyn Fn(&Kernel) -> bool| {
+                exec.schedule[e].iter().filter(|k| f(k)).count()
+            };
+            let adds = |k: &Kernel| {
+                matches!(
+                    k,
+                    Kernel::ConvAdd(..) | Kernel::Separable { add: Some(_), .. }
+                )
+            };
+            let pairs = |k: &Kernel| matches!(k, Kernel::Separable { .. });
+            let bands = |k: &Kernel| matches!(k, Kernel::Separable { bands: true, .. });
+            assert_eq!((count(infer, &adds), count(train, &adds)), (5, 0));
+            // Seven blocks and the head: eight pairs, over the batch, or in bands where an
+            // image is split; none where one image of two threads is not split.
+            let (fewer, pairs_want) = (
+                (batch as usize) < threads,
+                if (batch as usize) < threads && !split {
+                    0
+                } else {
+                    8
+                },
+            );
+            assert_eq!(count(infer, &pairs), pairs_want);
+            assert_eq!(count(infer, &bands), if fewer { pairs_want } else { 0 });
+            if !fused {
+                exec.schedule[infer] = (0..steps.len()).map(Kernel::Step).collect();
+            }
             for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
                 exec.write_f32(p.value, &v).expect("params");
             }
+            let records = image.repeat(batch as usize);
             exec.write_bytes(graph.records, &records).expect("records");
             exec.run(infer).expect("run");
-            let mut pred = vec![0f32; pred_len];
+            let mut pred = vec![0f32; graph.recording.get(graph.pred).len];
             exec.read_f32(graph.pred, &mut pred).expect("pred");
+            // The first image's predictions: every batch holds it first.
+            pred.truncate(pred.len() / batch as usize);
             predictions.push(pred.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
         assert!(predictions.iter().all(|p| *p == predictions[0]));

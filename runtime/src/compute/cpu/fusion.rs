@@ -1,12 +1,15 @@
-//! Steps the CPU engine runs as one kernel: a residual add folded into the pointwise conv
-//! that feeds it, `out = relu?(conv(x) + bias) + skip` in the GEMM's store
-//! ([`super::conv::pointwise_forward_add`]). The conv's own output is then never written: the
-//! add's pass over memory (reading two tensors, writing a third) is saved.
+//! Steps the CPU engine runs as one kernel:
 //!
-//! Only where nothing else needs the conv's output: no other step of the entry touches it,
-//! and every other entry that touches it writes it first with its own conv. A training
-//! entry's backward pass reads it (for the ReLU mask), so training keeps the two steps; the
-//! inference entry fuses all its residual adds (five in det-s).
+//! - a residual add folded into the pointwise conv that feeds it, `out = relu?(conv(x) +
+//!   bias) + skip` in the GEMM's store ([`super::conv::pointwise_forward_add`]). The conv's
+//!   own output is then never written: the add's pass over memory (reading two tensors,
+//!   writing a third) is saved. Only where nothing else needs the conv's output: no other
+//!   step of the entry touches it, and every other entry that touches it writes it first with
+//!   its own conv. A training entry's backward pass reads it (for the ReLU mask), so training
+//!   keeps the two steps; the inference entry fuses all its residual adds (five in det-s).
+//! - a depthwise conv and the pointwise conv that reads its output ([`super::separable`]),
+//!   wherever the two follow each other; the depthwise output may be kept out of memory at
+//!   batch 1 where it is private in the same sense.
 
 use crate::compute::ops::ConvKind;
 use crate::compute::recording::{Recording, Role, Step, TensorId};
@@ -37,20 +40,8 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
             (false, true) => *a,
             _ => continue,
         };
-        let private = rec.tensors[y.index()].role == Role::Activation
-            && op.kind() == ConvKind::Pointwise
-            && *out != *x
-            && steps
-                .iter()
-                .enumerate()
-                .all(|(k, s)| k == i || k == i + 1 || !s.touches().contains(y))
-            && rec
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|&(e, _)| e != entry)
-                .all(|(_, other)| written_first(&other.steps, *y));
-        if private {
+        let fits = op.kind() == ConvKind::Pointwise && *out != *x;
+        if fits && private(rec, entry, *y, [i, i + 1]) {
             fused[i] = Some(ResidualAdd {
                 residual,
                 out: *out,
@@ -58,6 +49,64 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
         }
     }
     fused
+}
+
+/// A depthwise conv run with the pointwise conv after it (see [`super::separable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Separable {
+    /// Whether nothing but the pointwise conv reads the depthwise output (as for a
+    /// [`ResidualAdd`]), so that a batch-1 pass need not write it.
+    pub private: bool,
+}
+
+/// For each step of entry `entry`: whether it is a depthwise [`Step::ConvForward`] whose
+/// output the next step, a pointwise conv, reads as a pair [`super::separable::fuses`].
+pub(crate) fn separable_pairs(rec: &Recording, entry: usize) -> Vec<Option<Separable>> {
+    let steps = &rec.entries[entry].steps;
+    let mut pairs = vec![None; steps.len()];
+    for (i, pair) in steps.windows(2).enumerate() {
+        let (
+            Step::ConvForward {
+                op: dw,
+                x: dx,
+                y: d,
+                ..
+            },
+            Step::ConvForward {
+                op: pw,
+                x: px,
+                y: py,
+                ..
+            },
+        ) = (&pair[0], &pair[1])
+        else {
+            continue;
+        };
+        if px != d || py == d || py == dx || !super::separable::fuses(dw, pw) {
+            continue;
+        }
+        pairs[i] = Some(Separable {
+            private: private(rec, entry, *d, [i, i + 1]),
+        });
+    }
+    pairs
+}
+
+/// Whether activation `t` is touched in entry `entry` by its steps `by` only, and every other
+/// entry that touches it writes it first.
+fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {
+    let steps = &rec.entries[entry].steps;
+    rec.tensors[t.index()].role == Role::Activation
+        && steps
+            .iter()
+            .enumerate()
+            .all(|(k, s)| by.contains(&k) || !s.touches().contains(&t))
+        && rec
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|&(e, _)| e != entry)
+            .all(|(_, other)| written_first(&other.steps, t))
 }
 
 /// Whether the first step of `steps` that touches `t` (if any) is a conv that overwrites it.

@@ -22,6 +22,7 @@ pub mod optim;
 pub mod pool;
 pub mod reduce;
 pub mod scratch;
+mod separable;
 pub mod targets;
 pub mod upsample;
 

@@ -146,17 +146,27 @@ pub(crate) type GemmAccumulate = unsafe fn(
 pub(crate) type Dw3x3Conv =
     unsafe fn(taps: Taps<'_>, w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
 
-/// `out = relu?(bias + conv3x3(x))` for one `oh × ow` output plane of a pad-1 conv read
-/// straight from its input plane `x`: the zero border is implied and, with stride 2, the even
-/// and odd columns are split in registers, where the phases would copy them. The same sums in
-/// the same order as [`Dw3x3Conv`] over phases. With stride 1 the input is `oh × ow` (the
-/// output the size of the input), with stride 2 it is `2·oh × 2·ow`.
+/// `out = relu?(bias + conv3x3(x))` for rows `oy0 ..` of an `oh × ow` output plane of a pad-1
+/// conv read straight from its input plane `x`: the zero border is implied and, with stride 2,
+/// the even and odd columns are split in registers, where the phases would copy them. The
+/// same sums in the same order as [`Dw3x3Conv`] over phases. With stride 1 the input is
+/// `oh × ow` (the output the size of the input), with stride 2 it is `2·oh × 2·ow`. `out`
+/// holds the band's rows only (`out.len() / ow` of them), so threads can each take a band.
 ///
 /// # Safety
-/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0` and `x.len()` is
-/// `out.len()` (stride 1) or `4·out.len()` (stride 2), as the field holding it says.
-pub(crate) type Dw3x3InPlace =
-    unsafe fn(x: &[f32], w: &[f32; 9], bias: f32, relu: bool, out: &mut [f32], ow: usize);
+/// A table of a set that runs here; `out.len()` is a multiple of `ow > 0`, `oy0 +
+/// out.len() / ow ≤ oh`, and `x.len()` is `oh·ow` (stride 1) or `4·oh·ow` (stride 2), as the
+/// field holding it says.
+pub(crate) type Dw3x3InPlace = unsafe fn(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+    oy0: usize,
+    oh: usize,
+);
 
 /// See [`WeightGrad`]: the masked gradient written and its sums against the taps.
 ///

@@ -11,10 +11,10 @@ pub(super) struct RowTaps {
     pub bottom: bool,
 }
 
-/// Every output row of the `oh × ow` plane `out` (input `x`, `stride·oh × stride·ow`):
-/// `vector(taps, o, n)` writes its first `n = ow − ow % lanes` columns through `o`, then the
-/// rest are summed here in scalar. `vector` may rely on the present rows being
-/// `stride·ow` floats and `o` pointing at `ow`.
+/// Every output row in `out`, rows `oy0 ..` of the `oh × ow` plane (`band = (oy0, oh)`;
+/// input `x`, `stride·oh × stride·ow`): `vector(taps, o, n)` writes its first
+/// `n = ow − ow % lanes` columns through `o`, then the rest are summed here in scalar.
+/// `vector` may rely on the present rows being `stride·ow` floats and `o` pointing at `ow`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn rows(
@@ -24,16 +24,17 @@ pub(super) fn rows(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    (oy0, oh): (usize, usize),
     stride: usize,
     lanes: usize,
     mut vector: impl FnMut(RowTaps, *mut f32, usize),
 ) {
-    let oh = out.len() / ow;
     let (ih, iw) = (stride * oh, stride * ow);
     assert!(x.len() >= ih * iw, "input plane too short");
+    assert!(oy0 + out.len() / ow <= oh, "rows past the plane");
     let n = ow - ow % lanes;
     let xp = x.as_ptr();
-    for (oy, o) in out.chunks_exact_mut(ow).enumerate() {
+    for (oy, o) in (oy0..).zip(out.chunks_exact_mut(ow)) {
         let iy = stride * oy;
         let taps = RowTaps {
             rows: [iy.wrapping_sub(1), iy, iy + 1].map(|r| xp.wrapping_add(r.wrapping_mul(iw))),

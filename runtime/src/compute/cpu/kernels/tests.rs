@@ -135,6 +135,29 @@ fn depthwise_plane_kernels_match_the_portable_ones() {
     }
 }
 
+/// The plane `whole` (`h` rows of `w`) again, written by `band(rows, oy0)` in every split into
+/// two bands (rows `0..cut`, `cut..h`) and as one band per row; panics if two splits differ.
+fn in_bands(
+    whole: &[f32],
+    w: usize,
+    h: usize,
+    mut band: impl FnMut(&mut [f32], usize),
+) -> Vec<f32> {
+    let mut last: Option<Vec<f32>> = None;
+    let splits = (1..h).map(|cut| vec![0, cut, h]).chain([(0..=h).collect()]);
+    for cuts in splits {
+        let mut out = vec![f32::NAN; whole.len()];
+        for pair in cuts.windows(2) {
+            band(&mut out[pair[0] * w..pair[1] * w], pair[0]);
+        }
+        if let Some(prev) = &last {
+            assert_eq!(*prev, out, "bands {cuts:?}");
+        }
+        last = Some(out);
+    }
+    last.unwrap_or_else(|| whole.to_vec())
+}
+
 #[test]
 fn the_in_place_stride_1_plane_matches_the_portable_phases() {
     let w: [f32; 9] = std::array::from_fn(|i| (i as f32 * 0.7).cos() - 0.2);
@@ -165,13 +188,22 @@ fn the_in_place_stride_1_plane_matches_the_portable_phases() {
                     // and x and got are both h × width.
                     unsafe {
                         (portable.dw3x3_conv)(t, &w, -0.3, relu, &mut want, width);
-                        same(&x, &w, -0.3, relu, &mut got, width);
+                        same(&x, &w, -0.3, relu, &mut got, width, 0, h);
                     }
                     assert_close(
                         kern.set,
                         &format!("in-place plane {h}×{width}"),
                         &got,
                         &want,
+                    );
+                    assert_eq!(
+                        in_bands(&got, width, h, |band, oy0| {
+                            // SAFETY: as above; the band's rows lie inside the plane.
+                            unsafe { same(&x, &w, -0.3, relu, band, width, oy0, h) }
+                        }),
+                        got,
+                        "{}: {h}×{width} in bands",
+                        kern.set
                     );
                 }
             }
@@ -221,8 +253,17 @@ fn the_in_place_stride_2_plane_matches_its_definition() {
                         .collect();
                     let mut got = vec![f32::NAN; oh * ow];
                     // SAFETY: a table from `table`; x is 2·oh × 2·ow and got oh × ow.
-                    unsafe { half(&x, &w, 0.2, relu, &mut got, ow) };
+                    unsafe { half(&x, &w, 0.2, relu, &mut got, ow, 0, oh) };
                     assert_close(kern.set, &format!("stride-2 plane {oh}×{ow}"), &got, &want);
+                    assert_eq!(
+                        in_bands(&got, ow, oh, |band, oy0| {
+                            // SAFETY: as above; the band's rows lie inside the plane.
+                            unsafe { half(&x, &w, 0.2, relu, band, ow, oy0, oh) }
+                        }),
+                        got,
+                        "{}: stride-2 {oh}×{ow} in bands",
+                        kern.set
+                    );
                 }
             }
         }

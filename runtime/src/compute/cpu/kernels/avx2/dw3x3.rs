@@ -70,6 +70,7 @@ pub(super) unsafe fn conv(
 /// one place with a zero brought in at the plane's edges. The edges are const parameters of
 /// [`Plane::chunk`], so the loop over a row's middle has no branch.
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn same(
     x: &[f32],
     w: &[f32; 9],
@@ -77,9 +78,11 @@ pub(super) unsafe fn same(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    oy0: usize,
+    oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, 1, 8, |t, o, n| {
+    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 1, 8, |t, o, n| {
         // SAFETY: AVX2 as for this function; `plane::rows` hands over rows of `ow` floats,
         // present as `t` says, and `o` pointing at `ow`, as `row` requires.
         unsafe {
@@ -99,6 +102,7 @@ pub(super) unsafe fn same(
 /// one place with a zero brought in at the plane's left edge. An even-sized input has no
 /// right edge and no bottom one: only the top row and the left column are special.
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn half(
     x: &[f32],
     w: &[f32; 9],
@@ -106,9 +110,11 @@ pub(super) unsafe fn half(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    oy0: usize,
+    oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, 2, 8, |t, o, n| {
+    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 2, 8, |t, o, n| {
         // SAFETY: AVX2 as for this function; `plane::rows` hands over rows of `2·ow` floats
         // (all but the one above present unless `t.top`) and `o` pointing at `ow`, as
         // `half_row` requires.

@@ -58,6 +58,7 @@ pub(super) unsafe fn conv(
 /// row's neighbours to the left and right are unaligned loads, or the row's own lanes shifted
 /// one place (`ext`) with a zero brought in at the plane's edges. The edges are const
 /// parameters of [`Plane::chunk`], so the loop over a row's middle has no branch.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn same(
     x: &[f32],
     w: &[f32; 9],
@@ -65,9 +66,11 @@ pub(super) unsafe fn same(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    oy0: usize,
+    oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, 1, 4, |t, o, n| {
+    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 1, 4, |t, o, n| {
         // SAFETY: `plane::rows` hands over rows of `ow` floats, present as `t` says, and `o`
         // pointing at `ow`, as `row` requires.
         unsafe {
@@ -86,6 +89,7 @@ pub(super) unsafe fn same(
 /// lanes; the left taps are the even lanes of the run one column earlier, or the odd lanes
 /// shifted one place with a zero brought in at the plane's left edge. An even-sized input
 /// has no right edge and no bottom one: only the top row and the left column are special.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn half(
     x: &[f32],
     w: &[f32; 9],
@@ -93,9 +97,11 @@ pub(super) unsafe fn half(
     relu: bool,
     out: &mut [f32],
     ow: usize,
+    oy0: usize,
+    oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, 2, 4, |t, o, n| {
+    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 2, 4, |t, o, n| {
         // SAFETY: `plane::rows` hands over rows of `2·ow` floats (all but the one above
         // present unless `t.top`) and `o` pointing at `ow`, as `half_row` requires.
         unsafe {

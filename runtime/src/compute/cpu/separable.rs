@@ -1,0 +1,202 @@
+//! A depthwise conv and the pointwise conv that reads its output (det-s's depthwise-separable
+//! blocks), run as one kernel, so the depthwise output is read back while it is in cache:
+//!
+//! - [`forward_images`], the batch split: each thread takes whole images and runs the
+//!   pointwise conv of an image right after its depthwise conv, instead of after the
+//!   depthwise conv of every image of its share (a training batch's activations are
+//!   megabytes: by then the first image's are out of cache). The depthwise output is written
+//!   as before (the backward pass reads it).
+//! - [`forward_bands`], the split of one image (batch 1): each thread takes a band of rows,
+//!   computes the depthwise output of the band for every channel into a buffer of its own
+//!   (tens of KiB) and the pointwise conv of the band's pixels from there. No thread reads what
+//!   another wrote, and the depthwise output tensor is never written: only where nothing else
+//!   reads it (inference; see [`super::fusion`]).
+//!
+//! Both compute every output with the sums of the two steps, in the same order: the results
+//! are identical.
+
+use super::conv::pointwise_image;
+use super::depthwise;
+use super::gemm::{rm, Epilogue, Mat};
+use super::kernels;
+use super::pool::Pool;
+use super::scratch::{part_range, run_parts, split_parts, Scratch};
+use crate::compute::ops::{Conv2d, ConvKind};
+
+/// The two convs and their weights and biases.
+#[derive(Clone, Copy)]
+pub(crate) struct Pair<'a> {
+    pub dw: &'a Conv2d,
+    pub dw_weight: &'a [f32],
+    pub dw_bias: &'a [f32],
+    pub pw: &'a Conv2d,
+    pub pw_weight: &'a [f32],
+    pub pw_bias: &'a [f32],
+}
+
+/// Whether `pw` reads `dw`'s output as a pair this module runs: the depthwise planes read in
+/// place by the kernel set, a pointwise conv over exactly its output.
+pub(crate) fn fuses(dw: &Conv2d, pw: &Conv2d) -> bool {
+    dw.kind() == ConvKind::Depthwise
+        && pw.kind() == ConvKind::Pointwise
+        && depthwise::reads_in_place(dw)
+        && (pw.n, pw.c_in, pw.h, pw.w) == (dw.n, dw.c_out, dw.out_h(), dw.out_w())
+}
+
+/// Floats of scratch each of `threads` threads needs for [`forward_bands`]: its band's
+/// depthwise output.
+pub(crate) fn bands_scratch_len(dw: &Conv2d, threads: usize) -> usize {
+    let rows = (dw.out_h() as usize).div_ceil(threads.max(1));
+    dw.c_out as usize * rows * dw.out_w() as usize
+}
+
+/// Panics unless the pair's tensors have the lengths of its ops.
+fn check(p: &Pair<'_>, x: &[f32], residual: Option<&[f32]>, out: &[f32]) {
+    assert!(
+        fuses(p.dw, p.pw),
+        "not a separable pair: {:?}, {:?}",
+        p.dw,
+        p.pw
+    );
+    assert!(
+        x.len() == p.dw.input_len()
+            && p.dw_weight.len() == p.dw.weight_len()
+            && p.dw_bias.len() == p.dw.bias_len()
+            && p.pw_weight.len() == p.pw.weight_len()
+            && p.pw_bias.len() == p.pw.bias_len()
+            && out.len() == p.pw.output_len()
+            && residual.is_none_or(|r| r.len() == out.len()),
+        "separable pair: tensor lengths do not match {:?}, {:?}",
+        p.dw,
+        p.pw
+    );
+}
+
+/// Both convs over the batch split over `pool`'s threads, image by image (see the module
+/// docs): `d` gets the depthwise output, `out = relu?(pw(d) + bias) + residual?`.
+pub(crate) fn forward_images(
+    p: &Pair<'_>,
+    x: &[f32],
+    d: &mut [f32],
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    check(p, x, residual, out);
+    assert_eq!(
+        d.len(),
+        p.dw.output_len(),
+        "separable pair: depthwise output"
+    );
+    let n = p.dw.n as usize;
+    let (x_img, d_img, out_img) = (x.len() / n, d.len() / n, out.len() / n);
+    let oh = p.dw.out_h() as usize;
+    let parts = pool.map_or(1, Pool::threads).min(n);
+    let items = split_parts(d, n, d_img, parts).zip(split_parts(out, n, out_img, parts));
+    run_parts(pool, items, |((images, d), (_, out))| {
+        let per_image = d.chunks_exact_mut(d_img).zip(out.chunks_exact_mut(out_img));
+        for (b, (db, ob)) in images.zip(per_image) {
+            let xb = &x[b * x_img..][..x_img];
+            depthwise::forward_rows(
+                p.dw,
+                xb,
+                p.dw_weight,
+                p.dw_bias,
+                db,
+                d_img / p.dw.c_out as usize,
+                0..oh,
+            );
+            let res = residual.map(|r| &r[b * out_img..][..out_img]);
+            pointwise_image(p.pw, db, p.pw_weight, p.pw_bias, res, ob);
+        }
+    });
+}
+
+/// Both convs with each image's rows split over the threads in bands, the depthwise output
+/// of a band kept in the thread's scratch ([`bands_scratch_len`]) and never written to a
+/// tensor (see the module docs). False, having done nothing, where there is no pool or the
+/// kernel set has no fused GEMM (whose C can be columns of the output that other threads
+/// share rows with).
+pub(crate) fn forward_bands(
+    p: &Pair<'_>,
+    x: &[f32],
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) -> bool {
+    let (Some(pool), Some(gemm)) = (scratch.pool(), kernels::active().gemm_fused) else {
+        return false;
+    };
+    check(p, x, residual, out);
+    let n = p.dw.n as usize;
+    let (oh, ow) = (p.dw.out_h() as usize, p.dw.out_w() as usize);
+    let (ci, co) = (p.pw.c_in as usize, p.pw.c_out as usize);
+    let (x_img, out_img, plane) = (x.len() / n, out.len() / n, oh * ow);
+    let parts = pool.threads().min(oh);
+    let per = bands_scratch_len(p.dw, parts);
+    let bands = scratch.take(per, parts, "bands_scratch_len");
+    /// The output's first element, shared by the bands: each writes only its own columns
+    /// (pixels) of every channel.
+    struct SharedOut(*mut f32);
+    // SAFETY: the bands write disjoint elements through it (see below), and `out`'s borrow
+    // outlives `pool.run`, which returns only when every band is done.
+    unsafe impl Sync for SharedOut {}
+    impl SharedOut {
+        // A method, so the closure captures the whole `SharedOut` (which is `Sync`).
+        fn at(&self, i: usize) -> *mut f32 {
+            self.0.wrapping_add(i)
+        }
+    }
+    let shared = SharedOut(out.as_mut_ptr());
+    for b in 0..n {
+        let xb = &x[b * x_img..][..x_img];
+        run_parts(
+            Some(&*pool),
+            bands.chunks_mut(per).take(parts).enumerate(),
+            |(part, buf)| {
+                let rows = part_range(oh, parts, part);
+                let px = rows.len() * ow;
+                let j0 = rows.start * ow;
+                depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
+                let ep = Epilogue {
+                    bias: Some(p.pw_bias),
+                    relu: p.pw.relu,
+                    residual: residual.map(|r| &r[b * out_img + j0..]),
+                };
+                let a = rm(p.pw_weight, ci);
+                let band = Mat {
+                    data: &buf[..ci * px],
+                    rs: px,
+                    cs: 1,
+                };
+                if let Some(r) = ep.residual {
+                    assert!(
+                        r.len() > (co - 1) * plane + px - 1,
+                        "separable pair: residual"
+                    );
+                }
+                // SAFETY: a set this CPU runs (the active table); A is co × ci and B ci × px
+                // inside their slices, the biases hold co values and the residual reaches
+                // element (co − 1)·plane + px − 1 (checked above). C's elements (i, j) for
+                // i < co, j < px, at b·out_img + j0 + i·plane + j, lie inside `out` (the band's
+                // pixels of image b) and only this band writes them; nothing else touches `out`
+                // while its borrow is held here.
+                unsafe {
+                    gemm(
+                        co,
+                        ci,
+                        px,
+                        1.0,
+                        a,
+                        band,
+                        0.0,
+                        shared.at(b * out_img + j0),
+                        plane,
+                        ep,
+                    )
+                };
+            },
+        );
+    }
+    true
+}
