@@ -21,7 +21,7 @@
 use super::gemm::{rm, sgemm, sgemm_ep, sgemm_ep_split_columns, tr, Epilogue};
 use super::kernels::{self, DENSE3X3_MAX_TAPS};
 use super::pool::Pool;
-use super::scratch::{run_parts, split_parts, Scratch};
+use super::scratch::{part_range, run_parts, split_parts, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
 
@@ -94,8 +94,57 @@ fn forward_in_place(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y: &mu
     };
     // SAFETY: a table of a set this CPU runs (`kernels::active`); `reads_in_place` checked
     // the taps fit a panel, the assertion above the operands' sizes (an even-sized input is
-    // exactly `2·oh × 2·ow`).
-    unsafe { kernel(x, c_in, weight, m, ep, y, ow) };
+    // exactly `2·oh × 2·ow`, the output `m` planes of `oh × ow`, all ours).
+    unsafe { kernel(x, c_in, weight, m, ep, y.as_mut_ptr(), (oh, ow), 0..oh) };
+}
+
+/// [`forward_in_place`] of each image with its output rows split over `pool`'s threads in
+/// bands (every channel's rows of the band): each thread builds only its own rows' panels,
+/// where a split by channels has every thread build all of them, and reads the rows of the
+/// input it normalised (see [`super::normalize`]). The sums are [`forward_in_place`]'s.
+fn forward_in_place_split_rows(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+    pool: &Pool,
+) {
+    let kernel = kernels::active()
+        .dense3x3_half
+        .expect("reads_in_place checked the set has the kernel");
+    let (in_img, out_img, _, _) = image_sizes(op);
+    let (c_in, m) = (op.c_in as usize, op.c_out as usize);
+    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+    check_lens(op, input, weight, bias, output.len());
+    let ep = Epilogue {
+        bias: Some(bias),
+        relu: op.relu,
+        residual: None,
+    };
+    /// The output's first element, shared by the bands: each writes only its own rows.
+    struct SharedOut(*mut f32);
+    // SAFETY: the bands write disjoint rows through it (see below), and `output`'s borrow
+    // outlives `pool.run`, which returns only when every band is done.
+    unsafe impl Sync for SharedOut {}
+    impl SharedOut {
+        // A method, so the closure captures the whole `SharedOut` (which is `Sync`).
+        fn at(&self, i: usize) -> *mut f32 {
+            self.0.wrapping_add(i)
+        }
+    }
+    let out = SharedOut(output.as_mut_ptr());
+    let parts = pool.threads().min(oh);
+    for b in 0..op.n as usize {
+        let x = &input[b * in_img..][..in_img];
+        pool.run(parts, &|part| {
+            let rows = part_range(oh, parts, part);
+            // SAFETY: as in `forward_in_place` (`check_lens` checked the sizes: an even-sized
+            // input is exactly `2·oh × 2·ow`); image b's output lies inside `output`, and
+            // these rows of its planes are this band's alone.
+            unsafe { kernel(x, c_in, weight, m, ep, out.at(b * out_img), (oh, ow), rows) };
+        });
+    }
 }
 
 /// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
@@ -310,7 +359,8 @@ pub fn splits_by_channels(op: &Conv2d) -> bool {
 /// batch over them: for a batch smaller than the threads (the batch-1 forward pass of
 /// inference), where the batch split leaves threads idle. A pointwise conv splits its pixels
 /// instead, where the kernel set has a fused GEMM: each thread then packs only its own part of
-/// the input. Each output is computed exactly as by [`conv2d_forward`] (the same sums in the
+/// the input; the stem (a dense 3×3 stride-2 conv read in place) its output rows, likewise.
+/// Each output is computed exactly as by [`conv2d_forward`] (the same sums in the
 /// same order), so the results are identical. Falls back to [`conv2d_forward`] where
 /// [`splits_by_channels`] says no.
 pub fn conv2d_forward_split(
@@ -329,10 +379,16 @@ pub fn conv2d_forward_split(
     let co = op.c_out as usize;
     let per = conv2d_forward_scratch_len(op);
     let pool = scratch.pool();
-    if let (ConvKind::Pointwise, Some(pool)) = (op.kind(), pool.as_deref()) {
-        if forward_pointwise_split_columns(op, input, weight, bias, None, output, pool) {
+    match (op.kind(), pool.as_deref()) {
+        (ConvKind::Pointwise, Some(pool))
+            if forward_pointwise_split_columns(op, input, weight, bias, None, output, pool) =>
+        {
             return;
         }
+        (ConvKind::Dense, Some(pool)) if reads_in_place(op) => {
+            return forward_in_place_split_rows(op, input, weight, bias, output, pool);
+        }
+        _ => {}
     }
     let depthwise = op.kind() == ConvKind::Depthwise;
     // A depthwise part keeps at least two channels: one would make it a dense 1×1-channel conv.

@@ -186,25 +186,29 @@ pub(crate) type Dw3x3WeightGrad =
 /// A table of a set that runs here; `gx.len() = 4·oh·ow` and `g.len() ≥ (oh + 1)·(ow + 1)`.
 pub(crate) type Dw3x3InputGradS2 = unsafe fn(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize);
 
-/// `out = ep(W · im2col(x))` for one image of a dense (one group) 3×3, stride-2, pad-1
-/// convolution whose input is even-sized: `x` is `c_in` planes of `2·oh × 2·ow`, `weight`
-/// `m × c_in·9` (row-major, taps in `(ci, ky, kx)` order), `out` `m` planes of `oh × ow`. B's
-/// panels are built straight from the planes (the even and odd columns split in registers), so
-/// neither `im2col` nor the GEMM's packing copies them; the tiles are the fused GEMM's, so the
-/// sums are those of `im2col` + [`GemmFused`], in the same order.
+/// `out = ep(W · im2col(x))`, output rows `rows` of one image of a dense (one group) 3×3,
+/// stride-2, pad-1 convolution whose input is even-sized: `x` is `c_in` planes of
+/// `2·oh × 2·ow`, `weight` `m × c_in·9` (row-major, taps in `(ci, ky, kx)` order), `out` `m`
+/// planes of `oh × ow`. B's panels are built straight from the planes (the even and odd
+/// columns split in registers), so neither `im2col` nor the GEMM's packing copies them; the
+/// tiles are the fused GEMM's, so the sums are those of `im2col` + [`GemmFused`], in the same
+/// order. `out` is a pointer so that threads can each take a band of rows of every plane.
 ///
 /// # Safety
-/// A table of a set that runs here; `c_in·9 ≤` [`DENSE3X3_MAX_TAPS`], `ow > 0`, `out.len()` a
-/// multiple of `m·ow`, `x.len() ≥ 4·c_in·oh·ow` and `weight.len() ≥ m·c_in·9` (with
-/// `oh = out.len() / (m·ow)`), and `ep.bias`, when given, holds `m` values.
+/// A table of a set that runs here; `c_in·9 ≤` [`DENSE3X3_MAX_TAPS`], `ow > 0`,
+/// `rows.end ≤ oh`, `x.len() ≥ 4·c_in·oh·ow`, `weight.len() ≥ m·c_in·9`, `ep.bias`, when
+/// given, holds `m` values and `ep.residual` is `None`; and the elements
+/// `out[(i·oh + oy)·ow + ox]` (`i < m`, `oy` in `rows`, `ox < ow`) are valid for writes and
+/// accessed by nothing else while this runs.
 pub(crate) type Dense3x3Half = unsafe fn(
     x: &[f32],
     c_in: usize,
     weight: &[f32],
     m: usize,
     ep: Epilogue<'_>,
-    out: &mut [f32],
-    ow: usize,
+    out: *mut f32,
+    oh_ow: (usize, usize),
+    rows: std::ops::Range<usize>,
 );
 
 /// Most taps (`c_in·9`) a [`Dense3x3Half`] panel holds: the GEMM panel's rows.

@@ -141,8 +141,8 @@ fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: us
     }
 }
 
-/// The loops of [`super::Dense3x3Half`] around a set's register tile: for each output row and
-/// 16-column tile, the panel's row `(ci·3 + ky)·3 + kx` gets the input at
+/// The loops of [`super::Dense3x3Half`] around a set's register tile: for each output row in
+/// `oys` and 16-column tile, the panel's row `(ci·3 + ky)·3 + kx` gets the input at
 /// `(2·oy + ky − 1, 2·(j + q) + kx − 1)` (zero outside the plane and past a ragged tile), then
 /// `tile(t, i, j, w, r)` does rows `i .. i + r` of the output over it.
 ///
@@ -162,22 +162,22 @@ pub(super) fn dense3x3_half(
     weight: &[f32],
     m: usize,
     ep: Epilogue<'_>,
-    out: &mut [f32],
-    ow: usize,
+    out: *mut f32,
+    (oh, ow): (usize, usize),
+    oys: std::ops::Range<usize>,
     lanes: usize,
     rows: usize,
     mut split: impl FnMut(*const f32, usize, bool, [*mut f32; 3]),
     mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
 ) {
     let kl = c_in * 9;
-    assert!(kl <= KC && ow > 0 && m > 0 && out.len() % (m * ow) == 0);
+    assert!(kl <= KC && ow > 0 && m > 0 && oys.end <= oh);
     // The tiles index a residual as C, which here is offset by output row: not supported.
     assert!(ep.residual.is_none(), "dense3x3_half: no residual");
-    let oh = out.len() / (m * ow);
     let (ih, iw) = (2 * oh, 2 * ow);
     assert!(x.len() >= c_in * ih * iw && weight.len() >= m * kl);
     let mut panel = [0f32; KC * 16];
-    for oy in 0..oh {
+    for oy in oys {
         for j in (0..ow).step_by(16) {
             let wl = (ow - j).min(16);
             for (t, dst) in panel.chunks_exact_mut(3 * 16).take(3 * c_in).enumerate() {
@@ -215,7 +215,7 @@ pub(super) fn dense3x3_half(
                 beta: 0.0,
                 ep,
                 // Row i of the tile is output plane i, at this output row.
-                c: out.as_mut_ptr().wrapping_add(oy * ow),
+                c: out.wrapping_add(oy * ow),
                 ldc: oh * ow,
             };
             for i in (0..m).step_by(rows) {

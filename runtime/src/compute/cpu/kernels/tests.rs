@@ -326,7 +326,7 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
                     let mut got = vec![f32::NAN; m * oh * ow];
                     // SAFETY: a table from `table`; x is c_in planes of 2·oh × 2·ow, weight
                     // m × c_in·9 (c_in·9 ≤ 45 taps), got m planes of oh × ow, bias m values.
-                    unsafe { dense(&x, c_in, &weight, m, ep, &mut got, ow) };
+                    unsafe { dense(&x, c_in, &weight, m, ep, got.as_mut_ptr(), (oh, ow), 0..oh) };
                     assert_close(
                         kern.set,
                         &format!("dense 3×3 stride 2, {c_in}→{m} at {oh}×{ow}"),

@@ -77,14 +77,16 @@ pub(super) unsafe fn fused(
 
 /// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
 /// taps split by [`half_taps`], the tiles of [`fused`].
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
     x: &[f32],
     c_in: usize,
     weight: &[f32],
     m: usize,
     ep: Epilogue<'_>,
-    out: &mut [f32],
-    ow: usize,
+    out: *mut f32,
+    (oh, ow): (usize, usize),
+    rows: std::ops::Range<usize>,
 ) {
     panel::dense3x3_half(
         x,
@@ -93,7 +95,8 @@ pub(super) unsafe fn dense3x3_half(
         m,
         ep,
         out,
-        ow,
+        (oh, ow),
+        rows,
         4,
         4,
         |row, c, left, dst| {
