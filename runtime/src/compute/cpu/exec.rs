@@ -13,8 +13,8 @@ use super::decode::Candidate;
 use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
-use super::separable;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
+use super::{separable, upsampled};
 use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
 
@@ -49,6 +49,8 @@ pub struct CpuExec {
     /// Per entry: the kernels a run runs, in order: steps, and steps run as one (see
     /// [`super::fusion`]). Made once, after the splits are chosen.
     schedule: Vec<Vec<Kernel>>,
+    /// An upsampled pointwise conv's output at the small size ([`upsampled`]).
+    upsampled_low: Vec<f32>,
 }
 
 /// One kernel of a run: a step, or steps run as one.
@@ -67,6 +69,9 @@ enum Kernel {
         add: Option<ResidualAdd>,
         bands: bool,
     },
+    /// Upsampling `i` and pointwise conv `i + 1`, the conv at the small size
+    /// ([`upsampled`]), with the add after them where given.
+    Upsampled { i: usize, add: Option<ResidualAdd> },
 }
 
 impl Kernel {
@@ -75,7 +80,9 @@ impl Kernel {
         match self {
             Kernel::Step(_) => 1,
             Kernel::ConvAdd(..) => 2,
-            Kernel::Separable { add, .. } => 2 + usize::from(add.is_some()),
+            Kernel::Separable { add, .. } | Kernel::Upsampled { add, .. } => {
+                2 + usize::from(add.is_some())
+            }
         }
     }
 }
@@ -122,8 +129,20 @@ impl CpuExec {
                 }
             }
         }
-        // A batch-1 pair's depthwise band (see `CpuExec::plan`).
+        // A batch-1 pair's depthwise band, an upsampled conv's small output (see
+        // `CpuExec::plan`).
+        let mut low = 0;
         for e in 0..recording.entries.len() {
+            let steps = &recording.entries[e].steps;
+            let upsampled = fusion::upsampled_pairs(recording, e);
+            for (i, _) in upsampled.iter().enumerate().filter(|(_, &u)| u) {
+                if let (Step::UpsampleForward { op: up, .. }, Step::ConvForward { op: pw, .. }) =
+                    (&steps[i], &steps[i + 1])
+                {
+                    low = low.max(upsampled::low_len(up, pw));
+                    scratch.reserve(upsampled::scratch_len(up, pw));
+                }
+            }
             let pairs = fusion::separable_pairs(recording, e);
             for (step, pair) in recording.entries[e].steps.iter().zip(pairs) {
                 if let (Step::ConvForward { op, .. }, Some(_)) = (step, pair) {
@@ -144,6 +163,7 @@ impl CpuExec {
                 .map(|e| vec![false; e.steps.len()])
                 .collect(),
             schedule: Vec::new(),
+            upsampled_low: vec![0.0; low],
         };
         exec.choose_splits();
         exec.schedule = (0..recording.entries.len()).map(|e| exec.plan(e)).collect();
@@ -224,6 +244,7 @@ impl CpuExec {
         let steps = &rec.entries[entry].steps;
         let adds = fusion::residual_adds(rec, entry);
         let pairs = fusion::separable_pairs(rec, entry);
+        let upsampled = fusion::upsampled_pairs(rec, entry);
         let mut plan = Vec::with_capacity(steps.len());
         let mut i = 0;
         while i < steps.len() {
@@ -246,6 +267,10 @@ impl CpuExec {
                         None
                     }
                 }
+                _ if upsampled[i] => Some(Kernel::Upsampled {
+                    i,
+                    add: adds.get(i + 1).copied().flatten(),
+                }),
                 _ => None,
             };
             let kernel = kernel.unwrap_or(match adds[i] {
@@ -268,7 +293,7 @@ impl CpuExec {
             .map(|k| match *k {
                 Kernel::Step(i) => name(i).to_owned(),
                 Kernel::ConvAdd(i, _) => format!("{}+add", name(i)),
-                Kernel::Separable { i, add, .. } => {
+                Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
                     let add = if add.is_some() { "+add" } else { "" };
                     format!("{}+{}{add}", name(i), name(i + 1))
                 }
@@ -307,6 +332,11 @@ impl CpuExec {
                     let steps = &self.recording.entries[entry].steps;
                     let pair = [steps[i].clone(), steps[i + 1].clone()];
                     self.separable(pair, add, bands);
+                }
+                Kernel::Upsampled { i, add } => {
+                    let steps = &self.recording.entries[entry].steps;
+                    let pair = [steps[i].clone(), steps[i + 1].clone()];
+                    self.upsampled(pair, add, self.thread_split[entry][i + 1]);
                 }
             }
             if self.per_step {
@@ -440,6 +470,41 @@ impl CpuExec {
         if !bands {
             self.put(d, d_v);
         }
+        self.put(out_id, out);
+    }
+
+    /// An upsampling and the pointwise conv that reads it run as one, with the residual add
+    /// after them where given (see [`Kernel::Upsampled`]).
+    fn upsampled(&mut self, [up, pw]: [Step; 2], add: Option<ResidualAdd>, split: bool) {
+        let (
+            Step::UpsampleForward { op: up, x, .. },
+            Step::ConvForward {
+                op: pw, w, b, y, ..
+            },
+        ) = (up, pw)
+        else {
+            unreachable!("fusion: an upsampling and a conv");
+        };
+        let out_id = add.map_or(y, |a| a.out);
+        let mut out = self.take(out_id);
+        let mut low = std::mem::take(&mut self.upsampled_low);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let residual = add.map(|a| self.f32s(a.residual));
+        let params = (self.f32s(w), self.f32s(b));
+        let x = self.f32s(x);
+        upsampled::forward(
+            &up,
+            &pw,
+            x,
+            params,
+            residual,
+            &mut out,
+            &mut low,
+            &mut scratch,
+            split,
+        );
+        self.scratch = scratch;
+        self.upsampled_low = low;
         self.put(out_id, out);
     }
 
@@ -718,8 +783,8 @@ mod tests {
         init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
     };
 
-    /// det-s's inference pass runs its depthwise-separable pairs and its five residual adds
-    /// as fused kernels and predicts exactly what the separate steps do: over the batch, and
+    /// det-s's inference pass runs its depthwise-separable pairs, its neck (an upsampling and
+    /// a pointwise conv) and its five residual adds as fused kernels and predicts exactly what the separate steps do: over the batch, and
     /// at batch 1 with each image split over two threads (forced here, where the executor
     /// would choose by timing), the pairs in bands. Training keeps every add (its backward
     /// pass reads the conv outputs).
@@ -759,12 +824,17 @@ mod tests {
             let adds = |k: &Kernel| {
                 matches!(
                     k,
-                    Kernel::ConvAdd(..) | Kernel::Separable { add: Some(_), .. }
+                    Kernel::ConvAdd(..)
+                        | Kernel::Separable { add: Some(_), .. }
+                        | Kernel::Upsampled { add: Some(_), .. }
                 )
             };
             let pairs = |k: &Kernel| matches!(k, Kernel::Separable { .. });
             let bands = |k: &Kernel| matches!(k, Kernel::Separable { bands: true, .. });
             assert_eq!((count(infer, &adds), count(train, &adds)), (5, 0));
+            // The neck's conv at the small size; training reads the upsampled tensor.
+            let up = |k: &Kernel| matches!(k, Kernel::Upsampled { .. });
+            assert_eq!((count(infer, &up), count(train, &up)), (1, 0));
             // Seven blocks and the head: eight pairs, over the batch, or in bands where an
             // image is split; none where one image of two threads is not split.
             let (fewer, pairs_want) = (

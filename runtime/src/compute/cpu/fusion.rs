@@ -10,6 +10,8 @@
 //! - a depthwise conv and the pointwise conv that reads its output ([`super::separable`]),
 //!   wherever the two follow each other; the depthwise output may be kept out of memory at
 //!   batch 1 where it is private in the same sense.
+//! - a nearest upsampling and the pointwise conv that reads it ([`super::upsampled`]): the
+//!   conv at the small size, then the copy; where the upsampled tensor is private.
 
 use crate::compute::ops::ConvKind;
 use crate::compute::recording::{Recording, Role, Step, TensorId};
@@ -92,6 +94,28 @@ pub(crate) fn separable_pairs(rec: &Recording, entry: usize) -> Vec<Option<Separ
     pairs
 }
 
+/// For each step of entry `entry`: whether it is an upsampling whose private output the next
+/// step, a pointwise conv, reads as a pair [`super::upsampled::fuses`].
+pub(crate) fn upsampled_pairs(rec: &Recording, entry: usize) -> Vec<bool> {
+    let steps = &rec.entries[entry].steps;
+    let mut pairs = vec![false; steps.len()];
+    for (i, pair) in steps.windows(2).enumerate() {
+        if let (
+            Step::UpsampleForward { op: up, x, y: u },
+            Step::ConvForward {
+                op: pw, x: px, y, ..
+            },
+        ) = (&pair[0], &pair[1])
+        {
+            pairs[i] = px == u
+                && y != x
+                && super::upsampled::fuses(up, pw)
+                && private(rec, entry, *u, [i, i + 1]);
+        }
+    }
+    pairs
+}
+
 /// Whether activation `t` is touched in entry `entry` by its steps `by` only, and every other
 /// entry that touches it writes it first.
 fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {
@@ -109,11 +133,13 @@ fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {
             .all(|(_, other)| written_first(&other.steps, t))
 }
 
-/// Whether the first step of `steps` that touches `t` (if any) is a conv that overwrites it.
+/// Whether the first step of `steps` that touches `t` (if any) is a conv or an upsampling
+/// that overwrites it.
 fn written_first(steps: &[Step], t: TensorId) -> bool {
     match steps.iter().find(|s| s.touches().contains(&t)) {
         None => true,
         Some(Step::ConvForward { x, w, b, y, .. }) => *y == t && ![*x, *w, *b].contains(&t),
+        Some(Step::UpsampleForward { x, y, .. }) => *y == t && *x != t,
         Some(_) => false,
     }
 }

@@ -25,6 +25,7 @@ pub mod scratch;
 mod separable;
 pub mod targets;
 pub mod upsample;
+mod upsampled;
 
 pub use conv::{
     conv2d_backward, conv2d_backward_scratch_len, conv2d_forward, conv2d_forward_scratch_len,

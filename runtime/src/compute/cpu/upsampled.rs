@@ -1,0 +1,94 @@
+//! A pointwise conv of a nearest-upsampled tensor (det-s's neck), computed before the
+//! upsampling: a 1×1 conv, its bias and ReLU act on each pixel alone, and nearest
+//! upsampling copies pixels, so `relu(W·up(x) + b) = up(relu(W·x + b))` exactly (the same sums
+//! in the same order for every output pixel). The conv then costs a quarter, and the
+//! upsampled tensor is never written; a residual add after the conv is done in the copy.
+//!
+//! Only where nothing else reads the upsampled tensor (inference; see [`super::fusion`]).
+
+use super::conv::{self, conv2d_forward, conv2d_forward_split};
+use super::scratch::Scratch;
+use crate::compute::ops::{Conv2d, ConvKind, Upsample2x};
+
+/// Whether `pw` reads exactly `up`'s output as a pointwise conv.
+pub(crate) fn fuses(up: &Upsample2x, pw: &Conv2d) -> bool {
+    pw.kind() == ConvKind::Pointwise
+        && (pw.n, pw.c_in, pw.h, pw.w) == (up.n, up.c, 2 * up.h, 2 * up.w)
+}
+
+/// The pointwise conv at `up`'s input size.
+fn small(up: &Upsample2x, pw: &Conv2d) -> Conv2d {
+    Conv2d {
+        h: up.h,
+        w: up.w,
+        ..*pw
+    }
+}
+
+/// Floats [`forward`] needs for the conv's output before upsampling.
+pub(crate) fn low_len(up: &Upsample2x, pw: &Conv2d) -> usize {
+    small(up, pw).output_len()
+}
+
+/// Conv scratch floats per thread [`forward`] needs.
+pub(crate) fn scratch_len(up: &Upsample2x, pw: &Conv2d) -> usize {
+    conv::conv2d_forward_scratch_len(&small(up, pw))
+}
+
+/// `out = up(relu?(pw(x) + bias)) + residual?` (see the module docs), the conv split within
+/// each image where `split` (as [`conv2d_forward_split`]), into `low` ([`low_len`] floats)
+/// first.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward(
+    up: &Upsample2x,
+    pw: &Conv2d,
+    x: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    low: &mut [f32],
+    scratch: &mut Scratch,
+    split: bool,
+) {
+    assert!(
+        fuses(up, pw),
+        "not an upsampled pointwise conv: {up:?}, {pw:?}"
+    );
+    assert!(
+        x.len() == up.input_len()
+            && out.len() == pw.output_len()
+            && residual.is_none_or(|r| r.len() == out.len()),
+        "upsampled pointwise conv: tensor lengths do not match {up:?}, {pw:?}"
+    );
+    let op = small(up, pw);
+    let low = &mut low[..op.output_len()];
+    if split {
+        conv2d_forward_split(&op, x, weight, bias, low, scratch);
+    } else {
+        conv2d_forward(&op, x, weight, bias, low, scratch);
+    }
+    let (h, w) = (up.h as usize, up.w as usize);
+    let planes = low.chunks_exact(h * w).zip(out.chunks_exact_mut(4 * h * w));
+    for (p, (src, dst)) in planes.enumerate() {
+        for (oy, row) in dst.chunks_exact_mut(2 * w).enumerate() {
+            let line = &src[(oy / 2) * w..][..w];
+            match residual {
+                Some(r) => {
+                    let skip = &r[(p * 2 * h + oy) * 2 * w..][..2 * w];
+                    for ((pair, s), v) in
+                        row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line)
+                    {
+                        pair[0] = v + s[0];
+                        pair[1] = v + s[1];
+                    }
+                }
+                None => {
+                    for (pair, v) in row.chunks_exact_mut(2).zip(line) {
+                        pair[0] = *v;
+                        pair[1] = *v;
+                    }
+                }
+            }
+        }
+    }
+}
