@@ -21,7 +21,7 @@
 use super::gemm::{rm, sgemm, sgemm_ep, sgemm_ep_split_columns, tr, Epilogue};
 use super::kernels::{self, DENSE3X3_MAX_TAPS};
 use super::pool::Pool;
-use super::scratch::{part_range, run_parts, split_parts, Scratch};
+use super::scratch::{part_range, run_parts, split_parts, DisjointWrites, Scratch};
 use super::{depthwise, reduce};
 use crate::compute::ops::{Conv2d, ConvKind};
 
@@ -122,18 +122,7 @@ fn forward_in_place_split_rows(
         relu: op.relu,
         residual: None,
     };
-    /// The output's first element, shared by the bands: each writes only its own rows.
-    struct SharedOut(*mut f32);
-    // SAFETY: the bands write disjoint rows through it (see below), and `output`'s borrow
-    // outlives `pool.run`, which returns only when every band is done.
-    unsafe impl Sync for SharedOut {}
-    impl SharedOut {
-        // A method, so the closure captures the whole `SharedOut` (which is `Sync`).
-        fn at(&self, i: usize) -> *mut f32 {
-            self.0.wrapping_add(i)
-        }
-    }
-    let out = SharedOut(output.as_mut_ptr());
+    let out = DisjointWrites::new(output);
     let parts = pool.threads().min(oh);
     for b in 0..op.n as usize {
         let x = &input[b * in_img..][..in_img];

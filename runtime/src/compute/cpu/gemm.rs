@@ -9,7 +9,7 @@
 use super::kernels::{self, Kernels};
 pub(crate) use super::kernels::{rm, tr, Epilogue, Mat};
 use super::pool::Pool;
-use super::scratch::part_range;
+use super::scratch::{part_range, DisjointWrites};
 
 /// Index of the last element of an `rows × cols` view (which must not be empty).
 fn last(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
@@ -182,19 +182,7 @@ pub(crate) fn sgemm_ep_split_columns(
         return true;
     }
     check_operands(m, k, n, a, b, c, ldc, ep);
-    /// C's first element, shared by the parts: each writes only its own columns.
-    struct SharedC(*mut f32);
-    // SAFETY: the parts access disjoint elements through it (see below), and `c`'s borrow
-    // outlives `pool.run`, which returns only when every part is done.
-    unsafe impl Sync for SharedC {}
-    impl SharedC {
-        // A method, so the closure captures the whole `SharedC` (which is `Sync`), not its
-        // pointer field.
-        fn at(&self, j: usize) -> *mut f32 {
-            self.0.wrapping_add(j)
-        }
-    }
-    let shared = SharedC(c.as_mut_ptr());
+    let shared = DisjointWrites::new(c);
     let tiles = n.div_ceil(16);
     let parts = pool.threads().min(tiles);
     pool.run(parts, &|part| {

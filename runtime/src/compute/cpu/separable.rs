@@ -20,7 +20,7 @@ use super::depthwise;
 use super::gemm::{rm, Epilogue, Mat};
 use super::kernels;
 use super::pool::Pool;
-use super::scratch::{part_range, run_parts, split_parts, Scratch};
+use super::scratch::{part_range, run_parts, split_parts, DisjointWrites, Scratch};
 use crate::compute::ops::{Conv2d, ConvKind};
 
 /// The two convs and their weights and biases.
@@ -135,19 +135,7 @@ pub(crate) fn forward_bands(
     let parts = pool.threads().min(oh);
     let per = bands_scratch_len(p.dw, parts);
     let bands = scratch.take(per, parts, "bands_scratch_len");
-    /// The output's first element, shared by the bands: each writes only its own columns
-    /// (pixels) of every channel.
-    struct SharedOut(*mut f32);
-    // SAFETY: the bands write disjoint elements through it (see below), and `out`'s borrow
-    // outlives `pool.run`, which returns only when every band is done.
-    unsafe impl Sync for SharedOut {}
-    impl SharedOut {
-        // A method, so the closure captures the whole `SharedOut` (which is `Sync`).
-        fn at(&self, i: usize) -> *mut f32 {
-            self.0.wrapping_add(i)
-        }
-    }
-    let shared = SharedOut(out.as_mut_ptr());
+    let shared = DisjointWrites::new(out);
     for b in 0..n {
         let xb = &x[b * x_img..][..x_img];
         run_parts(
