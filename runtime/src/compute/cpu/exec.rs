@@ -51,6 +51,8 @@ pub struct CpuExec {
     schedule: Vec<Vec<Kernel>>,
     /// An upsampled pointwise conv's output at the small size ([`upsampled`]).
     upsampled_low: Vec<f32>,
+    /// Whether steps may run as one (see [`CpuExec::set_fusion`]).
+    fusion: bool,
 }
 
 /// One kernel of a run: a step, or steps run as one.
@@ -164,10 +166,21 @@ impl CpuExec {
                 .collect(),
             schedule: Vec::new(),
             upsampled_low: vec![0.0; low],
+            fusion: true,
         };
         exec.choose_splits();
         exec.schedule = (0..recording.entries.len()).map(|e| exec.plan(e)).collect();
         Ok(exec)
+    }
+
+    /// With `false`, every step runs on its own and writes every tensor it records, as for a
+    /// comparison that reads intermediate activations (a fused kernel may leave a tensor
+    /// that nothing else reads unwritten). On by default; the outputs are the same either way.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fusion = on;
+        self.schedule = (0..self.recording.entries.len())
+            .map(|e| self.plan(e))
+            .collect();
     }
 
     /// Time every step of a run (for per-kernel figures).
@@ -242,6 +255,9 @@ impl CpuExec {
     fn plan(&self, entry: usize) -> Vec<Kernel> {
         let rec = &self.recording;
         let steps = &rec.entries[entry].steps;
+        if !self.fusion {
+            return (0..steps.len()).map(Kernel::Step).collect();
+        }
         let adds = fusion::residual_adds(rec, entry);
         let pairs = fusion::separable_pairs(rec, entry);
         let upsampled = fusion::upsampled_pairs(rec, entry);
@@ -848,7 +864,8 @@ mod tests {
             assert_eq!(count(infer, &pairs), pairs_want);
             assert_eq!(count(infer, &bands), if fewer { pairs_want } else { 0 });
             if !fused {
-                exec.schedule[infer] = (0..steps.len()).map(Kernel::Step).collect();
+                exec.set_fusion(false);
+                assert_eq!(exec.kernel_names(infer).len(), steps.len());
             }
             for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
                 exec.write_f32(p.value, &v).expect("params");
