@@ -4,8 +4,9 @@
 //! Every tensor and all working memory are allocated in [`CpuExec::new`]; [`CpuExec::run`]
 //! allocates nothing (a step's output tensors are moved out of their slot and back, which
 //! moves pointers, not data). Convolutions split their batch over the engine's thread pool.
-//! A residual add whose conv output nothing else reads runs inside that conv
-//! ([`super::fusion`]).
+//! Some steps run as one kernel (the module `compute::cpu::fusion` says which): a residual
+//! add inside the conv that feeds it, a depthwise conv with the pointwise conv that reads it,
+//! an upsampling with the pointwise conv after it.
 
 use std::time::{Duration, Instant};
 

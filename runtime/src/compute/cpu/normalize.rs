@@ -1,5 +1,5 @@
 //! Record bytes to network input ([`Normalize`]): u8 HWC RGB → f32 NCHW in `[0, 1]`, a row at
-//! a time by the active kernel set ([`super::kernels::RgbRow`]), the batch's images split over
+//! a time by the active kernel set (its `RgbRow`), the batch's images split over
 //! the pool's threads — or, with fewer images than threads (a batch-1 frame), each image's
 //! rows. One thread alone takes 7 µs for a 128-px frame, but in a forward pass at 2 threads it
 //! took 30: the input tensor it writes was read by both cores in the pass before (the stem is
