@@ -8,6 +8,7 @@
 
 use super::conv::{self, conv2d_forward, conv2d_forward_split};
 use super::scratch::Scratch;
+use super::upsample::upsample2x_forward;
 use crate::compute::ops::{Conv2d, ConvKind, Upsample2x};
 
 /// Whether `pw` reads exactly `up`'s output as a pointwise conv.
@@ -67,27 +68,20 @@ pub(crate) fn forward(
     } else {
         conv2d_forward(&op, x, weight, bias, low, scratch);
     }
+    let Some(residual) = residual else {
+        // The conv's output channels, upsampled as `up` would have its input's.
+        let up_out = Upsample2x { c: pw.c_out, ..*up };
+        return upsample2x_forward(&up_out, low, out);
+    };
     let (h, w) = (up.h as usize, up.w as usize);
     let planes = low.chunks_exact(h * w).zip(out.chunks_exact_mut(4 * h * w));
     for (p, (src, dst)) in planes.enumerate() {
         for (oy, row) in dst.chunks_exact_mut(2 * w).enumerate() {
             let line = &src[(oy / 2) * w..][..w];
-            match residual {
-                Some(r) => {
-                    let skip = &r[(p * 2 * h + oy) * 2 * w..][..2 * w];
-                    for ((pair, s), v) in
-                        row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line)
-                    {
-                        pair[0] = v + s[0];
-                        pair[1] = v + s[1];
-                    }
-                }
-                None => {
-                    for (pair, v) in row.chunks_exact_mut(2).zip(line) {
-                        pair[0] = *v;
-                        pair[1] = *v;
-                    }
-                }
+            let skip = &residual[(p * 2 * h + oy) * 2 * w..][..2 * w];
+            for ((pair, s), v) in row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line) {
+                pair[0] = v + s[0];
+                pair[1] = v + s[1];
             }
         }
     }
