@@ -248,6 +248,17 @@ pub fn decode_image(path: &Path) -> Result<RgbImage> {
 
 /// [`decode_image`] of bytes already read (`path` names the image in errors).
 pub fn decode_image_bytes(bytes: &[u8], path: &Path) -> Result<RgbImage> {
+    decode_image_bytes_within(bytes, path, MAX_DECODE_MEGAPIXELS)
+}
+
+/// [`decode_image_bytes`] under a size limit of `max_megapixels` instead of
+/// [`MAX_DECODE_MEGAPIXELS`] (the fuzz target's, so that an input declaring a large image costs
+/// milliseconds, not seconds, of the campaign).
+pub(crate) fn decode_image_bytes_within(
+    bytes: &[u8],
+    path: &Path,
+    max_megapixels: u64,
+) -> Result<RgbImage> {
     let bad = |what: String| Error::UnreadableImage {
         path: path.to_owned(),
         what,
@@ -268,10 +279,10 @@ pub fn decode_image_bytes(bytes: &[u8], path: &Path) -> Result<RgbImage> {
     // The declared size, checked before any pixel is decoded: a header can claim gigapixels.
     let (w, h) = decoder.dimensions();
     let megapixels = u64::from(w) * u64::from(h) / 1_000_000;
-    if megapixels > MAX_DECODE_MEGAPIXELS {
+    if megapixels > max_megapixels {
         return Err(bad(format!(
             "{w}×{h} px ({megapixels} megapixels) is over the decoding limit of \
-             {MAX_DECODE_MEGAPIXELS} megapixels; downscale it"
+             {max_megapixels} megapixels; downscale it"
         )));
     }
     let orientation = decoder.orientation().ok();
@@ -741,6 +752,25 @@ mod tests {
         std::fs::write(&gif, b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").unwrap();
         let err = decode_image(&gif).unwrap_err().to_string();
         assert!(err.contains("anim.gif") && err.contains("PNG"), "{err}");
+    }
+
+    /// The size check runs on the declared size, at the limit it is given.
+    #[test]
+    fn the_size_limit_is_checked_before_decoding() {
+        let mut png = Vec::new();
+        RgbImage::new(2000, 1600) // 3.2 megapixels
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        let path = Path::new("big.png");
+        match decode_image_bytes_within(&png, path, 2) {
+            Err(Error::UnreadableImage { what, .. }) => {
+                assert!(what.contains("2000×1600 px (3 megapixels)"), "{what}");
+                assert!(what.contains("limit of 2 megapixels"), "{what}");
+            }
+            other => panic!("expected the size limit, got {other:?}"),
+        }
+        let img = decode_image_bytes_within(&png, path, 3).unwrap();
+        assert_eq!(img.dimensions(), (2000, 1600));
     }
 
     /// Files no encoder in the tree writes (made with Pillow; see testdata/images/README.md).
