@@ -1,5 +1,6 @@
 //! Evaluation: a checkpoint's detections on every record of a packed dataset, scored as
-//! mAP@0.5 per class, with the mean loss.
+//! COCO scores them (mAP@0.5 and mAP@[0.5:0.95], per class and per object size; see
+//! [`super::map`]), with the mean loss.
 //!
 //! Records are read straight from the shards (in order, every one, checksums verified: no
 //! augmentation, no shuffling and no dropped remainder, unlike training's loader); the last
@@ -77,6 +78,23 @@ fn truth_boxes<'a>(
     record: &'a [u8],
 ) -> impl Iterator<Item = Scored> + 'a {
     (0..layout.box_count(record) as usize).map(|b| Scored::from(layout.read_box(record, b)))
+}
+
+/// `d` clipped to the letterboxed photo (the padding excluded), as `infer` clips its boxes to
+/// the source image: eval then scores what a user of `infer` gets (pycocotools scoring
+/// `infer --coco` agrees with it; see tools/scripts/coco-score.py).
+fn within_content(d: Scored, meta: &crate::format::RecordMeta) -> Scored {
+    let (x_end, y_end) = (
+        meta.pad_x + meta.source_width as f32 * meta.scale,
+        meta.pad_y + meta.source_height as f32 * meta.scale,
+    );
+    Scored {
+        x0: d.x0.clamp(meta.pad_x, x_end),
+        y0: d.y0.clamp(meta.pad_y, y_end),
+        x1: d.x1.clamp(meta.pad_x, x_end),
+        y1: d.y1.clamp(meta.pad_y, y_end),
+        ..d
+    }
 }
 
 /// Checks that `checkpoint` can run on `dataset`'s records (same classes, same image size).
@@ -169,11 +187,15 @@ pub fn evaluate(
             full_batches += 1;
         }
         for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
+            let meta = layout.read_meta(record);
             found.clear();
-            found.extend(detections_from_bytes(&graph.decode, i, &dets, &counts).map(Scored::from));
+            found.extend(
+                detections_from_bytes(&graph.decode, i, &dets, &counts)
+                    .map(|d| within_content(Scored::from(d), &meta)),
+            );
             truth.clear();
             truth.extend(truth_boxes(layout, record));
-            acc.add_image(&found, &truth);
+            acc.add_image(&found, &truth, meta.scale);
         }
         first += n as u64;
         progress(first, total);
@@ -216,7 +238,7 @@ pub fn full_image_baseline(dataset: &Dataset, iou: f32) -> Result<MapReport> {
             })
             .collect();
         let truth: Vec<Scored> = truth_boxes(layout, &record).collect();
-        acc.add_image(&guesses, &truth);
+        acc.add_image(&guesses, &truth, meta.scale);
     }
     Ok(acc.finish())
 }

@@ -1,11 +1,11 @@
 //! Inference and evaluation: detections from the engines, mapped back to image pixels, and
-//! mAP@0.5.
+//! COCO's mAP.
 
 pub mod evaluate;
 pub mod map;
 pub mod predict;
 
-pub use map::{MapAccumulator, MapReport, Scored};
+pub use map::{MapAccumulator, MapReport, ObjectSize, Scored, SizeReport};
 
 /// What can go wrong predicting or evaluating.
 #[derive(Debug, thiserror::Error)]

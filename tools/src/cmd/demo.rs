@@ -198,8 +198,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(
         md,
-        "- mAP@0.5 on {} held-out images: **{:.3}**",
-        eval.images, eval.map.map
+        "- mAP@0.5 on {} held-out images: **{:.3}** (mAP@[.5:.95] {:.3})",
+        eval.images, eval.map.map, eval.map.map_50_95
     );
     for (i, name) in eval.classes.iter().enumerate() {
         let _ = writeln!(

@@ -8,11 +8,13 @@ use fulcrum::model::Checkpoint;
 
 use super::engine::EngineArgs;
 
-/// Score a checkpoint on a packed dataset: mAP@0.5 per class and the mean loss.
+/// Score a checkpoint on a packed dataset as COCO does: mAP@0.5 and mAP@[0.5:0.95], per class
+/// and per object size, and the mean loss.
 ///
 /// Every record is evaluated, in order, with its checksum verified; no augmentation. Use data
 /// the model did not train on (`fulcrum pack SRC --holdout 0.2 --holdout-out VAL` makes such a
-/// split).
+/// split). Object sizes are COCO's, by area on the source photo: small < 32² px, medium up to
+/// 96² px, large above.
 #[derive(clap::Args)]
 pub struct Args {
     /// Checkpoint (`fulcrum train` writes OUT/last.safetensors).
@@ -24,7 +26,8 @@ pub struct Args {
     /// Images per batch.
     #[arg(long, default_value_t = 16)]
     batch: u32,
-    /// IoU a detection needs to count as a match.
+    /// IoU a detection needs to count as a match for the mAP and AP columns (AP@[0.5:0.95]
+    /// always averages 0.50, 0.55, …, 0.95).
     #[arg(long, default_value_t = 0.5)]
     iou: f32,
     /// Also score the trivial baseline (one whole-image box per class and image) the same way.
@@ -60,10 +63,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let baseline = if a.baseline {
         let b = full_image_baseline(&dataset, a.iou)?;
         println!(
-            "baseline (one whole-image box per class and image): mAP@{} {:.3}",
-            a.iou, b.map
+            "baseline (one whole-image box per class and image): mAP@{} {:.3}, \
+             mAP@[.5:.95] {:.3}",
+            a.iou, b.map, b.map_50_95
         );
-        Some(b.map)
+        Some(b)
     } else {
         None
     };
@@ -75,30 +79,54 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "engine": report.engine,
             "iou": a.iou,
             "map": report.map.map,
+            "map_50_95": report.map.map_50_95,
             "classes": report.classes,
             "ap": report.map.per_class,
+            "ap_50_95": report.map.per_class_50_95,
             "truth": report.map.truth,
             "detections": report.map.detections,
+            "sizes": report.map.per_size,
             "loss": report.loss,
             "seconds": report.wall.as_secs_f64(),
-            "baseline_map": baseline,
+            "baseline_map": baseline.as_ref().map(|b| b.map),
+            "baseline_map_50_95": baseline.as_ref().map(|b| b.map_50_95),
         });
         crate::output_file::write_json(path, &json)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The per-class table and the summary line.
+/// The per-class and per-size tables and the summary line.
 pub fn table(r: &EvalReport, iou: f32) -> String {
+    let ap = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let at = format!("AP@{iou}");
     let mut out = format!(
-        "{:<20} {:>7} {:>8} {:>8}\n",
-        "class", "boxes", "found", "AP"
+        "{:<20} {:>7} {:>8} {:>8} {:>11}\n",
+        "class", "boxes", "found", at, "AP@[.5:.95]"
     );
+    let m = &r.map;
     for (i, name) in r.classes.iter().enumerate() {
-        let ap = r.map.per_class[i].map_or("-".to_owned(), |v| format!("{:.3}", v));
         out += &format!(
-            "{:<20} {:>7} {:>8} {:>8}\n",
-            name, r.map.truth[i], r.map.detections[i], ap
+            "{:<20} {:>7} {:>8} {:>8} {:>11}\n",
+            name,
+            m.truth[i],
+            m.detections[i],
+            ap(m.per_class[i]),
+            ap(m.per_class_50_95[i])
+        );
+    }
+    out += &format!(
+        "{:<20} {:>7} {:>8} {:>8} {:>11}\n",
+        "size (source px)", "boxes", "", at, "AP@[.5:.95]"
+    );
+    for s in &m.per_size {
+        out += &format!(
+            "{:<20} {:>7} {:>8} {:>8} {:>11}\n",
+            format!("{} {}", s.size.name(), s.size.describe()),
+            s.truth,
+            "",
+            ap(s.map),
+            ap(s.map_50_95)
         );
     }
     let loss = match r.loss {
@@ -112,8 +140,10 @@ pub fn table(r: &EvalReport, iou: f32) -> String {
         ),
     };
     out += &format!(
-        "mAP@{iou} {:.3} over {} images; {loss}; {} in {:.1} s ({:.0} images/s)\n",
-        r.map.map,
+        "mAP@{iou} {:.3}, mAP@[.5:.95] {:.3} over {} images; {loss}; {} in {:.1} s \
+         ({:.0} images/s)\n",
+        m.map,
+        m.map_50_95,
         r.images,
         r.engine,
         r.wall.as_secs_f64(),
