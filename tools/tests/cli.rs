@@ -920,3 +920,126 @@ fn hostile_inputs_give_short_errors_that_name_the_file() {
     assert_mentions(&eval(&["--batch", "5"]), &["; loss "]);
     assert!(tiny.is_dir());
 }
+
+/// `eval` scores as COCO does (AP@0.5 and AP@[.5:.95], per class and size, in text and JSON);
+/// `infer --coco` writes COCO's results format with ids from file names, positions or a COCO
+/// annotations file, and refuses an annotations file that lacks an image or class.
+#[test]
+fn eval_scores_as_coco_and_infer_writes_coco_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let raccoon = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/raccoon");
+    let images: Vec<String> = (1..=4)
+        .map(|i| {
+            let p = raccoon.join(format!("images/raccoon-{i}.jpg"));
+            p.to_string_lossy().into_owned()
+        })
+        .collect();
+    let raccoon = raccoon.to_string_lossy();
+    fulcrum(cwd, &["pack", &raccoon, "--out", "data"]).expect(0);
+    let train = [
+        "train",
+        "--engine",
+        "cpu",
+        "--data",
+        "data",
+        "--out",
+        "run",
+        "--max-steps",
+        "3",
+        "--batch",
+        "8",
+    ];
+    fulcrum(cwd, &train).expect(0);
+    let weights = "run/last.safetensors";
+
+    let eval = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            weights,
+            "--data",
+            "data",
+            "--json",
+            "e.json",
+        ],
+    );
+    eval.expect(0);
+    assert_mentions(
+        &eval.stdout,
+        &[
+            "AP@0.5",
+            "AP@[.5:.95]",
+            "small < 32² px",
+            "large > 96² px",
+            "mAP@[.5:.95] ",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cwd.join("e.json")).unwrap()).unwrap();
+    let (map, map_50_95) = (
+        json["map"].as_f64().unwrap(),
+        json["map_50_95"].as_f64().unwrap(),
+    );
+    assert!((0.0..=1.0).contains(&map) && map_50_95 <= map, "{json}");
+    let sizes = json["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 3, "{json}");
+    assert_eq!(sizes[2]["size"], "large");
+    let boxes: u64 = sizes.iter().map(|s| s["truth"].as_u64().unwrap()).sum();
+    assert_eq!(boxes, json["truth"][0].as_u64().unwrap(), "{json}");
+
+    let infer = |extra: &[&str]| {
+        let mut args = vec!["infer", "--engine", "cpu", "--weights", weights];
+        args.extend(images.iter().map(String::as_str));
+        args.extend_from_slice(extra);
+        fulcrum(cwd, &args)
+    };
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(cwd.join(name)).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    infer(&["--coco", "dets.json"]).expect(0);
+    let dets = read("dets.json");
+    assert!(!dets.is_empty());
+    for d in &dets {
+        // Positions from 1 (the names are not numbers), class indices, boxes as x, y, w, h.
+        assert!((1..=4).contains(&d["image_id"].as_u64().unwrap()), "{d}");
+        assert_eq!(d["category_id"], 0, "{d}");
+        let b: Vec<f64> = (d["bbox"].as_array().unwrap().iter())
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!(b.len() == 4 && b.iter().all(|&v| v >= 0.0), "{d}");
+        // The scoring threshold of --coco (0.01), not the display one (0.3).
+        assert!(d["score"].as_f64().unwrap() >= 0.01, "{d}");
+    }
+    assert!(dets.iter().any(|d| d["score"].as_f64().unwrap() < 0.3));
+
+    let annotations = serde_json::json!({
+        "images": (1..=4).map(|i| serde_json::json!({
+            "id": 100 + i, "file_name": format!("raccoon-{i}.jpg")})).collect::<Vec<_>>(),
+        "annotations": [],
+        "categories": [{"id": 7, "name": "raccoon"}],
+    });
+    std::fs::write(cwd.join("instances.json"), annotations.to_string()).unwrap();
+    infer(&["--coco", "ids.json", "--coco-ids", "instances.json"]).expect(0);
+    for d in read("ids.json") {
+        assert!(
+            (101..=104).contains(&d["image_id"].as_u64().unwrap()),
+            "{d}"
+        );
+        assert_eq!(d["category_id"], 7, "{d}");
+    }
+    let mut lacking = annotations.clone();
+    lacking["categories"][0]["name"] = "cat".into();
+    std::fs::write(cwd.join("cats.json"), lacking.to_string()).unwrap();
+    let run = infer(&["--coco", "x.json", "--coco-ids", "cats.json"]);
+    run.expect(2);
+    assert_mentions(
+        &run.stderr,
+        &["class \"raccoon\" is not a category of cats.json"],
+    );
+    assert!(!cwd.join("x.json").exists());
+}

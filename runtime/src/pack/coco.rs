@@ -247,6 +247,54 @@ fn annotation_box(a: &CocoAnnotation, class_of: &BTreeMap<&Id, u32>) -> Result<S
     })
 }
 
+/// The ids of a COCO annotations file, for detections written in COCO's results format that
+/// refer to it: image ids by file name (its last path component) and category ids by name.
+#[derive(Debug, Clone, Default)]
+pub struct CocoIds {
+    pub images: BTreeMap<String, serde_json::Value>,
+    pub categories: BTreeMap<String, serde_json::Value>,
+}
+
+/// Reads the image and category ids of the COCO JSON file `json`.
+pub fn read_ids(json: &Path) -> Result<CocoIds> {
+    let bytes = std::fs::read(json).map_err(|e| Error::io(json, e))?;
+    let bad = |what: String| Error::BadCoco {
+        path: json.to_owned(),
+        what,
+    };
+    let file: CocoFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    let id = |id: &Id| match id {
+        Id::Int(i) => serde_json::Value::from(*i),
+        Id::Str(s) => serde_json::Value::from(s.as_str()),
+    };
+    let mut ids = CocoIds::default();
+    for image in &file.images {
+        let name = Path::new(&image.file_name)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if ids.images.insert(name.clone(), id(&image.id)).is_some() {
+            return Err(bad(format!(
+                "two images are named {}: detections could not say which one they are of",
+                crate::text::quoted(&name)
+            )));
+        }
+    }
+    for category in &file.categories {
+        if ids
+            .categories
+            .insert(category.name.clone(), id(&category.id))
+            .is_some()
+        {
+            return Err(bad(format!(
+                "two categories are named {}",
+                crate::text::quoted(&category.name)
+            )));
+        }
+    }
+    Ok(ids)
+}
+
 /// Whether `path` looks like a COCO JSON file: a `.json` file whose first MiB is an object with
 /// `"images"` and `"file_name"`. A cheap sniff for choosing an importer, not a validation.
 pub fn looks_like_coco(path: &Path) -> bool {

@@ -8,6 +8,7 @@ use fulcrum::model::Checkpoint;
 use fulcrum::pack::source::is_image_path;
 use image::Rgb;
 
+use super::coco_results::CocoResults;
 use super::engine::EngineArgs;
 
 /// Detect objects in images: one JSON line per image on stdout.
@@ -15,7 +16,9 @@ use super::engine::EngineArgs;
 /// Each line is `{"image": PATH, "width": W, "height": H, "detections": [{"class": NAME,
 /// "class_id": K, "score": S, "box": [x0, y0, x1, y1]}, …], "ms": T}` with boxes in the
 /// source image's pixels (the letterbox undone), best first. Inputs are image files (JPEG,
-/// PNG) or folders of them. `--draw DIR` also writes each image with its boxes as a PNG.
+/// PNG) or folders of them. `--draw DIR` also writes each image with its boxes as a PNG;
+/// `--coco FILE` writes every detection in COCO's results format, for pycocotools' COCOeval
+/// and other standard scorers.
 #[derive(clap::Args)]
 pub struct Args {
     /// Checkpoint (`fulcrum train` writes OUT/last.safetensors).
@@ -24,15 +27,26 @@ pub struct Args {
     /// Image files or folders of images.
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
-    /// Lowest score reported.
-    #[arg(long, default_value_t = 0.3)]
-    threshold: f32,
+    /// Lowest score reported [default: 0.3; 0.01 with --coco, as mAP integrates over every
+    /// threshold].
+    #[arg(long)]
+    threshold: Option<f32>,
     /// Most detections per image.
     #[arg(long, default_value_t = 100)]
     top_k: u32,
     /// Write each image with its detections outlined into this folder (PNG).
     #[arg(long, value_name = "DIR")]
     draw: Option<PathBuf>,
+    /// Also write every detection into FILE in COCO's results format (`[{"image_id",
+    /// "category_id", "bbox": [x, y, w, h], "score"}, …]`, source pixels).
+    #[arg(long, value_name = "FILE")]
+    coco: Option<PathBuf>,
+    /// COCO annotations file the images are listed in: `--coco` takes image ids from it (by
+    /// file name) and category ids (by class name). Without it, image ids are the numbers in
+    /// the file names when all have one (COCO's 000000000009.jpg → 9), else positions in the
+    /// input list from 1; category ids are class indices from 0.
+    #[arg(long, value_name = "ANNOTATIONS", requires = "coco")]
+    coco_ids: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -90,15 +104,29 @@ pub fn image_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--coco", a.coco.as_deref())?;
     let checkpoint = Checkpoint::load(&a.weights)?;
     let files = image_files(&a.inputs)?;
-    let mut predictor = Predictor::new(&checkpoint, &a.engine.options(None), a.threshold, a.top_k)?;
+    let threshold = a
+        .threshold
+        .unwrap_or(if a.coco.is_some() { 0.01 } else { 0.3 });
+    let mut predictor = Predictor::new(&checkpoint, &a.engine.options(None), threshold, a.top_k)?;
+    let mut coco = match &a.coco {
+        Some(_) => {
+            let ids = match &a.coco_ids {
+                Some(path) => Some((path.as_path(), fulcrum::pack::coco::read_ids(path)?)),
+                None => None,
+            };
+            Some(CocoResults::new(&files, &predictor.classes, ids)?)
+        }
+        None => None,
+    };
     if let Some(dir) = &a.draw {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     }
     log::info!("{} images on {}", files.len(), predictor.engine());
     let (mut device, mut failed) = (Duration::ZERO, 0);
-    for path in &files {
+    for (index, path) in files.iter().enumerate() {
         let (mut image, p) = match predictor.predict_file(path) {
             Ok(r) => r,
             Err(e) => {
@@ -118,12 +146,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             p.prepare + p.device,
         );
         println!("{line}");
+        if let Some(coco) = &mut coco {
+            let boxes = p.detections.iter();
+            coco.add(
+                index,
+                boxes.map(|d| (d.class, d.score, [d.x0, d.y0, d.x1, d.y1])),
+            );
+        }
         if let Some(dir) = &a.draw {
             draw(&mut image, &p.detections);
             let name = path.file_stem().unwrap_or_default().to_string_lossy();
             let out = dir.join(format!("{name}.png"));
             save_png(&image, &out)?;
         }
+    }
+    if let (Some(coco), Some(path)) = (&coco, &a.coco) {
+        coco.write(path)?;
+        log::info!("{} detections in COCO's results format", coco.detections());
     }
     log::info!(
         "{} images, {:.2} ms per image on the engine{}",

@@ -4,6 +4,7 @@ pub mod balance;
 pub mod bench;
 pub mod board;
 pub mod client;
+pub mod coco_results;
 pub mod demo;
 pub mod devices;
 pub mod engine;
