@@ -1043,3 +1043,26 @@ fn eval_scores_as_coco_and_infer_writes_coco_results() {
     );
     assert!(!cwd.join("x.json").exists());
 }
+
+/// Boxes over `--max-boxes` are a loud warning naming the value that keeps them; the default
+/// keeps every box of coco128's crowd photos (up to 42 in one image).
+#[test]
+fn pack_says_loudly_when_it_leaves_boxes_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let coco128 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128");
+    let coco128 = coco128.to_string_lossy();
+    let run = fulcrum(cwd, &["pack", &coco128, "--out", "a", "--max-boxes", "32"]);
+    run.expect(0);
+    assert_mentions(
+        &run.stderr,
+        &[
+            "22 labelled boxes in 3 images are NOT in the pack",
+            "--max-boxes 42 (the most",
+        ],
+    );
+    let run = fulcrum(cwd, &["pack", &coco128, "--out", "b"]);
+    run.expect(0);
+    assert_mentions(&run.stdout, &["0 over --max-boxes 100"]);
+    assert!(!run.stderr.contains("NOT in the pack"), "{}", run.stderr);
+}

@@ -11,4 +11,4 @@ pub mod yolo;
 pub use error::{Error, Result};
 mod packer;
 
-pub use packer::{detect, pack, Holdout, PackOptions, PackReport, Source};
+pub use packer::{detect, pack, Holdout, PackOptions, PackReport, Source, DEFAULT_MAX_BOXES};

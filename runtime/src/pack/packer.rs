@@ -42,6 +42,10 @@ pub enum Source {
     },
 }
 
+/// `--max-boxes` unless told otherwise: COCO's cap on detections per image, enough for the
+/// 30–90 boxes of crowd photos (a box is 20 bytes of a record).
+pub const DEFAULT_MAX_BOXES: u32 = 100;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackOptions {
     pub source: Source,
@@ -94,7 +98,7 @@ impl PackOptions {
             source,
             out: out.into(),
             size: 128,
-            max_boxes: 32,
+            max_boxes: DEFAULT_MAX_BOXES,
             records_per_shard: 1024,
             threads: 0,
             force: false,
@@ -448,6 +452,8 @@ fn write_dataset(
         source: source_name.to_owned(),
         ..PackSummary::default()
     };
+    // Images that had more boxes than --max-boxes, and the most boxes one image had.
+    let (mut crowded, mut most_boxes) = (0u64, 0usize);
     let mut kept: Vec<(u64, u32)> = Vec::with_capacity(outcomes.len()); // (old index, crc)
     let mut sources = String::new();
     for (i, outcome) in outcomes.iter().enumerate() {
@@ -459,6 +465,8 @@ fn write_dataset(
                 summary.boxes_clipped += p.stats.clipped as u64;
                 summary.boxes_dropped += p.stats.dropped as u64;
                 summary.boxes_over_max += p.stats.over_max as u64;
+                crowded += (p.stats.over_max > 0) as u64;
+                most_boxes = most_boxes.max(p.stats.kept + p.stats.over_max);
                 kept.push((i as u64, p.crc));
                 match &options.source {
                     Source::Synthetic { seed, .. } => {
@@ -472,6 +480,17 @@ fn write_dataset(
                 warnings.push(why.clone());
             }
         }
+    }
+    if summary.boxes_over_max > 0 {
+        // Loud: a detector never learns the objects it is not shown, and crowds are what
+        // a robot's camera sees.
+        warnings.push(format!(
+            "{} labelled boxes in {crowded} images are NOT in the pack: they were over \
+             --max-boxes {} (the smallest boxes of each image were left out); the detector \
+             will not learn them. Pack again with --max-boxes {most_boxes} (the most boxes in \
+             one image) to keep them all",
+            summary.boxes_over_max, layout.max_boxes
+        ));
     }
     if kept.is_empty() {
         // Say which images, and why: a folder whose only image is unreadable must not end in
