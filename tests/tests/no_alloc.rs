@@ -123,7 +123,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     let entry = graph.entry(ENTRY_TRAIN);
     let mut loss = [0f32; LOSS_LEN];
     let mut step = |exec: &mut Exec, k: usize| {
-        let hyper: [f32; HYPER_LEN] = [1e-3, k as f32, 0.1, 0.001];
+        let hyper: [f32; HYPER_LEN] = [1e-3, k as f32, 0.1, 0.001, 0.5];
         exec.write_bytes(graph.records, records).unwrap();
         exec.write_f32(graph.hyper, &hyper).unwrap();
         exec.run(entry).unwrap();

@@ -88,7 +88,18 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     assert_eq!([before, after].concat(), whole, "losses step by step");
     let a = Checkpoint::load(&tmp.path().join("whole").join(trainer::CHECKPOINT_FILE)).unwrap();
     let b = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
-    assert_eq!(a.tensors, b.tensors, "weights and optimizer state");
+    assert_eq!(
+        a.tensors, b.tensors,
+        "weights, optimizer state and weight average"
+    );
+    // The weight average is saved beside the last step's weights, trails them, and is what
+    // evaluation and export read.
+    let (last, average) = (
+        a.get("stem.weight").unwrap(),
+        a.get("ema.stem.weight").unwrap(),
+    );
+    assert_ne!(last, average);
+    assert_eq!(a.weight("stem.weight"), Some(average));
 
     // A second fresh run into the same folder is refused (it would overwrite the checkpoint).
     let stop = AtomicBool::new(false);

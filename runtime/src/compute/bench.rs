@@ -326,7 +326,7 @@ fn setup(
         exec.write_f32(p.value, &v)?;
     }
     exec.write_bytes(graph.records, &records(layout, batch, classes, 7))?;
-    let hyper: [f32; HYPER_LEN] = [1e-3, 1.0, 0.1, 0.001];
+    let hyper: [f32; HYPER_LEN] = [1e-3, 1.0, 0.1, 0.001, 0.5];
     exec.write_f32(graph.hyper, &hyper)
 }
 

@@ -74,10 +74,14 @@ impl Tensor {
 /// L1 terms weighted and everything already divided by `max(1, centres)` but `centres`.
 pub const LOSS_LEN: usize = 5;
 
-/// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2]`, where `step`
-/// counts from 1 (exact in `f32` up to 2²⁴) and `c1, c2` are the bias corrections
-/// [`AdamW::bias_corrections`] of that step, computed by the host.
-pub const HYPER_LEN: usize = 4;
+/// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2, ema_decay]`, where
+/// `step` counts from 1 (exact in `f32` up to 2²⁴), `c1, c2` are the bias corrections
+/// [`AdamW::bias_corrections`] of that step and `ema_decay` the weight average's
+/// ([`super::ops::ema_decay`]), all computed by the host.
+pub const HYPER_LEN: usize = 5;
+
+/// Where [`Step::Ema`] reads its decay in the `hyper` tensor.
+pub const HYPER_EMA_DECAY: usize = 4;
 
 /// Bytes of one detection ([`super::ops::Detection`]): six 4-byte words.
 pub const DETECTION_BYTES: usize = 24;
@@ -167,6 +171,13 @@ pub enum Step {
         v: TensorId,
         hyper: TensorId,
     },
+    /// The weight average `ema` of `param`, with the decay from `hyper[HYPER_EMA_DECAY]`.
+    Ema {
+        op: super::ops::Ema,
+        param: TensorId,
+        ema: TensorId,
+        hyper: TensorId,
+    },
     /// SGD with momentum, `lr` from `hyper[0]`; the op's own `lr` is not used.
     Sgd {
         op: SgdMomentum,
@@ -208,6 +219,7 @@ impl Step {
             Step::LossForward { .. } => "loss",
             Step::LossBackward { .. } => "loss-backward",
             Step::AdamW { .. } => "adamw",
+            Step::Ema { .. } => "ema",
             Step::Sgd { .. } => "sgd",
             Step::Decode { .. } => "decode",
         }
@@ -222,6 +234,7 @@ impl Step {
             Step::UpsampleBackward { op, .. } => op.output_len() as u64,
             Step::AdamW { op, .. } => 12 * op.len as u64,
             Step::Sgd { op, .. } => 4 * op.len as u64,
+            Step::Ema { op, .. } => 3 * op.len as u64,
             _ => 0,
         }
     }
@@ -361,6 +374,20 @@ impl Step {
                     (v, n, F32, true),
                 ]
             }
+            Step::Ema {
+                op,
+                param,
+                ema,
+                hyper,
+            } => {
+                op.validate()?;
+                let n = op.len as usize;
+                vec![
+                    (param, n, F32, false),
+                    (hyper, HYPER_LEN, F32, false),
+                    (ema, n, F32, true),
+                ]
+            }
             Step::Sgd {
                 op,
                 param,
@@ -497,7 +524,10 @@ impl Recording {
                             t.elem
                         ));
                     }
-                    let optimizer = matches!(step, Step::AdamW { .. } | Step::Sgd { .. });
+                    let optimizer = matches!(
+                        step,
+                        Step::AdamW { .. } | Step::Sgd { .. } | Step::Ema { .. }
+                    );
                     if writes && matches!(t.role, Role::Param | Role::State) && !optimizer {
                         return Err(format!(
                             "{}: writes {:?}, a {:?} tensor (only optimizer steps may)",

@@ -1,8 +1,11 @@
 //! Checkpoints: weights, optimizer state and where training stood, in one safetensors file.
 //!
 //! Tensors are `F32`, named as the model's parameters (`stem.weight`, …) with the AdamW
-//! moments as `adam.m.NAME` and `adam.v.NAME` (absent in a weights-only export). The
-//! safetensors header's metadata holds, as JSON strings:
+//! moments as `adam.m.NAME` and `adam.v.NAME` and the weight average (EMA) as `ema.NAME`
+//! (all three absent in a weights-only file). `NAME` holds the last step's weights, which
+//! training resumes from; evaluation, inference, serving and export use the average where the
+//! file has one ([`Checkpoint::weight`]). The safetensors header's metadata holds, as JSON
+//! strings:
 //!
 //! - `fulcrum.format`: `"1"`;
 //! - `fulcrum.model`: the [`ModelConfig`];
@@ -107,6 +110,12 @@ impl Checkpoint {
             .iter()
             .find(|t| t.0 == name)
             .map(|t| t.2.as_slice())
+    }
+
+    /// The weights of parameter `name` to evaluate, serve or export: the average `ema.NAME`
+    /// where the checkpoint has one, else `NAME`.
+    pub fn weight(&self, name: &str) -> Option<&[f32]> {
+        self.get(&format!("ema.{name}")).or_else(|| self.get(name))
     }
 
     /// The file's bytes.
@@ -243,8 +252,10 @@ fn json<T: Serialize>(v: &T) -> String {
 }
 
 impl Checkpoint {
-    /// Writes the weights (and, with `optimizer`, the AdamW moments) into `exec`, which runs
-    /// `graph`.
+    /// Writes the weights into `exec`, which runs `graph`. With `optimizer` (resuming), the
+    /// last step's weights, the AdamW moments and the weight average (the last step's weights
+    /// where the file has none); without, the weights of [`Checkpoint::weight`], also as the
+    /// start of a training graph's average (fine-tuning).
     pub fn load_into(
         &self,
         exec: &mut crate::compute::exec::Exec,
@@ -253,9 +264,12 @@ impl Checkpoint {
     ) -> std::result::Result<(), LoadError> {
         for (spec, p) in graph.arch.params().iter().zip(&graph.params) {
             let mut put = |name: &str, id| -> std::result::Result<(), LoadError> {
-                let v = self
-                    .get(name)
-                    .ok_or_else(|| LoadError::MissingTensor(name.to_owned()))?;
+                let v = if name == spec.name && !optimizer {
+                    self.weight(name)
+                } else {
+                    self.get(name)
+                };
+                let v = v.ok_or_else(|| LoadError::MissingTensor(name.to_owned()))?;
                 if v.len() != spec.len() {
                     return Err(LoadError::WrongLength {
                         name: name.to_owned(),
@@ -272,6 +286,18 @@ impl Checkpoint {
                     put(&format!("adam.m.{}", spec.name), m)?;
                     put(&format!("adam.v.{}", spec.name), v)?;
                 }
+            }
+            if let Some(ema) = p.ema {
+                let average = format!("ema.{}", spec.name);
+                let has_average = self.get(&average).is_some();
+                put(
+                    if optimizer && has_average {
+                        &average
+                    } else {
+                        &spec.name
+                    },
+                    ema,
+                )?;
             }
         }
         Ok(())
@@ -322,6 +348,18 @@ mod tests {
             assert_eq!(bits(&got.2), bits(values), "{name}");
         }
         assert_eq!(back.get("stem.bias"), Some(&[0.5, -0.0][..]));
+    }
+
+    #[test]
+    fn the_weights_to_use_are_the_average_where_there_is_one() {
+        let mut c = sample();
+        assert_eq!(c.weight("stem.bias"), Some(&[0.5, -0.0][..]));
+        c.tensors
+            .push(("ema.stem.bias".into(), vec![2], vec![0.25, 1.0]));
+        assert_eq!(c.weight("stem.bias"), Some(&[0.25, 1.0][..]));
+        assert_eq!(c.get("stem.bias"), Some(&[0.5, -0.0][..]));
+        assert_eq!(c.weight("stem.weight"), c.get("stem.weight"));
+        assert_eq!(c.weight("nothing"), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Entries (by name, see [`ENTRY_TRAIN`] …):
 //!
 //! - `train`: records → normalise, targets → forward → loss → backward → AdamW on every
-//!   parameter tensor. One call is one training step.
+//!   parameter tensor, then its weight average (EMA). One call is one training step.
 //! - `eval`: records → normalise, targets → forward → loss and decode (no update): validation
 //!   loss and detections in one pass.
 //! - `infer`: records → normalise → forward → decode: detections.
@@ -61,10 +61,11 @@ impl Default for GraphOptions {
 pub struct ParamTensors {
     pub name: String,
     pub value: TensorId,
-    /// Gradient, first and second moments (only with `train`).
+    /// Gradient, first and second moments and the weight average (only with `train`).
     pub grad: Option<TensorId>,
     pub m: Option<TensorId>,
     pub v: Option<TensorId>,
+    pub ema: Option<TensorId>,
 }
 
 /// The built recording and the tensors the host touches.
@@ -129,6 +130,7 @@ impl Builder {
             grad: None,
             m: None,
             v: None,
+            ema: None,
         });
         self.params.len() - 1
     }
@@ -448,6 +450,14 @@ impl ModelGraph {
                     v,
                     hyper,
                 });
+                let ema = b.rec.f32(&format!("ema.{name}"), len, Role::State);
+                b.params[i].ema = Some(ema);
+                train.push(Step::Ema {
+                    op: ops::Ema { len: len as u32 },
+                    param: b.params[i].value,
+                    ema,
+                    hyper,
+                });
             }
             Some(train)
         } else {
@@ -580,6 +590,16 @@ mod tests {
             .filter(|s| matches!(s, Step::AdamW { .. }))
             .count();
         assert_eq!(adam, g.params.len());
+        // Each AdamW update is followed by the average of the tensor it updated.
+        for (i, s) in train.iter().enumerate() {
+            if let Step::AdamW { param, .. } = s {
+                assert!(
+                    matches!(train[i + 1], Step::Ema { param: p, .. } if p == *param),
+                    "{:?}",
+                    train[i + 1]
+                );
+            }
+        }
         let convs = train
             .iter()
             .filter(|s| matches!(s, Step::ConvForward { .. }))
@@ -612,7 +632,7 @@ mod tests {
             written.insert(t);
         }
         for p in &g.params {
-            for t in [Some(p.value), p.m, p.v].into_iter().flatten() {
+            for t in [Some(p.value), p.m, p.v, p.ema].into_iter().flatten() {
                 written.insert(t);
             }
         }
@@ -658,6 +678,9 @@ mod tests {
                     hyper,
                     ..
                 } => (vec![*param, *grad, *m, *v, *hyper], vec![*param, *m, *v]),
+                Step::Ema {
+                    param, ema, hyper, ..
+                } => (vec![*param, *ema, *hyper], vec![*ema]),
                 other => panic!("unexpected step {other:?}"),
             };
             for r in reads {

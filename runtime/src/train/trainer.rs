@@ -28,7 +28,7 @@ use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
-use crate::compute::ops::AdamW;
+use crate::compute::ops::{self, AdamW};
 use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
@@ -511,6 +511,10 @@ pub fn train(
             let values = init::init_params(&arch, config.seed);
             for (p, v) in graph.params.iter().zip(&values) {
                 exec.write_f32(p.value, v)?;
+                // The weight average starts at the initial weights.
+                if let Some(ema) = p.ema {
+                    exec.write_f32(ema, v)?;
+                }
             }
             zero_moments(&mut exec, &graph)?;
         }
@@ -597,7 +601,7 @@ pub fn train(
             ..adam
         }
         .bias_corrections();
-        hyper.copy_from_slice(&[lr, step as f32, c1, c2]);
+        hyper.copy_from_slice(&[lr, step as f32, c1, c2, ops::ema_decay(step)]);
         exec.write_f32(graph.hyper, &hyper)?;
         let step_started = options.trace.as_ref().map(|log| log.now());
         let timing = exec.run(train_entry)?;
@@ -976,6 +980,9 @@ fn snapshot(
         if let (Some(m), Some(v)) = (p.m, p.v) {
             read(format!("adam.m.{}", spec.name), m)?;
             read(format!("adam.v.{}", spec.name), v)?;
+        }
+        if let Some(ema) = p.ema {
+            read(format!("ema.{}", spec.name), ema)?;
         }
     }
     Ok(Checkpoint {

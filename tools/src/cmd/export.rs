@@ -27,7 +27,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|spec| {
             checkpoint
-                .get(&spec.name)
+                .weight(&spec.name)
                 .map(<[f32]>::to_vec)
                 .ok_or_else(|| {
                     anyhow::anyhow!("{}: no tensor {:?}", a.weights.display(), spec.name)

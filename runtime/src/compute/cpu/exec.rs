@@ -17,7 +17,7 @@ use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
 use super::{separable, upsampled};
 use crate::compute::ops::Conv2d;
-use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_LEN};
+use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_LEN};
 
 /// A tensor's host memory.
 #[derive(Debug)]
@@ -684,6 +684,17 @@ impl CpuExec {
                 self.put(param, p);
                 self.put(m, mv);
                 self.put(v, vv);
+            }
+            Step::Ema {
+                op,
+                param,
+                ema,
+                hyper,
+            } => {
+                let decay = self.f32s(hyper)[HYPER_EMA_DECAY];
+                let mut e = self.take(ema);
+                optim::ema(&op, decay, self.f32s(param), &mut e);
+                self.put(ema, e);
             }
             Step::Sgd {
                 op,

@@ -1,6 +1,21 @@
-//! Optimiser updates: [`AdamW`] and [`SgdMomentum`], PyTorch's formulations.
+//! Optimiser updates: [`AdamW`] and [`SgdMomentum`], PyTorch's formulations, and the weight
+//! average [`Ema`].
 
-use crate::compute::ops::{AdamW, SgdMomentum};
+use crate::compute::ops::{AdamW, Ema, SgdMomentum};
+
+/// `e = d·e + (1 − d)·w` over the op's `len` values (two products and a sum, unfused, as the
+/// GPU kernel computes it).
+pub fn ema(op: &Ema, decay: f32, w: &[f32], e: &mut [f32]) {
+    let n = op.len as usize;
+    assert!(
+        w.len() >= n && e.len() >= n,
+        "ema: tensors shorter than {n}"
+    );
+    let keep = 1.0 - decay;
+    for (e, &w) in e[..n].iter_mut().zip(&w[..n]) {
+        *e = decay * *e + keep * w;
+    }
+}
 
 /// AdamW with the op's `lr` and `step` (the bias corrections from [`AdamW::bias_corrections`]).
 pub fn adamw(op: &AdamW, w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
@@ -124,5 +139,22 @@ mod tests {
             (w[0] - 1.43).abs() < 1e-6 && (vel[0] - 3.7).abs() < 1e-6,
             "{w:?} {vel:?}"
         );
+    }
+
+    #[test]
+    fn ema_averages_with_the_decay_of_each_step() {
+        use crate::compute::ops::{ema_decay, EMA_MAX_DECAY};
+        let op = Ema { len: 2 };
+        let mut e = [1.0f32, -4.0];
+        ema(&op, 0.75, &[3.0, 4.0, 99.0], &mut e);
+        assert_eq!(e, [1.5, -2.0]);
+        // Decay 0 copies the weights; the schedule rises from 2/11 towards its cap.
+        ema(&op, 0.0, &[7.0, 8.0], &mut e);
+        assert_eq!(e, [7.0, 8.0]);
+        assert!((ema_decay(1) - 2.0 / 11.0).abs() < 1e-7);
+        assert!((ema_decay(90) - 91.0 / 100.0).abs() < 1e-7);
+        assert_eq!(ema_decay(1_000_000), EMA_MAX_DECAY);
+        let d: Vec<f32> = (1..10_000).map(ema_decay).collect();
+        assert!(d.windows(2).all(|w| w[0] <= w[1]));
     }
 }

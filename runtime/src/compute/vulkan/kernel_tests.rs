@@ -14,7 +14,8 @@ use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
 use crate::compute::ops::{
-    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, SgdMomentum, Targets, Upsample2x,
+    ema_decay, AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Normalize, SgdMomentum, Targets,
+    Upsample2x,
 };
 use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
@@ -289,6 +290,7 @@ fn elementwise_kernels_match_the_reference() {
     let v = rec.f32("v", 777, Role::State);
     let sparam = rec.f32("sparam", 777, Role::Param);
     let vel = rec.f32("vel", 777, Role::State);
+    let average = rec.f32("ema", 777, Role::State);
     let hyper = rec.f32("hyper", HYPER_LEN, Role::Input);
     let mut steps = vec![
         Step::Add {
@@ -334,6 +336,12 @@ fn elementwise_kernels_match_the_reference() {
         v,
         hyper,
     });
+    steps.push(Step::Ema {
+        op: Ema { len: 777 },
+        param,
+        ema: average,
+        hyper,
+    });
     steps.push(Step::Sgd {
         op: sgd,
         param: sparam,
@@ -346,7 +354,7 @@ fn elementwise_kernels_match_the_reference() {
         return;
     };
     let mut cpu = cpu(&rec);
-    for t in [a, b, ux, ugy, param, sparam, grad] {
+    for t in [a, b, ux, ugy, param, sparam, grad, average] {
         let len = rec.get(t).len;
         let data = random_vec(&mut rng, len, -2.0, 2.0);
         exec.write_f32(t, &data).unwrap();
@@ -362,13 +370,19 @@ fn elementwise_kernels_match_the_reference() {
     for step in 1..=3u32 {
         let op = AdamW { step, ..adam };
         let (c1, c2) = op.bias_corrections();
-        let h = [1e-2 * step as f32, step as f32, c1, c2];
+        let h = [
+            1e-2 * step as f32,
+            step as f32,
+            c1,
+            c2,
+            ema_decay(step.into()),
+        ];
         exec.write_f32(hyper, &h).unwrap();
         cpu.write_f32(hyper, &h).unwrap();
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
         for t in [
-            sum, acc, uy, ugx, outs[0], outs[1], param, m, v, sparam, vel,
+            sum, acc, uy, ugx, outs[0], outs[1], param, m, v, average, sparam, vel,
         ] {
             let name = &rec.get(t).name;
             let got = read(&mut exec, t, rec.get(t).len);
@@ -706,8 +720,10 @@ fn det_s_train_steps_match_the_cpu() {
     };
     let mut cpu = cpu(rec);
     for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
-        exec.write_f32(p.value, &v).unwrap();
-        cpu.write_f32(p.value, &v).unwrap();
+        for t in [Some(p.value), p.ema].into_iter().flatten() {
+            exec.write_f32(t, &v).unwrap();
+            cpu.write_f32(t, &v).unwrap();
+        }
     }
     let mut rng = SplitMix64::new(15);
     let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
@@ -726,7 +742,7 @@ fn det_s_train_steps_match_the_cpu() {
             step,
         };
         let (c1, c2) = adam.bias_corrections();
-        let hyper = [adam.lr, step as f32, c1, c2];
+        let hyper = [adam.lr, step as f32, c1, c2, ema_decay(step.into())];
         exec.write_f32(g.hyper, &hyper).unwrap();
         cpu.write_f32(g.hyper, &hyper).unwrap();
         exec.run(train).unwrap();

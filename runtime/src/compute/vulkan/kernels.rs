@@ -77,6 +77,8 @@ pub enum Kernel {
     /// AdamW: `param (rw), grad, m (rw), v (rw), hyper`; push `{ len, beta1, beta2, eps,
     /// weight_decay }`.
     AdamW,
+    /// Weight average: `ema (rw), param, hyper`; push `{ len }`.
+    Ema,
     /// SGD with momentum: `param (rw), grad, velocity (rw), hyper`; push `{ len, momentum,
     /// weight_decay }`.
     Sgd,
@@ -196,12 +198,13 @@ const LOSS_GRAD: KernelInfo =
     kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
 const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
+const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 const DECODE: KernelInfo =
     kernel!("decode", bindings 3, push 28, local LINEAR, x None, shared 8 * DECODE_SLOTS);
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 23] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
@@ -222,6 +225,7 @@ impl Kernel {
         Kernel::LossFinish,
         Kernel::LossGrad,
         Kernel::AdamW,
+        Kernel::Ema,
         Kernel::Sgd,
         Kernel::Decode,
     ];
@@ -248,6 +252,7 @@ impl Kernel {
             Kernel::LossFinish => &LOSS_FINISH,
             Kernel::LossGrad => &LOSS_GRAD,
             Kernel::AdamW => &ADAMW,
+            Kernel::Ema => &EMA,
             Kernel::Sgd => &SGD,
             Kernel::Decode => &DECODE,
         }

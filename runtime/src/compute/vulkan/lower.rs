@@ -14,7 +14,7 @@
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
-//! | loss backward, AdamW, SGD, decode | one each |
+//! | loss backward, AdamW, EMA, SGD, decode | one each |
 //!
 //! Splitting: a weight gradient sums over every image and output pixel. For the early layers
 //! of a large batch that is a long sum onto few outputs, so it is cut into `splits` parts
@@ -429,6 +429,17 @@ fn lower_step(
                 op.eps.to_bits(),
                 op.weight_decay.to_bits(),
             ]),
+            linear_groups(u64::from(op.len)),
+        ),
+        Step::Ema {
+            op,
+            param,
+            ema,
+            hyper,
+        } => push(
+            Kernel::Ema,
+            vec![T(ema), T(param), T(hyper)],
+            words(&[op.len]),
             linear_groups(u64::from(op.len)),
         ),
         Step::Sgd {
