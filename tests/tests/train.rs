@@ -202,3 +202,23 @@ fn training_trace_holds_loads_waits_and_device_steps() {
     let svg = fulcrum::balance::timeline::svg(&[timeline]);
     assert!(svg.starts_with("<svg") && svg.contains("loader 0"));
 }
+
+/// The last tenth of a run trains on flips only: a 10-epoch run turns augmentation down for
+/// its last epoch, a run resumed inside that epoch does the same, and both end on the same
+/// weights (the switch depends on the epoch, not on how the run got there).
+#[test]
+fn augmentation_turns_down_alike_in_whole_and_resumed_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pack_synthetic(&tmp.path().join("data"), 32, 128);
+    let epochs = 10; // 4 steps each; epoch 10 (steps 37…40) is quiet
+
+    let whole = tmp.path().join("whole");
+    let all = train(&data, &whole, epochs, false, None);
+    let parts = tmp.path().join("parts");
+    let before = train(&data, &parts, epochs, false, Some(38));
+    let after = train(&data, &parts, epochs, true, None);
+    assert_eq!([before, after].concat(), all, "losses step by step");
+    let a = Checkpoint::load(&whole.join(trainer::CHECKPOINT_FILE)).unwrap();
+    let b = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
+    assert_eq!(a.tensors, b.tensors, "resumed inside the quiet epoch");
+}

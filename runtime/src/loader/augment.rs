@@ -16,6 +16,12 @@
 //! - **Brightness and contrast**, always, with `b` uniform in `±brightness × 255` and `c` uniform
 //!   in `1 ± contrast`: `v' = clamp(round((v − 128)·c + 128 + b), 0, 255)`, through a 256-entry
 //!   table.
+//! - **Colour**, always, after the above, on every pixel (pad included: a camera's white
+//!   balance tints everything): a gain per channel `g_k` uniform in `1 ± channel_gain` (white
+//!   balance), `v' = clamp(round(v·g_k))` through one table per channel, then the saturation
+//!   factor `s` uniform in `1 ± saturation` about the pixel's grey
+//!   `y = (77·r + 150·g + 29·b + 128) >> 8`: `v'' = clamp(y + ((v' − y)·⌊256·s⌉ + 128) >> 8)`
+//!   (integer arithmetic, so every target gives the same bytes).
 //!
 //! Pixels are resampled by nearest neighbour: output pixel `(x, y)` takes the source pixel that
 //! contains the inverse image of its centre, through precomputed row and column maps (the flip
@@ -66,6 +72,11 @@ pub struct AugmentConfig {
     pub brightness: f32,
     /// Largest relative contrast change: the factor is uniform in `1 ± contrast`.
     pub contrast: f32,
+    /// Largest relative saturation change: the factor is uniform in `1 ± saturation`.
+    pub saturation: f32,
+    /// Largest relative change of each channel's gain (white balance): uniform in
+    /// `1 ± channel_gain`, drawn per channel.
+    pub channel_gain: f32,
 }
 
 impl Default for AugmentConfig {
@@ -78,6 +89,8 @@ impl Default for AugmentConfig {
             translate: 0.1,
             brightness: 0.2,
             contrast: 0.2,
+            saturation: 0.3,
+            channel_gain: 0.05,
         }
     }
 }
@@ -93,6 +106,20 @@ impl AugmentConfig {
             translate: 0.0,
             brightness: 0.0,
             contrast: 0.0,
+            saturation: 0.0,
+            channel_gain: 0.0,
+        }
+    }
+
+    /// The gentler augmentation of a run's last epochs: flips only, so that the weights
+    /// settle on images as the camera takes them (YOLO's detectors end training the same way).
+    pub fn quiet(&self) -> Self {
+        AugmentConfig {
+            flip_prob: self.flip_prob,
+            ..AugmentConfig {
+                enabled: self.enabled,
+                ..AugmentConfig::off()
+            }
         }
     }
 
@@ -110,6 +137,8 @@ impl AugmentConfig {
         unit("translate", self.translate, "a fraction of the image size")?;
         unit("brightness", self.brightness, "a fraction of 255")?;
         unit("contrast", self.contrast, "a relative change")?;
+        unit("saturation", self.saturation, "a relative change")?;
+        unit("channel_gain", self.channel_gain, "a relative change")?;
         let (lo, hi) = self.scale;
         if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
             return Err(format!(
@@ -135,6 +164,10 @@ pub struct AugmentParams {
     pub brightness: f32,
     /// Contrast factor about 128.
     pub contrast: f32,
+    /// Saturation factor about each pixel's grey.
+    pub saturation: f32,
+    /// Gain of each channel (R, G, B).
+    pub gains: [f32; 3],
 }
 
 impl AugmentParams {
@@ -147,7 +180,19 @@ impl AugmentParams {
         ty: 0.0,
         brightness: 0.0,
         contrast: 1.0,
+        saturation: 1.0,
+        gains: [1.0; 3],
     };
+
+    /// Whether the colour pass (saturation, gains) changes anything.
+    fn colours(&self) -> bool {
+        self.saturation_q8() != 256 || self.gains != [1.0; 3]
+    }
+
+    /// The saturation factor in 1/256ths, as the colour pass applies it.
+    fn saturation_q8(&self) -> i32 {
+        (self.saturation * 256.0).round() as i32
+    }
 }
 
 /// What [`Augmenter::apply`] did to a record.
@@ -171,6 +216,8 @@ pub struct Augmenter {
     /// Output column → byte offset of the source pixel in its row (valid columns only).
     col_map: Vec<u32>,
     lut: [u8; 256],
+    /// Per channel gain tables of the colour pass.
+    gain_luts: [[u8; 256]; 3],
 }
 
 impl Augmenter {
@@ -192,6 +239,7 @@ impl Augmenter {
             row_map: vec![OUTSIDE; layout.height as usize],
             col_map: vec![0; layout.width as usize],
             lut: std::array::from_fn(|v| v as u8),
+            gain_luts: [std::array::from_fn(|v| v as u8); 3],
         }
     }
 
@@ -212,7 +260,7 @@ impl Augmenter {
         }
         let mut rng = SplitMix64::new(seed);
         // Always draw the same number of values, so every choice has a fixed place in the stream.
-        let u: [f32; 7] = std::array::from_fn(|_| rng.next_f32());
+        let u: [f32; 11] = std::array::from_fn(|_| rng.next_f32());
         let signed = |u: f32| 2.0 * u - 1.0;
         let geometric = u[1] < c.geometric_prob;
         let (scale, tx, ty) = if geometric {
@@ -232,6 +280,8 @@ impl Augmenter {
             ty,
             brightness: signed(u[5]) * c.brightness * 255.0,
             contrast: 1.0 + signed(u[6]) * c.contrast,
+            saturation: 1.0 + signed(u[7]) * c.saturation,
+            gains: [u[8], u[9], u[10]].map(|u| 1.0 + signed(u) * c.channel_gain),
         }
     }
 
@@ -262,19 +312,32 @@ impl Augmenter {
             geometric: p.geometric,
             boxes_dropped: 0,
         };
-        if !moves {
+        if p.colours() {
+            // This draw's gain tables; the colour pass runs last, on the finished pixels.
+            for (lut, gain) in self.gain_luts.iter_mut().zip(p.gains) {
+                for (v, out) in lut.iter_mut().enumerate() {
+                    *out = (v as f32 * gain).round().clamp(0.0, 255.0) as u8;
+                }
+            }
+        }
+        let applied = if !moves {
             if !lut_identity {
                 for v in l.image_mut(record) {
                     *v = self.lut[*v as usize];
                 }
             }
-            return applied;
+            applied
+        } else {
+            self.remap_pixels(l.image_mut(record), p, !lut_identity);
+            Applied {
+                boxes_dropped: self.transform_boxes(record, p),
+                ..applied
+            }
+        };
+        if p.colours() {
+            colour_pass(l.image_mut(record), &self.gain_luts, p.saturation_q8());
         }
-        self.remap_pixels(l.image_mut(record), p, !lut_identity);
-        Applied {
-            boxes_dropped: self.transform_boxes(record, p),
-            ..applied
-        }
+        applied
     }
 
     /// Fills the row and column maps and resamples the image through them.
@@ -408,6 +471,18 @@ fn build_lut(lut: &mut [u8; 256], contrast: f32, brightness: f32) -> bool {
         identity &= x as usize == v;
     }
     identity
+}
+
+/// Channel gains through `gain_luts`, then saturation `s_q8 / 256` about each pixel's grey
+/// (see the module docs).
+fn colour_pass(image: &mut [u8], gain_luts: &[[u8; 256]; 3], s_q8: i32) {
+    for px in image.chunks_exact_mut(3) {
+        let [r, g, b] = [0, 1, 2].map(|k| i32::from(gain_luts[k][px[k] as usize]));
+        let grey = (77 * r + 150 * g + 29 * b + 128) >> 8;
+        for (out, v) in px.iter_mut().zip([r, g, b]) {
+            *out = (grey + (((v - grey) * s_q8 + 128) >> 8)).clamp(0, 255) as u8;
+        }
+    }
 }
 
 /// One output row span: pixel `i` of `dst` is the source pixel at byte `cols[i]` of `src`,
@@ -558,6 +633,7 @@ pub(crate) mod tests {
         assert_eq!((d.flip_prob, d.geometric_prob), (0.5, 0.5));
         assert_eq!((d.scale, d.translate), ((0.75, 1.25), 0.1));
         assert_eq!((d.brightness, d.contrast, d.enabled), (0.2, 0.2, true));
+        assert_eq!((d.saturation, d.channel_gain), (0.3, 0.05));
         assert_eq!(d.validate(), Ok(()));
         assert_eq!(AugmentConfig::off().validate(), Ok(()));
         assert!(!AugmentConfig::off().enabled);
@@ -909,6 +985,82 @@ pub(crate) mod tests {
                 busy.as_secs_f64() * 1e6 / n as f64,
                 l.width,
                 l.height
+            );
+        }
+    }
+
+    #[test]
+    fn colour_pass_applies_gains_then_saturation_about_grey() {
+        let l = layout(4, 1);
+        let mut rec = record(&l, &[], 0);
+        // Grey, a red, a saturated mix, the pad colour.
+        rec[0..12].copy_from_slice(&[100, 100, 100, 200, 50, 50, 10, 240, 90, 114, 114, 114]);
+        let orig = rec.clone();
+        let mut aug = Augmenter::new(l, AugmentConfig::default());
+
+        // Saturation 0: every pixel becomes its grey (77r + 150g + 29b + 128) >> 8.
+        let mut r = orig.clone();
+        let p = AugmentParams {
+            saturation: 0.0,
+            ..AugmentParams::IDENTITY
+        };
+        aug.apply_params(&mut r, &p);
+        let grey =
+            |px: &[u8]| (77 * px[0] as i32 + 150 * px[1] as i32 + 29 * px[2] as i32 + 128) >> 8;
+        for (after, before) in l.image(&r).chunks(3).zip(l.image(&orig).chunks(3)) {
+            assert_eq!(after, [grey(before) as u8; 3], "{before:?}");
+        }
+        // Saturation 1.5 pushes channels away from grey, clamped; greys stay grey.
+        let mut r = orig.clone();
+        let p = AugmentParams {
+            saturation: 1.5,
+            ..AugmentParams::IDENTITY
+        };
+        aug.apply_params(&mut r, &p);
+        let y = grey(&orig[3..6]); // 95
+        assert_eq!(y, 95);
+        assert_eq!(&r[0..3], &[100, 100, 100]);
+        // 95 + ((200 − 95)·384 + 128) >> 8 = 253; 95 + ((50 − 95)·384 + 128) >> 8 = 28.
+        assert_eq!(&r[3..6], &[253, 28, 28]);
+        assert_eq!(&r[9..12], &[114, 114, 114]);
+        // Gains scale each channel before the saturation.
+        let mut r = orig.clone();
+        let p = AugmentParams {
+            gains: [1.1, 1.0, 0.5],
+            ..AugmentParams::IDENTITY
+        };
+        aug.apply_params(&mut r, &p);
+        assert_eq!(&r[0..3], &[110, 100, 50]);
+        assert_eq!(&r[6..9], &[11, 240, 45]);
+
+        // Drawn: amounts within the config's ranges, identity when they are zero.
+        let aug = Augmenter::new(l, only(|c| c.saturation = 0.5));
+        for seed in 0..50 {
+            let p = aug.params(seed);
+            assert!(
+                (0.5..=1.5).contains(&p.saturation) && p.gains == [1.0; 3],
+                "{p:?}"
+            );
+        }
+        let aug = Augmenter::new(l, only(|c| c.channel_gain = 0.1));
+        let p = aug.params(3);
+        assert!(p.gains.iter().all(|g| (0.9..=1.1).contains(g)) && p.gains != [1.0; 3]);
+        assert_eq!(p.saturation, 1.0);
+    }
+
+    #[test]
+    fn the_quiet_config_keeps_flips_only() {
+        let d = AugmentConfig::default();
+        let q = d.quiet();
+        assert!(q.enabled && q.flip_prob == d.flip_prob && q.geometric_prob == 0.0);
+        let l = layout(8, 8);
+        let aug = Augmenter::new(l, q);
+        for seed in 0..20 {
+            let p = aug.params(seed);
+            assert_eq!(
+                AugmentParams { flip: false, ..p },
+                AugmentParams::IDENTITY,
+                "{p:?}"
             );
         }
     }

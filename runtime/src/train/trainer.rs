@@ -529,6 +529,11 @@ pub fn train(
             },
         )
     };
+    // The last tenth of the epochs trains on flips only (a resumed run starts there if due).
+    let quiet_from = quiet_from(config.epochs);
+    if progress.epoch >= quiet_from {
+        loader_config.augment = loader_config.augment.quiet();
+    }
     let mut loader = start_loader(&loader_config, progress.step)?;
     let engine = exec.describe();
     observer.start(&RunInfo {
@@ -668,6 +673,16 @@ pub fn train(
             epochs.push(e);
             epoch_acc = EpochAcc::new(loader.counters());
             let done = progress.epoch;
+            if done == quiet_from && done < config.epochs && loader_config.augment.enabled {
+                log::info!(
+                    "epoch {}: augmentation down to flips for the last {} epochs",
+                    done + 1,
+                    config.epochs - done
+                );
+                loader_config.augment = loader_config.augment.quiet();
+                drop(loader);
+                loader = start_loader(&loader_config, progress.step)?;
+            }
             if done % config.checkpoint_every.max(1) == 0 && done < config.epochs {
                 save(
                     &mut exec,
@@ -959,6 +974,12 @@ impl EpochAcc {
     }
 }
 
+/// The first epoch (from 0) of a run of `epochs` whose augmentation is turned down to flips:
+/// the last tenth (none in runs under 10 epochs).
+fn quiet_from(epochs: u64) -> u64 {
+    epochs - epochs / 10
+}
+
 /// The checkpoint of the run as it stands.
 fn snapshot(
     exec: &mut Exec,
@@ -1067,5 +1088,18 @@ fn budget_error(
             Some(b) => format!("--batch {b} fits at this ring depth"),
             None => "no batch fits: raise --mem-budget or lower --ring".to_owned(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_tenth_of_the_epochs_is_quiet() {
+        assert_eq!(quiet_from(60), 54);
+        assert_eq!(quiet_from(10), 9);
+        assert_eq!(quiet_from(9), 9, "no quiet epoch under 10");
+        assert_eq!(quiet_from(1), 1);
     }
 }

@@ -29,7 +29,8 @@ pub struct PipelineArgs {
     /// Corrupt records: fail names the record and stops; skip replaces it and counts it.
     #[arg(long, default_value = "fail")]
     pub on_corrupt: OnCorrupt,
-    /// Turn augmentation (flip, scale/translate, brightness/contrast) off.
+    /// Turn augmentation (flip, scale/translate, brightness/contrast, saturation and white
+    /// balance) off.
     #[arg(long)]
     pub no_augment: bool,
     /// Hard memory limit for the pipeline (e.g. 64M, 1.5G): a configuration over it is refused

@@ -73,7 +73,9 @@ pub struct Args {
     /// board or heavier decoding, to see the balance and the autotuner at work.
     #[arg(long, value_parser = fulcrum::balance::parse_duration, value_name = "TIME")]
     loader_delay: Option<std::time::Duration>,
-    /// Turn augmentation off.
+    /// Turn augmentation off. By default each record is flipped, scaled and shifted, and its
+    /// brightness, contrast, saturation and white balance jittered, on the loaders; the last
+    /// tenth of the epochs (runs of 10 or more) trains on flips only.
     #[arg(long)]
     no_augment: bool,
     /// Checkpoint every this many epochs (and always at the end).
