@@ -1066,3 +1066,111 @@ fn pack_says_loudly_when_it_leaves_boxes_out() {
     assert_mentions(&run.stdout, &["0 over --max-boxes 100"]);
     assert!(!run.stderr.contains("NOT in the pack"), "{}", run.stderr);
 }
+
+/// The input size is the pack's `--size`: training builds the model at it, the checkpoint
+/// keeps it, eval, infer and export use it, and every mismatch is a clear error.
+#[test]
+fn the_input_size_flows_from_pack_to_export() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    fulcrum(
+        cwd,
+        &[
+            "pack",
+            "--synthetic",
+            "16",
+            "--size",
+            "160",
+            "--out",
+            "d160",
+        ],
+    )
+    .expect(0);
+    let train = |data: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--engine",
+            "cpu",
+            "--data",
+            data,
+            "--out",
+            "run",
+            "--max-steps",
+            "2",
+            "--batch",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        fulcrum(cwd, &args)
+    };
+    train("d160", &[]).expect(0);
+    let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    assert_eq!((c.model.name.as_str(), c.model.input), ("det-s", 160));
+
+    let export = fulcrum(
+        cwd,
+        &[
+            "export",
+            "--weights",
+            "run/last.safetensors",
+            "--onnx",
+            "m.onnx",
+        ],
+    );
+    export.expect(0);
+    assert_mentions(&export.stdout, &["input images [N, 3, 160, 160]"]);
+    let raccoon = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/raccoon/images/raccoon-1.jpg");
+    let infer = fulcrum(
+        cwd,
+        &[
+            "infer",
+            "--engine",
+            "cpu",
+            "--weights",
+            "run/last.safetensors",
+            &raccoon.to_string_lossy(),
+        ],
+    );
+    infer.expect(0);
+    assert_mentions(&infer.stdout, &["\"width\":650"]);
+
+    // Mismatches: eval on data of another size, resuming on it, and sizes no model takes.
+    fulcrum(cwd, &["pack", "--synthetic", "16", "--out", "d128"]).expect(0);
+    let eval = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            "run/last.safetensors",
+            "--data",
+            "d128",
+        ],
+    );
+    eval.expect(2);
+    assert_mentions(
+        &eval.stderr,
+        &["the model takes 160×160: pack with --size 160"],
+    );
+    let resume = train("d128", &["--resume"]);
+    resume.expect(2);
+    assert_mentions(&resume.stderr, &["a det-s@160", "--data makes a det-s@128"]);
+    let odd = fulcrum(
+        cwd,
+        &["pack", "--synthetic", "8", "--size", "100", "--out", "d100"],
+    );
+    odd.expect(0);
+    assert_mentions(&odd.stderr, &["--size 100: no model trains at this size"]);
+    let refused = train("d100", &[]);
+    refused.expect(2);
+    assert_mentions(
+        &refused.stderr,
+        &[
+            "records are 100×100 px",
+            "multiple of 32 from 128 to 640",
+            "--size 128",
+        ],
+    );
+}

@@ -17,15 +17,17 @@ pub struct ModelConfig {
     pub name: String,
     /// Channel multiplier (det-s: 1.0); every width is rounded to a multiple of 8.
     pub width: f32,
-    /// Square input side in pixels; a multiple of 32 (the deepest stride is 16 and the
-    /// output stride 8).
+    /// Square input side in pixels: the packed records' size, a multiple of 32 from
+    /// [`ModelConfig::MIN_INPUT`] to [`ModelConfig::MAX_INPUT`] for a trained model (the
+    /// deepest stride is 16 and the output stride 8).
     pub input: u32,
     /// Object classes (`K`).
     pub classes: u32,
 }
 
 impl ModelConfig {
-    /// A named variant: `det-s` (width 1, input 128) or `det-m` (width 2, input 256).
+    /// A named variant at its usual input size: `det-s` (width 1, input 128) or `det-m`
+    /// (width 2, input 256); training takes the size from the data ([`Self::named_at`]).
     pub fn named(name: &str, classes: u32) -> Result<ModelConfig, String> {
         let (width, input) = match name {
             "det-s" => (1.0, 128),
@@ -37,6 +39,28 @@ impl ModelConfig {
             width,
             input,
             classes,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Smallest and largest input sizes a model is trained at.
+    pub const MIN_INPUT: u32 = 128;
+    pub const MAX_INPUT: u32 = 640;
+
+    /// The variant `name` at input size `input` (the side of the packed records it trains on),
+    /// which must be a multiple of 32 from [`Self::MIN_INPUT`] to [`Self::MAX_INPUT`].
+    pub fn named_at(name: &str, classes: u32, input: u32) -> Result<ModelConfig, String> {
+        if input % 32 != 0 || !(Self::MIN_INPUT..=Self::MAX_INPUT).contains(&input) {
+            return Err(format!(
+                "input size {input}: a model trains at a multiple of 32 from {} to {}",
+                Self::MIN_INPUT,
+                Self::MAX_INPUT
+            ));
+        }
+        let config = ModelConfig {
+            input,
+            ..Self::named(name, classes)?
         };
         config.validate()?;
         Ok(config)

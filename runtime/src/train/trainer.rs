@@ -292,8 +292,7 @@ pub fn train(
 ) -> Result<TrainReport> {
     let dataset = Dataset::open(&config.data, options.direct)?;
     let classes = dataset.manifest.classes.clone();
-    let model =
-        ModelConfig::named(&config.model, dataset.manifest.num_classes()).map_err(Error::Config)?;
+    let model = model_for(&config.model, &dataset)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
     // One run per output folder: a second would overwrite the first's checkpoints.
     let _claim =
@@ -496,11 +495,14 @@ pub fn train(
         (None, Some(base)) => {
             if base.model != model {
                 return Err(Error::Config(format!(
-                    "the weights to fine-tune are a {} for {} classes; {} needs a {} for {} classes",
+                    "the weights to fine-tune are a {}@{} for {} classes; {} needs a {}@{} for {} \
+                     classes (the input size is the pack's --size)",
                     base.model.name,
+                    base.model.input,
                     base.model.classes,
                     config.data.display(),
                     model.name,
+                    model.input,
                     model.classes
                 )));
             }
@@ -757,6 +759,35 @@ fn loader_tuning(lc: &LoaderConfig) -> Tuning {
     }
 }
 
+/// Model `name` for `dataset`'s classes at its records' size (the input size is the pack's
+/// `--size`: it flows from the data into the checkpoint, and from there to eval, infer and
+/// export).
+fn model_for(name: &str, dataset: &Dataset) -> Result<ModelConfig> {
+    let layout = &dataset.layout;
+    let classes = dataset.manifest.num_classes();
+    let (w, h) = (layout.width, layout.height);
+    let sizes = format!(
+        "a multiple of 32 from {} to {}",
+        ModelConfig::MIN_INPUT,
+        ModelConfig::MAX_INPUT
+    );
+    if w != h || layout.channels != 3 {
+        return Err(Error::Config(format!(
+            "{}: records are {w}×{h}×{}; a model trains on square RGB records: pack again \
+             with --size N ({sizes})",
+            dataset.dir.display(),
+            layout.channels
+        )));
+    }
+    ModelConfig::named_at(name, classes, w).map_err(|e| {
+        Error::Config(format!(
+            "{}: records are {w}×{w} px, and {e}: pack again with --size {}",
+            dataset.dir.display(),
+            (w.clamp(ModelConfig::MIN_INPUT, ModelConfig::MAX_INPUT) + 16) / 32 * 32
+        ))
+    })
+}
+
 /// Checks that checkpoint `c` continues a run of `model` with `config`'s options; an autotuned
 /// run takes the checkpoint's batch, loaders, ring and queue depth into `config`.
 fn check_resumable(
@@ -767,10 +798,14 @@ fn check_resumable(
 ) -> Result<()> {
     if &c.model != model {
         return Err(Error::Config(format!(
-            "{}: the checkpoint is a {} for {} classes; --data has {} classes",
+            "{}: the checkpoint is a {}@{} for {} classes; --data makes a {}@{} for {} classes \
+             (the input size is the pack's --size)",
             path.display(),
             c.model.name,
+            c.model.input,
             c.model.classes,
+            model.name,
+            model.input,
             model.classes
         )));
     }

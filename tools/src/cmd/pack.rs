@@ -32,7 +32,9 @@ pub struct Args {
     /// Output dataset folder [default: data/synthetic for the synthetic set, else required].
     #[arg(long, short)]
     out: Option<PathBuf>,
-    /// Model input size in pixels: images are letterboxed to SIZE × SIZE.
+    /// Model input size in pixels: images are letterboxed to SIZE × SIZE, and `train` builds
+    /// the model at this size (a multiple of 32 from 128 to 640; larger sees smaller objects
+    /// and costs about (SIZE/128)² the compute of 128).
     #[arg(long, default_value_t = 128)]
     size: u32,
     /// Most boxes kept per image (the largest win when there are more; pack warns and names
@@ -107,6 +109,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let trainable = fulcrum::model::ModelConfig::MIN_INPUT..=fulcrum::model::ModelConfig::MAX_INPUT;
+    if a.size % 32 != 0 || !trainable.contains(&a.size) {
+        log::warn!(
+            "--size {}: no model trains at this size (a multiple of 32 from {} to {}); the pack \
+             serves the loader and I/O tools only",
+            a.size,
+            trainable.start(),
+            trainable.end()
+        );
     }
     let options = PackOptions {
         size: a.size,
