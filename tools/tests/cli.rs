@@ -9,10 +9,21 @@ mod common;
 
 use common::{assert_mentions, fulcrum, fulcrum_env};
 
-/// Packs `n` synthetic records of 32×32 into `cwd/name` with the CLI.
+/// Packs `n` synthetic records of 32×32 (up to 32 boxes: 4 KiB records) into `cwd/name`
+/// with the CLI.
 fn pack(cwd: &Path, name: &str, n: u64, extra: &[&str]) -> PathBuf {
     let n = n.to_string();
-    let mut args = vec!["pack", "--synthetic", &n, "--size", "32", "--out", name];
+    let mut args = vec![
+        "pack",
+        "--synthetic",
+        &n,
+        "--size",
+        "32",
+        "--max-boxes",
+        "32",
+        "--out",
+        name,
+    ];
     args.extend_from_slice(extra);
     fulcrum(cwd, &args).expect(0);
     cwd.join(name)

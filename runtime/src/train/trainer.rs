@@ -850,7 +850,8 @@ fn probe(
 ) -> Result<Probe> {
     const STEPS: usize = 3;
     const BATCHES: u64 = 3;
-    exec.write_f32(graph.hyper, &[0.0, 1.0, 1.0, 1.0])?;
+    // Learning rate 0, and decay 1 for the weight average: the probe leaves both alone.
+    exec.write_f32(graph.hyper, &[0.0, 1.0, 1.0, 1.0, 1.0])?;
     let mut step = Duration::MAX;
     for i in 0..STEPS {
         let t = exec.run(train_entry)?;

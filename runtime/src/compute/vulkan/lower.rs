@@ -579,7 +579,7 @@ mod tests {
         let t = |r: &mut Recording, n: &str, role| r.f32(n, 10, role);
         let (param, grad) = (t(&mut r, "p", Role::Param), t(&mut r, "g", Role::Input));
         let (m, v) = (t(&mut r, "m", Role::State), t(&mut r, "v", Role::State));
-        let hyper = r.f32("hyper", 4, Role::Input);
+        let hyper = r.f32("hyper", crate::compute::recording::HYPER_LEN, Role::Input);
         let decode = Decode {
             n: 1,
             classes: 1,
