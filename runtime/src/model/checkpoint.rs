@@ -120,11 +120,7 @@ impl Checkpoint {
 
     /// The file's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let bytes: Vec<Vec<u8>> = self
-            .tensors
-            .iter()
-            .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
-            .collect();
+        let bytes: Vec<_> = self.tensors.iter().map(|(_, _, v)| le_bytes(v)).collect();
         let views = self
             .tensors
             .iter()
@@ -301,6 +297,26 @@ impl Checkpoint {
             }
         }
         Ok(())
+    }
+}
+
+/// `values` as little-endian bytes (safetensors' layout): on a little-endian machine (every
+/// board fulcrum targets) their own memory, borrowed, so that saving a checkpoint holds no
+/// second copy of the weights and optimizer state; elsewhere a converted copy.
+fn le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: `f32` is 4 bytes with no padding and any alignment suits `u8`; the slice
+        // covers exactly the `4 · len` initialised bytes of `values`, borrowed for as long as
+        // `values` is, and on a little-endian machine those bytes are the little-endian
+        // encoding.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        std::borrow::Cow::Owned(values.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
 }
 
