@@ -167,12 +167,37 @@ mod tests {
     }
 
     #[test]
+    fn peak_resident_counts_what_was_touched() {
+        let before = peak_resident().expect("Linux reports VmHWM");
+        let block = vec![1u8; 32 << 20];
+        let after = peak_resident().unwrap();
+        assert!(after >= before + (31 << 20), "{before} → {after}");
+        drop(block);
+    }
+
+    #[test]
     fn largest_fitting_finds_the_boundary() {
         assert_eq!(largest_fitting(100, |x| x * 3 <= 50), Some(16));
         assert_eq!(largest_fitting(100, |_| true), Some(100));
         assert_eq!(largest_fitting(100, |_| false), None);
         assert_eq!(largest_fitting(1, |x| x == 1), Some(1));
     }
+}
+
+/// This process's peak resident memory so far (`VmHWM` in `/proc/self/status`: every page
+/// it has held at once, code included), in bytes; `None` where the kernel does not say. What
+/// a run reports beside its [`MemoryPlan`] (the tests hold the two within 8 MiB).
+pub fn peak_resident() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// A limit on this process's memory set outside fulcrum, and where it comes from.

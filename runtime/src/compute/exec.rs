@@ -14,6 +14,7 @@ use super::cpu::exec::CpuExec;
 use super::recording::{Recording, TensorId};
 use super::vulkan;
 use super::vulkan::exec::VulkanExec;
+use crate::balance::MemoryPlan;
 use crate::ring::SlotAllocator;
 
 /// Which engine to run on.
@@ -65,13 +66,77 @@ pub enum Error {
     #[error("CPU engine: {0}")]
     Cpu(String),
     #[error(
-        "the model needs {needed} bytes of tensors, over the memory budget of {budget} bytes; \
+        "the engine plans {needed} bytes (tensors and working memory), over the memory budget \
+         of {budget} bytes; \
          lower --batch or raise --mem-budget"
     )]
     Budget { needed: u64, budget: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl ExecOptions {
+    fn vulkan(&self) -> vulkan::Options {
+        vulkan::Options {
+            validation: self.validation,
+            device: self.device,
+            fp16: self.fp16,
+            ..vulkan::Options::default()
+        }
+    }
+
+    /// These options with the engine decided (`auto` resolved to `cpu` or `vulkan`, see the
+    /// module docs) and the CPU engine's threads counted (0: every core), so that a plan made
+    /// from them and the engine set up from them agree. Resolving resolved options changes
+    /// nothing and lists no devices.
+    pub fn resolved(&self) -> Result<ExecOptions> {
+        let engine = match self.engine {
+            EngineChoice::Auto if self.auto_picks_vulkan()? => EngineChoice::Vulkan,
+            EngineChoice::Auto => EngineChoice::Cpu,
+            chosen => chosen,
+        };
+        let threads = match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        Ok(ExecOptions {
+            engine,
+            threads,
+            ..self.clone()
+        })
+    }
+
+    fn auto_picks_vulkan(&self) -> Result<bool> {
+        let options = self.vulkan();
+        Ok(match vulkan::list_devices(&options) {
+            Ok(list) => match vulkan::pick_device(&list.devices, self.device) {
+                Ok(i)
+                    if list.devices[i].device_type == vulkan::DeviceType::Cpu
+                        && self.device.is_none() =>
+                {
+                    log::info!(
+                        "engine: the only Vulkan device is {} (a CPU device): the CPU engine \
+                         is faster on the same cores (--engine vulkan uses it anyway)",
+                        list.devices[i].label()
+                    );
+                    false
+                }
+                Ok(_) => true,
+                // A device asked for by number and missing is a mistake, not a fallback.
+                Err(e) if self.device.is_some() => return Err(e.into()),
+                Err(e) => {
+                    log::info!("engine: {e}; using the CPU engine");
+                    false
+                }
+            },
+            Err(e) if e.is_unavailable() => {
+                log::info!("engine: {e}; using the CPU engine");
+                false
+            }
+            Err(e) => return Err(e.into()),
+        })
+    }
+}
 
 /// How long one run took on the device.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -93,53 +158,18 @@ pub enum Exec {
 }
 
 impl Exec {
-    /// Sets up `recording` on the engine `options` choose (see the module docs).
+    /// Sets up `recording` on the engine `options` choose (see the module docs), refusing it
+    /// where its [`Exec::memory_plan`] is over `options.mem_budget`.
     pub fn new(recording: &Recording, options: &ExecOptions) -> Result<Exec> {
+        let options = options.resolved()?;
         if let Some(budget) = options.mem_budget {
-            let needed = recording.bytes();
+            let needed = Self::memory_plan(recording, &options)?.total();
             if needed > budget {
                 return Err(Error::Budget { needed, budget });
             }
         }
-        let vulkan_options = vulkan::Options {
-            validation: options.validation,
-            device: options.device,
-            fp16: options.fp16,
-            ..vulkan::Options::default()
-        };
-        let use_vulkan = match options.engine {
-            EngineChoice::Cpu => false,
-            EngineChoice::Vulkan => true,
-            EngineChoice::Auto => match vulkan::list_devices(&vulkan_options) {
-                Ok(list) => match vulkan::pick_device(&list.devices, options.device) {
-                    Ok(i)
-                        if list.devices[i].device_type == vulkan::DeviceType::Cpu
-                            && options.device.is_none() =>
-                    {
-                        log::info!(
-                            "engine: the only Vulkan device is {} (a CPU device): the CPU engine \
-                             is faster on the same cores (--engine vulkan uses it anyway)",
-                            list.devices[i].label()
-                        );
-                        false
-                    }
-                    Ok(_) => true,
-                    // A device asked for by number and missing is a mistake, not a fallback.
-                    Err(e) if options.device.is_some() => return Err(e.into()),
-                    Err(e) => {
-                        log::info!("engine: {e}; using the CPU engine");
-                        false
-                    }
-                },
-                Err(e) if e.is_unavailable() => {
-                    log::info!("engine: {e}; using the CPU engine");
-                    false
-                }
-                Err(e) => return Err(e.into()),
-            },
-        };
-        if use_vulkan {
-            let engine = vulkan::Engine::new(&vulkan_options)?;
+        if options.engine == EngineChoice::Vulkan {
+            let engine = vulkan::Engine::new(&options.vulkan())?;
             let exec = VulkanExec::new(
                 engine,
                 recording,
@@ -149,13 +179,21 @@ impl Exec {
             .map_err(Error::VulkanExec)?;
             Ok(Exec::Vulkan(Box::new(exec)))
         } else {
-            let threads = match options.threads {
-                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                n => n,
-            };
-            let mut exec = CpuExec::new(recording, threads).map_err(Error::Cpu)?;
+            let mut exec = CpuExec::new(recording, options.threads).map_err(Error::Cpu)?;
             exec.set_per_step_timing(options.per_kernel_timing);
             Ok(Exec::Cpu(Box::new(exec)))
+        }
+    }
+
+    /// Everything the engine `options` choose allocates for `recording`, item by item, made
+    /// without allocating: the CPU engine's shared tensor buffers and kernel scratch, or the
+    /// Vulkan engine's buffers and reduction scratch. Callers add their own (the loader's,
+    /// the predictor's) and check the sum against the budget.
+    pub fn memory_plan(recording: &Recording, options: &ExecOptions) -> Result<MemoryPlan> {
+        let options = options.resolved()?;
+        match options.engine {
+            EngineChoice::Vulkan => VulkanExec::memory_plan(recording).map_err(Error::VulkanExec),
+            _ => Ok(CpuExec::memory_plan(recording, options.threads)),
         }
     }
 

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod exec;
 pub mod ops;
 pub mod recording;
+pub mod storage;
 pub mod vulkan;
 
 pub use recording::{Elem, Recording, Role, Step, TensorId};

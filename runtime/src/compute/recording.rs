@@ -246,6 +246,14 @@ impl Step {
             .unwrap_or_default()
     }
 
+    /// `(tensor, written by this step)` for each tensor the step touches (none where it does
+    /// not validate).
+    pub(crate) fn accesses(&self) -> Vec<(TensorId, bool)> {
+        self.uses()
+            .map(|u| u.into_iter().map(|(t, _, _, w)| (t, w)).collect())
+            .unwrap_or_default()
+    }
+
     /// `(tensor, elements it must hold, element type, written by this step)` for each tensor
     /// the step touches, and the op's own validation.
     fn uses(&self) -> Result<Vec<(TensorId, usize, Elem, bool)>, String> {

@@ -53,7 +53,12 @@ pub struct PredictTiming {
 impl Predictor {
     /// What a predictor for `model` with `top_k` detections and sources up to `max_side`
     /// pixels allocates, item by item, computed without allocating any of it.
-    pub fn plan(model: &ModelConfig, top_k: u32, max_side: u32) -> Result<MemoryPlan> {
+    pub fn plan(
+        model: &ModelConfig,
+        exec: &ExecOptions,
+        top_k: u32,
+        max_side: u32,
+    ) -> Result<MemoryPlan> {
         let arch = Arch::new(model);
         let size = model.input;
         let layout = RecordLayout::new(size, size, 3, 1).map_err(Error::Config)?;
@@ -63,15 +68,7 @@ impl Predictor {
             ..GraphOptions::default()
         };
         let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
-        let mut plan = MemoryPlan::default();
-        plan.add(
-            format!(
-                "engine tensors ({}, weights and activations, batch 1)",
-                model.name
-            ),
-            1,
-            graph.recording.bytes(),
-        );
+        let mut plan = Exec::memory_plan(&graph.recording, exec)?;
         plan.add("input record", 1, layout.record_size as u64);
         plan.add(
             "detections read back",

@@ -83,7 +83,7 @@ impl ServeConfig {
     /// warms up. (Clients' memfd rings are the clients' memory, mapped, not allocated here.)
     pub fn plan(&self, model: &crate::model::ModelConfig) -> Result<MemoryPlan, Error> {
         let max_side = u32::from(self.max_frame_side);
-        let engine = Predictor::plan(model, self.top_k, max_side)
+        let engine = Predictor::plan(model, &self.exec, self.top_k, max_side)
             .map_err(|e| Error::Config(format!("planning {}: {e}", self.weights.display())))?;
         let mut plan = engine.clone();
         plan.add("request buffer", 1, (MAX_MESSAGE_LEN + 1) as u64);

@@ -29,7 +29,7 @@ use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
 use crate::compute::ops::{self, AdamW};
-use crate::compute::recording::{HYPER_LEN, LOSS_LEN};
+use crate::compute::recording::{Role, HYPER_LEN, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
 use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress};
@@ -281,6 +281,10 @@ pub struct TrainReport {
     /// Batches the engine copied itself from imported ring slots, the CPU copying nothing
     /// ([`Exec::imported_uploads`]; the probe's included).
     pub imported_uploads: u64,
+    /// The run's memory plan, and the process's peak resident memory at the end
+    /// ([`balance::peak_resident`]; `None` where the system does not report it).
+    pub memory: MemoryPlan,
+    pub peak_resident: Option<u64>,
 }
 
 /// Trains per `config`; `stop` is polled between steps (set it from a signal handler).
@@ -344,29 +348,50 @@ pub fn train(
         counters: Some(Default::default()),
         ..LoaderConfig::default()
     };
-    let memory_of = |lc: &LoaderConfig, model_bytes: u64| {
-        let mut plan = loader::plan(&dataset, lc, options.io);
+    // The run's memory, planned in one place before anything is allocated: the loader's
+    // plan and the engine's own (its tensor buffers and working memory) for the batch.
+    let exec_options = options.exec.resolved()?;
+    let model_plan = |batch: u32| -> Result<MemoryPlan> {
+        let g = ModelGraph::build(&arch, batch, &dataset.layout, &graph_options)
+            .map_err(Error::Config)?;
+        let mut plan = Exec::memory_plan(&g.recording, &exec_options)?;
+        // Saving reads the weights and state back (one copy) and encodes them (another).
+        let saved: u64 = g
+            .recording
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.role, Role::Param | Role::State))
+            .map(|t| t.bytes())
+            .sum();
         plan.add(
-            "model tensors (weights, optimizer, activations, gradients)",
-            1,
-            model_bytes,
+            "checkpoint: weights and state read back and encoded",
+            2,
+            saved,
         );
+        Ok(plan)
+    };
+    let memory_of = |lc: &LoaderConfig, model: &MemoryPlan| {
+        let mut plan = loader::plan(&dataset, lc, options.io);
+        plan.items.extend(model.items.iter().cloned());
         plan
     };
-    let fits =
-        |lc: &LoaderConfig, model_bytes: u64| memory_of(lc, model_bytes).fits(options.mem_budget);
+    // The largest batch up to `most` whose run fits the budget, the loader set up by
+    // `loader_at` for that batch.
+    let largest_batch = |most: u32, budget: u64, loader_at: &dyn Fn(u32) -> LoaderConfig| {
+        balance::largest_fitting(u64::from(most), |b| {
+            model_plan(b as u32)
+                .is_ok_and(|m| memory_of(&loader_at(b as u32), &m).fits(Some(budget)))
+        })
+        .map(|b| b as u32)
+    };
 
     // The autotuner picks the batch first: the largest up to the requested that fits.
     let fresh_tuning = config.autotune && resumed.is_none();
     let mut decisions_before_start = Vec::new();
-    if fresh_tuning && options.mem_budget.is_some() {
-        let fits_batch = |b: u64| {
-            let lc = tuned_loader_config(&loader_config, &start_tuning(b as u32));
-            ModelGraph::build(&arch, b as u32, &dataset.layout, &graph_options)
-                .is_ok_and(|g| fits(&lc, g.recording.bytes()))
-        };
-        match balance::largest_fitting(config.batch as u64, fits_batch) {
-            Some(b) if b < config.batch as u64 => {
+    if let (true, Some(budget)) = (fresh_tuning, options.mem_budget) {
+        let start = |b: u32| tuned_loader_config(&loader_config, &start_tuning(b));
+        match largest_batch(config.batch, budget, &start) {
+            Some(b) if b < config.batch => {
                 decisions_before_start.push(Decision {
                     step: 0,
                     what: format!("batch {b}"),
@@ -374,7 +399,7 @@ pub fn train(
                         "batch {} does not fit --mem-budget {} with one loader and a ring of 2; \
                          {b} is the largest that does",
                         config.batch,
-                        balance::human(options.mem_budget.unwrap_or_default())
+                        balance::human(budget)
                     ),
                 });
                 loader_config.batch = b as usize;
@@ -385,23 +410,22 @@ pub fn train(
     let batch_size = loader_config.batch as u32;
     let graph = ModelGraph::build(&arch, batch_size, &dataset.layout, &graph_options)
         .map_err(Error::Config)?;
-    let model_bytes = graph.recording.bytes();
+    let engine_plan = model_plan(batch_size)?;
     if fresh_tuning {
         loader_config = tuned_loader_config(&loader_config, &start_tuning(batch_size));
     }
 
-    // The budget covers the pipeline and the engine together, checked before allocating.
-    let memory = memory_of(&loader_config, model_bytes);
+    let memory = memory_of(&loader_config, &engine_plan);
     if let Some(budget) = options.mem_budget {
         if !memory.fits(Some(budget)) {
+            let at = |b: u32| LoaderConfig {
+                batch: b as usize,
+                ..loader_config.clone()
+            };
             return Err(budget_error(
                 budget,
                 &memory,
-                &dataset,
-                &loader_config,
-                &arch,
-                &graph_options,
-                options,
+                largest_batch(batch_size, budget, &at),
             ));
         }
     }
@@ -435,7 +459,7 @@ pub fn train(
         total: total_steps,
     };
 
-    let mut exec = Exec::new(&graph.recording, &options.exec)?;
+    let mut exec = Exec::new(&graph.recording, &exec_options)?;
     if options.ring_memory == RingMemory::Auto {
         loader_config.slot_allocator = exec.slot_allocator();
     }
@@ -458,7 +482,9 @@ pub fn train(
         }
         .part_records()
     };
-    let fits_tuning = |t: &Tuning| fits(&tuned_loader_config(&base, t), model_bytes);
+    let fits_tuning = |t: &Tuning| {
+        memory_of(&tuned_loader_config(&base, t), &engine_plan).fits(options.mem_budget)
+    };
     let mut probe_time = None;
     let mut tuner = if !config.autotune {
         None
@@ -545,7 +571,7 @@ pub fn train(
         batches_per_epoch,
         total_steps,
         first_step: progress.step,
-        memory: memory_of(&loader_config, model_bytes),
+        memory: memory_of(&loader_config, &engine_plan),
         backend: loader.backend().name().to_owned(),
         ring_memory: loader.ring_memory().to_owned(),
         param_count: arch.param_count(),
@@ -722,6 +748,8 @@ pub fn train(
         loop_time,
         probe_time,
         imported_uploads: exec.imported_uploads(),
+        memory: memory_of(&loader_config, &engine_plan),
+        peak_resident: balance::peak_resident(),
     })
 }
 
@@ -1083,31 +1111,9 @@ fn describe_difference(saved: &TrainConfig, now: &TrainConfig) -> String {
     diffs.join(", ")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn budget_error(
-    budget: u64,
-    memory: &MemoryPlan,
-    dataset: &Dataset,
-    loader_config: &LoaderConfig,
-    arch: &Arch,
-    graph_options: &GraphOptions,
-    options: &RunOptions,
-) -> Error {
-    let fits_batch = |b: u64| {
-        let lc = LoaderConfig {
-            batch: b as usize,
-            ..loader_config.clone()
-        };
-        let mut plan = loader::plan(dataset, &lc, options.io);
-        match ModelGraph::build(arch, b as u32, &dataset.layout, graph_options) {
-            Ok(g) => {
-                plan.add("model", 1, g.recording.bytes());
-                plan.fits(Some(budget))
-            }
-            Err(_) => false,
-        }
-    };
-    let best = balance::largest_fitting(loader_config.batch as u64, fits_batch);
+/// The refusal of a run over `budget`: what it needs, its largest item, and `best`, the
+/// largest batch that fits at this ring depth.
+fn budget_error(budget: u64, memory: &MemoryPlan, best: Option<u32>) -> Error {
     Error::Budget {
         budget: balance::human(budget),
         needed: balance::human(memory.total()),

@@ -146,6 +146,7 @@ impl Observer for Printer {
             info.backend,
             info.ring_memory
         );
+        print!("{}", info.memory.table());
         let bar = crate::progress::bar(info.total_steps, "steps");
         bar.set_position(info.first_step);
         self.bar = Some(bar);
@@ -285,6 +286,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .map_or("-".to_owned(), |l| format!("{l:.4}")),
         report.checkpoint.display()
     );
+    if let Some(peak) = report.peak_resident {
+        println!(
+            "memory: peak resident {} (planned {}; the rest is the program's code and stacks)",
+            human(peak),
+            human(report.memory.total())
+        );
+    }
     if report.interrupted {
         println!(
             "continue with: fulcrum train --data {} --out {} --resume",

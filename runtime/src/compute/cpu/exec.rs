@@ -16,14 +16,28 @@ use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, loss, normalize, optim, targets, upsample};
 use super::{separable, upsampled};
+use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_LEN};
+use crate::compute::storage::StoragePlan;
 
-/// A tensor's host memory.
+/// A buffer's host memory (one or more tensors, see [`StoragePlan`]). Between steps every
+/// buffer holds its whole length; a step takes a tensor's buffer cut to the tensor's length
+/// ([`CpuExec::take`]) and puts it back.
 #[derive(Debug)]
 enum Storage {
     F32(Vec<f32>),
     Bytes(Vec<u8>),
+}
+
+/// `v` at its whole allocated length again, after a step had it cut to one tensor's length.
+fn restore_len<T: Copy>(mut v: Vec<T>) -> Vec<T> {
+    // SAFETY: every buffer is allocated initialised to its whole length (`vec![0; len]`, so
+    // capacity == len) and only ever shortened with `truncate`, which for `Copy` elements
+    // leaves the values beyond the new length in place: elements up to the capacity are
+    // initialised `f32`s or bytes, any bit pattern of which is valid.
+    unsafe { v.set_len(v.capacity()) };
+    v
 }
 
 /// What one run took.
@@ -38,6 +52,8 @@ pub struct CpuTiming {
 #[derive(Debug)]
 pub struct CpuExec {
     recording: Recording,
+    /// Which buffer of `storage` holds each tensor.
+    plan: StoragePlan,
     storage: Vec<Storage>,
     scratch: Scratch,
     decode_scratch: Vec<Candidate>,
@@ -90,31 +106,23 @@ impl Kernel {
     }
 }
 
-/// Which forward convolutions of an entry split each image over the threads (see
-/// [`crate::compute::cpu::conv2d_forward_split`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct SplitChoice {
-    /// Layers with fewer images than threads, where the choice was measured.
-    pub measured: usize,
-    /// Those whose channel split was faster, named by shape.
-    pub split: Vec<String>,
+/// The CPU engine's memory besides the tensors, sized from the recording before anything is
+/// allocated: the kernels' per-thread scratch (packed GEMM panels, depthwise bands), the
+/// decoder's candidates and an upsampled conv's small output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WorkingMemory {
+    threads: usize,
+    /// Floats of scratch per thread.
+    scratch_per_thread: usize,
+    decode_candidates: usize,
+    upsampled_low: usize,
+    /// The longest entry (per-step timings).
+    steps: usize,
 }
 
-impl CpuExec {
-    /// Allocates every tensor (zeroed) and the kernels' working memory for `threads` threads.
-    /// A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any kernel runs.
-    pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
-        recording.validate()?;
-        kernels::chosen().map_err(|e| e.to_string())?;
-        let storage = recording
-            .tensors
-            .iter()
-            .map(|t| match t.elem {
-                Elem::F32 => Storage::F32(vec![0.0; t.len]),
-                Elem::Bytes => Storage::Bytes(vec![0; t.len]),
-            })
-            .collect();
-        let mut scratch = Scratch::new(threads);
+impl WorkingMemory {
+    fn of(recording: &Recording, threads: usize) -> WorkingMemory {
+        let mut scratch = 0;
         let mut decode = 0;
         let mut steps = 0;
         for entry in &recording.entries {
@@ -122,10 +130,10 @@ impl CpuExec {
             for step in &entry.steps {
                 match step {
                     Step::ConvForward { op, .. } => {
-                        scratch.reserve(conv::conv2d_forward_scratch_len(op))
+                        scratch = scratch.max(conv::conv2d_forward_scratch_len(op))
                     }
                     Step::ConvBackward { op, .. } => {
-                        scratch.reserve(conv::conv2d_backward_scratch_len(op))
+                        scratch = scratch.max(conv::conv2d_backward_scratch_len(op))
                     }
                     Step::Decode { op, .. } => decode = decode.max(super::decode::scratch_len(op)),
                     _ => {}
@@ -143,30 +151,98 @@ impl CpuExec {
                     (&steps[i], &steps[i + 1])
                 {
                     low = low.max(upsampled::low_len(up, pw));
-                    scratch.reserve(upsampled::scratch_len(up, pw));
+                    scratch = scratch.max(upsampled::scratch_len(up, pw));
                 }
             }
             let pairs = fusion::separable_pairs(recording, e);
             for (step, pair) in recording.entries[e].steps.iter().zip(pairs) {
                 if let (Step::ConvForward { op, .. }, Some(_)) = (step, pair) {
-                    scratch.reserve(separable::bands_scratch_len(op, threads));
+                    scratch = scratch.max(separable::bands_scratch_len(op, threads));
                 }
             }
         }
+        WorkingMemory {
+            threads: Scratch::threads_for(threads),
+            scratch_per_thread: scratch,
+            decode_candidates: decode,
+            upsampled_low: low,
+            steps,
+        }
+    }
+
+    fn add_to(&self, plan: &mut MemoryPlan) {
+        plan.add(
+            format!("cpu engine: kernel scratch ({} threads)", self.threads),
+            self.threads as u64,
+            4 * self.scratch_per_thread as u64,
+        );
+        plan.add(
+            "cpu engine: decoder candidates and upsampling",
+            1,
+            (self.decode_candidates * std::mem::size_of::<Candidate>()) as u64
+                + 4 * self.upsampled_low as u64,
+        );
+    }
+}
+
+/// Which forward convolutions of an entry split each image over the threads (see
+/// [`crate::compute::cpu::conv2d_forward_split`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SplitChoice {
+    /// Layers with fewer images than threads, where the choice was measured.
+    pub measured: usize,
+    /// Those whose channel split was faster, named by shape.
+    pub split: Vec<String>,
+}
+
+impl CpuExec {
+    /// Allocates every tensor (zeroed; intermediate ones sharing buffers where their
+    /// lifetimes allow, [`StoragePlan::shared`]) and the kernels' working memory for `threads`
+    /// threads. A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any
+    /// kernel runs.
+    pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
+        Self::with_storage(recording, threads, StoragePlan::shared(recording))
+    }
+
+    /// As [`CpuExec::new`], every tensor in its own buffer: for comparisons that read
+    /// intermediate activations after a run.
+    pub fn separate(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
+        Self::with_storage(recording, threads, StoragePlan::separate(recording))
+    }
+
+    fn with_storage(
+        recording: &Recording,
+        threads: usize,
+        plan: StoragePlan,
+    ) -> Result<CpuExec, String> {
+        recording.validate()?;
+        kernels::chosen().map_err(|e| e.to_string())?;
+        let storage = plan
+            .buffers
+            .iter()
+            .map(|b| match b.elem {
+                Elem::F32 => Storage::F32(vec![0.0; b.len]),
+                Elem::Bytes => Storage::Bytes(vec![0; b.len]),
+            })
+            .collect();
+        let working = WorkingMemory::of(recording, threads);
+        let mut scratch = Scratch::new(threads);
+        scratch.reserve(working.scratch_per_thread);
         let mut exec = CpuExec {
             recording: recording.clone(),
+            plan,
             storage,
             scratch,
-            decode_scratch: Vec::with_capacity(decode),
+            decode_scratch: Vec::with_capacity(working.decode_candidates),
             per_step: false,
-            timings: Vec::with_capacity(steps),
+            timings: Vec::with_capacity(working.steps),
             thread_split: recording
                 .entries
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
                 .collect(),
             schedule: Vec::new(),
-            upsampled_low: vec![0.0; low],
+            upsampled_low: vec![0.0; working.upsampled_low],
             fusion: true,
         };
         exec.choose_splits();
@@ -204,50 +280,78 @@ impl CpuExec {
         (op.n as usize) < self.threads() && conv::splits_by_channels(op)
     }
 
+    /// Everything [`CpuExec::new`] allocates for `recording` on `threads` threads, item by
+    /// item, without allocating it.
+    pub fn memory_plan(recording: &Recording, threads: usize) -> MemoryPlan {
+        let mut plan = MemoryPlan::default();
+        StoragePlan::shared(recording).add_to(recording, &mut plan);
+        WorkingMemory::of(recording, threads).add_to(&mut plan);
+        plan
+    }
+
     /// Bytes this executor holds: tensors and working memory.
     pub fn bytes(&self) -> u64 {
-        self.recording.bytes() + 4 * self.scratch.len() as u64
+        self.plan.bytes()
+            + 4 * (self.scratch.len() + self.upsampled_low.capacity()) as u64
+            + (self.decode_scratch.capacity() * std::mem::size_of::<Candidate>()) as u64
     }
 
     pub fn recording(&self) -> &Recording {
         &self.recording
     }
 
+    fn storage_of(&self, id: TensorId) -> &Storage {
+        &self.storage[self.plan.buffer_of(id)]
+    }
+
     fn f32s(&self, id: TensorId) -> &[f32] {
-        match &self.storage[id.index()] {
-            Storage::F32(v) => v,
+        match self.storage_of(id) {
+            Storage::F32(v) => &v[..self.recording.get(id).len],
             Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
         }
     }
 
     fn bytes_of(&self, id: TensorId) -> &[u8] {
-        match &self.storage[id.index()] {
-            Storage::Bytes(v) => v,
+        match self.storage_of(id) {
+            Storage::Bytes(v) => &v[..self.recording.get(id).len],
             Storage::F32(_) => unreachable!("validated: a byte tensor"),
         }
     }
 
-    /// Moves an f32 tensor out of its slot (no copy); [`CpuExec::put`] puts it back.
+    /// Moves an f32 tensor's buffer out of its slot, cut to the tensor's length (no copy);
+    /// [`CpuExec::put`] puts it back. No two tensors a step touches share a buffer.
     fn take(&mut self, id: TensorId) -> Vec<f32> {
-        match &mut self.storage[id.index()] {
-            Storage::F32(v) => std::mem::take(v),
+        let len = self.recording.get(id).len;
+        let buffer = self.plan.buffer_of(id);
+        match &mut self.storage[buffer] {
+            Storage::F32(v) => {
+                let mut v = std::mem::take(v);
+                debug_assert!(v.len() >= len, "buffer {buffer} taken twice");
+                v.truncate(len);
+                v
+            }
             Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
         }
     }
 
     fn take_bytes(&mut self, id: TensorId) -> Vec<u8> {
-        match &mut self.storage[id.index()] {
-            Storage::Bytes(v) => std::mem::take(v),
+        let len = self.recording.get(id).len;
+        match &mut self.storage[self.plan.buffer_of(id)] {
+            Storage::Bytes(v) => {
+                let mut v = std::mem::take(v);
+                v.truncate(len);
+                v
+            }
             Storage::F32(_) => unreachable!("validated: a byte tensor"),
         }
     }
 
     fn put(&mut self, id: TensorId, v: Vec<f32>) {
-        self.storage[id.index()] = Storage::F32(v);
+        self.storage[self.plan.buffer_of(id)] = Storage::F32(restore_len(v));
     }
 
     fn put_bytes(&mut self, id: TensorId, v: Vec<u8>) {
-        self.storage[id.index()] = Storage::Bytes(v);
+        self.storage[self.plan.buffer_of(id)] = Storage::Bytes(restore_len(v));
     }
 
     /// The kernels of entry `entry`: its steps in order, those that run as one together
@@ -735,9 +839,23 @@ impl CpuExec {
         }
     }
 
+    /// Checks that the host may read or write `id`: a tensor that shares its buffer holds
+    /// another tensor's values between steps.
+    fn host_access(&self, id: TensorId) -> Result<(), String> {
+        if self.plan.is_shared(id) {
+            return Err(format!(
+                "tensor {:?} shares its memory with other intermediate tensors: the host \
+                 cannot read or write it (use CpuExec::separate)",
+                self.recording.get(id).name
+            ));
+        }
+        Ok(())
+    }
+
     pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
+        self.host_access(id)?;
         let name = &self.recording.get(id).name;
-        match &mut self.storage[id.index()] {
+        match &mut self.storage[self.plan.buffer_of(id)] {
             Storage::F32(v) if v.len() == data.len() => {
                 v.copy_from_slice(data);
                 Ok(())
@@ -752,8 +870,9 @@ impl CpuExec {
     }
 
     pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
+        self.host_access(id)?;
         let name = &self.recording.get(id).name;
-        match &self.storage[id.index()] {
+        match self.storage_of(id) {
             Storage::F32(v) if v.len() == out.len() => {
                 out.copy_from_slice(v);
                 Ok(())
@@ -769,8 +888,9 @@ impl CpuExec {
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
     pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
+        self.host_access(id)?;
         let name = &self.recording.get(id).name;
-        match &mut self.storage[id.index()] {
+        match &mut self.storage[self.plan.buffer_of(id)] {
             Storage::Bytes(v) if data.len() <= v.len() => {
                 v[..data.len()].copy_from_slice(data);
                 Ok(())
@@ -786,8 +906,9 @@ impl CpuExec {
 
     /// Reads the start of a byte tensor into `out`.
     pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
+        self.host_access(id)?;
         let name = &self.recording.get(id).name;
-        match &self.storage[id.index()] {
+        match self.storage_of(id) {
             Storage::Bytes(v) if out.len() <= v.len() => {
                 out.copy_from_slice(&v[..out.len()]);
                 Ok(())

@@ -47,12 +47,17 @@ impl Scratch {
     /// A scratch for `threads` threads (clamped to `1..=MAX_THREADS`), with no memory yet;
     /// more than one thread starts a [`Pool`].
     pub fn new(threads: usize) -> Self {
-        let threads = threads.clamp(1, MAX_THREADS);
+        let threads = Self::threads_for(threads);
         Scratch {
             buf: Vec::new(),
             threads,
             pool: (threads > 1).then(|| Arc::new(Pool::new(threads))),
         }
+    }
+
+    /// The threads a scratch made for `threads` runs: `threads` clamped to `1..=MAX_THREADS`.
+    pub fn threads_for(threads: usize) -> usize {
+        threads.clamp(1, MAX_THREADS)
     }
 
     /// The thread pool kernels split their work over (`None`: run on the calling thread).

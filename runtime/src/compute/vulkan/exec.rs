@@ -17,7 +17,9 @@ use super::engine::{Engine, Timestamps, Timing};
 use super::lower::{lower, lower_with, Lowered, Slot};
 use super::pipeline::Pipeline;
 use super::program::{Program, ProgramDispatch};
+use crate::balance::MemoryPlan;
 use crate::compute::recording::{Elem, Recording, Role, Step, TensorId};
+use crate::compute::storage::StoragePlan;
 
 /// A recording set up on the Vulkan engine: see the module docs.
 pub struct VulkanExec {
@@ -248,6 +250,21 @@ impl VulkanExec {
     /// against).
     pub fn needed_bytes(recording: &Recording) -> Result<u64, String> {
         Ok(Sizes::of(recording, &lower(recording)?).total())
+    }
+
+    /// [`VulkanExec::needed_bytes`] item by item: one buffer per tensor (this engine does not
+    /// share buffers between tensors yet) and the reduction scratch.
+    pub fn memory_plan(recording: &Recording) -> Result<MemoryPlan, String> {
+        let sizes = Sizes::of(recording, &lower(recording)?);
+        let mut plan = MemoryPlan::default();
+        StoragePlan::separate(recording).add_to(recording, &mut plan);
+        plan.add(
+            "vulkan engine: split-reduction scratch",
+            1,
+            sizes.conv_partial + sizes.loss_partial,
+        );
+        debug_assert_eq!(plan.total(), sizes.total());
+        Ok(plan)
     }
 
     /// Runs entry `entry` (one submission of its recorded command buffer) and waits for it.

@@ -43,10 +43,11 @@ fn read(exec: &mut VulkanExec, id: TensorId, len: usize) -> Vec<f32> {
 }
 
 /// The CPU engine on the same recording (the twin of every kernel), two threads, every step
-/// on its own: the comparisons read intermediate activations, which a fused kernel may leave
-/// unwritten (the fused kernels' outputs are tested against the unfused ones bit for bit).
+/// on its own and every tensor in its own memory: the comparisons read intermediate
+/// activations, which a fused kernel may leave unwritten (the fused kernels' outputs are
+/// tested against the unfused ones bit for bit) and a shared buffer overwrites.
 fn cpu(rec: &Recording) -> CpuExec {
-    let mut cpu = CpuExec::new(rec, 2).unwrap();
+    let mut cpu = CpuExec::separate(rec, 2).unwrap();
     cpu.set_fusion(false);
     cpu
 }
