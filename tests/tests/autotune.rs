@@ -192,7 +192,8 @@ fn hill_climbing_restarts_the_loader_without_changing_what_is_trained() {
     assert_eq!(tuned, plain.losses, "autotuning changed the training");
 }
 
-/// Bytes the trainer plans for `loaders` loaders, a ring of 2 and the model at `BATCH`.
+/// Bytes the trainer plans for `loaders` loaders, a ring of 2 and the model at `BATCH` (on
+/// the engine `options()` choose).
 fn planned(data: &Path, loaders: usize) -> u64 {
     let dataset = Dataset::open(data, DirectMode::Auto).unwrap();
     let lc = LoaderConfig {
@@ -216,7 +217,10 @@ fn planned(data: &Path, loaders: usize) -> u64 {
         },
     )
     .unwrap();
-    loader::plan(&dataset, &lc, IoKind::Auto).total() + graph.recording.bytes()
+    loader::plan(&dataset, &lc, IoKind::Auto).total()
+        + trainer::model_memory_plan(&graph, &options().exec)
+            .unwrap()
+            .total()
 }
 
 #[test]

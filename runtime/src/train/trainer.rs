@@ -354,21 +354,7 @@ pub fn train(
     let model_plan = |batch: u32| -> Result<MemoryPlan> {
         let g = ModelGraph::build(&arch, batch, &dataset.layout, &graph_options)
             .map_err(Error::Config)?;
-        let mut plan = Exec::memory_plan(&g.recording, &exec_options)?;
-        // Saving reads the weights and state back (one copy) and encodes them (another).
-        let saved: u64 = g
-            .recording
-            .tensors
-            .iter()
-            .filter(|t| matches!(t.role, Role::Param | Role::State))
-            .map(|t| t.bytes())
-            .sum();
-        plan.add(
-            "checkpoint: weights and state read back and encoded",
-            2,
-            saved,
-        );
-        Ok(plan)
+        model_memory_plan(&g, &exec_options)
     };
     let memory_of = |lc: &LoaderConfig, model: &MemoryPlan| {
         let mut plan = loader::plan(&dataset, lc, options.io);
@@ -1109,6 +1095,26 @@ fn describe_difference(saved: &TrainConfig, now: &TrainConfig) -> String {
         }
     }
     diffs.join(", ")
+}
+
+/// What training `graph` on the engine `exec` chooses allocates besides the loader: the
+/// engine's own plan ([`Exec::memory_plan`]) and the checkpoint's copies while saving (the
+/// weights and state read back, then encoded).
+pub fn model_memory_plan(graph: &ModelGraph, exec: &ExecOptions) -> Result<MemoryPlan> {
+    let mut plan = Exec::memory_plan(&graph.recording, exec)?;
+    let saved: u64 = graph
+        .recording
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.role, Role::Param | Role::State))
+        .map(|t| t.bytes())
+        .sum();
+    plan.add(
+        "checkpoint: weights and state read back and encoded",
+        2,
+        saved,
+    );
+    Ok(plan)
 }
 
 /// The refusal of a run over `budget`: what it needs, its largest item, and `best`, the
