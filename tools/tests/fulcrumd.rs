@@ -772,7 +772,9 @@ fn bad_options_are_clear_errors() {
         "{err}"
     );
     assert!(
-        err.contains("client outboxes") && err.contains("engine tensors"),
+        err.contains("client outboxes")
+            && err.contains("model: weights")
+            && err.contains("cpu engine: kernel scratch"),
         "{err}"
     );
     assert!(!Path::new("/tmp/never.sock").exists());
