@@ -3,8 +3,9 @@
 //! recordings and [`super::init`] the initial weights.
 //!
 //! `det-s` (DESIGN.md, "The reference detector"): input 3×128×128, a 3×3 stride-2 stem, seven
-//! depthwise-separable blocks (three with stride 2, four residual), a neck that upsamples the
-//! last feature map and adds it to the 16×16 one (`c4`), and a head of depthwise, pointwise and
+//! depthwise-separable blocks (three with stride 2, four residual), a neck that projects the
+//! last feature map with a pointwise conv (at its own 8×8 size: the conv and nearest
+//! upsampling commute), upsamples it and adds it to the 16×16 one (`c4`), and a head of depthwise, pointwise and
 //! a final 1×1 convolution to `K + 4` channels at stride 8. Wider or bigger variants come from
 //! the width multiplier and the input size, not from new code.
 
