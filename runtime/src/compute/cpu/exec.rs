@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::arena::{Arena, TensorMut};
 use super::decode::Candidate;
 use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
@@ -19,26 +20,7 @@ use super::{separable, upsampled};
 use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_LEN};
-use crate::compute::storage::StoragePlan;
-
-/// A buffer's host memory (one or more tensors, see [`StoragePlan`]). Between steps every
-/// buffer holds its whole length; a step takes a tensor's buffer cut to the tensor's length
-/// ([`CpuExec::take`]) and puts it back.
-#[derive(Debug)]
-enum Storage {
-    F32(Vec<f32>),
-    Bytes(Vec<u8>),
-}
-
-/// `v` at its whole allocated length again, after a step had it cut to one tensor's length.
-fn restore_len<T: Copy>(mut v: Vec<T>) -> Vec<T> {
-    // SAFETY: every buffer is allocated initialised to its whole length (`vec![0; len]`, so
-    // capacity == len) and only ever shortened with `truncate`, which for `Copy` elements
-    // leaves the values beyond the new length in place: elements up to the capacity are
-    // initialised `f32`s or bytes, any bit pattern of which is valid.
-    unsafe { v.set_len(v.capacity()) };
-    v
-}
+use crate::compute::storage::ArenaPlan;
 
 /// What one run took.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,9 +34,11 @@ pub struct CpuTiming {
 #[derive(Debug)]
 pub struct CpuExec {
     recording: Recording,
-    /// Which buffer of `storage` holds each tensor.
-    plan: StoragePlan,
-    storage: Vec<Storage>,
+    /// Where each `f32` tensor sits in `arena`.
+    layout: ArenaPlan,
+    arena: Arena,
+    /// Byte tensors (records, detections), each its own; empty for `f32` tensors.
+    byte_tensors: Vec<Vec<u8>>,
     scratch: Scratch,
     decode_scratch: Vec<Candidate>,
     per_step: bool,
@@ -196,33 +180,40 @@ pub struct SplitChoice {
 }
 
 impl CpuExec {
-    /// Allocates every tensor (zeroed; intermediate ones sharing buffers where their
-    /// lifetimes allow, [`StoragePlan::shared`]) and the kernels' working memory for `threads`
+    /// Allocates every tensor (zeroed; intermediate ones sharing memory where their
+    /// lifetimes allow, [`ArenaPlan::shared`]) and the kernels' working memory for `threads`
     /// threads. A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any
     /// kernel runs.
     pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
-        Self::with_storage(recording, threads, StoragePlan::shared(recording))
+        Self::with_layout(recording, threads, Self::layout(recording))
     }
 
-    /// As [`CpuExec::new`], every tensor in its own buffer: for comparisons that read
+    /// Intermediate tensors share memory, kept apart wherever this engine may run their
+    /// steps as one kernel.
+    fn layout(recording: &Recording) -> ArenaPlan {
+        ArenaPlan::shared(recording, &|e| fusion::joined_steps(recording, e))
+    }
+
+    /// As [`CpuExec::new`], every tensor in its own memory: for comparisons that read
     /// intermediate activations after a run.
     pub fn separate(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
-        Self::with_storage(recording, threads, StoragePlan::separate(recording))
+        Self::with_layout(recording, threads, ArenaPlan::separate(recording))
     }
 
-    fn with_storage(
+    fn with_layout(
         recording: &Recording,
         threads: usize,
-        plan: StoragePlan,
+        layout: ArenaPlan,
     ) -> Result<CpuExec, String> {
         recording.validate()?;
         kernels::chosen().map_err(|e| e.to_string())?;
-        let storage = plan
-            .buffers
+        let arena = Arena::zeroed(layout.len);
+        let byte_tensors = recording
+            .tensors
             .iter()
-            .map(|b| match b.elem {
-                Elem::F32 => Storage::F32(vec![0.0; b.len]),
-                Elem::Bytes => Storage::Bytes(vec![0; b.len]),
+            .map(|t| match t.elem {
+                Elem::Bytes => vec![0; t.len],
+                Elem::F32 => Vec::new(),
             })
             .collect();
         let working = WorkingMemory::of(recording, threads);
@@ -230,8 +221,9 @@ impl CpuExec {
         scratch.reserve(working.scratch_per_thread);
         let mut exec = CpuExec {
             recording: recording.clone(),
-            plan,
-            storage,
+            layout,
+            arena,
+            byte_tensors,
             scratch,
             decode_scratch: Vec::with_capacity(working.decode_candidates),
             per_step: false,
@@ -284,14 +276,19 @@ impl CpuExec {
     /// item, without allocating it.
     pub fn memory_plan(recording: &Recording, threads: usize) -> MemoryPlan {
         let mut plan = MemoryPlan::default();
-        StoragePlan::shared(recording).add_to(recording, &mut plan);
+        Self::layout(recording).add_to(recording, &mut plan);
         WorkingMemory::of(recording, threads).add_to(&mut plan);
         plan
     }
 
     /// Bytes this executor holds: tensors and working memory.
     pub fn bytes(&self) -> u64 {
-        self.plan.bytes()
+        self.layout.bytes()
+            + self
+                .byte_tensors
+                .iter()
+                .map(|b| b.len() as u64)
+                .sum::<u64>()
             + 4 * (self.scratch.len() + self.upsampled_low.capacity()) as u64
             + (self.decode_scratch.capacity() * std::mem::size_of::<Candidate>()) as u64
     }
@@ -300,58 +297,37 @@ impl CpuExec {
         &self.recording
     }
 
-    fn storage_of(&self, id: TensorId) -> &Storage {
-        &self.storage[self.plan.buffer_of(id)]
-    }
-
     fn f32s(&self, id: TensorId) -> &[f32] {
-        match self.storage_of(id) {
-            Storage::F32(v) => &v[..self.recording.get(id).len],
-            Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
-        }
+        let len = self.recording.get(id).len;
+        self.arena.slice(self.layout.offset(id), len)
     }
 
     fn bytes_of(&self, id: TensorId) -> &[u8] {
-        match self.storage_of(id) {
-            Storage::Bytes(v) => &v[..self.recording.get(id).len],
-            Storage::F32(_) => unreachable!("validated: a byte tensor"),
-        }
+        &self.byte_tensors[id.index()]
     }
 
-    /// Moves an f32 tensor's buffer out of its slot, cut to the tensor's length (no copy);
-    /// [`CpuExec::put`] puts it back. No two tensors a step touches share a buffer.
-    fn take(&mut self, id: TensorId) -> Vec<f32> {
+    /// An f32 tensor's memory, to write; [`CpuExec::put`] ends that. Only the step that
+    /// writes it takes it, once.
+    fn take(&mut self, id: TensorId) -> TensorMut {
         let len = self.recording.get(id).len;
-        let buffer = self.plan.buffer_of(id);
-        match &mut self.storage[buffer] {
-            Storage::F32(v) => {
-                let mut v = std::mem::take(v);
-                debug_assert!(v.len() >= len, "buffer {buffer} taken twice");
-                v.truncate(len);
-                v
-            }
-            Storage::Bytes(_) => unreachable!("validated: an f32 tensor"),
-        }
+        // SAFETY: the layout places every two tensors that are live at once — every two one
+        // step (or one fused kernel) touches among them — at disjoint offsets, so while a
+        // step writes this tensor no view it makes of another covers its floats; the view
+        // ends (`put`) before the step does, and the arena outlives it (both are `self`'s).
+        unsafe { self.arena.slice_mut(self.layout.offset(id), len) }
     }
 
     fn take_bytes(&mut self, id: TensorId) -> Vec<u8> {
-        let len = self.recording.get(id).len;
-        match &mut self.storage[self.plan.buffer_of(id)] {
-            Storage::Bytes(v) => {
-                let mut v = std::mem::take(v);
-                v.truncate(len);
-                v
-            }
-            Storage::F32(_) => unreachable!("validated: a byte tensor"),
-        }
+        std::mem::take(&mut self.byte_tensors[id.index()])
     }
 
-    fn put(&mut self, id: TensorId, v: Vec<f32>) {
-        self.storage[self.plan.buffer_of(id)] = Storage::F32(restore_len(v));
+    /// Ends a step's writing of `id` (see [`CpuExec::take`]).
+    fn put(&mut self, _id: TensorId, written: TensorMut) {
+        drop(written);
     }
 
     fn put_bytes(&mut self, id: TensorId, v: Vec<u8>) {
-        self.storage[self.plan.buffer_of(id)] = Storage::Bytes(restore_len(v));
+        self.byte_tensors[id.index()] = v;
     }
 
     /// The kernels of entry `entry`: its steps in order, those that run as one together
@@ -565,7 +541,7 @@ impl CpuExec {
         };
         let out_id = add.map_or(y, |a| a.out);
         let mut out = self.take(out_id);
-        let mut d_v = if bands { Vec::new() } else { self.take(d) };
+        let mut d_v = (!bands).then(|| self.take(d));
         let mut scratch = std::mem::take(&mut self.scratch);
         let pair = separable::Pair {
             dw: &dw_op,
@@ -585,10 +561,11 @@ impl CpuExec {
             );
         } else {
             let pool = scratch.pool();
-            separable::forward_images(&pair, x, &mut d_v, residual, &mut out, pool.as_deref());
+            let d_v = d_v.as_mut().expect("taken where not banded");
+            separable::forward_images(&pair, x, d_v, residual, &mut out, pool.as_deref());
         }
         self.scratch = scratch;
-        if !bands {
+        if let Some(d_v) = d_v {
             self.put(d, d_v);
         }
         self.put(out_id, out);
@@ -839,87 +816,80 @@ impl CpuExec {
         }
     }
 
-    /// Checks that the host may read or write `id`: a tensor that shares its buffer holds
-    /// another tensor's values between steps.
-    fn host_access(&self, id: TensorId) -> Result<(), String> {
-        if self.plan.is_shared(id) {
+    /// Checks that the host may read or write `id` as `elem`s: a tensor that shares its
+    /// memory holds another tensor's values between steps.
+    fn host_access(&self, id: TensorId, elem: Elem) -> Result<&str, String> {
+        let t = self.recording.get(id);
+        if t.elem != elem {
+            return Err(match t.elem {
+                Elem::F32 => format!("tensor {:?} holds floats, not bytes", t.name),
+                Elem::Bytes => format!("tensor {:?} holds bytes, not floats", t.name),
+            });
+        }
+        if elem == Elem::F32 && self.layout.is_shared(id) {
             return Err(format!(
                 "tensor {:?} shares its memory with other intermediate tensors: the host \
                  cannot read or write it (use CpuExec::separate)",
-                self.recording.get(id).name
+                t.name
             ));
         }
-        Ok(())
+        Ok(&t.name)
     }
 
     pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
-        self.host_access(id)?;
-        let name = &self.recording.get(id).name;
-        match &mut self.storage[self.plan.buffer_of(id)] {
-            Storage::F32(v) if v.len() == data.len() => {
-                v.copy_from_slice(data);
-                Ok(())
-            }
-            Storage::F32(v) => Err(format!(
-                "tensor {name:?} holds {} floats, {} given",
-                v.len(),
+        let name = self.host_access(id, Elem::F32)?;
+        let len = self.recording.get(id).len;
+        if len != data.len() {
+            return Err(format!(
+                "tensor {name:?} holds {len} floats, {} given",
                 data.len()
-            )),
-            Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
+            ));
         }
+        self.take(id).copy_from_slice(data);
+        Ok(())
     }
 
     pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
-        self.host_access(id)?;
-        let name = &self.recording.get(id).name;
-        match self.storage_of(id) {
-            Storage::F32(v) if v.len() == out.len() => {
-                out.copy_from_slice(v);
-                Ok(())
-            }
-            Storage::F32(v) => Err(format!(
-                "tensor {name:?} holds {} floats, {} asked",
-                v.len(),
+        let name = self.host_access(id, Elem::F32)?;
+        let len = self.recording.get(id).len;
+        if len != out.len() {
+            return Err(format!(
+                "tensor {name:?} holds {len} floats, {} asked",
                 out.len()
-            )),
-            Storage::Bytes(_) => Err(format!("tensor {name:?} holds bytes, not floats")),
+            ));
         }
+        out.copy_from_slice(self.f32s(id));
+        Ok(())
     }
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
     pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
-        self.host_access(id)?;
-        let name = &self.recording.get(id).name;
-        match &mut self.storage[self.plan.buffer_of(id)] {
-            Storage::Bytes(v) if data.len() <= v.len() => {
-                v[..data.len()].copy_from_slice(data);
-                Ok(())
-            }
-            Storage::Bytes(v) => Err(format!(
+        let name = self.host_access(id, Elem::Bytes)?.to_owned();
+        let v = &mut self.byte_tensors[id.index()];
+        if data.len() > v.len() {
+            return Err(format!(
                 "tensor {name:?} holds {} bytes, {} given",
                 v.len(),
                 data.len()
-            )),
-            Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
+            ));
         }
+        v[..data.len()].copy_from_slice(data);
+        Ok(())
     }
 
     /// Reads the start of a byte tensor into `out`.
     pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
-        self.host_access(id)?;
-        let name = &self.recording.get(id).name;
-        match self.storage_of(id) {
-            Storage::Bytes(v) if out.len() <= v.len() => {
-                out.copy_from_slice(&v[..out.len()]);
-                Ok(())
-            }
-            Storage::Bytes(v) => Err(format!(
+        let name = self.host_access(id, Elem::Bytes)?;
+        let v = &self.byte_tensors[id.index()];
+        if out.len() > v.len() {
+            return Err(format!(
                 "tensor {name:?} holds {} bytes, {} asked",
                 v.len(),
                 out.len()
-            )),
-            Storage::F32(_) => Err(format!("tensor {name:?} holds floats, not bytes")),
+            ));
         }
+        out.copy_from_slice(&v[..out.len()]);
+        Ok(())
     }
 }
 

@@ -116,6 +116,29 @@ pub(crate) fn upsampled_pairs(rec: &Recording, entry: usize) -> Vec<bool> {
     pairs
 }
 
+/// For each step of entry `entry`: whether the engine may run it and the next step as one
+/// kernel (any of the fusions above, whichever `CpuExec::plan` then chooses): what
+/// [`crate::compute::storage::StoragePlan::shared`] keeps apart.
+pub(crate) fn joined_steps(rec: &Recording, entry: usize) -> Vec<bool> {
+    let adds = residual_adds(rec, entry);
+    let separable = separable_pairs(rec, entry);
+    let upsampled = upsampled_pairs(rec, entry);
+    let mut joined = vec![false; adds.len()];
+    for i in 0..joined.len() {
+        if adds[i].is_some() {
+            joined[i] = true;
+        }
+        if separable[i].is_some() || upsampled[i] {
+            joined[i] = true;
+            // The pair's pointwise conv may take the add after it into its store.
+            if adds.get(i + 1).is_some_and(Option::is_some) {
+                joined[i + 1] = true;
+            }
+        }
+    }
+    joined
+}
+
 /// Whether activation `t` is touched in entry `entry` by its steps `by` only, and every other
 /// entry that touches it writes it first.
 fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {

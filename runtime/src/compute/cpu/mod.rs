@@ -6,6 +6,7 @@
 //! training step allocates nothing.
 
 pub mod add;
+mod arena;
 pub mod conv;
 pub mod decode;
 pub mod depthwise;

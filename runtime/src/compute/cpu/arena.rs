@@ -1,0 +1,116 @@
+//! The CPU engine's tensor memory: one allocation of floats ([`Arena`]) that a
+//! [`crate::compute::storage::ArenaPlan`] divides among the recording's `f32` tensors, those
+//! whose lifetimes never overlap at overlapping offsets.
+//!
+//! A step reads some tensors and writes others, all parts of the one allocation, so they
+//! cannot be borrowed from it the usual way (one `&mut` of the whole would forbid every
+//! other view). Views are made from the raw pointer instead, each over its tensor's range;
+//! what keeps them apart is the plan, which places every two tensors that are ever live at
+//! once (every two tensors one step touches among them) at disjoint offsets.
+
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// One zeroed allocation of `len` floats, freed on drop.
+#[derive(Debug)]
+pub(super) struct Arena {
+    ptr: NonNull<f32>,
+    len: usize,
+}
+
+// SAFETY: the arena owns its allocation (no thread-local or shared state); moving it to
+// another thread moves that ownership.
+unsafe impl Send for Arena {}
+
+impl Arena {
+    pub fn zeroed(len: usize) -> Arena {
+        let memory: Box<[f32]> = vec![0.0; len].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(memory).cast::<f32>()).expect("Box is non-null");
+        Arena { ptr, len }
+    }
+
+    /// Floats `offset..offset + len`, to read.
+    pub fn slice(&self, offset: usize, len: usize) -> &[f32] {
+        assert!(offset + len <= self.len, "{offset}+{len} of {}", self.len);
+        // SAFETY: in bounds (checked), initialised (zeroed at allocation, written only as
+        // floats since); no `TensorMut` over these floats exists while a step reads them
+        // (the contract of `slice_mut`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) }
+    }
+
+    /// Floats `offset..offset + len`, to write.
+    ///
+    /// # Safety
+    /// While the returned view lives, no other view (from `slice` or `slice_mut`) may cover
+    /// any of these floats, and the arena must not be dropped.
+    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> TensorMut {
+        assert!(offset + len <= self.len, "{offset}+{len} of {}", self.len);
+        TensorMut {
+            // SAFETY: in bounds (checked above).
+            ptr: unsafe { self.ptr.as_ptr().add(offset) },
+            len,
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` are those of the boxed slice made in `zeroed`, freed once.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.len,
+            ))
+        });
+    }
+}
+
+/// A tensor's floats in the [`Arena`], to write (see [`Arena::slice_mut`]).
+#[derive(Debug)]
+pub(super) struct TensorMut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the view is exclusive over its floats (the contract of `Arena::slice_mut`), as a
+// `&mut [f32]` is, and that is `Send`.
+unsafe impl Send for TensorMut {}
+
+impl Deref for TensorMut {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // SAFETY: in bounds and exclusive (the contract of `Arena::slice_mut`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for TensorMut {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // SAFETY: in bounds and exclusive (the contract of `Arena::slice_mut`).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_views_read_and_write_their_own_floats() {
+        let arena = Arena::zeroed(64);
+        // SAFETY: 0..16 and 32..48 are disjoint; no other view exists.
+        let (mut a, mut b) = unsafe { (arena.slice_mut(0, 16), arena.slice_mut(32, 16)) };
+        a.fill(1.0);
+        b.fill(2.0);
+        drop((a, b));
+        assert_eq!(arena.slice(0, 16), &[1.0; 16]);
+        assert_eq!(arena.slice(16, 16), &[0.0; 16]);
+        assert_eq!(arena.slice(32, 16), &[2.0; 16]);
+    }
+
+    #[test]
+    #[should_panic]
+    fn views_past_the_end_are_refused() {
+        Arena::zeroed(8).slice(4, 8);
+    }
+}
