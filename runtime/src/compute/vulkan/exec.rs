@@ -29,6 +29,8 @@ pub struct VulkanExec {
     /// `(kernel name, step index)` of every dispatch, per entry.
     kernels: Vec<Vec<(&'static str, usize)>>,
     bytes: u64,
+    /// Which buffer of the program holds each tensor.
+    storage: StoragePlan,
     /// `f32` tensors as little-endian bytes on their way in or out, kept between calls.
     f32_bytes: Vec<u8>,
 }
@@ -42,10 +44,10 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn of(recording: &Recording, lowered: &Lowered) -> Sizes {
+    fn of(storage: &StoragePlan, lowered: &Lowered) -> Sizes {
         // Scratch buffers are bound even where unused (a binding needs a buffer).
         Sizes {
-            tensors: recording.bytes(),
+            tensors: storage.bytes(),
             conv_partial: 4 * lowered.conv_partial_floats.max(1) as u64,
             loss_partial: 4 * lowered.loss_partial_floats.max(1) as u64,
         }
@@ -135,14 +137,45 @@ impl VulkanExec {
     /// makes the pipelines and records each entry. With `timestamps`, each run reports the
     /// GPU time of every dispatch; without, only of the whole step (where the queue has
     /// timestamps at all).
+    ///
+    /// Intermediate tensors share buffers where their lifetimes allow ([`StoragePlan`]: a
+    /// barrier separates every two dispatches, so one step's reads come before the next
+    /// step's writes of the same memory).
     pub fn new(
-        mut engine: Engine,
+        engine: Engine,
         recording: &Recording,
         timestamps: bool,
         mem_budget: Option<u64>,
     ) -> Result<VulkanExec, String> {
+        let storage = Self::storage_plan(recording);
+        Self::with_storage(engine, recording, timestamps, mem_budget, storage)
+    }
+
+    /// As [`VulkanExec::new`], every tensor in its own buffer: for comparisons that read
+    /// intermediate activations after a run.
+    pub fn separate(
+        engine: Engine,
+        recording: &Recording,
+        timestamps: bool,
+    ) -> Result<VulkanExec, String> {
+        let storage = StoragePlan::separate(recording);
+        Self::with_storage(engine, recording, timestamps, None, storage)
+    }
+
+    fn storage_plan(recording: &Recording) -> StoragePlan {
+        // Every dispatch is its own kernel.
+        StoragePlan::shared(recording, &|_| Vec::new())
+    }
+
+    fn with_storage(
+        mut engine: Engine,
+        recording: &Recording,
+        timestamps: bool,
+        mem_budget: Option<u64>,
+        storage: StoragePlan,
+    ) -> Result<VulkanExec, String> {
         let lowered = lower_with(recording, engine.fp16())?;
-        let sizes = Sizes::of(recording, &lowered);
+        let sizes = Sizes::of(&storage, &lowered);
         if let Some(budget) = mem_budget {
             if sizes.total() > budget {
                 return Err(over_budget(recording, &sizes, budget));
@@ -153,10 +186,10 @@ impl VulkanExec {
             ("scratch.conv-partial", sizes.conv_partial),
             ("scratch.loss-partial", sizes.loss_partial),
         ];
-        let mut all = recording
-            .tensors
+        let mut all = storage
+            .buffers
             .iter()
-            .map(|t| (t.name.as_str(), t.bytes()))
+            .map(|b| (recording.get(b.tensors[0]).name.as_str(), b.bytes()))
             .chain(scratch);
         if let Some((name, bytes)) = all.find(|&(_, b)| b > max_range) {
             return Err(format!(
@@ -166,11 +199,13 @@ impl VulkanExec {
         }
 
         let err = |e: super::Error| e.to_string();
-        let mut buffers = Vec::with_capacity(recording.tensors.len() + 2);
-        for t in &recording.tensors {
+        let mut buffers = Vec::with_capacity(storage.buffers.len() + 2);
+        for b in &storage.buffers {
+            // Named by its first tenant (the allocation report's label).
+            let t = recording.get(b.tensors[0]);
             buffers.push(
                 engine
-                    .buffer(&t.name, t.bytes(), location(t.role))
+                    .buffer(&t.name, b.bytes(), location(t.role))
                     .map_err(err)?,
             );
         }
@@ -205,7 +240,7 @@ impl VulkanExec {
                         .bindings
                         .iter()
                         .map(|s| match *s {
-                            Slot::Tensor(t) => t.index(),
+                            Slot::Tensor(t) => storage.buffer_of(t),
                             Slot::ConvPartial => conv_partial,
                             Slot::LossPartial => loss_partial,
                         })
@@ -241,6 +276,7 @@ impl VulkanExec {
             recording: recording.clone(),
             kernels,
             bytes: sizes.total(),
+            storage,
             f32_bytes: Vec::new(),
         })
     }
@@ -249,15 +285,16 @@ impl VulkanExec {
     /// tensors and the scratch of split reductions (what the memory budget is checked
     /// against).
     pub fn needed_bytes(recording: &Recording) -> Result<u64, String> {
-        Ok(Sizes::of(recording, &lower(recording)?).total())
+        Ok(Sizes::of(&Self::storage_plan(recording), &lower(recording)?).total())
     }
 
-    /// [`VulkanExec::needed_bytes`] item by item: one buffer per tensor (this engine does not
-    /// share buffers between tensors yet) and the reduction scratch.
+    /// [`VulkanExec::needed_bytes`] item by item: the tensor buffers and the reduction
+    /// scratch.
     pub fn memory_plan(recording: &Recording) -> Result<MemoryPlan, String> {
-        let sizes = Sizes::of(recording, &lower(recording)?);
+        let storage = Self::storage_plan(recording);
+        let sizes = Sizes::of(&storage, &lower(recording)?);
         let mut plan = MemoryPlan::default();
-        StoragePlan::separate(recording).add_to(recording, &mut plan);
+        storage.add_to(recording, &mut plan);
         plan.add(
             "vulkan engine: split-reduction scratch",
             1,
@@ -330,7 +367,14 @@ impl VulkanExec {
                 what(elem)
             ));
         }
-        Ok(id.index())
+        if self.storage.is_shared(id) {
+            return Err(format!(
+                "tensor {:?} shares its memory with other intermediate tensors: the host \
+                 cannot read or write it (use VulkanExec::separate)",
+                t.name
+            ));
+        }
+        Ok(self.storage.buffer_of(id))
     }
 
     fn upload(&mut self, index: usize, data: &[u8]) -> Result<(), String> {

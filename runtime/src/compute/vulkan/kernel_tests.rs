@@ -31,9 +31,10 @@ fn close(name: &str, got: &[f32], want: &[f32]) {
 }
 
 /// The recording on a validated engine, or `None` (skipped) without Vulkan.
+/// Every tensor in its own buffer: the tests read intermediate activations.
 fn gpu(test: &str, rec: &Recording) -> Option<VulkanExec> {
     let engine = engine(test)?;
-    Some(VulkanExec::new(engine, rec, false, None).unwrap())
+    Some(VulkanExec::separate(engine, rec, false).unwrap())
 }
 
 fn read(exec: &mut VulkanExec, id: TensorId, len: usize) -> Vec<f32> {
@@ -650,7 +651,8 @@ fn memory_budget_is_checked_before_allocating() {
     let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
     let g = ModelGraph::build(&arch, 8, &layout, &GraphOptions::default()).unwrap();
     let needed = VulkanExec::needed_bytes(&g.recording).unwrap();
-    assert!(needed > g.recording.bytes(), "scratch is counted");
+    let separate = crate::compute::storage::StoragePlan::separate(&g.recording).bytes();
+    assert!(needed < separate, "intermediate tensors share buffers");
     let Some(engine) = engine("memory_budget") else {
         return;
     };
@@ -670,7 +672,12 @@ fn memory_budget_is_checked_before_allocating() {
     assert_eq!(exec.bytes(), needed);
     let report = exec.engine().allocation_report();
     assert!(report.get("scratch.conv-partial").is_some());
-    assert_eq!(report.buffers.len(), g.recording.tensors.len() + 2);
+    // The plan's buffers (tensors sharing where they may) and the two scratch buffers.
+    let plan = VulkanExec::memory_plan(&g.recording).unwrap();
+    assert_eq!(plan.total(), needed);
+    let buffers = crate::compute::storage::StoragePlan::shared(&g.recording, &|_| Vec::new());
+    assert!(buffers.buffers.len() < g.recording.tensors.len());
+    assert_eq!(report.buffers.len(), buffers.buffers.len() + 2);
     assert_clean(exec.engine());
 }
 
@@ -719,16 +726,22 @@ fn det_s_train_steps_match_the_cpu() {
     let Some(mut exec) = gpu("det_s_train_steps", rec) else {
         return;
     };
+    // The same on the engine as it trains: intermediate tensors sharing buffers.
+    let mut shared =
+        VulkanExec::new(engine("det_s_train_steps").unwrap(), rec, false, None).unwrap();
+    assert!(shared.bytes() < exec.bytes() * 2 / 3, "buffers are shared");
     let mut cpu = cpu(rec);
     for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
         for t in [Some(p.value), p.ema].into_iter().flatten() {
             exec.write_f32(t, &v).unwrap();
+            shared.write_f32(t, &v).unwrap();
             cpu.write_f32(t, &v).unwrap();
         }
     }
     let mut rng = SplitMix64::new(15);
     let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
     exec.write_bytes(g.records, &records).unwrap();
+    shared.write_bytes(g.records, &records).unwrap();
     cpu.write_bytes(g.records, &records).unwrap();
     let train = g.entry(ENTRY_TRAIN);
     let mut losses = Vec::new();
@@ -745,13 +758,28 @@ fn det_s_train_steps_match_the_cpu() {
         let (c1, c2) = adam.bias_corrections();
         let hyper = [adam.lr, step as f32, c1, c2, ema_decay(step.into())];
         exec.write_f32(g.hyper, &hyper).unwrap();
+        shared.write_f32(g.hyper, &hyper).unwrap();
         cpu.write_f32(g.hyper, &hyper).unwrap();
         exec.run(train).unwrap();
+        shared.run(train).unwrap();
         cpu.run(train).unwrap();
         let loss = read(&mut exec, g.loss, LOSS_LEN);
         let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
         close(&format!("loss of step {step}"), &loss, &want);
         losses.push(loss[0]);
+        // Sharing buffers changes no number: the same kernels in the same order.
+        assert_eq!(read(&mut shared, g.loss, LOSS_LEN), loss, "step {step}");
+        for (i, t) in rec.tensors.iter().enumerate() {
+            if matches!(t.role, Role::Param | Role::State) {
+                let id = TensorId(i as u32);
+                assert_eq!(
+                    read(&mut shared, id, t.len),
+                    read(&mut exec, id, t.len),
+                    "{} after step {step}",
+                    t.name
+                );
+            }
+        }
         // Every activation, target and gradient of the step, then the updated parameters
         // and AdamW moments.
         let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &mut cpu, |_| true);
