@@ -166,8 +166,18 @@ impl Daemon {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
     }
 
+    /// SIGTERM, then the exit status and the whole log (whose folder goes with `self`).
+    fn stop_with_log(mut self) -> (ExitStatus, String) {
+        let status = self.terminate();
+        (status, self.log())
+    }
+
     /// SIGTERM, then the exit status.
     fn stop(mut self) -> ExitStatus {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
         self.signal(nix::sys::signal::Signal::SIGTERM);
         let started = Instant::now();
         loop {
@@ -337,6 +347,13 @@ fn concurrent_clients_get_the_same_detections_as_infer() {
     assert!(
         stats.p99_us >= stats.p50_us && stats.p50_us > 0,
         "{stats:?}"
+    );
+    // At stop the daemon logs its peak resident memory beside the plan.
+    let (status, log) = daemon.stop_with_log();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("stopped; peak resident memory") && log.contains("(planned"),
+        "{log}"
     );
 }
 

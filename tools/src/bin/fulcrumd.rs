@@ -242,7 +242,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         server.status_line()
     );
     server.run(&CONTROL)?;
-    log::info!("stopped");
+    match fulcrum::balance::peak_resident() {
+        Some(peak) => log::info!(
+            "stopped; peak resident memory {} (planned {}; the rest is the program's code and \
+             stacks)",
+            fulcrum::balance::human(peak),
+            fulcrum::balance::human(server.memory_plan().total())
+        ),
+        None => log::info!("stopped"),
+    }
     Ok(())
 }
 
