@@ -380,20 +380,21 @@ fn lifetimes(recording: &Recording, kernels: &dyn Fn(usize) -> Vec<bool>) -> Vec
     for (e, entry) in recording.entries.iter().enumerate() {
         // Each step's kernel, as the range of steps it runs.
         let joined = kernels(e);
+        let joins = |s: usize| joined.get(s).copied().unwrap_or(false);
         let mut kernel = vec![(0, 0); entry.steps.len()];
         let mut first = 0;
-        for s in 0..entry.steps.len() {
-            if s == 0 || !joined.get(s - 1).copied().unwrap_or(false) {
+        for (s, k) in kernel.iter_mut().enumerate() {
+            if s == 0 || !joins(s - 1) {
                 first = s;
             }
-            kernel[s].0 = first;
+            k.0 = first;
         }
         let mut last = entry.steps.len().saturating_sub(1);
-        for s in (0..entry.steps.len()).rev() {
-            if !joined.get(s).copied().unwrap_or(false) {
+        for (s, k) in kernel.iter_mut().enumerate().rev() {
+            if !joins(s) {
                 last = s;
             }
-            kernel[s].1 = last;
+            k.1 = last;
         }
         let mut open: Vec<Option<Span>> = vec![None; recording.tensors.len()];
         for (s, step) in entry.steps.iter().enumerate() {

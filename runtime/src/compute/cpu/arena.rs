@@ -98,11 +98,12 @@ mod tests {
     #[test]
     fn disjoint_views_read_and_write_their_own_floats() {
         let arena = Arena::zeroed(64);
-        // SAFETY: 0..16 and 32..48 are disjoint; no other view exists.
-        let (mut a, mut b) = unsafe { (arena.slice_mut(0, 16), arena.slice_mut(32, 16)) };
-        a.fill(1.0);
-        b.fill(2.0);
-        drop((a, b));
+        {
+            // SAFETY: 0..16 and 32..48 are disjoint; no other view exists in this block.
+            let (mut a, mut b) = unsafe { (arena.slice_mut(0, 16), arena.slice_mut(32, 16)) };
+            a.fill(1.0);
+            b.fill(2.0);
+        }
         assert_eq!(arena.slice(0, 16), &[1.0; 16]);
         assert_eq!(arena.slice(16, 16), &[0.0; 16]);
         assert_eq!(arena.slice(32, 16), &[2.0; 16]);
