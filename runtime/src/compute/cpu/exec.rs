@@ -862,16 +862,15 @@ impl CpuExec {
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
     pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
-        let name = self.host_access(id, Elem::Bytes)?.to_owned();
-        let v = &mut self.byte_tensors[id.index()];
-        if data.len() > v.len() {
+        let name = self.host_access(id, Elem::Bytes)?;
+        let len = self.byte_tensors[id.index()].len();
+        if data.len() > len {
             return Err(format!(
-                "tensor {name:?} holds {} bytes, {} given",
-                v.len(),
+                "tensor {name:?} holds {len} bytes, {} given",
                 data.len()
             ));
         }
-        v[..data.len()].copy_from_slice(data);
+        self.byte_tensors[id.index()][..data.len()].copy_from_slice(data);
         Ok(())
     }
 
