@@ -139,7 +139,7 @@ fn no_home_and_an_unwritable_cache_still_run_vulkan() {
 }
 
 /// `(peak resident, planned)` in MiB from `fulcrum train`'s closing line, "memory: peak
-/// resident X MiB (planned Y MiB; …)".
+/// resident X MiB (… planned Y MiB)".
 fn peak_and_plan(stdout: &str) -> (f64, f64) {
     let line = stdout
         .lines()
@@ -151,7 +151,7 @@ fn peak_and_plan(stdout: &str) -> (f64, f64) {
         assert!(rest.starts_with("MiB"), "{line}");
         value.parse().unwrap()
     };
-    (mib("peak resident"), mib("(planned"))
+    (mib("peak resident"), mib("planned"))
 }
 
 /// A cgroup v1 memory group of its own, removed on drop.

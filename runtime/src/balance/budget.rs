@@ -173,6 +173,9 @@ mod tests {
         let after = peak_resident().unwrap();
         assert!(after >= before + (31 << 20), "{before} → {after}");
         drop(block);
+        // The test binary's own code is a mapped file.
+        let files = resident_files().expect("Linux reports RssFile");
+        assert!(files > 0 && files < after, "{files} of {after}");
     }
 
     #[test]
@@ -188,10 +191,21 @@ mod tests {
 /// it has held at once, code included), in bytes; `None` where the kernel does not say. What
 /// a run reports beside its [`MemoryPlan`] (the tests hold the two within 8 MiB).
 pub fn peak_resident() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// This process's resident pages of mapped files now (`RssFile`: its code and libraries,
+/// which no memory plan lists), in bytes.
+pub fn resident_files() -> Option<u64> {
+    status_bytes("RssFile:")
+}
+
+/// A `kB` field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line
-        .trim_start_matches("VmHWM:")
+        .trim_start_matches(field)
         .trim()
         .trim_end_matches("kB")
         .trim()

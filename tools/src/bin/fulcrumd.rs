@@ -242,14 +242,16 @@ fn run(args: Args) -> anyhow::Result<()> {
         server.status_line()
     );
     server.run(&CONTROL)?;
-    match fulcrum::balance::peak_resident() {
-        Some(peak) => log::info!(
-            "stopped; peak resident memory {} (planned {}; the rest is the program's code and \
-             stacks)",
-            fulcrum::balance::human(peak),
-            fulcrum::balance::human(server.memory_plan().total())
+    use fulcrum::balance::{human, peak_resident, resident_files};
+    match (peak_resident(), resident_files()) {
+        (Some(peak), Some(files)) => log::info!(
+            "stopped; peak resident memory {} ({} of it the program's code and libraries; \
+             planned {})",
+            human(peak),
+            human(files),
+            human(server.memory_plan().total())
         ),
-        None => log::info!("stopped"),
+        _ => log::info!("stopped"),
     }
     Ok(())
 }

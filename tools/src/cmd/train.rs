@@ -287,8 +287,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         report.checkpoint.display()
     );
     if let Some(peak) = report.peak_resident {
+        let code = fulcrum::balance::resident_files().map_or(String::new(), |files| {
+            format!("{} of it the program's code and libraries; ", human(files))
+        });
         println!(
-            "memory: peak resident {} (planned {}; the rest is the program's code and stacks)",
+            "memory: peak resident {} ({code}planned {})",
             human(peak),
             human(report.memory.total())
         );
