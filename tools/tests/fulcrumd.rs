@@ -22,6 +22,8 @@ use fulcrum_board::protocol::{
     MAX_MESSAGE_LEN, SCHEMA_HASH,
 };
 
+mod common;
+
 const FULCRUM: &str = env!("CARGO_BIN_EXE_fulcrum");
 const FULCRUMD: &str = env!("CARGO_BIN_EXE_fulcrumd");
 /// Every wait here is for something that takes a few seconds at most; more means a hang.
@@ -357,16 +359,7 @@ fn concurrent_clients_get_the_same_detections_as_infer() {
         .lines()
         .find(|l| l.contains("stopped; peak resident memory"))
         .unwrap_or_else(|| panic!("no peak memory at stop:\n{log}"));
-    let mib = |after: &str| -> f64 {
-        let text = line.split(after).nth(1).unwrap().trim_start();
-        let (value, unit) = text.split_once(' ').unwrap();
-        let v: f64 = value.parse().unwrap();
-        match &unit[..3] {
-            "KiB" => v / 1024.0,
-            "MiB" => v,
-            other => panic!("unit {other} in {line}"),
-        }
-    };
+    let mib = |after| common::mib_after(line, after);
     let (peak, code, plan) = (mib("peak resident memory"), mib("("), mib("planned"));
     assert!((peak - code - plan).abs() <= 8.0, "{line}");
 }

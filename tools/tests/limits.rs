@@ -145,12 +145,7 @@ fn peak_and_plan(stdout: &str) -> (f64, f64) {
         .lines()
         .find(|l| l.starts_with("memory: peak resident"))
         .unwrap_or_else(|| panic!("no peak memory line in:\n{stdout}"));
-    let mib = |after: &str| -> f64 {
-        let text = line.split(after).nth(1).unwrap().trim_start();
-        let (value, rest) = text.split_once(' ').unwrap();
-        assert!(rest.starts_with("MiB"), "{line}");
-        value.parse().unwrap()
-    };
+    let mib = |after| common::mib_after(line, after);
     (mib("peak resident"), mib("planned"))
 }
 

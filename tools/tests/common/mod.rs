@@ -140,3 +140,20 @@ pub fn assert_mentions(text: &str, words: &[&str]) {
         assert!(text.contains(w), "{w:?} missing from:\n{text}");
     }
 }
+
+/// The size printed after the first `after` in `line` ("12.3 MiB", "512.0 KiB"), in MiB: for
+/// the memory figures the binaries print.
+pub fn mib_after(line: &str, after: &str) -> f64 {
+    let text = line
+        .split(after)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {after:?} in {line}"))
+        .trim_start();
+    let (value, unit) = text.split_once(' ').unwrap();
+    let v: f64 = value.parse().unwrap();
+    match unit.get(..3) {
+        Some("KiB") => v / 1024.0,
+        Some("MiB") => v,
+        _ => panic!("unit {unit:?} in {line}"),
+    }
+}
