@@ -63,6 +63,8 @@ enum Kernel {
     Step(usize),
     /// Pointwise conv `i` with the add after it in its store.
     ConvAdd(usize, ResidualAdd),
+    /// Upsampling `i` with the add after it in its copy ([`upsampled::upsample_add`]).
+    UpsampleAdd(usize, ResidualAdd),
     /// Depthwise conv `i` and pointwise conv `i + 1`, with the add after them where given;
     /// with `bands`, each image split over the threads in bands of rows, the depthwise
     /// output kept out of memory ([`separable::forward_bands`]), else the batch split
@@ -82,7 +84,7 @@ impl Kernel {
     fn steps(self) -> usize {
         match self {
             Kernel::Step(_) => 1,
-            Kernel::ConvAdd(..) => 2,
+            Kernel::ConvAdd(..) | Kernel::UpsampleAdd(..) => 2,
             Kernel::Separable { add, .. } | Kernel::Upsampled { add, .. } => {
                 2 + usize::from(add.is_some())
             }
@@ -368,9 +370,10 @@ impl CpuExec {
                 }),
                 _ => None,
             };
-            let kernel = kernel.unwrap_or(match adds[i] {
-                Some(add) => Kernel::ConvAdd(i, add),
-                None => Kernel::Step(i),
+            let kernel = kernel.unwrap_or(match (adds[i], &steps[i]) {
+                (Some(add), Step::UpsampleForward { .. }) => Kernel::UpsampleAdd(i, add),
+                (Some(add), _) => Kernel::ConvAdd(i, add),
+                (None, _) => Kernel::Step(i),
             });
             plan.push(kernel);
             i += kernel.steps();
@@ -387,7 +390,7 @@ impl CpuExec {
             .iter()
             .map(|k| match *k {
                 Kernel::Step(i) => name(i).to_owned(),
-                Kernel::ConvAdd(i, _) => format!("{}+add", name(i)),
+                Kernel::ConvAdd(i, _) | Kernel::UpsampleAdd(i, _) => format!("{}+add", name(i)),
                 Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
                     let add = if add.is_some() { "+add" } else { "" };
                     format!("{}+{}{add}", name(i), name(i + 1))
@@ -422,6 +425,16 @@ impl CpuExec {
                 Kernel::ConvAdd(i, add) => {
                     let step = self.recording.entries[entry].steps[i].clone();
                     self.conv_add(&step, add, self.thread_split[entry][i]);
+                }
+                Kernel::UpsampleAdd(i, add) => {
+                    let Step::UpsampleForward { op, x, .. } =
+                        self.recording.entries[entry].steps[i]
+                    else {
+                        unreachable!("fusion: an upsampling with its add");
+                    };
+                    let mut out = self.take(add.out);
+                    upsampled::upsample_add(&op, self.f32s(x), self.f32s(add.residual), &mut out);
+                    self.put(add.out, out);
                 }
                 Kernel::Separable { i, add, bands } => {
                     let steps = &self.recording.entries[entry].steps;
@@ -941,14 +954,17 @@ mod tests {
                 matches!(
                     k,
                     Kernel::ConvAdd(..)
+                        | Kernel::UpsampleAdd(..)
                         | Kernel::Separable { add: Some(_), .. }
                         | Kernel::Upsampled { add: Some(_), .. }
                 )
             };
             let pairs = |k: &Kernel| matches!(k, Kernel::Separable { .. });
             let bands = |k: &Kernel| matches!(k, Kernel::Separable { bands: true, .. });
-            // The four residual blocks' adds (the neck's follows its upsampling, not a conv).
-            assert_eq!((count(infer, &adds), count(train, &adds)), (4, 0));
+            // The four residual blocks' adds and the neck's (in its upsampling's copy);
+            // training keeps the blocks' (their backward reads the conv outputs for the ReLU
+            // mask) but not the neck's upsampled tensor, which its gradient does not need.
+            assert_eq!((count(infer, &adds), count(train, &adds)), (5, 1));
             // The model runs its neck conv before the upsampling itself: nothing to fuse.
             let up = |k: &Kernel| matches!(k, Kernel::Upsampled { .. });
             assert_eq!((count(infer, &up), count(train, &up)), (0, 0));

@@ -6,7 +6,9 @@
 //!   writing a third) is saved. Only where nothing else needs the conv's output: no other
 //!   step of the entry touches it, and every other entry that touches it writes it first with
 //!   its own conv. A training entry's backward pass reads it (for the ReLU mask), so training
-//!   keeps the two steps; the inference entry fuses all its residual adds (five in det-s).
+//!   keeps the two steps; the inference entry fuses all its residual adds (four in det-s).
+//!   Likewise an add after a nearest upsampling ([`super::upsampled::upsample_add`], det-s's
+//!   neck): the upsampled tensor is never written.
 //! - a depthwise conv and the pointwise conv that reads its output ([`super::separable`]),
 //!   wherever the two follow each other; the depthwise output may be kept out of memory at
 //!   batch 1 where it is private in the same sense.
@@ -26,23 +28,26 @@ pub(crate) struct ResidualAdd {
 }
 
 /// For each step of entry `entry`: the add folded into it, where the step is a pointwise
-/// [`Step::ConvForward`] and the next step an [`Step::Add`] of its output that may be fused
-/// (see the module docs). The add's own step is then skipped.
+/// [`Step::ConvForward`] or an [`Step::UpsampleForward`] and the next step an [`Step::Add`] of
+/// its output that may be fused (see the module docs). The add's own step is then skipped.
 pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<ResidualAdd>> {
     let steps = &rec.entries[entry].steps;
     let mut fused = vec![None; steps.len()];
     for (i, pair) in steps.windows(2).enumerate() {
-        let (Step::ConvForward { op, x, y, .. }, Step::Add { a, b, out, .. }) =
-            (&pair[0], &pair[1])
-        else {
+        let Step::Add { a, b, out, .. } = &pair[1] else {
             continue;
+        };
+        let (x, y, kind_fits) = match &pair[0] {
+            Step::ConvForward { op, x, y, .. } => (x, y, op.kind() == ConvKind::Pointwise),
+            Step::UpsampleForward { x, y, .. } => (x, y, true),
+            _ => continue,
         };
         let residual = match (*a == *y, *b == *y) {
             (true, false) => *b,
             (false, true) => *a,
             _ => continue,
         };
-        let fits = op.kind() == ConvKind::Pointwise && *out != *x;
+        let fits = kind_fits && *out != *x;
         if fits && private(rec, entry, *y, [i, i + 1]) {
             fused[i] = Some(ResidualAdd {
                 residual,

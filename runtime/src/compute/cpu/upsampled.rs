@@ -68,13 +68,23 @@ pub(crate) fn forward(
     } else {
         conv2d_forward(&op, x, weight, bias, low, scratch);
     }
-    let Some(residual) = residual else {
-        // The conv's output channels, upsampled as `up` would have its input's.
-        let up_out = Upsample2x { c: pw.c_out, ..*up };
-        return upsample2x_forward(&up_out, low, out);
-    };
+    // The conv's output channels, upsampled as `up` would have its input's.
+    let up_out = Upsample2x { c: pw.c_out, ..*up };
+    match residual {
+        Some(residual) => upsample_add(&up_out, low, residual, out),
+        None => upsample2x_forward(&up_out, low, out),
+    }
+}
+
+/// `out = up(x) + residual`: a nearest upsampling and the add after it in one pass, the
+/// upsampled tensor never written (the same sums as the two steps).
+pub(crate) fn upsample_add(up: &Upsample2x, x: &[f32], residual: &[f32], out: &mut [f32]) {
+    assert!(
+        x.len() == up.input_len() && out.len() == up.output_len() && residual.len() == out.len(),
+        "upsample + add: tensor lengths do not match {up:?}"
+    );
     let (h, w) = (up.h as usize, up.w as usize);
-    let planes = low.chunks_exact(h * w).zip(out.chunks_exact_mut(4 * h * w));
+    let planes = x.chunks_exact(h * w).zip(out.chunks_exact_mut(4 * h * w));
     for (p, (src, dst)) in planes.enumerate() {
         for (oy, row) in dst.chunks_exact_mut(2 * w).enumerate() {
             let line = &src[(oy / 2) * w..][..w];
