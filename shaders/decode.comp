@@ -1,11 +1,12 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // decode: detections from the model output (ops::Decode), one workgroup per image.
 //
 // A heat-map cell is a candidate when its logit is the maximum of its 3×3 neighbourhood on
-// its class channel (cells outside the grid ignored) and sigmoid(logit) ≥ threshold. The best
-// top_k are kept, ordered by score, ties by (class, y, x) — which is the cell's index in the
-// image's output, c·h·w + y·w + x, so a key is (score bits, index): scores are ≥ 0, so their
-// bits order like the floats.
+// its class channel and level (cells outside the level's grid ignored) and sigmoid(logit) ≥
+// threshold. The best top_k are kept, ordered by score, ties by (class, level, y, x) — which
+// is the cell's index in the image's output, c·cells + offset(level) + y·w + x, so a key is
+// (score bits, index): scores are ≥ 0, so their bits order like the floats.
 //
 // Selection in shared memory: slots [0, top_k) hold the best so far, slots [top_k, 1024)
 // take the next 1024 − top_k cells (one slot per cell, an empty key where the cell is not a
@@ -15,7 +16,8 @@
 //
 // Output: counts[b] = detections found (≤ top_k); detection j of image b at words
 // 6·(b·top_k + j): class, score, x0, y0, x1, y1 (ops::Detection), centre
-// ((x + offset_x)·stride, (y + offset_y)·stride), size (e^log_w·stride, e^log_h·stride).
+// ((x + offset_x)·stride, (y + offset_y)·stride), size (e^log_w·stride, e^log_h·stride),
+// stride the cell's level's.
 // Unused slots are zeroed.
 
 layout(local_size_x = 256) in;
@@ -27,12 +29,15 @@ layout(std430, set = 0, binding = 2) writeonly buffer Counts { uint counts[]; };
 layout(push_constant) uniform Push {
     uint n;
     uint classes;
-    uint grid_h;
-    uint grid_w;
-    uint stride;
+    uint level_count;
+    uint strides[3];
+    uint input_h;
+    uint input_w;
     float threshold;
     uint top_k;
 } pc;
+
+#include "levels.glsl"
 
 #define CAP 1024u
 #define EMPTY 0xffffffffu
@@ -49,7 +54,7 @@ bool before(uint sa, uint ia, uint sb, uint ib) {
 void main() {
     uint b = gl_WorkGroupID.x;
     uint tid = gl_LocalInvocationID.x;
-    uint plane = pc.grid_h * pc.grid_w;
+    uint plane = total_cells();
     uint cells = pc.classes * plane;
     uint base = b * (pc.classes + 4u) * plane;
     uint window = CAP - pc.top_k;
@@ -66,16 +71,20 @@ void main() {
             if (cell < cells) {
                 uint c = cell / plane;
                 uint q = cell - c * plane;
-                int y = int(q / pc.grid_w);
-                int x = int(q % pc.grid_w);
+                uint offset;
+                uint level = level_of_cell(q, offset);
+                uint gw = level_grid_w(level);
+                uint gh = pc.input_h / pc.strides[level];
+                int y = int((q - offset) / gw);
+                int x = int((q - offset) % gw);
                 float l = pred[base + cell];
                 bool peak = true;
                 for (int dy = -1; dy <= 1; dy++) {
                     for (int dx = -1; dx <= 1; dx++) {
                         int yy = y + dy;
                         int xx = x + dx;
-                        if (yy >= 0 && yy < int(pc.grid_h) && xx >= 0 && xx < int(pc.grid_w)
-                            && pred[base + c * plane + uint(yy) * pc.grid_w + uint(xx)] > l) {
+                        if (yy >= 0 && yy < int(gh) && xx >= 0 && xx < int(gw)
+                            && pred[base + c * plane + offset + uint(yy) * gw + uint(xx)] > l) {
                             peak = false;
                         }
                     }
@@ -132,9 +141,12 @@ void main() {
         }
         uint c = cell / plane;
         uint q = cell - c * plane;
-        float y = float(q / pc.grid_w);
-        float x = float(q % pc.grid_w);
-        float stride = float(pc.stride);
+        uint offset;
+        uint level = level_of_cell(q, offset);
+        uint gw = level_grid_w(level);
+        float y = float((q - offset) / gw);
+        float x = float((q - offset) % gw);
+        float stride = float(pc.strides[level]);
         float cx = (x + pred[base + pc.classes * plane + q]) * stride;
         float cy = (y + pred[base + (pc.classes + 1u) * plane + q]) * stride;
         float bw = exp(pred[base + (pc.classes + 2u) * plane + q]) * stride;

@@ -1,8 +1,10 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // targets: CenterNet training targets rendered from the boxes inside the records
 // (ops::Targets; the same arithmetic as the CPU twin, compute/cpu/targets.rs, so a centre
-// lands in the same cell on both). One invocation per grid cell (image b, cell (gx, gy)) writes all
-// classes + 5 channels of that cell, looping over the image's boxes in order: heat maps
+// lands in the same cell on both). One invocation per output cell (image b, cell (gx, gy) of
+// one level's grid) writes all classes + 5 channels of that cell, looping over the image's
+// boxes in order and taking those whose size assigns them to the cell's level: heat maps
 // combine by maximum (so every cell's value is independent of the others: no atomics), and
 // where two boxes share a centre cell the later box's offset and size win.
 //
@@ -19,15 +21,18 @@ layout(std430, set = 0, binding = 1) buffer Out { float o[]; };
 layout(push_constant) uniform Push {
     uint n;
     uint classes;
-    uint grid_h;
-    uint grid_w;
-    uint stride;
+    uint level_count;
+    uint strides[3];
+    uint input_h;
+    uint input_w;
     uint max_boxes;
     uint record_stride;
     uint meta_offset;
     float min_overlap;
     uint flip;
 } pc;
+
+#include "levels.glsl"
 
 // CenterNet's gaussian_radius (as published, including its use of (b + √d)/2 for the first
 // two roots), for a box of height h and width w in grid cells.
@@ -47,17 +52,21 @@ float gaussian_radius(float h, float w, float overlap) {
 }
 
 void main() {
-    uint plane = pc.grid_h * pc.grid_w;
+    uint plane = total_cells();
     uint cells = pc.n * plane;
     uint channels = pc.classes + 5u;
-    float image_w = float(pc.grid_w * pc.stride);
-    float stride = float(pc.stride);
+    float image_w = float(pc.input_w);
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < cells; i += step) {
         uint b = i / plane;
         uint q = i - b * plane;
-        int gy = int(q / pc.grid_w);
-        int gx = int(q % pc.grid_w);
+        uint offset;
+        uint level = level_of_cell(q, offset);
+        uint grid_w = level_grid_w(level);
+        uint grid_h = pc.input_h / pc.strides[level];
+        float stride = float(pc.strides[level]);
+        int gy = int((q - offset) / grid_w);
+        int gx = int((q - offset) % grid_w);
         uint base = b * channels * plane + q;
         for (uint c = 0u; c < channels; c++) {
             o[base + c * plane] = 0.0;
@@ -76,17 +85,20 @@ void main() {
                 x0 = image_w - x1;
                 x1 = image_w - t;
             }
-            float bw = (x1 - x0) / stride;
-            float bh = (y1 - y0) / stride;
+            float pw = x1 - x0;
+            float ph = y1 - y0;
             // Boxes of another class or without a positive finite size are skipped (`!(v > 0)`
-            // is also true for NaN).
-            if (cls >= pc.classes || !(bw > 0.0 && bh > 0.0) || isinf(bw) || isinf(bh)) {
+            // is also true for NaN), and so are boxes of another level.
+            if (cls >= pc.classes || !(pw > 0.0 && ph > 0.0) || isinf(pw) || isinf(ph)
+                || level_of_side(max(pw, ph)) != level) {
                 continue;
             }
+            float bw = pw / stride;
+            float bh = ph / stride;
             float cx = (x0 + x1) / (2.0 * stride);
             float cy = (y0 + y1) / (2.0 * stride);
-            int ccx = clamp(int(floor(cx)), 0, int(pc.grid_w) - 1);
-            int ccy = clamp(int(floor(cy)), 0, int(pc.grid_h) - 1);
+            int ccx = clamp(int(floor(cx)), 0, int(grid_w) - 1);
+            int ccy = clamp(int(floor(cy)), 0, int(grid_h) - 1);
             int r = int(floor(max(gaussian_radius(bh, bw, pc.min_overlap), 0.0)));
             int dx = gx - ccx;
             int dy = gy - ccy;

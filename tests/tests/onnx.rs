@@ -39,11 +39,21 @@ fn onnxruntime_available() -> bool {
 
 #[test]
 fn exported_model_matches_fulcrum_in_onnx_runtime() {
+    exported_matches(ModelConfig::named("det-s", 3).unwrap());
+}
+
+/// Three output levels at 160 px (20×20, 10×10, 5×5 grids): the export flattens and
+/// concatenates them as fulcrum's own output does.
+#[test]
+fn exported_three_level_model_matches_fulcrum_in_onnx_runtime() {
+    exported_matches(ModelConfig::named_at("det-m", 2, 160).unwrap());
+}
+
+fn exported_matches(model: ModelConfig) {
     if !onnxruntime_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let model = ModelConfig::named("det-s", 3).unwrap();
     let arch = Arch::new(&model);
     // Weights as after some training: the initialisation, perturbed so that no layer is at its
     // special initial values (zero biases, the heat-map prior).
@@ -88,8 +98,8 @@ fn exported_model_matches_fulcrum_in_onnx_runtime() {
     }
     exec.write_bytes(graph.records, &records).unwrap();
     exec.run(graph.entry(ENTRY_INFER)).unwrap();
-    let grid = side / 8;
-    let mut ours = vec![0f32; (n * (model.classes + 4) * grid * grid) as usize];
+    let cells = model.output_levels().total_cells() as u32;
+    let mut ours = vec![0f32; (n * (model.classes + 4) * cells) as usize];
     exec.read_f32(graph.pred, &mut ours).unwrap();
 
     // The same images through the exported model in ONNX Runtime.

@@ -315,31 +315,165 @@ impl Normalize {
     }
 }
 
+/// Most output levels a detector has (strides 8, 16 and 32).
+pub const MAX_LEVELS: usize = 3;
+
+/// A box goes to the first level whose stride times this exceeds its longer side (the last
+/// level takes the rest): with strides 8/16/32, boxes under 32 px to stride 8, under 64 px to
+/// stride 16, the rest to stride 32 (YOLO's anchor ranges; each level sees objects of at
+/// least two of its cells, most of them 2 to 4).
+pub const LEVEL_SPLIT: f32 = 4.0;
+
+/// The output grids of a detector, one per stride, concatenated cell by cell: in every channel
+/// plane of the output (and of the targets), level `l`'s `grid_h(l) × grid_w(l)` cells, row by
+/// row, follow level `l − 1`'s. One level is the single-grid layout `grid_h × grid_w`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Levels {
+    /// Levels in use (1 to [`MAX_LEVELS`]).
+    pub count: u32,
+    /// Input pixels per cell of each level, increasing; unused entries 0.
+    pub strides: [u32; MAX_LEVELS],
+    /// Input image size in pixels (each level's grid is this over its stride).
+    pub input_h: u32,
+    pub input_w: u32,
+}
+
+impl Levels {
+    /// One `grid_h × grid_w` grid of `stride`-pixel cells.
+    pub fn single(grid_h: u32, grid_w: u32, stride: u32) -> Levels {
+        Levels {
+            count: 1,
+            strides: [stride, 0, 0],
+            input_h: grid_h * stride,
+            input_w: grid_w * stride,
+        }
+    }
+
+    /// Grids of the given strides over an `input_h × input_w` image.
+    pub fn new(strides: &[u32], input_h: u32, input_w: u32) -> Levels {
+        let mut s = [0; MAX_LEVELS];
+        s[..strides.len().min(MAX_LEVELS)]
+            .copy_from_slice(&strides[..strides.len().min(MAX_LEVELS)]);
+        Levels {
+            count: strides.len() as u32,
+            strides: s,
+            input_h,
+            input_w,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn stride(&self, level: usize) -> u32 {
+        self.strides[level]
+    }
+
+    /// `(rows, columns)` of level `level`'s grid.
+    pub fn grid(&self, level: usize) -> (u32, u32) {
+        let s = self.strides[level].max(1);
+        (self.input_h / s, self.input_w / s)
+    }
+
+    pub fn cells(&self, level: usize) -> usize {
+        let (h, w) = self.grid(level);
+        h as usize * w as usize
+    }
+
+    /// Where level `level`'s cells start in a channel plane.
+    pub fn offset(&self, level: usize) -> usize {
+        (0..level).map(|l| self.cells(l)).sum()
+    }
+
+    /// Cells of one channel plane: every level's.
+    pub fn total_cells(&self) -> usize {
+        (0..self.len()).map(|l| self.cells(l)).sum()
+    }
+
+    /// The level a box whose longer side is `side` pixels is assigned to ([`LEVEL_SPLIT`]).
+    pub fn level_of(&self, side: f32) -> usize {
+        let last = self.len() - 1;
+        (0..last)
+            .find(|&l| side < LEVEL_SPLIT * self.strides[l] as f32)
+            .unwrap_or(last)
+    }
+
+    /// The level a cell of a channel plane belongs to, and its index inside that level.
+    pub fn locate(&self, cell: usize) -> (usize, usize) {
+        let mut at = cell;
+        for l in 0..self.len() - 1 {
+            if at < self.cells(l) {
+                return (l, at);
+            }
+            at -= self.cells(l);
+        }
+        (self.len() - 1, at)
+    }
+
+    /// The words shaders take: count, the three strides, input height and width.
+    pub fn words(&self) -> [u32; 6] {
+        let [a, b, c] = self.strides;
+        [self.count, a, b, c, self.input_h, self.input_w]
+    }
+
+    pub fn validate(&self, what: &str) -> Result<(), String> {
+        if !(1..=MAX_LEVELS as u32).contains(&self.count) {
+            return Err(format!(
+                "{what}: {} levels; a detector has 1 to {MAX_LEVELS}",
+                self.count
+            ));
+        }
+        for l in 0..self.len() {
+            let s = self.strides[l];
+            if s == 0 || self.input_h % s != 0 || self.input_w % s != 0 {
+                return Err(format!(
+                    "{what}: stride {s} of level {l} does not divide the {}×{} input",
+                    self.input_w, self.input_h
+                ));
+            }
+            if l > 0 && s <= self.strides[l - 1] {
+                return Err(format!("{what}: level strides must increase"));
+            }
+        }
+        if self.strides[self.len()..].iter().any(|&s| s != 0) {
+            return Err(format!(
+                "{what}: strides beyond the levels in use must be 0"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// CenterNet training targets rendered from the boxes inside the records.
 ///
 /// Input: `n` records `record_stride` bytes apart; in each, the metadata starts `meta_offset`
 /// bytes in (`RecordLayout::image_bytes`): box count as `u16` at `meta_offset + 4`, box `i` at
 /// `meta_offset + 40 + 20·i` as `class: u32, x0, y0, x1, y1: f32` (little endian, pixels of the
-/// `grid_w·stride × grid_h·stride` input image). At most `max_boxes` boxes are read.
+/// `input_w × input_h` image). At most `max_boxes` boxes are read.
 ///
-/// Output: `n × (classes + 5) × grid_h × grid_w`, channels in the order of the model's output:
-/// `classes` heat maps, offset x, offset y, log width, log height, then the centre mask. For a
-/// box with centre `(cx, cy)` and size `(bw, bh)` in grid cells (pixels / `stride`), its centre
+/// Output: `n × (classes + 5) × cells`, `cells` every level's grid cells ([`Levels`]),
+/// channels in the order of the model's output: `classes` heat maps, offset x, offset y, log
+/// width, log height, then the centre mask. Each box is rendered on one level, the one
+/// [`Levels::level_of`] assigns its longer side to, with `stride` that level's: for a box with
+/// centre `(cx, cy)` and size `(bw, bh)` in its level's cells (pixels / `stride`), its centre
 /// cell is `(⌊cx⌋, ⌊cy⌋)` (clamped into the grid); there the offsets are `cx − ⌊cx⌋`,
 /// `cy − ⌊cy⌋`, the sizes `ln bw`, `ln bh` and the mask is 1. Its class channel gets a Gaussian
 /// `exp(−(dx² + dy²)/(2σ²))` over the cells `|dx|, |dy| ≤ r` around the centre cell, where
 /// `r = ⌊gaussian_radius(bh, bw, min_overlap)⌋` (CenterNet's formula) and `σ = (2r + 1)/6`;
 /// overlapping Gaussians combine by maximum, so the centre cell is exactly 1. Where two boxes
 /// share a centre cell, the later box's offset and size win. With `flip` the boxes are mirrored
-/// (`x → grid_w·stride − x`), to match a flipped [`Normalize`].
+/// (`x → input_w − x`), to match a flipped [`Normalize`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Targets {
     pub n: u32,
     pub classes: u32,
-    pub grid_h: u32,
-    pub grid_w: u32,
-    /// Input pixels per grid cell (8 for det-s).
-    pub stride: u32,
+    /// The output grids; each box is rendered on the one level [`Levels::level_of`] picks.
+    pub levels: Levels,
     pub max_boxes: u32,
     pub record_stride: u32,
     pub meta_offset: u32,
@@ -355,7 +489,7 @@ impl Targets {
     }
 
     pub fn output_len(&self) -> usize {
-        self.n as usize * self.channels() as usize * self.grid_h as usize * self.grid_w as usize
+        self.n as usize * self.channels() as usize * self.levels.total_cells()
     }
 
     /// Bytes the input must hold: up to the last box of the last record.
@@ -367,13 +501,8 @@ impl Targets {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        check_nonzero(&[
-            ("targets n", self.n),
-            ("targets classes", self.classes),
-            ("targets grid_h", self.grid_h),
-            ("targets grid_w", self.grid_w),
-            ("targets stride", self.stride),
-        ])?;
+        check_nonzero(&[("targets n", self.n), ("targets classes", self.classes)])?;
+        self.levels.validate("targets")?;
         if self.meta_offset % 4 != 0 || self.record_stride % 4 != 0 {
             return Err(format!(
                 "targets meta_offset {} and record_stride {} must be multiples of 4",
@@ -402,7 +531,8 @@ impl Targets {
 /// centres, all divided by `N = max(1, number of centre cells in the batch)`.
 ///
 /// Predictions `n × (classes + 4) × grid_h × grid_w` (heat-map logits, offset x/y, log w/h),
-/// targets as [`Targets`] renders them. With `p = sigmoid(logit)` and `y` the target heat:
+/// targets as [`Targets`] renders them. The loss is the same sum at every cell, so a
+/// multi-level output is one `1 × cells` grid here, its sums and `N` over all levels. With `p = sigmoid(logit)` and `y` the target heat:
 ///
 /// - where `y = 1`: `−(1 − p)^alpha · ln p`;
 /// - elsewhere: `−(1 − y)^beta · p^alpha · ln(1 − p)`;
@@ -589,28 +719,27 @@ impl AdamW {
 
 /// Detections from the model's output (no NMS).
 ///
-/// Input `n × (classes + 4) × grid_h × grid_w` as [`CenterLoss`] describes. A heat-map cell is
-/// a *peak* when its logit equals the maximum of its 3×3 neighbourhood on the same class
-/// channel (cells outside the grid ignored; the sigmoid is monotonic, so this is the max-pool
-/// test on scores, without the rounding that can make distinct scores equal). Every peak with
-/// `sigmoid(logit) >= threshold` is a candidate; the `top_k` highest scores per image are kept,
-/// ordered by score, ties by (class, y, x). A detection at cell `(gx, gy)` has centre
-/// `((gx + offset_x)·stride, (gy + offset_y)·stride)` and size
-/// `(exp(log_w)·stride, exp(log_h)·stride)`, in pixels of the input image.
+/// Input `n × (classes + 4) × cells` as [`CenterLoss`] describes, the cells of every level
+/// ([`Levels`]). A heat-map cell is a *peak* when its logit equals the maximum of its 3×3
+/// neighbourhood on the same class channel and level (cells outside the level's grid ignored;
+/// the sigmoid is monotonic, so this is the max-pool test on scores, without the rounding that
+/// can make distinct scores equal). Every peak with `sigmoid(logit) >= threshold` is a
+/// candidate; the `top_k` highest scores per image are kept, ordered by score, ties by the
+/// cell's index in the image's output (class, level, y, x). A detection at cell `(gx, gy)` of a
+/// level of stride `stride` has centre `((gx + offset_x)·stride, (gy + offset_y)·stride)` and
+/// size `(exp(log_w)·stride, exp(log_h)·stride)`, in pixels of the input image.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Decode {
     pub n: u32,
     pub classes: u32,
-    pub grid_h: u32,
-    pub grid_w: u32,
-    pub stride: u32,
+    pub levels: Levels,
     pub threshold: f32,
     pub top_k: u32,
 }
 
 impl Decode {
     pub fn input_len(&self) -> usize {
-        self.n as usize * (self.classes as usize + 4) * self.grid_h as usize * self.grid_w as usize
+        self.n as usize * (self.classes as usize + 4) * self.levels.total_cells()
     }
 
     /// Detection slots: `n × top_k` (each image's count says how many are filled).
@@ -622,11 +751,9 @@ impl Decode {
         check_nonzero(&[
             ("decode n", self.n),
             ("decode classes", self.classes),
-            ("decode grid_h", self.grid_h),
-            ("decode grid_w", self.grid_w),
-            ("decode stride", self.stride),
             ("decode top_k", self.top_k),
         ])?;
+        self.levels.validate("decode")?;
         if !(0.0..=1.0).contains(&self.threshold) {
             return Err(format!(
                 "decode threshold {} must be in [0, 1]",
@@ -634,6 +761,95 @@ impl Decode {
             ));
         }
         check_fits("decode input", self.input_len() as u64)
+    }
+}
+
+/// Copies `rows` rows of `len` floats from `src` (row `r` at `src_offset + r·src_stride`) to
+/// `dst` (at `dst_offset + r·dst_stride`); nothing else of `dst` is written. It gathers the
+/// output levels of a multi-scale head into one `n × channels × cells` tensor (each level's
+/// `n·channels` planes into their span of every plane), and scatters the gradient back.
+/// `src_size` and `dst_size` are the two tensors' lengths, which the rows must fit in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowCopy {
+    pub rows: u32,
+    pub len: u32,
+    pub src_stride: u32,
+    pub src_offset: u32,
+    pub dst_stride: u32,
+    pub dst_offset: u32,
+    pub src_size: u32,
+    pub dst_size: u32,
+}
+
+impl RowCopy {
+    /// Rows of `len` packed in a `rows·len` source, into a destination of `dst_size` at
+    /// `dst_stride` from `dst_offset` (a level's output into the whole output).
+    pub fn gather(rows: u32, len: u32, dst_stride: u32, dst_offset: u32, dst_size: u32) -> Self {
+        RowCopy {
+            rows,
+            len,
+            src_stride: len,
+            src_offset: 0,
+            dst_stride,
+            dst_offset,
+            src_size: rows * len,
+            dst_size,
+        }
+    }
+
+    /// The copy the other way: what this one wrote, back where it came from.
+    pub fn reversed(&self) -> Self {
+        RowCopy {
+            rows: self.rows,
+            len: self.len,
+            src_stride: self.dst_stride,
+            src_offset: self.dst_offset,
+            dst_stride: self.src_stride,
+            dst_offset: self.src_offset,
+            src_size: self.dst_size,
+            dst_size: self.src_size,
+        }
+    }
+
+    /// Elements `src` holds.
+    pub fn src_len(&self) -> usize {
+        self.src_size as usize
+    }
+
+    /// Elements `dst` holds.
+    pub fn dst_len(&self) -> usize {
+        self.dst_size as usize
+    }
+
+    fn extent(rows: u32, len: u32, stride: u32, offset: u32) -> u64 {
+        u64::from(offset) + u64::from(rows.saturating_sub(1)) * u64::from(stride) + u64::from(len)
+    }
+
+    /// Whether the copy writes every element of `dst`.
+    pub fn writes_whole(&self) -> bool {
+        self.dst_offset == 0
+            && self.dst_stride == self.len
+            && u64::from(self.rows) * u64::from(self.len) == u64::from(self.dst_size)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[("copy rows", self.rows), ("copy len", self.len)])?;
+        if self.src_stride < self.len || self.dst_stride < self.len {
+            return Err(format!(
+                "copy: rows of {} overlap (strides {} and {})",
+                self.len, self.src_stride, self.dst_stride
+            ));
+        }
+        let src = Self::extent(self.rows, self.len, self.src_stride, self.src_offset);
+        let dst = Self::extent(self.rows, self.len, self.dst_stride, self.dst_offset);
+        if src > u64::from(self.src_size) || dst > u64::from(self.dst_size) {
+            return Err(format!(
+                "copy: the rows reach element {src} of a {}-element source and {dst} of a \
+                 {}-element destination",
+                self.src_size, self.dst_size
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -740,9 +956,7 @@ mod tests {
         let t = Targets {
             n: 2,
             classes: 2,
-            grid_h: 16,
-            grid_w: 16,
-            stride: 8,
+            levels: Levels::single(16, 16, 8),
             max_boxes: 32,
             record_stride: 53248,
             meta_offset: 49152,
@@ -797,9 +1011,7 @@ mod tests {
         let d = Decode {
             n: 1,
             classes: 2,
-            grid_h: 16,
-            grid_w: 16,
-            stride: 8,
+            levels: Levels::single(16, 16, 8),
             threshold: 0.3,
             top_k: 100,
         };

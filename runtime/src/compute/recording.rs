@@ -14,7 +14,7 @@
 //! recorded command buffer stays valid for the whole run.
 
 use super::ops::{
-    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, SgdMomentum, Targets, Upsample2x,
+    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, RowCopy, SgdMomentum, Targets, Upsample2x,
 };
 
 /// Index of a tensor in its [`Recording`].
@@ -133,6 +133,12 @@ pub enum Step {
         gy: TensorId,
         gx: TensorId,
     },
+    /// Rows of `src` into `dst` ([`RowCopy`]); the rest of `dst` is left as it is.
+    RowCopy {
+        op: RowCopy,
+        src: TensorId,
+        dst: TensorId,
+    },
     /// Records (bytes) → network input.
     Normalize {
         op: Normalize,
@@ -214,6 +220,7 @@ impl Step {
             Step::AddAssign { .. } => "add-assign",
             Step::UpsampleForward { .. } => "upsample",
             Step::UpsampleBackward { .. } => "upsample-backward",
+            Step::RowCopy { .. } => "copy",
             Step::Normalize { .. } => "normalize",
             Step::Targets { .. } => "targets",
             Step::LossForward { .. } => "loss",
@@ -320,6 +327,16 @@ impl Step {
                 vec![
                     (gy, op.output_len(), F32, false),
                     (gx, op.input_len(), F32, true),
+                ]
+            }
+            Step::RowCopy { op, src, dst } => {
+                op.validate()?;
+                if src == dst {
+                    return Err("copy: src and dst are the same tensor".into());
+                }
+                vec![
+                    (src, op.src_len(), F32, false),
+                    (dst, op.dst_len(), F32, true),
                 ]
             }
             Step::Normalize { op, records, out } => {

@@ -433,6 +433,8 @@ fn reads_before_writing(step: &Step, tensor: TensorId) -> bool {
             param, velocity, ..
         } => [param, velocity].contains(&tensor),
         Step::Ema { ema, .. } => ema == tensor,
+        // A copy into part of a tensor keeps the rest of it.
+        Step::RowCopy { op, dst, .. } => dst == tensor && !op.writes_whole(),
         _ => false,
     }
 }

@@ -1,43 +1,76 @@
-//! The detector's architecture as data: a [`ModelConfig`] (variant, width, input size,
-//! classes) and the layers it implies ([`Arch`]), from which [`super::graph`] builds the
-//! recordings and [`super::init`] the initial weights.
+//! The detector's architecture as data: a [`ModelConfig`] (variant, width, depth, output
+//! levels, input size, classes) and the layers it implies ([`Arch`]), from which
+//! [`super::graph`] builds the recordings and [`super::init`] the initial weights.
 //!
 //! `det-s` (DESIGN.md, "The reference detector"): input 3×128×128, a 3×3 stride-2 stem, seven
 //! depthwise-separable blocks (three with stride 2, four residual), a neck that projects the
 //! last feature map with a pointwise conv (at its own 8×8 size: the conv and nearest
-//! upsampling commute), upsamples it and adds it to the 16×16 one (`c4`), and a head of depthwise, pointwise and
-//! a final 1×1 convolution to `K + 4` channels at stride 8. Wider or bigger variants come from
-//! the width multiplier and the input size, not from new code.
+//! upsampling commute), upsamples it and adds it to the 16×16 one (`c3`), and a head of
+//! depthwise, pointwise and a final 1×1 convolution to `K + 4` channels at stride 8.
+//!
+//! One stride-8 head cannot reach across an object that fills a larger input, so the larger
+//! presets have three output levels, strides 8, 16 and 32 (a small feature pyramid): the
+//! backbone gains a stride-32 stage (`c5`), the neck runs top-down — `p5 = pw(c5)`,
+//! `p4 = pw(c4) + up(p5)`, `p3 = up(pw(p4)) + c3` — and each level has a head of its own
+//! (`head` at stride 8, `head16`, `head32`). Each box is trained on the one level its size
+//! picks ([`crate::compute::ops::Levels::level_of`]), and the levels' outputs are gathered
+//! into one output, cell after cell ([`crate::compute::ops::Levels`]).
+//!
+//! Presets come from multipliers, not new code: `det-s` (width 1, depth 1, one level, 128 px),
+//! `det-m` (width 1.5, depth 1, three levels, 256 px) and `det-l` (width 2, depth 2 — every
+//! residual block twice — three levels, 320 px). Training takes the input size from the data.
 
 use serde::{Deserialize, Serialize};
+
+use crate::compute::ops::Levels;
 
 /// Which detector and at what size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
-    /// `det-s` or `det-m`.
+    /// `det-s`, `det-m` or `det-l`.
     pub name: String,
     /// Channel multiplier (det-s: 1.0); every width is rounded to a multiple of 8.
     pub width: f32,
+    /// How many times each residual block repeats (det-s: 1). Checkpoints written before
+    /// depth existed read as 1.
+    #[serde(default = "one")]
+    pub depth: u32,
+    /// Output levels: 1 (stride 8) or 3 (strides 8, 16, 32). Checkpoints written before
+    /// levels existed read as 1.
+    #[serde(default = "one")]
+    pub levels: u32,
     /// Square input side in pixels: the packed records' size, a multiple of 32 from
     /// [`ModelConfig::MIN_INPUT`] to [`ModelConfig::MAX_INPUT`] for a trained model (the
-    /// deepest stride is 16 and the output stride 8).
+    /// deepest stride is 32).
     pub input: u32,
     /// Object classes (`K`).
     pub classes: u32,
 }
 
+fn one() -> u32 {
+    1
+}
+
 impl ModelConfig {
-    /// A named variant at its usual input size: `det-s` (width 1, input 128) or `det-m`
-    /// (width 2, input 256); training takes the size from the data ([`Self::named_at`]).
+    /// The presets: name, width, depth, levels, usual input size.
+    pub const PRESETS: [(&'static str, f32, u32, u32, u32); 3] = [
+        ("det-s", 1.0, 1, 1, 128),
+        ("det-m", 1.5, 1, 3, 256),
+        ("det-l", 2.0, 2, 3, 320),
+    ];
+
+    /// A named variant at its usual input size ([`Self::PRESETS`]); training takes the size
+    /// from the data ([`Self::named_at`]).
     pub fn named(name: &str, classes: u32) -> Result<ModelConfig, String> {
-        let (width, input) = match name {
-            "det-s" => (1.0, 128),
-            "det-m" => (2.0, 256),
-            _ => return Err(format!("unknown model {name:?}: use det-s or det-m")),
+        let Some(&(_, width, depth, levels, input)) = Self::PRESETS.iter().find(|p| p.0 == name)
+        else {
+            return Err(format!("unknown model {name:?}: use det-s, det-m or det-l"));
         };
         let config = ModelConfig {
             name: name.to_owned(),
             width,
+            depth,
+            levels,
             input,
             classes,
         };
@@ -80,6 +113,15 @@ impl ModelConfig {
         if !(self.width.is_finite() && (0.25..=8.0).contains(&self.width)) {
             return Err(format!("width {}: use 0.25 to 8", self.width));
         }
+        if !(1..=4).contains(&self.depth) {
+            return Err(format!("depth {}: use 1 to 4", self.depth));
+        }
+        if self.levels != 1 && self.levels != 3 {
+            return Err(format!(
+                "{} output levels: a model has 1 (stride 8) or 3 (strides 8, 16, 32)",
+                self.levels
+            ));
+        }
         Ok(())
     }
 
@@ -94,12 +136,26 @@ impl ModelConfig {
         self.classes + 4
     }
 
-    /// Input pixels per output cell.
+    /// Input pixels per output cell of the finest level.
     pub const STRIDE: u32 = 8;
 
-    /// Output grid side (`input / 8`).
+    /// The finest level's grid side (`input / 8`).
     pub fn grid(&self) -> u32 {
         self.input / Self::STRIDE
+    }
+
+    /// Each output level's stride, finest first.
+    pub fn strides(&self) -> &'static [u32] {
+        if self.levels == 3 {
+            &[8, 16, 32]
+        } else {
+            &[8]
+        }
+    }
+
+    /// The output grids at this input size.
+    pub fn output_levels(&self) -> Levels {
+        Levels::new(self.strides(), self.input, self.input)
     }
 }
 
@@ -138,8 +194,10 @@ pub struct Arch {
     pub config: ModelConfig,
     pub stem_out: u32,
     pub blocks: Vec<SepBlock>,
-    /// Index in `blocks` of the block whose output the neck adds (`c4`, stride 8).
+    /// Index in `blocks` of the last stride-8 block, whose output the neck adds (`c3`).
     pub skip_block: usize,
+    /// Index in `blocks` of the last stride-16 block (`c4`; the last block with one level).
+    pub c4_block: usize,
     /// Neck pointwise channels (= the skip block's channels).
     pub neck: u32,
     /// Head depthwise + pointwise width.
@@ -149,28 +207,61 @@ pub struct Arch {
 impl Arch {
     pub fn new(config: &ModelConfig) -> Arch {
         let c = |b| config.channels(b);
-        let block = |c_in, c_out, stride, residual| SepBlock {
-            c_in: c(c_in),
-            c_out: c(c_out),
-            stride,
-            residual,
+        let mut blocks = Vec::new();
+        // A stride-2 block that widens, then `residuals` residual blocks, each `depth` times.
+        let mut stage = |c_in, c_out, residuals: usize| {
+            blocks.push(SepBlock {
+                c_in: c(c_in),
+                c_out: c(c_out),
+                stride: 2,
+                residual: false,
+            });
+            for _ in 0..residuals * config.depth as usize {
+                blocks.push(SepBlock {
+                    c_in: c(c_out),
+                    c_out: c(c_out),
+                    stride: 1,
+                    residual: true,
+                });
+            }
+            blocks.len() - 1
         };
+        stage(16, 32, 1);
+        let skip_block = stage(32, 64, 2);
+        let c4_block = stage(64, 128, 1);
+        if config.levels == 3 {
+            stage(128, 192, 1);
+        }
         Arch {
             config: config.clone(),
             stem_out: c(16),
-            blocks: vec![
-                block(16, 32, 2, false),
-                block(32, 32, 1, true),
-                block(32, 64, 2, false),
-                block(64, 64, 1, true),
-                block(64, 64, 1, true),
-                block(64, 128, 2, false),
-                block(128, 128, 1, true),
-            ],
-            skip_block: 4,
+            blocks,
+            skip_block,
+            c4_block,
             neck: c(64),
             head: c(64),
         }
+    }
+
+    /// The stride-32 stage's output (`c5`), with three levels.
+    pub fn c5_block(&self) -> Option<usize> {
+        (self.config.levels == 3).then(|| self.blocks.len() - 1)
+    }
+
+    /// The head of each level: its parameter prefix (`head`, `head16`, `head32`) and stride.
+    pub fn heads(&self) -> Vec<(String, u32)> {
+        self.config
+            .strides()
+            .iter()
+            .map(|&s| {
+                let name = if s == ModelConfig::STRIDE {
+                    "head".to_owned()
+                } else {
+                    format!("head{s}")
+                };
+                (name, s)
+            })
+            .collect()
     }
 
     /// Every parameter tensor, in a fixed order (checkpoints and the optimizer use it): for
@@ -196,11 +287,24 @@ impl Arch {
             conv(&format!("b{}.dw", i + 1), 1, b.c_in, 3);
             conv(&format!("b{}.pw", i + 1), b.c_in, b.c_out, 1);
         }
-        let last = self.blocks.last().expect("blocks").c_out;
-        conv("neck.pw", last, self.neck, 1);
-        conv("head.dw", 1, self.neck, 3);
-        conv("head.pw", self.neck, self.head, 1);
-        conv("head.out", self.head, self.config.out_channels(), 1);
+        let c4 = self.blocks[self.c4_block].c_out;
+        if let Some(c5) = self.c5_block() {
+            conv("neck.p5", self.blocks[c5].c_out, self.neck, 1);
+            conv("neck.p4", c4, self.neck, 1);
+            conv("neck.pw", self.neck, self.neck, 1);
+        } else {
+            conv("neck.pw", c4, self.neck, 1);
+        }
+        for (head, _) in self.heads() {
+            conv(&format!("{head}.dw"), 1, self.neck, 3);
+            conv(&format!("{head}.pw"), self.neck, self.head, 1);
+            conv(
+                &format!("{head}.out"),
+                self.head,
+                self.config.out_channels(),
+                1,
+            );
+        }
         out
     }
 
@@ -228,9 +332,51 @@ mod tests {
         let m = ModelConfig::named("det-m", 3).unwrap();
         assert_eq!(
             (m.input, m.grid(), m.channels(16), m.channels(128)),
-            (256, 32, 32, 256)
+            (256, 32, 24, 192)
         );
         assert!(Arch::new(&m).param_count() > 3 * 54_758);
+    }
+
+    #[test]
+    fn three_level_presets_have_a_stride_32_stage_and_a_head_per_level() {
+        let m = Arch::new(&ModelConfig::named("det-m", 2).unwrap());
+        assert_eq!(m.config.strides(), [8, 16, 32]);
+        // Stages of 1, 2, 1, 1 residual blocks after their stride-2 block.
+        assert_eq!(m.blocks.len(), 2 + 3 + 2 + 2);
+        assert_eq!((m.skip_block, m.c4_block, m.c5_block()), (4, 6, Some(8)));
+        let strides: u32 = m.blocks.iter().map(|b| b.stride).product();
+        assert_eq!(strides, 16, "four stride-2 blocks after the stem");
+        let names: Vec<String> = m.params().into_iter().map(|p| p.name).collect();
+        for name in [
+            "neck.p5.weight",
+            "neck.p4.bias",
+            "head.out.bias",
+            "head16.out.bias",
+            "head32.dw.weight",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name}");
+        }
+        let l = Arch::new(&ModelConfig::named("det-l", 2).unwrap());
+        assert_eq!(
+            l.blocks.len(),
+            2 * m.blocks.len() - 4,
+            "every residual block twice"
+        );
+        assert_eq!(
+            (l.skip_block, l.c4_block, l.c5_block()),
+            (m.skip_block + 3, m.c4_block + 4, Some(l.blocks.len() - 1))
+        );
+        // det-s is the one-level model it always was.
+        let s = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+        assert_eq!((s.heads().len(), s.c5_block(), s.c4_block), (1, None, 6));
+    }
+
+    #[test]
+    fn checkpoints_from_before_levels_read_as_one_level() {
+        let old = r#"{"name":"det-m","width":2.0,"input":256,"classes":3}"#;
+        let c: ModelConfig = serde_json::from_str(old).unwrap();
+        assert_eq!((c.depth, c.levels), (1, 1));
+        assert_eq!(Arch::new(&c).heads().len(), 1);
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use super::arch::{Arch, SepBlock};
-use crate::compute::ops::{self, AdamW, CenterLoss, Conv2d, Decode, Normalize, Targets};
+use crate::compute::ops::{self, AdamW, CenterLoss, Conv2d, Decode, Normalize, RowCopy, Targets};
 use crate::compute::recording::{Elem, Recording, Role, Step, TensorId, HYPER_LEN, LOSS_LEN};
 use crate::format::RecordLayout;
 
@@ -81,7 +81,8 @@ pub struct ModelGraph {
     pub hyper: TensorId,
     /// Output: `[total, focal, offset, size, centres]`.
     pub loss: TensorId,
-    /// Output: the network output, `batch × (K+4) × grid × grid`.
+    /// Output: the network output, `batch × (K+4) × cells`, the cells of every output level
+    /// one after another ([`ops::Levels`]; one level: `batch × (K+4) × grid × grid`).
     pub pred: TensorId,
     /// Output: detections and per-image counts.
     pub dets: TensorId,
@@ -106,6 +107,12 @@ enum Node {
     },
     Upsample {
         op: ops::Upsample2x,
+        x: TensorId,
+        y: TensorId,
+    },
+    /// One level's output `x` copied into its cells of the whole output `y`.
+    Gather {
+        op: RowCopy,
         x: TensorId,
         y: TensorId,
     },
@@ -170,6 +177,29 @@ impl Builder {
         self.forward.push(Step::UpsampleForward { op, x, y });
         self.nodes.push(Node::Upsample { op, x, y });
         y
+    }
+
+    /// One pointwise conv at `side × side`.
+    fn pointwise(&mut self, name: &str, x: TensorId, c_in: u32, c_out: u32, side: u32) -> TensorId {
+        let op = Conv2d::pointwise(self.n, c_in, side, side, c_out, true);
+        self.conv(name, op, x)
+    }
+
+    /// A level's head on `x` (`c × side × side`): depthwise, pointwise, then the 1×1 conv to
+    /// the `out` output channels (no ReLU).
+    fn head(&mut self, name: &str, x: TensorId, arch: &Arch, side: u32) -> TensorId {
+        let dw = Conv2d::depthwise(self.n, arch.neck, side, side, 3, 1, true);
+        let d = self.conv(&format!("{name}.dw"), dw, x);
+        let p = self.pointwise(&format!("{name}.pw"), d, arch.neck, arch.head, side);
+        let out = Conv2d::pointwise(
+            self.n,
+            arch.head,
+            side,
+            side,
+            arch.config.out_channels(),
+            false,
+        );
+        self.conv(&format!("{name}.out"), out, p)
     }
 
     /// A depthwise-separable block on `x` (`c_in × side × side`); returns its output and side.
@@ -297,9 +327,7 @@ impl ModelGraph {
         let targets_op = Targets {
             n,
             classes: config.classes,
-            grid_h: grid,
-            grid_w: grid,
-            stride: super::arch::ModelConfig::STRIDE,
+            levels: config.output_levels(),
             max_boxes: layout.max_boxes,
             record_stride,
             meta_offset: layout.image_bytes as u32,
@@ -314,47 +342,108 @@ impl ModelGraph {
         let stem = Conv2d::dense(n, 3, side, side, arch.stem_out, 3, 2, true);
         let mut x = b.conv("stem", stem, x0);
         let mut s = stem.out_h();
-        let mut skip = None;
+        let mut features = HashMap::new();
         for (i, block) in arch.blocks.iter().enumerate() {
             (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
-            if i == arch.skip_block {
-                skip = Some((x, s));
-            }
+            features.insert(i, (x, s));
         }
-        let (skip, skip_side) = skip.expect("skip block exists");
-        // The neck's pointwise conv runs before the upsampling, at the small size: nearest
-        // upsampling copies pixels and a pointwise conv (with its ReLU) works per pixel, so
-        // the two commute exactly, and this order does a quarter of the work forward and
-        // backward and keeps no large upsampled input for the weight gradient.
-        let c_last = arch.blocks.last().expect("blocks").c_out;
-        let neck = Conv2d::pointwise(n, c_last, s, s, arch.neck, true);
-        let nk = b.conv("neck.pw", neck, x);
+        let (c3, s3) = features[&arch.skip_block];
+        let (c4, s4) = features[&arch.c4_block];
+        let c4_channels = arch.blocks[arch.c4_block].c_out;
+        // The top-down neck. Each pointwise conv runs before the upsampling after it, at the
+        // small size: nearest upsampling copies pixels and a pointwise conv (with its ReLU)
+        // works per pixel, so the two commute exactly, and this order does a quarter of the
+        // work forward and backward and keeps no large upsampled input for the weight
+        // gradient.
+        let mut level_inputs = Vec::new();
+        let p4 = if let Some(c5_block) = arch.c5_block() {
+            let (c5, s5) = features[&c5_block];
+            let c5_channels = arch.blocks[c5_block].c_out;
+            let p5 = b.pointwise("neck.p5", c5, c5_channels, arch.neck, s5);
+            let up5 = ops::Upsample2x {
+                n,
+                c: arch.neck,
+                h: s5,
+                w: s5,
+            };
+            let u5 = b.upsample("neck.p5.up", up5, p5);
+            let l4 = b.pointwise("neck.p4", c4, c4_channels, arch.neck, s4);
+            let p4 = b.add("neck.p4.out", l4, u5);
+            level_inputs.push((p4, s4));
+            level_inputs.push((p5, s5));
+            p4
+        } else {
+            c4
+        };
+        let p4_channels = if arch.c5_block().is_some() {
+            arch.neck
+        } else {
+            c4_channels
+        };
+        let nk = b.pointwise("neck.pw", p4, p4_channels, arch.neck, s4);
         let up = ops::Upsample2x {
             n,
             c: arch.neck,
-            h: s,
-            w: s,
+            h: s4,
+            w: s4,
         };
-        debug_assert_eq!(2 * s, skip_side);
+        debug_assert_eq!(2 * s4, s3);
         let u = b.upsample("neck.up", up, nk);
-        let neck_out = b.add("neck.out", u, skip);
-        let hdw = Conv2d::depthwise(n, arch.neck, grid, grid, 3, 1, true);
-        let hd = b.conv("head.dw", hdw, neck_out);
-        let hpw = Conv2d::pointwise(n, arch.neck, grid, grid, arch.head, true);
-        let hp = b.conv("head.pw", hpw, hd);
-        let out = Conv2d::pointwise(n, arch.head, grid, grid, config.out_channels(), false);
-        let pred = b.conv("head.out", out, hp);
-        b.rec.tensors[pred.index()].role = Role::Output;
-        debug_assert_eq!(skip_side, grid);
+        let p3 = b.add("neck.out", u, c3);
+        level_inputs.insert(0, (p3, s3));
+        debug_assert_eq!(s3, grid);
 
-        let loss_op = CenterLoss::det_s(n, config.classes, grid, grid);
+        let levels = config.output_levels();
+        let heads = arch.heads();
+        let outputs: Vec<TensorId> = heads
+            .iter()
+            .zip(&level_inputs)
+            .map(|((name, _), &(x, side))| b.head(name, x, arch, side))
+            .collect();
+        let pred = if let [single] = outputs[..] {
+            single
+        } else {
+            // The levels' outputs, gathered cell after cell into one output.
+            let channels = config.out_channels();
+            let total = levels.total_cells() as u32;
+            let pred = b
+                .rec
+                .f32("pred", (n * channels * total) as usize, Role::Output);
+            for (l, &out) in outputs.iter().enumerate() {
+                let cells = levels.cells(l) as u32;
+                let op = RowCopy::gather(
+                    n * channels,
+                    cells,
+                    total,
+                    levels.offset(l) as u32,
+                    n * channels * total,
+                );
+                b.forward.push(Step::RowCopy {
+                    op,
+                    src: out,
+                    dst: pred,
+                });
+                b.nodes.push(Node::Gather {
+                    op,
+                    x: out,
+                    y: pred,
+                });
+            }
+            pred
+        };
+        b.rec.tensors[pred.index()].role = Role::Output;
+
+        // The loss is the same sum at every cell: all levels as one row of cells.
+        let loss_op = if levels.len() == 1 {
+            CenterLoss::det_s(n, config.classes, grid, grid)
+        } else {
+            CenterLoss::det_s(n, config.classes, 1, levels.total_cells() as u32)
+        };
         let loss = b.rec.f32("loss", LOSS_LEN, Role::Output);
         let decode = Decode {
             n,
             classes: config.classes,
-            grid_h: grid,
-            grid_w: grid,
-            stride: super::arch::ModelConfig::STRIDE,
+            levels,
             threshold: options.threshold,
             top_k: options.top_k,
         };
@@ -657,6 +746,19 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
                 steps.push(Step::UpsampleBackward { op, gy, gx });
                 steps.extend(grads.contribute(x, gx, true, &mut b.rec));
             }
+            Node::Gather { op, x, y } => {
+                // The level's cells of the output gradient, packed again.
+                let gy = grads.of[&y];
+                let name = format!("grad.{}.from{}", b.rec.get(x).name, b.rec.tensors.len());
+                let gx = b.rec.f32(&name, op.src_len(), Role::Activation);
+                let scatter = op.reversed();
+                steps.push(Step::RowCopy {
+                    op: scatter,
+                    src: gy,
+                    dst: gx,
+                });
+                steps.extend(grads.contribute(x, gx, true, &mut b.rec));
+            }
         }
     }
     steps
@@ -765,7 +867,51 @@ mod tests {
 
     #[test]
     fn every_gradient_is_written_before_it_is_read() {
-        let g = graph(true);
+        for model in ["det-s", "det-m", "det-l"] {
+            gradients_are_written_before_read(model);
+        }
+    }
+
+    #[test]
+    fn three_level_models_gather_their_heads_into_one_output() {
+        let arch = Arch::new(&ModelConfig::named_at("det-m", 2, 160).unwrap());
+        let layout = RecordLayout::new(160, 160, 3, 32).unwrap();
+        let g = ModelGraph::build(&arch, 3, &layout, &GraphOptions::default()).unwrap();
+        // 20×20 + 10×10 + 5×5 cells, K + 4 = 6 channels, batch 3.
+        assert_eq!(g.recording.get(g.pred).len, 3 * 6 * 525);
+        assert_eq!(g.decode.levels.total_cells(), 525);
+        let copies = |entry: &str| -> Vec<RowCopy> {
+            g.recording.entries[g.entry(entry)]
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::RowCopy { op, .. } => Some(*op),
+                    _ => None,
+                })
+                .collect()
+        };
+        let gathers = copies(ENTRY_INFER);
+        assert_eq!(
+            gathers
+                .iter()
+                .map(|c| (c.len, c.dst_offset))
+                .collect::<Vec<_>>(),
+            [(400, 0), (100, 400), (25, 500)]
+        );
+        // Training gathers the three levels and scatters the gradient back to each.
+        assert_eq!(copies(ENTRY_TRAIN).len(), 6);
+        let heads = g
+            .params
+            .iter()
+            .filter(|p| p.name.ends_with(".out.bias"))
+            .count();
+        assert_eq!(heads, 3);
+    }
+
+    fn gradients_are_written_before_read(model: &str) {
+        let arch = Arch::new(&ModelConfig::named_at(model, 2, 128).unwrap());
+        let layout = RecordLayout::new(128, 128, 3, 32).unwrap();
+        let g = ModelGraph::build(&arch, 2, &layout, &GraphOptions::default()).unwrap();
         let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
         let mut written = std::collections::HashSet::new();
         for t in [g.records, g.hyper] {
@@ -797,6 +943,7 @@ mod tests {
                 Step::AddAssign { dst, src, .. } => (vec![*dst, *src], vec![*dst]),
                 Step::UpsampleForward { x, y, .. } => (vec![*x], vec![*y]),
                 Step::UpsampleBackward { gy, gx, .. } => (vec![*gy], vec![*gx]),
+                Step::RowCopy { src, dst, .. } => (vec![*src], vec![*dst]),
                 Step::Normalize { records, out, .. } | Step::Targets { records, out, .. } => {
                     (vec![*records], vec![*out])
                 }
@@ -826,7 +973,7 @@ mod tests {
             for r in reads {
                 assert!(
                     written.contains(&r),
-                    "step {i} ({}) reads {:?} before anything wrote it",
+                    "{model}: step {i} ({}) reads {:?} before anything wrote it",
                     s.name(),
                     g.recording.get(r).name
                 );

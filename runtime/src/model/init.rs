@@ -22,7 +22,8 @@ pub fn init_params(arch: &Arch, seed: u64) -> Vec<Vec<f32>> {
             let (name, len, fan_in) = (&spec.name, &spec.len(), &spec.fan_in);
             let mut rng = SplitMix64::new(derive_seed(&[seed, 0x1417, i as u64]));
             let mut uniform = |bound: f32| (2.0 * rng.next_f32() - 1.0) * bound;
-            let is_out = name.starts_with("head.out");
+            // Every level's output conv: head.out, head16.out, head32.out.
+            let is_out = name.starts_with("head") && name.contains(".out.");
             if name.ends_with(".bias") {
                 (0..*len)
                     .map(|c| {

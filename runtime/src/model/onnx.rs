@@ -125,6 +125,15 @@ fn tensor_f32_small(name: &str, values: &[f32]) -> Msg {
     m
 }
 
+fn tensor_i64(name: &str, values: &[i64]) -> Msg {
+    // data_type 7 = INT64, raw_data little endian.
+    let mut m = Msg::default();
+    m.int(1, values.len() as u64).int(2, 7).str(8, name);
+    let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    m.bytes(9, &raw);
+    m
+}
+
 /// `ValueInfoProto` of a float tensor with named (`Err`) or fixed (`Ok`) dimensions.
 fn value_info(name: &str, dims: &[Result<u64, &str>]) -> Msg {
     // TensorShapeProto.Dimension: dim_value = 1, dim_param = 2; TensorShapeProto: dim = 1;
@@ -213,8 +222,21 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
         name
     };
 
+    let resize = |nodes: &mut Vec<Msg>, input: &str, out: &str| {
+        nodes.push(node(
+            "Resize",
+            out,
+            &[input, "", "neck.up.scales"],
+            &[out],
+            vec![
+                attribute("mode", Attr::Str("nearest")),
+                attribute("coordinate_transformation_mode", Attr::Str("asymmetric")),
+                attribute("nearest_mode", Attr::Str("floor")),
+            ],
+        ));
+    };
     let mut x = conv(&mut nodes, "images", 2, true);
-    let mut skip = String::new();
+    let mut features = Vec::new();
     for (i, b) in arch.blocks.iter().enumerate() {
         let input = x.clone();
         let d = conv(&mut nodes, &input, b.stride as i64, true);
@@ -226,33 +248,71 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
         } else {
             p
         };
-        if i == arch.skip_block {
-            skip = x.clone();
-        }
+        features.push(x.clone());
     }
-    nodes.push(node(
-        "Resize",
-        "neck.up",
-        &[&x, "", "neck.up.scales"],
-        &["neck.up"],
-        vec![
-            attribute("mode", Attr::Str("nearest")),
-            attribute("coordinate_transformation_mode", Attr::Str("asymmetric")),
-            attribute("nearest_mode", Attr::Str("floor")),
-        ],
-    ));
+    // The neck as the graph builds it, with each upsampling before the pointwise conv after
+    // it (the two commute).
+    let c4 = features[arch.c4_block].clone();
+    let mut level_inputs = Vec::new();
+    let p4 = if let Some(c5) = arch.c5_block() {
+        let p5 = conv(&mut nodes, &features[c5], 1, true);
+        let l4 = conv(&mut nodes, &c4, 1, true);
+        resize(&mut nodes, &p5, "neck.p5.up");
+        nodes.push(node(
+            "Add",
+            "neck.p4.out",
+            &[&l4, "neck.p5.up"],
+            &["neck.p4.out"],
+            vec![],
+        ));
+        level_inputs.push("neck.p4.out".to_owned());
+        level_inputs.push(p5);
+        "neck.p4.out".to_owned()
+    } else {
+        c4
+    };
+    resize(&mut nodes, &p4, "neck.up");
     let nk = conv(&mut nodes, "neck.up", 1, true);
     nodes.push(node(
         "Add",
         "neck.out",
-        &[&nk, &skip],
+        &[&nk, &features[arch.skip_block]],
         &["neck.out"],
         vec![],
     ));
-    let hd = conv(&mut nodes, "neck.out", 1, true);
-    let hp = conv(&mut nodes, &hd, 1, true);
-    let out = conv(&mut nodes, &hp, 1, false);
-    nodes.push(node("Identity", "pred", &[&out], &["pred"], vec![]));
+    level_inputs.insert(0, "neck.out".to_owned());
+    let mut outputs = Vec::new();
+    for input in &level_inputs {
+        let hd = conv(&mut nodes, input, 1, true);
+        let hp = conv(&mut nodes, &hd, 1, true);
+        outputs.push(conv(&mut nodes, &hp, 1, false));
+    }
+    let levels = arch.config.output_levels();
+    if let [single] = &outputs[..] {
+        nodes.push(node("Identity", "pred", &[single], &["pred"], vec![]));
+    } else {
+        // Each level flattened to [N, K+4, cells], then the levels one after another.
+        let mut flat = Vec::new();
+        for out in &outputs {
+            let name = format!("{out}.flat");
+            nodes.push(node(
+                "Reshape",
+                &name,
+                &[out, "pred.shape"],
+                &[&name],
+                vec![],
+            ));
+            flat.push(name);
+        }
+        let inputs: Vec<&str> = flat.iter().map(String::as_str).collect();
+        nodes.push(node(
+            "Concat",
+            "pred",
+            &inputs,
+            &["pred"],
+            vec![attribute("axis", Attr::Int(2))],
+        ));
+    }
 
     // GraphProto: node = 1, name = 2, initializer = 5, input = 11, output = 12.
     for n in &nodes {
@@ -267,23 +327,35 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
         &tensor_f32_small("neck.up.scales", &[1.0, 1.0, 2.0, 2.0]),
     );
     let side = arch.config.input as u64;
-    let grid = arch.config.grid() as u64;
+    let channels = arch.config.out_channels() as u64;
     graph.msg(
         11,
         &value_info("images", &[Err("N"), Ok(3), Ok(side), Ok(side)]),
     );
-    graph.msg(
-        12,
-        &value_info(
-            "pred",
-            &[
-                Err("N"),
-                Ok(arch.config.out_channels() as u64),
-                Ok(grid),
-                Ok(grid),
-            ],
-        ),
-    );
+    let (pred_shape, pred_doc) = if levels.len() == 1 {
+        let grid = arch.config.grid() as u64;
+        (
+            vec![Err("N"), Ok(channels), Ok(grid), Ok(grid)],
+            format!("[N,{channels},{grid},{grid}] (stride 8)"),
+        )
+    } else {
+        graph.msg(5, &tensor_i64("pred.shape", &[0, channels as i64, -1]));
+        let grids: Vec<String> = (0..levels.len())
+            .map(|l| {
+                let (h, w) = levels.grid(l);
+                format!("{h}x{w} at stride {}", levels.stride(l))
+            })
+            .collect();
+        (
+            vec![Err("N"), Ok(channels), Ok(levels.total_cells() as u64)],
+            format!(
+                "[N,{channels},{}] (the cells of {}, row by row, one level after another)",
+                levels.total_cells(),
+                grids.join(", ")
+            ),
+        )
+    };
+    graph.msg(12, &value_info("pred", &pred_shape));
 
     // OperatorSetIdProto: domain = 1, version = 2. ModelProto: ir_version = 1,
     // producer_name = 2, producer_version = 3, graph = 7, opset_import = 8, doc_string = 6.
@@ -298,10 +370,8 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
             6,
             &format!(
                 "{} for {} classes: input images float32 [N,3,{side},{side}] RGB/255; output \
-                 pred [N,{},{grid},{grid}] = heat-map logits, offset x/y, log w/h (stride 8)",
-                arch.config.name,
-                arch.config.classes,
-                arch.config.out_channels()
+                 pred {pred_doc} = heat-map logits, offset x/y, log w/h",
+                arch.config.name, arch.config.classes,
             ),
         )
         .msg(7, &graph)

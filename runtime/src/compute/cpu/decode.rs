@@ -6,11 +6,12 @@ use crate::compute::ops::{Decode, Detection};
 use crate::compute::recording::DETECTION_BYTES;
 use crate::format::{le_f32, le_u32};
 
-/// A peak before box decoding; sorted by score, then class, row, column.
+/// A peak before box decoding; sorted by score, then class, level, row, column.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Candidate {
     pub score: f32,
     pub class: u32,
+    pub level: u32,
     pub y: u32,
     pub x: u32,
 }
@@ -18,21 +19,20 @@ pub struct Candidate {
 /// Candidates one image can have at most (every cell of every class): the capacity the
 /// scratch passed to [`decode`] must have.
 pub fn scratch_len(op: &Decode) -> usize {
-    op.classes as usize * op.grid_h as usize * op.grid_w as usize
+    op.classes as usize * op.levels.total_cells()
 }
 
-/// Best first: higher score, then lower (class, y, x).
+/// Best first: higher score, then lower (class, level, y, x).
 fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.score
         .total_cmp(&a.score)
-        .then((a.class, a.y, a.x).cmp(&(b.class, b.y, b.x)))
+        .then((a.class, a.level, a.y, a.x).cmp(&(b.class, b.level, b.y, b.x)))
 }
 
 /// Ranks the peaks of one image (`pred` holds its `classes + 4` planes): afterwards the best
 /// `min(top_k, peaks)` candidates, best first, are the start of `scratch`; returns how many.
 fn rank(op: &Decode, pred: &[f32], scratch: &mut Vec<Candidate>) -> usize {
-    let (c, gh, gw) = (op.classes as usize, op.grid_h as usize, op.grid_w as usize);
-    let plane = gh * gw;
+    let plane = op.levels.total_cells();
     assert!(
         scratch.capacity() >= scratch_len(op),
         "decode scratch has room for {} candidates, {} needed (decode::scratch_len)",
@@ -40,22 +40,28 @@ fn rank(op: &Decode, pred: &[f32], scratch: &mut Vec<Candidate>) -> usize {
         scratch_len(op)
     );
     scratch.clear();
-    for class in 0..c {
-        let heat = &pred[class * plane..(class + 1) * plane];
-        for y in 0..gh {
-            for x in 0..gw {
-                let z = heat[y * gw + x];
-                let peak = (y.saturating_sub(1)..(y + 2).min(gh)).all(|ny| {
-                    (x.saturating_sub(1)..(x + 2).min(gw)).all(|nx| heat[ny * gw + nx] <= z)
-                });
-                let score = sigmoid(z);
-                if peak && score >= op.threshold {
-                    scratch.push(Candidate {
-                        score,
-                        class: class as u32,
-                        y: y as u32,
-                        x: x as u32,
+    for class in 0..op.classes as usize {
+        for level in 0..op.levels.len() {
+            let (gh, gw) = op.levels.grid(level);
+            let (gh, gw) = (gh as usize, gw as usize);
+            let start = class * plane + op.levels.offset(level);
+            let heat = &pred[start..start + gh * gw];
+            for y in 0..gh {
+                for x in 0..gw {
+                    let z = heat[y * gw + x];
+                    let peak = (y.saturating_sub(1)..(y + 2).min(gh)).all(|ny| {
+                        (x.saturating_sub(1)..(x + 2).min(gw)).all(|nx| heat[ny * gw + nx] <= z)
                     });
+                    let score = sigmoid(z);
+                    if peak && score >= op.threshold {
+                        scratch.push(Candidate {
+                            score,
+                            class: class as u32,
+                            level: level as u32,
+                            y: y as u32,
+                            x: x as u32,
+                        });
+                    }
                 }
             }
         }
@@ -71,10 +77,12 @@ fn rank(op: &Decode, pred: &[f32], scratch: &mut Vec<Candidate>) -> usize {
 
 /// The box of candidate `cand` from the offset and size planes of one image's `pred`.
 fn detection(op: &Decode, pred: &[f32], cand: &Candidate) -> Detection {
-    let (c, gw) = (op.classes as usize, op.grid_w as usize);
-    let plane = op.grid_h as usize * gw;
-    let cell = cand.y as usize * gw + cand.x as usize;
-    let stride = op.stride as f32;
+    let c = op.classes as usize;
+    let plane = op.levels.total_cells();
+    let level = cand.level as usize;
+    let (_, gw) = op.levels.grid(level);
+    let cell = op.levels.offset(level) + cand.y as usize * gw as usize + cand.x as usize;
+    let stride = op.levels.stride(level) as f32;
     let cx = (cand.x as f32 + pred[c * plane + cell]) * stride;
     let cy = (cand.y as f32 + pred[(c + 1) * plane + cell]) * stride;
     let w = pred[(c + 2) * plane + cell].exp() * stride;
@@ -192,9 +200,7 @@ mod tests {
         Decode {
             n: 2,
             classes: 2,
-            grid_h: 4,
-            grid_w: 5,
-            stride: 8,
+            levels: crate::compute::ops::Levels::single(4, 5, 8),
             threshold,
             top_k,
         }

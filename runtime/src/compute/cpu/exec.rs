@@ -15,7 +15,7 @@ use super::decode::Candidate;
 use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
-use super::{add, conv, loss, normalize, optim, targets, upsample};
+use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
 use super::{separable, upsampled};
 use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
@@ -712,6 +712,11 @@ impl CpuExec {
                 let mut o = self.take(gx);
                 upsample::upsample2x_backward(&op, self.f32s(gy), &mut o);
                 self.put(gx, o);
+            }
+            Step::RowCopy { op, src, dst } => {
+                let mut o = self.take(dst);
+                copy::row_copy(&op, self.f32s(src), &mut o);
+                self.put(dst, o);
             }
             Step::Normalize { op, records, out } => {
                 let mut o = self.take(out);

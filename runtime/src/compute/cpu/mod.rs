@@ -8,6 +8,7 @@
 pub mod add;
 mod arena;
 pub mod conv;
+pub mod copy;
 pub mod decode;
 pub mod depthwise;
 mod dw3x3;

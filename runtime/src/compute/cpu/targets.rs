@@ -29,11 +29,10 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
         records.len() >= op.input_bytes() && out.len() >= op.output_len(),
         "targets: short tensors"
     );
-    let (gh, gw) = (op.grid_h as usize, op.grid_w as usize);
-    let plane = gh * gw;
+    let levels = &op.levels;
+    let plane = levels.total_cells();
     let classes = op.classes as usize;
-    let stride = op.stride as f32;
-    let image_w = (op.grid_w * op.stride) as f32;
+    let image_w = levels.input_w as f32;
     out[..op.output_len()].fill(0.0);
     for b in 0..op.n as usize {
         let meta = &records[b * op.record_stride as usize + op.meta_offset as usize..];
@@ -51,17 +50,23 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
             if op.flip {
                 (x0, x1) = (image_w - x1, image_w - x0);
             }
-            let (bw, bh) = ((x1 - x0) / stride, (y1 - y0) / stride);
             // `!(v > 0)` also refuses NaN.
-            if class >= classes || !(bw > 0.0 && bh > 0.0 && bw.is_finite() && bh.is_finite()) {
+            let (pw, ph) = (x1 - x0, y1 - y0);
+            if class >= classes || !(pw > 0.0 && ph > 0.0 && pw.is_finite() && ph.is_finite()) {
                 continue;
             }
+            let level = levels.level_of(pw.max(ph));
+            let (gh, gw) = levels.grid(level);
+            let (gh, gw) = (gh as usize, gw as usize);
+            let offset = levels.offset(level);
+            let stride = levels.stride(level) as f32;
+            let (bw, bh) = (pw / stride, ph / stride);
             let (cx, cy) = ((x0 + x1) / (2.0 * stride), (y0 + y1) / (2.0 * stride));
             let ix = (cx.floor().max(0.0) as usize).min(gw - 1);
             let iy = (cy.floor().max(0.0) as usize).min(gh - 1);
             let r = gaussian_radius(bh, bw, op.min_overlap).max(0.0).floor() as i64;
             let sigma = (2 * r + 1) as f32 / 6.0;
-            let heat = &mut t[class * plane..(class + 1) * plane];
+            let heat = &mut t[class * plane + offset..class * plane + offset + gh * gw];
             for dy in -r..=r {
                 let y = iy as i64 + dy;
                 if y < 0 || y >= gh as i64 {
@@ -77,7 +82,7 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
                     *cell = cell.max(v);
                 }
             }
-            let at = iy * gw + ix;
+            let at = offset + iy * gw + ix;
             t[classes * plane + at] = cx - ix as f32;
             t[(classes + 1) * plane + at] = cy - iy as f32;
             t[(classes + 2) * plane + at] = bw.ln();
@@ -90,6 +95,7 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::compute::ops::Levels;
 
     /// A record buffer of `boxes.len()` records `stride` bytes apart, metadata at `meta`.
     pub(crate) fn records(meta: usize, stride: usize, boxes: &[&[(u32, [f32; 4])]]) -> Vec<u8> {
@@ -112,9 +118,7 @@ pub(crate) mod tests {
         Targets {
             n,
             classes: 2,
-            grid_h: 8,
-            grid_w: 8,
-            stride: 8,
+            levels: Levels::single(8, 8, 8),
             max_boxes,
             record_stride: stride_bytes,
             meta_offset: 16,
@@ -191,5 +195,42 @@ pub(crate) mod tests {
         render_targets(&o, &recs, &mut t);
         assert_eq!(t[0], 1.0);
         assert!(t[64..128].iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn each_box_lands_on_the_level_its_size_picks() {
+        // 64 × 64 input, strides 8/16/32: grids 8×8, 4×4, 2×2 (84 cells a plane). A 16 px box
+        // goes to stride 8, a 40 px one to stride 16, a 60 px one to stride 32.
+        let levels = Levels::new(&[8, 16, 32], 64, 64);
+        assert_eq!(
+            (levels.total_cells(), levels.offset(1), levels.offset(2)),
+            (84, 64, 80)
+        );
+        let boxes = [
+            (0, [0.0, 0.0, 16.0, 16.0]),
+            (1, [16.0, 16.0, 56.0, 56.0]),
+            (0, [0.0, 0.0, 64.0, 64.0]),
+        ];
+        let recs = records(16, 256, &[&boxes]);
+        let o = Targets {
+            levels,
+            ..op(1, 4, 256, false)
+        };
+        let mut t = vec![f32::NAN; o.output_len()];
+        render_targets(&o, &recs, &mut t);
+        let plane = 84;
+        let mask = &t[6 * plane..7 * plane];
+        let centres: Vec<usize> = (0..plane).filter(|&i| mask[i] == 1.0).collect();
+        // Centres: (8, 8) px → cell (1, 1) of level 0; (36, 36) → (2, 2) of level 1;
+        // (32, 32) → (1, 1) of level 2.
+        assert_eq!(centres, vec![9, 64 + 2 * 4 + 2, 80 + 2 + 1]);
+        assert_eq!(t[9], 1.0, "class 0 peak at level 0");
+        assert_eq!(t[plane + 64 + 10], 1.0, "class 1 peak at level 1");
+        assert_eq!(t[83], 1.0, "class 0 peak at level 2");
+        // Sizes are in the level's cells: 40 px at stride 16 is 2.5 cells.
+        assert!((t[4 * plane + 74] - 2.5f32.ln()).abs() < 1e-6);
+        assert!((t[5 * plane + 83] - 2.0f32.ln()).abs() < 1e-6);
+        // No level-0 heat from the large boxes: only the small box's Gaussian is there.
+        assert_eq!(t[plane..plane + 64].iter().filter(|&&v| v > 0.0).count(), 0);
     }
 }

@@ -14,8 +14,8 @@ use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
 use crate::compute::ops::{
-    ema_decay, AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Normalize, SgdMomentum, Targets,
-    Upsample2x,
+    ema_decay, AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Levels, Normalize, RowCopy,
+    SgdMomentum, Targets, Upsample2x,
 };
 use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
@@ -403,6 +403,18 @@ fn records_with_boxes(
     classes: u32,
     layout: &crate::format::RecordLayout,
 ) -> Vec<u8> {
+    records_with_boxes_sized(rng, n, side, classes, layout, |u| u * side as f32 / 2.0)
+}
+
+/// Records with random boxes `4 + size(U(0, 1))` px on a side inside a `side`-px image.
+fn records_with_boxes_sized(
+    rng: &mut SplitMix64,
+    n: usize,
+    side: u32,
+    classes: u32,
+    layout: &crate::format::RecordLayout,
+    size: impl Fn(f32) -> f32,
+) -> Vec<u8> {
     use crate::format::{RecordBox, RecordMeta};
     let mut out = vec![0u8; n * layout.record_size];
     for (i, rec) in out.chunks_exact_mut(layout.record_size).enumerate() {
@@ -413,8 +425,8 @@ fn records_with_boxes(
         let s = side as f32;
         let boxes: Vec<RecordBox> = (0..count)
             .map(|_| {
-                let w = 4.0 + rng.next_f32() * (s / 2.0);
-                let h = 4.0 + rng.next_f32() * (s / 2.0);
+                let w = 4.0 + size(rng.next_f32());
+                let h = 4.0 + size(rng.next_f32());
                 let x0 = rng.next_f32() * (s - w);
                 let y0 = rng.next_f32() * (s - h);
                 RecordBox {
@@ -439,11 +451,22 @@ fn records_with_boxes(
 fn targets_loss_and_loss_gradient_match_the_reference() {
     use crate::format::RecordLayout;
     let mut rng = SplitMix64::new(13);
-    // (batch, classes, grid, max boxes): one loss part, and 9·16·16 = 2304 cells in two.
-    let shapes = [(3u32, 3u32, 8u32, 5u32), (9, 2, 16, 12)];
+    // (batch, classes, grid, max boxes, levels): one loss part, 9·16·16 = 2304 cells in two,
+    // and three levels (strides 8, 16, 32 over 128 px: 256 + 64 + 16 cells a plane, boxes
+    // up to 124 px, so every level gets some).
+    let shapes = [
+        (3u32, 3u32, 8u32, 5u32, 1usize),
+        (9, 2, 16, 12, 1),
+        (4, 2, 16, 12, 3),
+    ];
     let mut rec = Recording::new();
     let mut cases = Vec::new();
-    for (i, &(n, classes, grid, max_boxes)) in shapes.iter().enumerate() {
+    for (i, &(n, classes, grid, max_boxes, level_count)) in shapes.iter().enumerate() {
+        let levels = if level_count == 1 {
+            Levels::single(grid, grid, 8)
+        } else {
+            Levels::new(&[8, 16, 32], grid * 8, grid * 8)
+        };
         let layout = RecordLayout::new(grid * 8, grid * 8, 3, max_boxes).unwrap();
         let records = rec.tensor(
             &format!("records{i}"),
@@ -457,9 +480,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
             let op = Targets {
                 n,
                 classes,
-                grid_h: grid,
-                grid_w: grid,
-                stride: 8,
+                levels,
                 max_boxes,
                 record_stride: layout.record_size as u32,
                 meta_offset: layout.image_bytes as u32,
@@ -470,10 +491,11 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
             steps.push(Step::Targets { op, records, out });
             outs.push(out);
         }
+        let cells = levels.total_cells() as u32;
         let loss_op = CenterLoss {
             offset_weight: 0.5,
             size_weight: 2.0,
-            ..CenterLoss::det_s(n, classes, grid, grid)
+            ..CenterLoss::det_s(n, classes, cells / grid, grid)
         };
         let pred = rec.f32(&format!("pred{i}"), loss_op.pred_len(), Role::Input);
         let loss = rec.f32(&format!("loss{i}"), LOSS_LEN, Role::Output);
@@ -500,7 +522,13 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
     let mut cpu = cpu(&rec);
     for (i, (layout, records, outs, pred, loss, grad, n, classes, grid)) in cases.iter().enumerate()
     {
-        let bytes = records_with_boxes(&mut rng, *n as usize, grid * 8, *classes, layout);
+        // Boxes up to the whole image in the three-level case, small ones the most.
+        let spread = if i == 2 { 120.0 } else { (grid * 4) as f32 };
+        let power = if i == 2 { 2 } else { 1 };
+        let bytes =
+            records_with_boxes_sized(&mut rng, *n as usize, grid * 8, *classes, layout, |u| {
+                u.powi(power) * spread
+            });
         exec.write_bytes(*records, &bytes).unwrap();
         cpu.write_bytes(*records, &bytes).unwrap();
         // Logits over a wide range, so both tails of the focal loss are exercised.
@@ -518,7 +546,76 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
         let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
         assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
+        if i == 2 {
+            // Centres on every level.
+            let t = cpu_read(&mut cpu, outs[0], rec.get(outs[0]).len);
+            let plane = 256 + 64 + 16;
+            let channels = *classes as usize + 5;
+            let mask = |b: usize| &t[(b * channels + channels - 1) * plane..][..plane];
+            for (l, range) in [0..256, 256..320, 320..336].into_iter().enumerate() {
+                assert!(
+                    (0..*n as usize).any(|b| mask(b)[range.clone()].contains(&1.0)),
+                    "case {i}: no centre on level {l}"
+                );
+            }
+        }
     }
+    assert_clean(exec.engine());
+}
+
+#[test]
+fn row_copy_gathers_into_part_of_a_tensor_and_scatters_back() {
+    let mut rng = SplitMix64::new(21);
+    // Six rows of 37 into rows of 50 at offset 9 (one level's cells of a multi-level output),
+    // then back.
+    let gather = RowCopy::gather(6, 37, 50, 9, 296);
+    let scatter = gather.reversed();
+    let mut rec = Recording::new();
+    let src = rec.f32("src", gather.src_len(), Role::Input);
+    // Filled whole first (one row), then written in part.
+    let fill = rec.f32("fill", gather.dst_len(), Role::Input);
+    let whole = rec.f32("whole", gather.dst_len(), Role::Output);
+    let back = rec.f32("back", scatter.dst_len(), Role::Output);
+    let len = gather.dst_len() as u32;
+    rec.entry(
+        "copy",
+        vec![
+            Step::RowCopy {
+                op: RowCopy::gather(1, len, len, 0, len),
+                src: fill,
+                dst: whole,
+            },
+            Step::RowCopy {
+                op: gather,
+                src,
+                dst: whole,
+            },
+            Step::RowCopy {
+                op: scatter,
+                src: whole,
+                dst: back,
+            },
+        ],
+    );
+    let Some(mut exec) = gpu("row_copy", &rec) else {
+        return;
+    };
+    let mut cpu = cpu(&rec);
+    let x = random_vec(&mut rng, rec.get(src).len, -1.0, 1.0);
+    let filled = vec![-7.0; rec.get(whole).len];
+    exec.write_f32(src, &x).unwrap();
+    cpu.write_f32(src, &x).unwrap();
+    exec.write_f32(fill, &filled).unwrap();
+    cpu.write_f32(fill, &filled).unwrap();
+    exec.run(0).unwrap();
+    cpu.run(0).unwrap();
+    let got = read(&mut exec, whole, filled.len());
+    assert_eq!(got, cpu_read(&mut cpu, whole, filled.len()));
+    assert_eq!(&got[..9], &[-7.0; 9], "before the first row: untouched");
+    assert_eq!(&got[9..46], &x[..37]);
+    assert_eq!(&got[46..59], &[-7.0; 13], "between rows: untouched");
+    assert_eq!(&got[259..], &x[5 * 37..], "the last row");
+    assert_eq!(read(&mut exec, back, x.len()), x);
     assert_clean(exec.engine());
 }
 
@@ -531,29 +628,31 @@ fn decode_matches_the_reference_in_order_and_values() {
         Decode {
             n: 2,
             classes: 2,
-            grid_h: 5,
-            grid_w: 7,
-            stride: 8,
+            levels: Levels::single(5, 7, 8),
             threshold: 0.3,
             top_k: 100,
         },
         Decode {
             n: 3,
             classes: 3,
-            grid_h: 9,
-            grid_w: 8,
-            stride: 4,
+            levels: Levels::single(9, 8, 4),
             threshold: 0.0,
             top_k: 7,
         },
         Decode {
             n: 2,
             classes: 3,
-            grid_h: 24,
-            grid_w: 24,
-            stride: 8,
+            levels: Levels::single(24, 24, 8),
             threshold: 0.05,
             top_k: 100,
+        },
+        // Three levels over a 128 × 96 input: 16×12, 8×6 and 4×3 grids.
+        Decode {
+            n: 2,
+            classes: 2,
+            levels: Levels::new(&[8, 16, 32], 96, 128),
+            threshold: 0.2,
+            top_k: 50,
         },
     ];
     let mut rec = Recording::new();
@@ -588,7 +687,7 @@ fn decode_matches_the_reference_in_order_and_values() {
     };
     let mut cpu = cpu(&rec);
     for (i, (op, &(pred, dets, counts))) in ops.iter().zip(&ids).enumerate() {
-        let plane = (op.grid_h * op.grid_w) as usize;
+        let plane = op.levels.total_cells();
         let k = op.classes as usize;
         let mut p = random_vec(&mut rng, op.input_len(), -4.0, 2.0);
         // Plateaus of equal logits (two adjacent cells, and the same value on two classes):
@@ -714,21 +813,34 @@ fn compare_tensors(
 
 #[test]
 fn det_s_train_steps_match_the_cpu() {
+    train_steps_match_the_cpu("det-s", |u| u * 64.0);
+}
+
+/// Three output levels (strides 8, 16, 32 over 128 px), the levels gathered into one output
+/// and the gradient scattered back; boxes of every size, so every level trains.
+#[test]
+fn det_m_train_steps_match_the_cpu() {
+    train_steps_match_the_cpu("det-m", |u| u * u * 120.0);
+}
+
+/// Three training steps of `model` at 128 px, batch 2, on the GPU (a buffer per tensor and
+/// shared buffers) and the CPU: every tensor matches; then evaluation, inference, decode.
+fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
     use crate::format::RecordLayout;
     use crate::model::arch::{Arch, ModelConfig};
     use crate::model::graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
     use crate::model::init::init_params;
-    let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+    let arch = Arch::new(&ModelConfig::named_at(model, 2, 128).unwrap());
     let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
     let options = GraphOptions::default();
     let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
     let rec = &g.recording;
-    let Some(mut exec) = gpu("det_s_train_steps", rec) else {
+    let test = format!("{model}_train_steps");
+    let Some(mut exec) = gpu(&test, rec) else {
         return;
     };
     // The same on the engine as it trains: intermediate tensors sharing buffers.
-    let mut shared =
-        VulkanExec::new(engine("det_s_train_steps").unwrap(), rec, false, None).unwrap();
+    let mut shared = VulkanExec::new(engine(&test).unwrap(), rec, false, None).unwrap();
     assert!(shared.bytes() < exec.bytes() * 2 / 3, "buffers are shared");
     let mut cpu = cpu(rec);
     for (p, v) in g.params.iter().zip(init_params(&arch, 7)) {
@@ -739,7 +851,7 @@ fn det_s_train_steps_match_the_cpu() {
         }
     }
     let mut rng = SplitMix64::new(15);
-    let records = records_with_boxes(&mut rng, 2, 128, 2, &layout);
+    let records = records_with_boxes_sized(&mut rng, 2, 128, 2, &layout, box_size);
     exec.write_bytes(g.records, &records).unwrap();
     shared.write_bytes(g.records, &records).unwrap();
     cpu.write_bytes(g.records, &records).unwrap();

@@ -61,11 +61,14 @@ pub enum Kernel {
     Upsample,
     /// Its backward (sum of four): `gy, gx (w)`; push `{ n, c, h, w }`.
     UpsampleGrad,
+    /// Rows from one tensor into another at their strides ([`crate::compute::ops::RowCopy`]):
+    /// `src, dst (w)`; push `{ rows, len, src_stride, src_offset, dst_stride, dst_offset }`.
+    RowCopy,
     /// u8 HWC records → f32 NCHW `/255`: `records, out (w)`; push `{ n, h, w, record_stride,
     /// flip }`.
     Normalize,
-    /// CenterNet targets from the records' boxes: `records, out (rw)`; push the ten fields of
-    /// [`crate::compute::ops::Targets`].
+    /// CenterNet targets from the records' boxes: `records, out (rw)`; push `{ n, classes,
+    /// levels (six words), max_boxes, record_stride, meta_offset, min_overlap, flip }`.
     Targets,
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
     /// grid_w, alpha, beta, offset_weight, size_weight, parts, cells_per_part }`.
@@ -82,8 +85,8 @@ pub enum Kernel {
     /// SGD with momentum: `param (rw), grad, velocity (rw), hyper`; push `{ len, momentum,
     /// weight_decay }`.
     Sgd,
-    /// Peak decode + top-K: `pred, dets (w), counts (w)`; push `{ n, classes, grid_h, grid_w,
-    /// stride, threshold, top_k }`.
+    /// Peak decode + top-K: `pred, dets (w), counts (w)`; push `{ n, classes, levels (six
+    /// words, [`crate::compute::ops::Levels::words`]), threshold, top_k }`.
     Decode,
 }
 
@@ -189,7 +192,9 @@ const UPSAMPLE_GRAD: KernelInfo =
 const NORMALIZE: KernelInfo =
     kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0);
 const TARGETS: KernelInfo =
-    kernel!("targets", bindings 2, push 40, local LINEAR, x Some(0), shared 0);
+    kernel!("targets", bindings 2, push 52, local LINEAR, x Some(0), shared 0);
+const ROW_COPY: KernelInfo =
+    kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
 const LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
     local LINEAR, x None, shared 16 * 256);
 const LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
@@ -200,11 +205,11 @@ const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x 
 const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
 const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 const DECODE: KernelInfo =
-    kernel!("decode", bindings 3, push 28, local LINEAR, x None, shared 8 * DECODE_SLOTS);
+    kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS);
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 23] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
@@ -219,6 +224,7 @@ impl Kernel {
         Kernel::AddAssign,
         Kernel::Upsample,
         Kernel::UpsampleGrad,
+        Kernel::RowCopy,
         Kernel::Normalize,
         Kernel::Targets,
         Kernel::LossPartial,
@@ -246,6 +252,7 @@ impl Kernel {
             Kernel::AddAssign => &ADD_ASSIGN,
             Kernel::Upsample => &UPSAMPLE,
             Kernel::UpsampleGrad => &UPSAMPLE_GRAD,
+            Kernel::RowCopy => &ROW_COPY,
             Kernel::Normalize => &NORMALIZE,
             Kernel::Targets => &TARGETS,
             Kernel::LossPartial => &LOSS_PARTIAL,

@@ -359,19 +359,34 @@ fn lower_step(
         Step::Targets { op, records, out } => push(
             Kernel::Targets,
             vec![T(records), T(out)],
+            words(
+                &[
+                    &[op.n, op.classes][..],
+                    &op.levels.words(),
+                    &[
+                        op.max_boxes,
+                        op.record_stride,
+                        op.meta_offset,
+                        op.min_overlap.to_bits(),
+                        u32::from(op.flip),
+                    ],
+                ]
+                .concat(),
+            ),
+            linear_groups(u64::from(op.n) * op.levels.total_cells() as u64),
+        ),
+        Step::RowCopy { op, src, dst } => push(
+            Kernel::RowCopy,
+            vec![T(src), T(dst)],
             words(&[
-                op.n,
-                op.classes,
-                op.grid_h,
-                op.grid_w,
-                op.stride,
-                op.max_boxes,
-                op.record_stride,
-                op.meta_offset,
-                op.min_overlap.to_bits(),
-                u32::from(op.flip),
+                op.rows,
+                op.len,
+                op.src_stride,
+                op.src_offset,
+                op.dst_stride,
+                op.dst_offset,
             ]),
-            linear_groups(u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w)),
+            linear_groups(u64::from(op.rows) * u64::from(op.len)),
         ),
         Step::LossForward {
             op,
@@ -471,15 +486,14 @@ fn lower_step(
             push(
                 Kernel::Decode,
                 vec![T(pred), T(dets), T(counts)],
-                words(&[
-                    op.n,
-                    op.classes,
-                    op.grid_h,
-                    op.grid_w,
-                    op.stride,
-                    op.threshold.to_bits(),
-                    op.top_k,
-                ]),
+                words(
+                    &[
+                        &[op.n, op.classes][..],
+                        &op.levels.words(),
+                        &[op.threshold.to_bits(), op.top_k],
+                    ]
+                    .concat(),
+                ),
                 grid,
             );
         }
@@ -583,9 +597,7 @@ mod tests {
         let decode = Decode {
             n: 1,
             classes: 1,
-            grid_h: 2,
-            grid_w: 2,
-            stride: 8,
+            levels: crate::compute::ops::Levels::single(2, 2, 8),
             threshold: 0.1,
             top_k: 600,
         };
