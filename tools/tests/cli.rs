@@ -1078,6 +1078,25 @@ fn pack_says_loudly_when_it_leaves_boxes_out() {
     assert!(!run.stderr.contains("NOT in the pack"), "{}", run.stderr);
 }
 
+/// `run/last.safetensors` finds objects in a raccoon photo (650 px wide), on the CPU engine.
+fn infer_on_a_raccoon(cwd: &Path) {
+    let raccoon = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/raccoon/images/raccoon-1.jpg");
+    let infer = fulcrum(
+        cwd,
+        &[
+            "infer",
+            "--engine",
+            "cpu",
+            "--weights",
+            "run/last.safetensors",
+            &raccoon.to_string_lossy(),
+        ],
+    );
+    infer.expect(0);
+    assert_mentions(&infer.stdout, &["\"width\":650"]);
+}
+
 /// The input size is the pack's `--size`: training builds the model at it, the checkpoint
 /// keeps it, eval, infer and export use it, and every mismatch is a clear error.
 #[test]
@@ -1130,21 +1149,7 @@ fn the_input_size_flows_from_pack_to_export() {
     );
     export.expect(0);
     assert_mentions(&export.stdout, &["input images [N, 3, 160, 160]"]);
-    let raccoon = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/raccoon/images/raccoon-1.jpg");
-    let infer = fulcrum(
-        cwd,
-        &[
-            "infer",
-            "--engine",
-            "cpu",
-            "--weights",
-            "run/last.safetensors",
-            &raccoon.to_string_lossy(),
-        ],
-    );
-    infer.expect(0);
-    assert_mentions(&infer.stdout, &["\"width\":650"]);
+    infer_on_a_raccoon(cwd);
 
     // Mismatches: eval on data of another size, resuming on it, and sizes no model takes.
     fulcrum(cwd, &["pack", "--synthetic", "16", "--out", "d128"]).expect(0);
@@ -1184,4 +1189,71 @@ fn the_input_size_flows_from_pack_to_export() {
             "--size 128",
         ],
     );
+}
+
+/// A three-level model through the whole path: train, eval, infer and export at 160 px, the
+/// ONNX output the levels' cells one after another; an unknown model is a clear error.
+#[test]
+fn a_three_level_model_trains_evaluates_infers_and_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let args = ["pack", "--synthetic", "16", "--size", "160", "--out", "d"];
+    fulcrum(cwd, &args).expect(0);
+    let train = |model: &str| {
+        fulcrum(
+            cwd,
+            &[
+                "train",
+                "--engine",
+                "cpu",
+                "--data",
+                "d",
+                "--out",
+                "run",
+                "--model",
+                model,
+                "--max-steps",
+                "2",
+                "--batch",
+                "8",
+            ],
+        )
+    };
+    train("det-m").expect(0);
+    let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    assert_eq!(
+        (c.model.name.as_str(), c.model.input, c.model.levels),
+        ("det-m", 160, 3)
+    );
+    let eval = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            "run/last.safetensors",
+            "--data",
+            "d",
+        ],
+    );
+    eval.expect(0);
+    assert_mentions(&eval.stdout, &["mAP@0.5"]);
+    infer_on_a_raccoon(cwd);
+    let export = fulcrum(
+        cwd,
+        &[
+            "export",
+            "--weights",
+            "run/last.safetensors",
+            "--onnx",
+            "m.onnx",
+        ],
+    );
+    export.expect(0);
+    // 20×20 + 10×10 + 5×5 cells.
+    assert_mentions(&export.stdout, &["[N, 6, 525]"]);
+    let unknown = train("det-xl");
+    unknown.expect(2);
+    assert_mentions(&unknown.stderr, &["det-xl", "det-s, det-m or det-l"]);
 }

@@ -37,14 +37,33 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let bytes = onnx::export(&arch, &params).map_err(|e| anyhow::anyhow!("{e}"))?;
     fulcrum::durable::write_atomic(&a.onnx, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.onnx.display()))?;
+    let model = &checkpoint.model;
+    let levels = model.output_levels();
+    let channels = model.out_channels();
+    let pred = if levels.len() == 1 {
+        let (h, w) = levels.grid(0);
+        format!("[N, {channels}, {h}, {w}] (stride 8)")
+    } else {
+        let grids: Vec<String> = (0..levels.len())
+            .map(|l| {
+                let (h, w) = levels.grid(l);
+                format!("{h}×{w} at stride {}", levels.stride(l))
+            })
+            .collect();
+        format!(
+            "[N, {channels}, {}] (the cells of {}, one level after another)",
+            levels.total_cells(),
+            grids.join(", ")
+        )
+    };
     println!(
-        "{}: {} ({} parameters, {} classes: {}), input images [N, 3, {s}, {s}], output pred",
+        "{}: {} ({} parameters, {} classes: {}), input images [N, 3, {s}, {s}], output pred {pred}",
         a.onnx.display(),
         fulcrum::balance::human(bytes.len() as u64),
         arch.param_count(),
-        checkpoint.model.classes,
+        model.classes,
         checkpoint.classes.join(", "),
-        s = checkpoint.model.input
+        s = model.input
     );
     Ok(ExitCode::SUCCESS)
 }

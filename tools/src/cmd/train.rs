@@ -32,7 +32,10 @@ pub struct Args {
     /// Packed dataset folder (`fulcrum pack`).
     #[arg(long, default_value = "data/synthetic")]
     data: PathBuf,
-    /// Model: det-s (54.8 k parameters) or det-m.
+    /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
+    /// (width 1.5, outputs at strides 8, 16 and 32: small and large objects alike) or det-l
+    /// (width 2, every residual block twice, three outputs). The input size is the pack's
+    /// --size.
     #[arg(long, default_value = "det-s")]
     model: String,
     /// Output folder for the checkpoint.

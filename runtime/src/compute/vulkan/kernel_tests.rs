@@ -395,18 +395,8 @@ fn elementwise_kernels_match_the_reference() {
     assert_clean(exec.engine());
 }
 
-/// `n` records of `layout`-like shape: random image bytes, random boxes.
-fn records_with_boxes(
-    rng: &mut SplitMix64,
-    n: usize,
-    side: u32,
-    classes: u32,
-    layout: &crate::format::RecordLayout,
-) -> Vec<u8> {
-    records_with_boxes_sized(rng, n, side, classes, layout, |u| u * side as f32 / 2.0)
-}
-
-/// Records with random boxes `4 + size(U(0, 1))` px on a side inside a `side`-px image.
+/// `n` records of `layout`: random image bytes, and random boxes `4 + size(U(0, 1))` px on a
+/// side inside a `side`-px image.
 fn records_with_boxes_sized(
     rng: &mut SplitMix64,
     n: usize,
