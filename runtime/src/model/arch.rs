@@ -390,5 +390,13 @@ mod tests {
         let mut c = ModelConfig::named("det-s", 2).unwrap();
         c.input = 100;
         assert!(c.validate().unwrap_err().contains("multiple of 32"));
+        // A checkpoint's config is validated on load: no level count or depth outside the
+        // family gets as far as building layers.
+        let mut c = ModelConfig::named("det-m", 2).unwrap();
+        c.levels = 2;
+        assert!(c.validate().unwrap_err().contains("1 (stride 8) or 3"));
+        c.levels = 3;
+        c.depth = 1_000_000;
+        assert!(c.validate().unwrap_err().contains("depth"));
     }
 }
