@@ -1078,6 +1078,22 @@ fn pack_says_loudly_when_it_leaves_boxes_out() {
     assert!(!run.stderr.contains("NOT in the pack"), "{}", run.stderr);
 }
 
+/// `run/last.safetensors` exports to ONNX, and the summary it prints mentions `words`.
+fn export_mentions(cwd: &Path, words: &[&str]) {
+    let export = fulcrum(
+        cwd,
+        &[
+            "export",
+            "--weights",
+            "run/last.safetensors",
+            "--onnx",
+            "m.onnx",
+        ],
+    );
+    export.expect(0);
+    assert_mentions(&export.stdout, words);
+}
+
 /// `run/last.safetensors` finds objects in a raccoon photo (650 px wide), on the CPU engine.
 fn infer_on_a_raccoon(cwd: &Path) {
     let raccoon = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1137,18 +1153,7 @@ fn the_input_size_flows_from_pack_to_export() {
     let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
     assert_eq!((c.model.name.as_str(), c.model.input), ("det-s", 160));
 
-    let export = fulcrum(
-        cwd,
-        &[
-            "export",
-            "--weights",
-            "run/last.safetensors",
-            "--onnx",
-            "m.onnx",
-        ],
-    );
-    export.expect(0);
-    assert_mentions(&export.stdout, &["input images [N, 3, 160, 160]"]);
+    export_mentions(cwd, &["input images [N, 3, 160, 160]"]);
     infer_on_a_raccoon(cwd);
 
     // Mismatches: eval on data of another size, resuming on it, and sizes no model takes.
@@ -1240,19 +1245,8 @@ fn a_three_level_model_trains_evaluates_infers_and_exports() {
     eval.expect(0);
     assert_mentions(&eval.stdout, &["mAP@0.5"]);
     infer_on_a_raccoon(cwd);
-    let export = fulcrum(
-        cwd,
-        &[
-            "export",
-            "--weights",
-            "run/last.safetensors",
-            "--onnx",
-            "m.onnx",
-        ],
-    );
-    export.expect(0);
     // 20×20 + 10×10 + 5×5 cells.
-    assert_mentions(&export.stdout, &["[N, 6, 525]"]);
+    export_mentions(cwd, &["[N, 6, 525]"]);
     let unknown = train("det-xl");
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["det-xl", "det-s, det-m or det-l"]);

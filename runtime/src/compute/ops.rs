@@ -403,18 +403,6 @@ impl Levels {
             .unwrap_or(last)
     }
 
-    /// The level a cell of a channel plane belongs to, and its index inside that level.
-    pub fn locate(&self, cell: usize) -> (usize, usize) {
-        let mut at = cell;
-        for l in 0..self.len() - 1 {
-            if at < self.cells(l) {
-                return (l, at);
-            }
-            at -= self.cells(l);
-        }
-        (self.len() - 1, at)
-    }
-
     /// The words shaders take: count, the three strides, input height and width.
     pub fn words(&self) -> [u32; 6] {
         let [a, b, c] = self.strides;

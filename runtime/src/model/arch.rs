@@ -248,18 +248,18 @@ impl Arch {
         (self.config.levels == 3).then(|| self.blocks.len() - 1)
     }
 
-    /// The head of each level: its parameter prefix (`head`, `head16`, `head32`) and stride.
-    pub fn heads(&self) -> Vec<(String, u32)> {
+    /// Each level's head, finest first, by its parameter prefix: `head` (stride 8), `head16`,
+    /// `head32`.
+    pub fn heads(&self) -> Vec<String> {
         self.config
             .strides()
             .iter()
             .map(|&s| {
-                let name = if s == ModelConfig::STRIDE {
+                if s == ModelConfig::STRIDE {
                     "head".to_owned()
                 } else {
                     format!("head{s}")
-                };
-                (name, s)
+                }
             })
             .collect()
     }
@@ -295,7 +295,7 @@ impl Arch {
         } else {
             conv("neck.pw", c4, self.neck, 1);
         }
-        for (head, _) in self.heads() {
+        for head in self.heads() {
             conv(&format!("{head}.dw"), 1, self.neck, 3);
             conv(&format!("{head}.pw"), self.neck, self.head, 1);
             conv(

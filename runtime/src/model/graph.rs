@@ -324,10 +324,11 @@ impl ModelGraph {
             flip: false,
         };
         let x0 = b.rec.f32("input", normalize.output_len(), Role::Activation);
+        let levels = config.output_levels();
         let targets_op = Targets {
             n,
             classes: config.classes,
-            levels: config.output_levels(),
+            levels,
             max_boxes: layout.max_boxes,
             record_stride,
             meta_offset: layout.image_bytes as u32,
@@ -342,22 +343,23 @@ impl ModelGraph {
         let stem = Conv2d::dense(n, 3, side, side, arch.stem_out, 3, 2, true);
         let mut x = b.conv("stem", stem, x0);
         let mut s = stem.out_h();
-        let mut features = HashMap::new();
+        // Each block's output and side.
+        let mut features = Vec::with_capacity(arch.blocks.len());
         for (i, block) in arch.blocks.iter().enumerate() {
             (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
-            features.insert(i, (x, s));
+            features.push((x, s));
         }
-        let (c3, s3) = features[&arch.skip_block];
-        let (c4, s4) = features[&arch.c4_block];
-        let c4_channels = arch.blocks[arch.c4_block].c_out;
+        let (c3, s3) = features[arch.skip_block];
+        let (c4, s4) = features[arch.c4_block];
         // The top-down neck. Each pointwise conv runs before the upsampling after it, at the
         // small size: nearest upsampling copies pixels and a pointwise conv (with its ReLU)
         // works per pixel, so the two commute exactly, and this order does a quarter of the
         // work forward and backward and keeps no large upsampled input for the weight
         // gradient.
-        let mut level_inputs = Vec::new();
-        let p4 = if let Some(c5_block) = arch.c5_block() {
-            let (c5, s5) = features[&c5_block];
+        // The coarser levels' inputs (p4, p5), with three levels.
+        let mut coarse = Vec::new();
+        let (p4, p4_channels) = if let Some(c5_block) = arch.c5_block() {
+            let (c5, s5) = features[c5_block];
             let c5_channels = arch.blocks[c5_block].c_out;
             let p5 = b.pointwise("neck.p5", c5, c5_channels, arch.neck, s5);
             let up5 = ops::Upsample2x {
@@ -367,18 +369,13 @@ impl ModelGraph {
                 w: s5,
             };
             let u5 = b.upsample("neck.p5.up", up5, p5);
+            let c4_channels = arch.blocks[arch.c4_block].c_out;
             let l4 = b.pointwise("neck.p4", c4, c4_channels, arch.neck, s4);
             let p4 = b.add("neck.p4.out", l4, u5);
-            level_inputs.push((p4, s4));
-            level_inputs.push((p5, s5));
-            p4
+            coarse = vec![(p4, s4), (p5, s5)];
+            (p4, arch.neck)
         } else {
-            c4
-        };
-        let p4_channels = if arch.c5_block().is_some() {
-            arch.neck
-        } else {
-            c4_channels
+            (c4, arch.blocks[arch.c4_block].c_out)
         };
         let nk = b.pointwise("neck.pw", p4, p4_channels, arch.neck, s4);
         let up = ops::Upsample2x {
@@ -390,17 +387,17 @@ impl ModelGraph {
         debug_assert_eq!(2 * s4, s3);
         let u = b.upsample("neck.up", up, nk);
         let p3 = b.add("neck.out", u, c3);
-        level_inputs.insert(0, (p3, s3));
         debug_assert_eq!(s3, grid);
 
-        let levels = config.output_levels();
-        let heads = arch.heads();
-        let outputs: Vec<TensorId> = heads
-            .iter()
-            .zip(&level_inputs)
-            .map(|((name, _), &(x, side))| b.head(name, x, arch, side))
+        let level_inputs = [(p3, s3)].into_iter().chain(coarse);
+        let outputs: Vec<TensorId> = arch
+            .heads()
+            .into_iter()
+            .zip(level_inputs)
+            .map(|(name, (x, side))| b.head(&name, x, arch, side))
             .collect();
         let pred = if let [single] = outputs[..] {
+            b.rec.tensors[single.index()].role = Role::Output;
             single
         } else {
             // The levels' outputs, gathered cell after cell into one output.
@@ -431,7 +428,6 @@ impl ModelGraph {
             }
             pred
         };
-        b.rec.tensors[pred.index()].role = Role::Output;
 
         // The loss is the same sum at every cell: all levels as one row of cells.
         let loss_op = if levels.len() == 1 {
