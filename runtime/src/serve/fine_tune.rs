@@ -156,6 +156,10 @@ struct Shared {
     serving_busy: AtomicBool,
     /// New weights to swap in, and the score they reached.
     swap: Mutex<Option<(PathBuf, f32)>>,
+    /// Offered weights the serving loop has not yet swapped in or refused (waiting in `swap`
+    /// or loading): until then a job that has ended is reported as still running, so that a
+    /// client that sees `Finished` finds its last swap done.
+    swaps_unsettled: AtomicU32,
 }
 
 impl Shared {
@@ -177,6 +181,7 @@ impl Shared {
             stop_by_client: AtomicBool::new(false),
             serving_busy: AtomicBool::new(false),
             swap: Mutex::new(None),
+            swaps_unsettled: AtomicU32::new(0),
         }
     }
 
@@ -202,9 +207,25 @@ impl Shared {
         a.store(v.to_bits(), Ordering::Relaxed);
     }
 
+    /// Puts weights scoring `map` up for the serving loop to swap in; an offer it has not
+    /// taken yet is replaced, not added to.
+    fn offer_swap(&self, path: PathBuf, map: f32) {
+        if let Ok(mut swap) = self.swap.lock() {
+            if swap.replace((path, map)).is_none() {
+                self.swaps_unsettled.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
     fn status(&self) -> FineTuneStatus {
+        let state = match self.state() {
+            FineTuneState::Finished if self.swaps_unsettled.load(Ordering::SeqCst) > 0 => {
+                FineTuneState::Running
+            }
+            state => state,
+        };
         FineTuneStatus {
-            state: self.state(),
+            state,
             epoch: self.epoch.load(Ordering::Relaxed).min(u32::from(u16::MAX)) as u16,
             step: self.step.load(Ordering::Relaxed),
             total_steps: self.total_steps.load(Ordering::Relaxed),
@@ -380,10 +401,18 @@ impl FineTuner {
         self.shared.swap.lock().ok()?.take()
     }
 
-    /// The serving loop swapped the weights scoring `map` in.
-    pub fn swapped(&self, map: f32) {
-        self.shared.swaps.fetch_add(1, Ordering::Relaxed);
-        Shared::put_f32(&self.shared.serving_map, map);
+    /// The serving loop is done with weights it took from [`Self::take_swap`]: swapped in,
+    /// scoring `Some(map)`, or refused (`None`).
+    pub fn swap_settled(&self, swapped: Option<f32>) {
+        if let Some(map) = swapped {
+            self.shared.swaps.fetch_add(1, Ordering::Relaxed);
+            Shared::put_f32(&self.shared.serving_map, map);
+        }
+        // Saturating: weights a previous job offered may settle after a new job started.
+        let _ = self
+            .shared
+            .swaps_unsettled
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     pub fn status(&self) -> FineTuneStatus {
@@ -624,9 +653,7 @@ impl Watcher<'_> {
             if better { ">" } else { "(swap asked for) vs" },
             self.serving_file.display()
         );
-        if let Ok(mut swap) = self.shared.swap.lock() {
-            *swap = Some((self.serving_file.clone(), map));
-        }
+        self.shared.offer_swap(self.serving_file.clone(), map);
         self.offered = true;
         Ok(())
     }
@@ -701,5 +728,35 @@ impl Observer for Watcher<'_> {
             }
             Err(e) => log::error!("fine-tune: scoring {}: {e}", path.display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_job_reads_finished_only_once_its_last_offer_is_settled() {
+        let tuner = FineTuner::new(Settings::new(std::env::temp_dir(), ExecOptions::default()));
+        let shared = &tuner.shared;
+        // Two offers before the serving loop takes one: one weights file waits, not two.
+        for map in [0.5, 0.6] {
+            shared.offer_swap(PathBuf::from("serving.safetensors"), map);
+        }
+        shared.set_state(FineTuneState::Finished);
+        assert_eq!(tuner.status().state, FineTuneState::Running);
+        assert_eq!(tuner.take_swap().map(|(_, m)| m), Some(0.6));
+        assert_eq!(
+            tuner.status().state,
+            FineTuneState::Running,
+            "still loading"
+        );
+        tuner.swap_settled(Some(0.6));
+        let status = tuner.status();
+        assert_eq!((status.state, status.swaps), (FineTuneState::Finished, 1));
+        assert_eq!(status.serving_map, 0.6);
+        // A refusal settles too, and settling more than was offered cannot underflow.
+        tuner.swap_settled(None);
+        assert_eq!(tuner.status().state, FineTuneState::Finished);
     }
 }

@@ -491,18 +491,22 @@ impl Server {
             let loaded = loading
                 .join()
                 .unwrap_or_else(|_| Err(Error::Config("loading the weights panicked".into())));
-            match self.install(loaded) {
+            let swapped = match self.install(loaded) {
                 Ok(()) => {
                     log::info!(
                         "swapped in fine-tuned weights {} (held-out mAP {map:.4}, generation {})",
                         self.model.path.display(),
                         self.generation
                     );
-                    if let Some(f) = &self.fine_tune {
-                        f.swapped(map);
-                    }
+                    Some(map)
                 }
-                Err(e) => log::error!("fine-tuned weights refused, the old ones keep serving: {e}"),
+                Err(e) => {
+                    log::error!("fine-tuned weights refused, the old ones keep serving: {e}");
+                    None
+                }
+            };
+            if let Some(f) = &self.fine_tune {
+                f.swap_settled(swapped);
             }
             self.notifier.reloaded(&self.status_line());
             return;
@@ -520,7 +524,12 @@ impl Server {
                 self.state = ServiceState::Reloading;
                 self.swap_loading = Some((handle, map));
             }
-            Err(e) => log::error!("cannot start loading the fine-tuned weights: {e}"),
+            Err(e) => {
+                log::error!("cannot start loading the fine-tuned weights: {e}");
+                if let Some(f) = &self.fine_tune {
+                    f.swap_settled(None);
+                }
+            }
         }
     }
 
