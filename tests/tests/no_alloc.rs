@@ -34,7 +34,11 @@ fn allocations_while_loading(dir: &std::path::Path, io: IoKind) -> (u64, &'stati
         epochs: 20,
         seed: 3,
         io,
-        augment: AugmentConfig::default(),
+        // Mosaics too: they augment by groups after a unit's reads.
+        augment: AugmentConfig {
+            mosaic_prob: 0.5,
+            ..AugmentConfig::default()
+        },
         verify: true,
         ..LoaderConfig::default()
     };

@@ -77,6 +77,74 @@ fn same_seed_gives_identical_batches_whatever_the_threads_and_ring_depth() {
 }
 
 #[test]
+fn mosaics_are_identical_whatever_the_threads_and_units_of_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = pack_synthetic_sharded(tmp.path(), 60, 32, 40);
+    let layout = layout_of(&dir);
+    let io = backends()[0];
+    // A batch of 10: two whole groups of four and a group of two.
+    let mosaics = LoaderConfig {
+        augment: AugmentConfig {
+            mosaic_prob: 0.75,
+            ..AugmentConfig::default()
+        },
+        ..test_config(io, 10, 2)
+    };
+    let reference = load_all(&dir, DirectMode::Auto, &mosaics);
+    assert_eq!(reference.error, None);
+    for (loaders, part_records) in [(1, 0), (3, 1), (2, 3), (4, 5), (2, 10)] {
+        let config = LoaderConfig {
+            loaders,
+            part_records,
+            ..mosaics.clone()
+        };
+        let part = config.part_records();
+        assert!(
+            part % 4 == 0 || part == 10,
+            "part {part_records} became {part}"
+        );
+        let run = load_all(&dir, DirectMode::Auto, &config);
+        assert_eq!(run.error, None);
+        assert!(
+            run.batches == reference.batches,
+            "loaders {loaders}, part {part_records}: batches differ"
+        );
+    }
+    // The mosaics changed records (same order, other bytes), and their boxes are valid.
+    let plain = load_all(&dir, DirectMode::Auto, &augmented(io, 10, 2));
+    assert_eq!(
+        indices(&layout, &plain.batches),
+        indices(&layout, &reference.batches)
+    );
+    let records = |batches: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.chunks_exact(layout.record_size)
+                    .map(<[u8]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let (with, without) = (records(&reference.batches), records(&plain.batches));
+    let changed = with.iter().zip(&without).filter(|(a, b)| a != b).count();
+    assert!(
+        changed > with.len() / 2,
+        "{changed} of {} records differ",
+        with.len()
+    );
+    let classes = Dataset::open(&dir, DirectMode::Auto)
+        .unwrap()
+        .manifest
+        .num_classes();
+    for r in &with {
+        layout
+            .check_boxes(r, classes)
+            .expect("a mosaic's boxes are valid");
+    }
+}
+
+#[test]
 fn a_resumed_run_delivers_exactly_the_rest_of_the_uninterrupted_one() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = pack_synthetic_sharded(tmp.path(), 100, 32, 40);

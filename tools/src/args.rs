@@ -89,6 +89,14 @@ pub fn factor(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A probability: a number from 0 to 1.
+pub fn probability(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not a probability from 0 to 1", quoted(s))),
+    }
+}
+
 fn quoted(s: &str) -> String {
     fulcrum::text::quoted(s)
 }
@@ -116,6 +124,13 @@ mod tests {
         assert_eq!(seconds("0.2"), Ok(0.2));
         assert!(seconds("86401").is_err());
         assert_eq!(non_negative("0"), Ok(0.0));
+        assert_eq!(probability("0.25"), Ok(0.25));
+        for bad in ["1.5", "-0.1", "nan", "x"] {
+            assert!(
+                probability(bad).unwrap_err().contains("probability"),
+                "{bad}"
+            );
+        }
         assert!(non_negative("-0.5").is_err());
         assert!(
             positive(&"9".repeat(100_000)).is_err(),

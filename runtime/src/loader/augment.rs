@@ -77,6 +77,13 @@ pub struct AugmentConfig {
     /// Largest relative change of each channel's gain (white balance): uniform in
     /// `1 ± channel_gain`, drawn per channel.
     pub channel_gain: f32,
+    /// Chance that a record is replaced by a mosaic of its group of the batch (see
+    /// [`super::mosaic`]); the flip and colours then apply to the mosaic, the scale/translate
+    /// crop does not (the mosaic has its own).
+    pub mosaic_prob: f32,
+    /// Range of the mosaic's scale: 1 shows each of the four records at its own size (about
+    /// a quarter of each), 0.5 shows each whole at half size.
+    pub mosaic_scale: (f32, f32),
 }
 
 impl Default for AugmentConfig {
@@ -91,6 +98,8 @@ impl Default for AugmentConfig {
             contrast: 0.2,
             saturation: 0.3,
             channel_gain: 0.05,
+            mosaic_prob: 0.0,
+            mosaic_scale: (0.5, 1.5),
         }
     }
 }
@@ -108,7 +117,14 @@ impl AugmentConfig {
             contrast: 0.0,
             saturation: 0.0,
             channel_gain: 0.0,
+            mosaic_prob: 0.0,
+            mosaic_scale: (1.0, 1.0),
         }
+    }
+
+    /// Whether mosaics can happen: records then have to be augmented in groups.
+    pub fn mosaics(&self) -> bool {
+        self.enabled && self.mosaic_prob > 0.0
     }
 
     /// The gentler augmentation of a run's last epochs: flips only, so that the weights
@@ -139,11 +155,16 @@ impl AugmentConfig {
         unit("contrast", self.contrast, "a relative change")?;
         unit("saturation", self.saturation, "a relative change")?;
         unit("channel_gain", self.channel_gain, "a relative change")?;
-        let (lo, hi) = self.scale;
-        if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
-            return Err(format!(
-                "augment scale = ({lo}, {hi}): need finite 0 < min ≤ max, e.g. (0.75, 1.25)"
-            ));
+        unit("mosaic_prob", self.mosaic_prob, "a probability")?;
+        for (name, (lo, hi), example) in [
+            ("scale", self.scale, "(0.75, 1.25)"),
+            ("mosaic_scale", self.mosaic_scale, "(0.5, 1.5)"),
+        ] {
+            if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
+                return Err(format!(
+                    "augment {name} = ({lo}, {hi}): need finite 0 < min ≤ max, e.g. {example}"
+                ));
+            }
         }
         Ok(())
     }
@@ -488,7 +509,12 @@ fn colour_pass(image: &mut [u8], gain_luts: &[[u8; 256]; 3], s_q8: i32) {
 /// One output row span: pixel `i` of `dst` is the source pixel at byte `cols[i]` of `src`,
 /// through `lut` when `LUT`. One bounds check per pixel, none per byte.
 #[inline(always)]
-fn gather_row<const LUT: bool>(dst: &mut [u8], src: &[u8], cols: &[u32], lut: &[u8; 256]) {
+pub(super) fn gather_row<const LUT: bool>(
+    dst: &mut [u8],
+    src: &[u8],
+    cols: &[u32],
+    lut: &[u8; 256],
+) {
     for (d, &o) in dst.chunks_exact_mut(3).zip(cols) {
         let o = o as usize;
         let s: [u8; 3] = src[o..o + 3].try_into().unwrap();
@@ -647,6 +673,9 @@ pub(crate) mod tests {
             only(|c| c.translate = 2.0),
             only(|c| c.brightness = -0.2),
             only(|c| c.contrast = 1.5),
+            only(|c| c.mosaic_prob = 1.1),
+            only(|c| c.mosaic_scale = (0.0, 1.0)),
+            only(|c| c.mosaic_scale = (1.5, 0.5)),
         ];
         for c in bad {
             let e = c.validate().unwrap_err();

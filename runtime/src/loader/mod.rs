@@ -11,6 +11,7 @@
 
 pub mod augment;
 mod dataset;
+pub mod mosaic;
 pub mod order;
 pub mod preview;
 mod worker;
@@ -122,12 +123,19 @@ impl Default for LoaderConfig {
 }
 
 impl LoaderConfig {
-    /// Records per unit of work a loader claims.
+    /// Records per unit of work a loader claims: whole mosaic groups when mosaics are on (see
+    /// [`mosaic`]), so that what a record becomes does not depend on the loader count.
     pub fn part_records(&self) -> usize {
-        match self.part_records {
+        let part = match self.part_records {
             0 => self.batch.div_ceil(2 * self.loaders.max(1)).clamp(1, 32),
-            n => n.min(self.batch),
-        }
+            n => n,
+        };
+        let part = if self.augment.mosaics() {
+            part.next_multiple_of(mosaic::GROUP)
+        } else {
+            part
+        };
+        part.min(self.batch)
     }
 }
 
@@ -458,6 +466,13 @@ pub fn plan(dataset: &Dataset, config: &LoaderConfig, backend: IoKind) -> Memory
             "augmentation scratch per loader",
             loaders,
             augment::Augmenter::scratch_bytes(layout) as u64,
+        );
+    }
+    if config.augment.mosaics() {
+        plan.add(
+            "mosaic scratch per loader (a group of records)",
+            loaders,
+            mosaic::Mosaic::scratch_bytes(layout) as u64,
         );
     }
     plan.add(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::augment::Augmenter;
+use super::mosaic::{Mosaic, GROUP};
 use super::order::{derive_seed, EpochOrder};
 use super::{substitute_record, Dataset, Error, LoaderConfig, OnCorrupt};
 use crate::balance::{thread_cpu_time, PipelineCounters};
@@ -30,6 +31,9 @@ pub(super) struct Worker {
     layout: RecordLayout,
     augmenter: Augmenter,
     augment: bool,
+    /// Present when mosaics are on: records are then augmented by groups once the unit's
+    /// reads are done, not one by one as they arrive.
+    mosaic: Option<Mosaic>,
     verify: bool,
     on_corrupt: OnCorrupt,
     num_classes: u32,
@@ -68,6 +72,10 @@ impl Worker {
             layout: dataset.layout,
             augmenter: Augmenter::new(dataset.layout, config.augment),
             augment: config.augment.enabled,
+            mosaic: config
+                .augment
+                .mosaics()
+                .then(|| Mosaic::new(dataset.layout, &config.augment)),
             verify: config.verify,
             on_corrupt: config.on_corrupt,
             num_classes: dataset.manifest.num_classes(),
@@ -120,8 +128,8 @@ impl Worker {
             let mut failure: Option<Error> = None;
             let (layout, files, counters) = (&self.layout, &self.files, &self.counters);
             let (indices, augmenter) = (&self.indices, &mut self.augmenter);
-            let (verify, augment, on_corrupt, classes) =
-                (self.verify, self.augment, self.on_corrupt, self.num_classes);
+            let augment_each = self.augment && self.mosaic.is_none();
+            let (verify, on_corrupt, classes) = (self.verify, self.on_corrupt, self.num_classes);
             let (seed, slow_down) = (self.seed, self.slow_down);
             let read = self.backend.read_records(
                 &self.locs,
@@ -149,7 +157,7 @@ impl Worker {
                             counters.substituted.fetch_add(1, Relaxed);
                         }
                     }
-                    if augment {
+                    if augment_each {
                         augmenter.apply(record, derive_seed(&[seed, epoch, first + j as u64]));
                     }
                     if !slow_down.is_zero() {
@@ -166,6 +174,18 @@ impl Worker {
             if let Some(e) = failure {
                 ring.stop(Some(Box::new(e)));
                 return;
+            }
+            if let Some(mosaic) = &mut self.mosaic {
+                // The unit starts at a multiple of GROUP in its batch (see part_records).
+                let t = Instant::now();
+                let group_bytes = GROUP * self.layout.record_size;
+                for (g, group) in claim.records.chunks_mut(group_bytes).enumerate() {
+                    let at = first + (g * GROUP) as u64;
+                    mosaic.apply_group(&mut self.augmenter, group, |m| {
+                        derive_seed(&[seed, epoch, at + m as u64])
+                    });
+                }
+                processing += t.elapsed();
             }
             let bytes = (count * self.layout.record_size) as u64;
             let reading = read_started.elapsed().saturating_sub(processing);

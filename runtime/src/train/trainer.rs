@@ -57,6 +57,10 @@ pub struct TrainConfig {
     pub loaders: usize,
     pub ring: usize,
     pub augment: bool,
+    /// Chance of a mosaic per record (see [`crate::loader::mosaic`]); runs from before
+    /// mosaics read as 0.
+    #[serde(default)]
+    pub mosaic: f32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -111,6 +115,7 @@ impl Default for TrainConfig {
             loaders: 1,
             ring: 4,
             augment: true,
+            mosaic: 0.0,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -335,6 +340,7 @@ pub fn train(
         shuffle: true,
         augment: AugmentConfig {
             enabled: config.augment,
+            mosaic_prob: config.mosaic,
             ..AugmentConfig::default()
         },
         on_corrupt: options.on_corrupt,
