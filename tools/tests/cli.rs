@@ -1251,3 +1251,55 @@ fn a_three_level_model_trains_evaluates_infers_and_exports() {
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["det-xl", "det-s, det-m or det-l"]);
 }
+
+#[test]
+fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    fulcrum(
+        cwd,
+        &["pack", "--synthetic", "24", "--size", "128", "--out", "d"],
+    )
+    .expect(0);
+    let run = fulcrum(
+        cwd,
+        &[
+            "train",
+            "--engine",
+            "cpu",
+            "--data",
+            "d",
+            "--out",
+            "run",
+            "--recipe",
+            "photos",
+            "--batch",
+            "8",
+            "--max-steps",
+            "3",
+        ],
+    );
+    run.expect(0);
+    // 24 records in batches of 8: 3 steps per epoch, 1200 steps → 300 epochs (the most).
+    assert_mentions(
+        &run.stdout,
+        &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5"],
+    );
+    let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    let t = c.train.expect("the run's configuration");
+    assert_eq!(c.model.name, "det-m");
+    assert_eq!(
+        (t["epochs"].as_u64(), t["batch"].as_u64()),
+        (Some(300), Some(8))
+    );
+    assert_eq!(
+        (t["mosaic"].as_f64(), t["lr"].as_f64()),
+        (Some(0.5), Some(0.01f32 as f64))
+    );
+    let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
+    unknown.expect(2);
+    assert_mentions(&unknown.stderr, &["unknown recipe \"fast\"", "photos"]);
+    let bad = fulcrum(cwd, &["train", "--data", "d", "--mosaic", "2"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["\"2\" is not a probability from 0 to 1"]);
+}

@@ -33,6 +33,10 @@ pub struct PipelineArgs {
     /// balance) off.
     #[arg(long)]
     pub no_augment: bool,
+    /// Chance (0 to 1) that a record becomes a mosaic of four records of its batch (as
+    /// `train --mosaic`).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::probability, value_name = "P")]
+    pub mosaic: f32,
     /// Hard memory limit for the pipeline (e.g. 64M, 1.5G): a configuration over it is refused
     /// before anything is allocated, naming the batch or ring depth that would fit.
     #[arg(long, value_parser = fulcrum::balance::parse_size)]
@@ -57,7 +61,10 @@ impl PipelineArgs {
             augment: if self.no_augment {
                 AugmentConfig::off()
             } else {
-                AugmentConfig::default()
+                AugmentConfig {
+                    mosaic_prob: self.mosaic,
+                    ..AugmentConfig::default()
+                }
             },
             on_corrupt: self.on_corrupt,
             io: self.io,

@@ -7,6 +7,7 @@ use fulcrum::loader::OnCorrupt;
 use fulcrum::model::Progress;
 use fulcrum::ring::RingMemory;
 use fulcrum::train::autotune::Decision;
+use fulcrum::train::recipe::{Recipe, RecipeSettings};
 use fulcrum::train::trainer::{
     self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
 };
@@ -32,27 +33,34 @@ pub struct Args {
     /// Packed dataset folder (`fulcrum pack`).
     #[arg(long, default_value = "data/synthetic")]
     data: PathBuf,
+    /// Settings for a kind of data, so that you need not tune them. photos: real photos of
+    /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
+    /// steps, mosaic 0.5, epochs for about 1200 steps: at least 30, at most 300). Options you
+    /// give explicitly win over the recipe's.
+    #[arg(long, value_name = "photos")]
+    recipe: Option<Recipe>,
     /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
     /// (width 1.5, outputs at strides 8, 16 and 32: small and large objects alike) or det-l
     /// (width 2, every residual block twice, three outputs). The input size is the pack's
-    /// --size.
-    #[arg(long, default_value = "det-s")]
-    model: String,
+    /// --size. [default: det-s]
+    #[arg(long)]
+    model: Option<String>,
     /// Output folder for the checkpoint.
     #[arg(long, default_value = "runs/det-s")]
     out: PathBuf,
-    /// Epochs to train (with --resume: the total, so it may grow), 1 to 1000000.
-    #[arg(long, default_value_t = 30, value_parser = crate::args::epochs())]
-    epochs: u64,
-    /// Records per batch (B).
-    #[arg(long, default_value_t = 32)]
-    batch: u32,
-    /// Peak learning rate (AdamW; linear warm-up, then cosine decay).
-    #[arg(long, default_value_t = 4e-3)]
-    lr: f32,
-    /// Warm-up steps.
-    #[arg(long, default_value_t = 100)]
-    warmup: u64,
+    /// Epochs to train (with --resume: the total, so it may grow), 1 to 1000000. [default:
+    /// 30]
+    #[arg(long, value_parser = crate::args::epochs())]
+    epochs: Option<u64>,
+    /// Records per batch (B). [default: 32]
+    #[arg(long)]
+    batch: Option<u32>,
+    /// Peak learning rate (AdamW; linear warm-up, then cosine decay). [default: 0.004]
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Warm-up steps. [default: 100]
+    #[arg(long)]
+    warmup: Option<u64>,
     /// AdamW's decoupled weight decay.
     #[arg(long, default_value_t = 5e-4)]
     weight_decay: f32,
@@ -84,9 +92,9 @@ pub struct Args {
     /// Chance (0 to 1) that a record is replaced by a mosaic: it and three other records of
     /// its batch tiled around a random centre and scaled by 0.5 to 1.5, so objects show up
     /// smaller, cut by borders and in new company. Helps small real datasets; off (0) by
-    /// default, and off in the flips-only last tenth of a run.
-    #[arg(long, default_value_t = 0.0, value_parser = crate::args::probability, value_name = "P")]
-    mosaic: f32,
+    /// default, and off in the flips-only last tenth of a run. [default: 0]
+    #[arg(long, value_parser = crate::args::probability, value_name = "P")]
+    mosaic: Option<f32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1)]
     checkpoint_every: u64,
@@ -198,15 +206,49 @@ impl Observer for Printer {
     }
 }
 
+/// The settings a recipe decides: given explicitly, else the recipe's, else the defaults.
+fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
+    let d = TrainConfig::default();
+    let mut records = None;
+    let base = match a.recipe {
+        Some(recipe) => {
+            let dataset = fulcrum::loader::Dataset::open(&a.data, DirectMode::Auto)?;
+            records = Some(dataset.records());
+            recipe.settings(dataset.records(), a.batch)
+        }
+        None => RecipeSettings {
+            model: d.model,
+            batch: d.batch,
+            epochs: d.epochs,
+            lr: d.lr,
+            warmup: d.warmup,
+            mosaic: d.mosaic,
+        },
+    };
+    let settings = RecipeSettings {
+        model: a.model.clone().unwrap_or(base.model),
+        batch: a.batch.unwrap_or(base.batch),
+        epochs: a.epochs.unwrap_or(base.epochs),
+        lr: a.lr.unwrap_or(base.lr),
+        warmup: a.warmup.unwrap_or(base.warmup),
+        mosaic: a.mosaic.unwrap_or(base.mosaic),
+    };
+    if let (Some(recipe), Some(records)) = (a.recipe, records) {
+        println!("recipe {recipe}: {settings} (for {records} records)");
+    }
+    Ok(settings)
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::signals::install();
+    let r = recipe_settings(&a)?;
     let config = TrainConfig {
         data: a.data.clone(),
-        model: a.model.clone(),
-        batch: a.batch,
-        epochs: a.epochs,
-        lr: a.lr,
-        warmup: a.warmup,
+        model: r.model,
+        batch: r.batch,
+        epochs: r.epochs,
+        lr: r.lr,
+        warmup: r.warmup,
         weight_decay: a.weight_decay,
         seed: a.seed,
         loaders: a.loaders,
@@ -214,7 +256,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         io_depth: a.io_depth,
         autotune: a.autotune,
         augment: !a.no_augment,
-        mosaic: a.mosaic,
+        mosaic: r.mosaic,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()

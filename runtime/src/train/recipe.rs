@@ -1,0 +1,105 @@
+//! `train --recipe`: named presets of the settings that decide what a run learns, for a kind
+//! of data, so that a person with their own photos gets a good detector without tuning.
+//!
+//! A recipe fills the model, batch, epochs, learning rate, warm-up and mosaic chance; any of
+//! them given explicitly wins. The epochs follow the dataset's size: a fixed number of
+//! optimizer steps (a small dataset needs as many updates as a large one to train from
+//! scratch, each epoch of it just holds fewer), within bounds.
+
+/// A named preset; see [`Recipe::settings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recipe {
+    /// Real photos of a few classes, objects small and large, tens to thousands of images:
+    /// det-m (three output levels), mosaics, a high learning rate with warm-up, and about
+    /// [`PHOTO_STEPS`] optimizer steps.
+    Photos,
+}
+
+/// Optimizer steps the photos recipe aims at.
+pub const PHOTO_STEPS: u64 = 1200;
+
+/// What a recipe sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeSettings {
+    pub model: String,
+    pub batch: u32,
+    pub epochs: u64,
+    pub lr: f32,
+    pub warmup: u64,
+    pub mosaic: f32,
+}
+
+impl Recipe {
+    /// Every recipe's name, for help and errors.
+    pub const NAMES: [&'static str; 1] = ["photos"];
+
+    /// The settings for a dataset of `records` records, training in batches of `batch` (the
+    /// recipe's own when `None`).
+    pub fn settings(&self, records: u64, batch: Option<u32>) -> RecipeSettings {
+        match self {
+            Recipe::Photos => {
+                let batch = batch.unwrap_or(16).max(1);
+                let steps_per_epoch = (records / u64::from(batch)).max(1);
+                RecipeSettings {
+                    model: "det-m".into(),
+                    batch,
+                    epochs: PHOTO_STEPS.div_ceil(steps_per_epoch).clamp(30, 300),
+                    lr: 1e-2,
+                    warmup: 50,
+                    mosaic: 0.5,
+                }
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Recipe {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "photos" => Ok(Recipe::Photos),
+            _ => Err(format!(
+                "unknown recipe {}: use {}",
+                crate::text::quoted(s),
+                Recipe::NAMES.join(" or ")
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Recipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Recipe::Photos => "photos",
+        })
+    }
+}
+
+impl std::fmt::Display for RecipeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}",
+            self.model, self.batch, self.epochs, self.lr, self.warmup, self.mosaic
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn photo_epochs_follow_the_dataset_within_bounds() {
+        let s = Recipe::Photos.settings(164, None);
+        // 164 records in batches of 16: 10 steps per epoch, 1200 steps.
+        assert_eq!((s.model.as_str(), s.batch, s.epochs), ("det-m", 16, 120));
+        assert_eq!(Recipe::Photos.settings(100_000, None).epochs, 30);
+        assert_eq!(Recipe::Photos.settings(20, None).epochs, 300);
+        assert_eq!(Recipe::Photos.settings(164, Some(8)).epochs, 60);
+        assert_eq!("photos".parse::<Recipe>(), Ok(Recipe::Photos));
+        let e = "fast".parse::<Recipe>().unwrap_err();
+        assert!(e.contains("\"fast\"") && e.contains("photos"), "{e}");
+        assert!(s.to_string().contains("det-m, batch 16, 120 epochs"), "{s}");
+    }
+}
