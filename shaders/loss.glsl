@@ -10,6 +10,7 @@ layout(push_constant) uniform Push {
     float beta;
     float offset_weight;
     float size_weight;
+    float giou_weight;
     uint parts;          // loss_partial: workgroups of the first pass
     uint cells_per_part; // loss_partial: grid cells each of them sums
 } pc;
@@ -47,3 +48,52 @@ float pow_e(float x, float e) {
 float sigmoid(float x) {
     return 1.0 / (1.0 + exp(-x));
 }
+
+// 1 − GIoU of a predicted and a target box, each (centre x, centre y, log w, log h), and its
+// gradient with respect to the prediction in `grad`: a transcription of ops::giou (see
+// there; keep the two in step), ties resolved the same way.
+const float GIOU_MAX_LOG_SIZE = 15.0;
+
+float giou(vec4 p, vec4 t, out vec4 grad) {
+    vec2 ps = exp(clamp(p.zw, -GIOU_MAX_LOG_SIZE, GIOU_MAX_LOG_SIZE));
+    vec2 ts = exp(clamp(t.zw, -GIOU_MAX_LOG_SIZE, GIOU_MAX_LOG_SIZE));
+    vec2 p0 = p.xy - ps / 2.0, p1 = p.xy + ps / 2.0;
+    vec2 t0 = t.xy - ts / 2.0, t1 = t.xy + ts / 2.0;
+    bvec2 i_lo = greaterThan(p0, t0), i_hi = lessThan(p1, t1);
+    bvec2 e_lo = lessThan(p0, t0), e_hi = greaterThan(p1, t1);
+    vec2 inter = mix(t1, p1, i_hi) - mix(t0, p0, i_lo);
+    vec2 encl = mix(t1, p1, e_hi) - mix(t0, p0, e_lo);
+    vec2 ip = max(inter, vec2(0.0));
+    float i_area = ip.x * ip.y;
+    float area = ps.x * ps.y;
+    float u = area + ts.x * ts.y - i_area;
+    float c = encl.x * encl.y;
+    float d_inter = -(u + i_area) / (u * u) + 1.0 / c;
+    float d_area = i_area / (u * u) - 1.0 / c;
+    float d_encl = u / (c * c);
+    // Per axis, ∂L/∂(low edge) and ∂L/∂(high edge); the other axis's extents multiply.
+    vec2 di = mix(vec2(0.0), d_inter * ip.yx, greaterThan(inter, vec2(0.0)));
+    vec2 de = d_encl * encl.yx;
+    vec2 g_lo = -mix(vec2(0.0), di, i_lo) - mix(vec2(0.0), de, e_lo);
+    vec2 g_hi = mix(vec2(0.0), di, i_hi) + mix(vec2(0.0), de, e_hi);
+    grad = vec4(g_lo + g_hi, (g_hi - g_lo) * ps / 2.0 + d_area * area);
+    return 2.0 - i_area / u - u / c;
+}
+
+
+#ifndef LOSS_GRAD
+// Writes the loss tensor from the sums (focal, offset L1, size L1, centres) and 1 − GIoU.
+void write_loss(vec4 t, float g) {
+    float norm = max(1.0, t.w);
+    float focal = t.x / norm;
+    float off = pc.offset_weight * t.y / norm;
+    float size = pc.size_weight * t.z / norm;
+    float box = pc.giou_weight * g / norm;
+    loss[0] = focal + off + size + box;
+    loss[1] = focal;
+    loss[2] = off;
+    loss[3] = size;
+    loss[4] = t.w;
+    loss[5] = box;
+}
+#endif

@@ -5,8 +5,9 @@
 // loss tensor a loss pass earlier in the entry wrote. With p = sigmoid(l), q = 1 − p:
 //   y = 1:      d/dl[q^α · softplus(−l)]              = −q^α · (α·p·softplus(−l) + q)
 //   otherwise:  d/dl[(1 − y)^β · p^α · softplus(l)]   = (1 − y)^β · p^α · (α·q·softplus(l) + p)
-// and for the four regression channels weight · sign(pred − target) at centre cells (sign(0)
-// = 0), zero elsewhere; all divided by N.
+// and for the four regression channels weight · sign(pred − target) plus giou_weight times
+// the GIoU gradient (loss.glsl) at centre cells (sign(0) = 0), zero elsewhere; all divided by
+// N.
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
@@ -16,6 +17,7 @@ layout(std430, set = 0, binding = 1) readonly buffer Target { float target[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Loss { float loss[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Grad { float grad[]; };
 
+#define LOSS_GRAD
 #include "loss.glsl"
 
 void main() {
@@ -45,7 +47,14 @@ void main() {
         } else if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
             float d = l - target[tb + c * plane];
             float wgt = c < pc.classes + 2u ? pc.offset_weight : pc.size_weight;
-            g = wgt * sign(d);
+            uint pr = b * pc_channels * plane + pc.classes * plane + q;
+            uint tr = tb + pc.classes * plane;
+            vec4 p = vec4(pred[pr], pred[pr + plane], pred[pr + 2u * plane], pred[pr + 3u * plane]);
+            vec4 t = vec4(target[tr], target[tr + plane], target[tr + 2u * plane],
+                target[tr + 3u * plane]);
+            vec4 dg;
+            giou(p, t, dg);
+            g = wgt * sign(d) + pc.giou_weight * dg[c - pc.classes];
         } else {
             g = 0.0;
         }

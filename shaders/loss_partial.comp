@@ -2,13 +2,14 @@
 #extension GL_GOOGLE_include_directive : require
 // loss_partial: first pass of the detector's loss (ops::CenterLoss). Workgroup g sums, over
 // its cells_per_part grid cells, the focal loss of every class channel, the L1 of the
-// offsets and of the log sizes at centre cells, and the number of centre cells; a tree in
-// shared memory adds the 256 invocations' sums in a fixed order and the workgroup writes
-// its four sums to partial[4·g ..]. loss_finish adds the parts (deterministic: no float
-// atomics). With one part this pass writes the final loss itself.
+// offsets and of the log sizes, 1 − GIoU of the boxes at centre cells, and the number of
+// centre cells; a tree in shared memory adds the 256 invocations' sums in a fixed order and
+// the workgroup writes its sums to partial[8·g ..] as two vec4s (focal, offset, size,
+// centres), (giou, 0, 0, 0). loss_finish adds the parts (deterministic: no float atomics).
+// With one part this pass writes the final loss itself.
 //
-// Loss tensor (recording::LOSS_LEN): [total, focal, offset, size, centres], everything but
-// centres divided by max(1, centres), the L1 terms weighted.
+// Loss tensor (recording::LOSS_LEN): [total, focal, offset, size, centres, giou], everything
+// but centres divided by max(1, centres), the box terms weighted.
 
 layout(local_size_x = 256) in;
 
@@ -20,6 +21,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer Loss { float loss[]; };
 #include "loss.glsl"
 
 shared vec4 sums[256];
+shared float giou_sums[256];
 
 void main() {
     uint plane = pc.grid_h * pc.grid_w;
@@ -27,6 +29,7 @@ void main() {
     uint begin = gl_WorkGroupID.x * pc.cells_per_part;
     uint end = min(cells, begin + pc.cells_per_part);
     vec4 s = vec4(0.0); // focal, offset L1, size L1, centres
+    float sg = 0.0;     // 1 − GIoU
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += 256u) {
         uint b = i / plane;
         uint q = i - b * plane;
@@ -52,34 +55,40 @@ void main() {
                 + abs(pred[pb + (pc.classes + 3u) * plane]
                     - target[tb + (pc.classes + 3u) * plane]);
             s.w += 1.0;
+            vec4 p = vec4(pred[pb + pc.classes * plane], pred[pb + (pc.classes + 1u) * plane],
+                pred[pb + (pc.classes + 2u) * plane], pred[pb + (pc.classes + 3u) * plane]);
+            vec4 t = vec4(target[tb + pc.classes * plane],
+                target[tb + (pc.classes + 1u) * plane], target[tb + (pc.classes + 2u) * plane],
+                target[tb + (pc.classes + 3u) * plane]);
+            vec4 unused;
+            sg += giou(p, t, unused);
         }
     }
     sums[gl_LocalInvocationID.x] = s;
+    giou_sums[gl_LocalInvocationID.x] = sg;
     barrier();
     for (uint half_ = 128u; half_ > 0u; half_ >>= 1) {
         if (gl_LocalInvocationID.x < half_) {
             sums[gl_LocalInvocationID.x] += sums[gl_LocalInvocationID.x + half_];
+            giou_sums[gl_LocalInvocationID.x] += giou_sums[gl_LocalInvocationID.x + half_];
         }
         barrier();
     }
     if (gl_LocalInvocationID.x == 0u) {
         vec4 t = sums[0];
+        float g = giou_sums[0];
         if (pc.parts > 1u) {
-            uint at = 4u * gl_WorkGroupID.x;
+            uint at = 8u * gl_WorkGroupID.x;
             partial[at] = t.x;
             partial[at + 1u] = t.y;
             partial[at + 2u] = t.z;
             partial[at + 3u] = t.w;
+            partial[at + 4u] = g;
+            partial[at + 5u] = 0.0;
+            partial[at + 6u] = 0.0;
+            partial[at + 7u] = 0.0;
         } else {
-            float norm = max(1.0, t.w);
-            float focal = t.x / norm;
-            float off = pc.offset_weight * t.y / norm;
-            float size = pc.size_weight * t.z / norm;
-            loss[0] = focal + off + size;
-            loss[1] = focal;
-            loss[2] = off;
-            loss[3] = size;
-            loss[4] = t.w;
+            write_loss(t, g);
         }
     }
 }

@@ -97,6 +97,14 @@ pub fn probability(s: &str) -> Result<f32, String> {
     }
 }
 
+/// A loss term's weight: a number from 0 to 10.
+pub fn loss_weight(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=10.0).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not a weight from 0 to 10", quoted(s))),
+    }
+}
+
 fn quoted(s: &str) -> String {
     fulcrum::text::quoted(s)
 }
@@ -125,6 +133,8 @@ mod tests {
         assert!(seconds("86401").is_err());
         assert_eq!(non_negative("0"), Ok(0.0));
         assert_eq!(probability("0.25"), Ok(0.25));
+        assert_eq!(loss_weight("2"), Ok(2.0));
+        assert!(loss_weight("11").is_err() && loss_weight("-1").is_err());
         for bad in ["1.5", "-0.1", "nan", "x"] {
             assert!(
                 probability(bad).unwrap_err().contains("probability"),

@@ -70,9 +70,9 @@ impl Tensor {
     }
 }
 
-/// Floats in a loss output tensor: `[total, focal, offset L1, size L1, centres]`, the
-/// L1 terms weighted and everything already divided by `max(1, centres)` but `centres`.
-pub const LOSS_LEN: usize = 5;
+/// Floats in a loss output tensor: `[total, focal, offset L1, size L1, centres, GIoU]`, the
+/// box terms weighted and everything already divided by `max(1, centres)` but `centres`.
+pub const LOSS_LEN: usize = 6;
 
 /// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2, ema_decay]`, where
 /// `step` counts from 1 (exact in `f32` up to 2²⁴), `c1, c2` are the bias corrections

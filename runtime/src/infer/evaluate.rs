@@ -47,7 +47,7 @@ pub struct EvalReport {
     pub map: MapReport,
     pub classes: Vec<String>,
     pub images: u64,
-    /// Mean of `[total, focal, offset, size, centres]` over the full batches; `None` when the
+    /// Mean of `[total, focal, offset, size, centres, giou]` over the full batches; `None` when the
     /// set is smaller than one batch (a padded batch's loss would count the padding).
     pub loss: Option<[f32; LOSS_LEN]>,
     /// The batch the loss is measured in.

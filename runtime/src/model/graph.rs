@@ -40,6 +40,8 @@ pub struct GraphOptions {
     pub beta2: f32,
     pub eps: f32,
     pub weight_decay: f32,
+    /// Weight of the loss's GIoU term ([`CenterLoss::giou_weight`]; 0: none).
+    pub giou_weight: f32,
 }
 
 impl Default for GraphOptions {
@@ -52,6 +54,7 @@ impl Default for GraphOptions {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 5e-4,
+            giou_weight: 0.0,
         }
     }
 }
@@ -79,7 +82,7 @@ pub struct ModelGraph {
     pub records: TensorId,
     /// Input: `[lr, step, c1, c2]` (only read by `train`).
     pub hyper: TensorId,
-    /// Output: `[total, focal, offset, size, centres]`.
+    /// Output: `[total, focal, offset, size, centres, giou]`.
     pub loss: TensorId,
     /// Output: the network output, `batch × (K+4) × cells`, the cells of every output level
     /// one after another ([`ops::Levels`]; one level: `batch × (K+4) × grid × grid`).
@@ -430,10 +433,13 @@ impl ModelGraph {
         };
 
         // The loss is the same sum at every cell: all levels as one row of cells.
-        let loss_op = if levels.len() == 1 {
-            CenterLoss::det_s(n, config.classes, grid, grid)
-        } else {
-            CenterLoss::det_s(n, config.classes, 1, levels.total_cells() as u32)
+        let loss_op = CenterLoss {
+            giou_weight: options.giou_weight,
+            ..if levels.len() == 1 {
+                CenterLoss::det_s(n, config.classes, grid, grid)
+            } else {
+                CenterLoss::det_s(n, config.classes, 1, levels.total_cells() as u32)
+            }
         };
         let loss = b.rec.f32("loss", LOSS_LEN, Role::Output);
         let decode = Decode {

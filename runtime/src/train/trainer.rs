@@ -61,6 +61,10 @@ pub struct TrainConfig {
     /// mosaics read as 0.
     #[serde(default)]
     pub mosaic: f32,
+    /// Weight of a GIoU term in the box loss (0: none, the default; runs from before it
+    /// read as 0).
+    #[serde(default)]
+    pub giou: f32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -116,6 +120,7 @@ impl Default for TrainConfig {
             ring: 4,
             augment: true,
             mosaic: 0.0,
+            giou: 0.0,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -328,6 +333,7 @@ pub fn train(
     let graph_options = GraphOptions {
         train: true,
         weight_decay: config.weight_decay,
+        giou_weight: config.giou,
         ..GraphOptions::default()
     };
     let mut loader_config = LoaderConfig {

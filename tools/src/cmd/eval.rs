@@ -131,8 +131,8 @@ pub fn table(r: &EvalReport, iou: f32) -> String {
     }
     let loss = match r.loss {
         Some(l) => format!(
-            "loss {:.3} (focal {:.3}, offset {:.3}, size {:.3})",
-            l[0], l[1], l[2], l[3]
+            "loss {:.3} (focal {:.3}, offset {:.3}, size {:.3}, GIoU {:.3})",
+            l[0], l[1], l[2], l[3], l[5]
         ),
         None => format!(
             "no loss (fewer images than one batch of {}; a smaller --batch measures it)",

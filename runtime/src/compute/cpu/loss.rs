@@ -1,9 +1,9 @@
 //! The detector's loss ([`CenterLoss`]): focal loss on the heat maps plus masked L1 on offsets
-//! and log sizes, and its gradient with respect to the predictions.
+//! and log sizes and GIoU on the boxes, and its gradient with respect to the predictions.
 //!
 //! Sums are taken in `f64` (the reference the GPU's `f32` reduction is checked against).
 
-use crate::compute::ops::CenterLoss;
+use crate::compute::ops::{giou, CenterLoss};
 
 /// The loss and its parts, as the loss tensor holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -14,21 +14,31 @@ pub struct LossParts {
     pub size: f32,
     /// Centre cells in the batch (the `N` everything is divided by, before `max(1, ·)`).
     pub centres: f32,
+    /// The weighted `1 − GIoU` term.
+    pub giou: f32,
 }
 
 impl LossParts {
-    /// `[total, focal, offset, size, centres]`: the layout of the loss tensor.
-    pub fn to_array(&self) -> [f32; 5] {
-        [self.total, self.focal, self.offset, self.size, self.centres]
+    /// `[total, focal, offset, size, centres, giou]`: the layout of the loss tensor.
+    pub fn to_array(&self) -> [f32; 6] {
+        [
+            self.total,
+            self.focal,
+            self.offset,
+            self.size,
+            self.centres,
+            self.giou,
+        ]
     }
 
-    pub fn from_array(a: [f32; 5]) -> LossParts {
+    pub fn from_array(a: [f32; 6]) -> LossParts {
         LossParts {
             total: a[0],
             focal: a[1],
             offset: a[2],
             size: a[3],
             centres: a[4],
+            giou: a[5],
         }
     }
 }
@@ -60,7 +70,7 @@ pub fn center_loss(op: &CenterLoss, pred: &[f32], target: &[f32]) -> LossParts {
     check(op, pred, target);
     let plane = op.grid_h as usize * op.grid_w as usize;
     let c = op.classes as usize;
-    let (mut focal, mut offset, mut size, mut centres) = (0f64, 0f64, 0f64, 0u64);
+    let (mut focal, mut offset, mut size, mut boxes, mut centres) = (0f64, 0f64, 0f64, 0f64, 0u64);
     for b in 0..op.n as usize {
         let p = &pred[b * (c + 4) * plane..(b + 1) * (c + 4) * plane];
         let t = &target[b * (c + 5) * plane..(b + 1) * (c + 5) * plane];
@@ -80,19 +90,28 @@ pub fn center_loss(op: &CenterLoss, pred: &[f32], target: &[f32]) -> LossParts {
                 size +=
                     (p[(c + 2 + k) * plane + cell] - t[(c + 2 + k) * plane + cell]).abs() as f64;
             }
+            boxes += giou(regression(p, c, plane, cell), regression(t, c, plane, cell)).0 as f64;
         }
     }
     let norm = centres.max(1) as f64;
     let focal = focal / norm;
     let offset = op.offset_weight as f64 * offset / norm;
     let size = op.size_weight as f64 * size / norm;
+    let boxes = op.giou_weight as f64 * boxes / norm;
     LossParts {
-        total: (focal + offset + size) as f32,
+        total: (focal + offset + size + boxes) as f32,
         focal: focal as f32,
         offset: offset as f32,
         size: size as f32,
         centres: centres as f32,
+        giou: boxes as f32,
     }
+}
+
+/// The four regression channels (offset x/y, log w/h) of `cell`, in a tensor of `classes`
+/// heat-map channels before them.
+fn regression(x: &[f32], classes: usize, plane: usize, cell: usize) -> [f32; 4] {
+    std::array::from_fn(|k| x[(classes + k) * plane + cell])
 }
 
 /// The gradient of [`center_loss`] with respect to `pred`, into `grad` (overwritten);
@@ -143,6 +162,12 @@ pub fn center_loss_backward(
                 } else {
                     0.0
                 };
+            }
+        }
+        for (cell, _) in mask.iter().enumerate().filter(|(_, &m)| m == 1.0) {
+            let (_, d) = giou(regression(p, c, plane, cell), regression(t, c, plane, cell));
+            for (k, dk) in d.into_iter().enumerate() {
+                g[(c + k) * plane + cell] += op.giou_weight * inv * dk;
             }
         }
     }
@@ -204,10 +229,76 @@ mod tests {
                         sum += w * d.abs();
                         diffs.push(d);
                     }
+                    let at = |x: &[f64], k: usize| x[(c + k) * plane + cell];
+                    let tf: Vec<f64> = (0..4).map(|k| t[(c + k) * plane + cell] as f64).collect();
+                    let pf: Vec<f64> = (0..4).map(|k| at(p, k)).collect();
+                    let (loss, edges) = giou_reference(&pf, &tf);
+                    sum += op.giou_weight as f64 * loss;
+                    diffs.extend(edges);
                 }
             }
         }
         (sum / f64::max(n, 1.0), sign_signature(diffs))
+    }
+
+    /// `1 − GIoU` in `f64` from the definition (areas of boxes and their enclosure), and the
+    /// differences of edges whose order decides a kink.
+    fn giou_reference(p: &[f64], t: &[f64]) -> (f64, Vec<f64>) {
+        let corners = |b: &[f64]| {
+            let (w, h) = (b[2].exp(), b[3].exp());
+            [
+                b[0] - w / 2.0,
+                b[1] - h / 2.0,
+                b[0] + w / 2.0,
+                b[1] + h / 2.0,
+            ]
+        };
+        let (a, b) = (corners(p), corners(t));
+        let area = |r: [f64; 4]| (r[2] - r[0]) * (r[3] - r[1]);
+        let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+        let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+        let inter = iw * ih;
+        let union = area(a) + area(b) - inter;
+        let encl = area([
+            a[0].min(b[0]),
+            a[1].min(b[1]),
+            a[2].max(b[2]),
+            a[3].max(b[3]),
+        ]);
+        let giou = inter / union - (encl - union) / encl;
+        let kinks = (0..4).map(|k| a[k] - b[k]).chain([
+            a[2].min(b[2]) - a[0].max(b[0]),
+            a[3].min(b[3]) - a[1].max(b[1]),
+        ]);
+        (1.0 - giou, kinks.collect())
+    }
+
+    #[test]
+    fn giou_of_known_boxes_and_its_gradient() {
+        // The same box: 0. Half overlapping on x (unit squares): I = 0.5, U = 1.5, C = 1.5.
+        assert!(giou([0.3, 0.4, 0.2, -0.1], [0.3, 0.4, 0.2, -0.1]).0.abs() < 1e-6);
+        let (l, _) = giou([0.5, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]);
+        assert!((l - (1.0 - 1.0 / 3.0)).abs() < 1e-6, "{l}");
+        // Apart by one width: I = 0, U = 2, C = 3: 1 + 1/3, and it still pulls them together.
+        let (l, g) = giou([2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]);
+        assert!((l - 4.0 / 3.0).abs() < 1e-6, "{l}");
+        assert!(g[0] > 0.0 && g[1] == 0.0, "{g:?}");
+        // Against central differences of the f64 definition, many random pairs.
+        let mut rng = SplitMix64::new(21);
+        for _ in 0..200 {
+            let p = random_vec(&mut rng, 4, -1.5, 1.5);
+            let t = random_vec(&mut rng, 4, -1.5, 1.5);
+            let (l, g) = giou(p.clone().try_into().unwrap(), t.clone().try_into().unwrap());
+            let p64: Vec<f64> = p.iter().map(|&v| v as f64).collect();
+            let t64: Vec<f64> = t.iter().map(|&v| v as f64).collect();
+            let (want, _) = giou_reference(&p64, &t64);
+            assert!((l as f64 - want).abs() < 1e-5, "{p:?} {t:?}: {l} vs {want}");
+            let numeric = numeric_grad_f64(&p64, 1e-6, |x| {
+                let (v, kinks) = giou_reference(x, &t64);
+                (v, sign_signature(kinks))
+            });
+            assert_close("giou gradient", &g, &numeric, 1e-4);
+        }
     }
 
     #[test]
@@ -227,7 +318,7 @@ mod tests {
             "{parts:?} vs {want}"
         );
         assert_eq!(parts.centres, 24.0);
-        let sum = parts.focal + parts.offset + parts.size;
+        let sum = parts.focal + parts.offset + parts.size + parts.giou;
         assert!((sum / parts.total - 1.0).abs() < 1e-6);
         assert_eq!(LossParts::from_array(parts.to_array()), parts);
     }
@@ -242,6 +333,7 @@ mod tests {
                 alpha: 1.5,
                 beta: 3.0,
                 offset_weight: 0.5,
+                giou_weight: 2.5,
                 ..CenterLoss::det_s(2, 1, 3, 5)
             },
         ] {

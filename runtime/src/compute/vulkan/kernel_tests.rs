@@ -485,6 +485,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         let loss_op = CenterLoss {
             offset_weight: 0.5,
             size_weight: 2.0,
+            giou_weight: 1.7,
             ..CenterLoss::det_s(n, classes, cells / grid, grid)
         };
         let pred = rec.f32(&format!("pred{i}"), loss_op.pred_len(), Role::Input);
@@ -534,6 +535,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         }
         let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
         assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
+        assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
         let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
         assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
         if i == 2 {
@@ -1073,6 +1075,7 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
     let op = CenterLoss {
         offset_weight: 0.7,
         size_weight: 1.3,
+        giou_weight: 2.2,
         ..CenterLoss::det_s(2, 2, 4, 5)
     };
     let plane = (op.grid_h * op.grid_w) as usize;
@@ -1113,8 +1116,23 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
         return;
     };
     // Targets: heat in [0, 1) with some cells exactly 1 (their centres, mask 1), offsets and
-    // log sizes; predictions whose regression values stay 0.3 away from their targets (no
-    // L1 kink within a step).
+    // log sizes; predictions whose regression values stay 0.3–0.7 away from their targets
+    // (no L1 kink within a step), drawn again until no box edge is within 0.1 of its target's
+    // and the boxes overlap by more than that (no GIoU kink within a step either).
+    let edges = |r: [f32; 4]| {
+        let (w, h) = (r[2].exp(), r[3].exp());
+        [
+            r[0] - w / 2.0,
+            r[1] - h / 2.0,
+            r[0] + w / 2.0,
+            r[1] + h / 2.0,
+        ]
+    };
+    let clear_of_kinks = |p: [f32; 4], t: [f32; 4]| {
+        let (a, b) = (edges(p), edges(t));
+        let overlap = |lo: usize| a[lo + 2].min(b[lo + 2]) - a[lo].max(b[lo]);
+        (0..4).all(|e| (a[e] - b[e]).abs() > 0.1) && overlap(0) > 0.1 && overlap(1) > 0.1
+    };
     let mut t = random_vec(&mut rng, op.target_len(), 0.0, 0.9);
     let mut p = random_vec(&mut rng, op.pred_len(), -3.0, 3.0);
     for b in 0..op.n as usize {
@@ -1125,10 +1143,19 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
             if centre {
                 t[tb + (cell % k) * plane + cell] = 1.0;
             }
-            for c in 0..4 {
-                let target = t[tb + (k + c) * plane + cell];
-                let side = if rng.next_f32() < 0.5 { -0.3 } else { 0.3 };
-                p[pb + (k + c) * plane + cell] = target + side;
+            let target: [f32; 4] = std::array::from_fn(|c| t[tb + (k + c) * plane + cell]);
+            let mut draw = || {
+                target.map(|v| {
+                    let away = 0.3 + 0.4 * rng.next_f32();
+                    v + if rng.next_f32() < 0.5 { -away } else { away }
+                })
+            };
+            let guess = (0..1000)
+                .map(|_| draw())
+                .find(|&g| !centre || clear_of_kinks(g, target))
+                .expect("a prediction clear of kinks");
+            for (c, v) in guess.into_iter().enumerate() {
+                p[pb + (k + c) * plane + cell] = v;
             }
         }
     }
@@ -1136,7 +1163,9 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
     exec.write_f32(pred, &p).unwrap();
     exec.run(bwd).unwrap();
     let analytic = read(&mut exec, grad, p.len());
-    let numeric = numeric_grad_f32(&p, FD_STEP, |q| {
+    // A wider step than FD_STEP: the loss is an f32 sum of several units, and the smallest
+    // heat-map gradients need a difference above its rounding.
+    let numeric = numeric_grad_f32(&p, 3.0 * FD_STEP, |q| {
         exec.write_f32(pred, q).unwrap();
         exec.run(fwd).unwrap();
         f64::from(read(&mut exec, loss, LOSS_LEN)[0])

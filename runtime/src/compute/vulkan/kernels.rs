@@ -71,7 +71,7 @@ pub enum Kernel {
     /// levels (six words), max_boxes, record_stride, meta_offset, min_overlap, flip }`.
     Targets,
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
-    /// grid_w, alpha, beta, offset_weight, size_weight, parts, cells_per_part }`.
+    /// grid_w, alpha, beta, offset_weight, size_weight, giou_weight, parts, cells_per_part }`.
     LossPartial,
     /// Loss, second pass: `partial, loss (w)`; the same push block.
     LossFinish,
@@ -140,7 +140,7 @@ macro_rules! kernel {
 /// Push bytes of the convolution kernels (`shaders/conv_push.glsl`).
 pub const CONV_PUSH_BYTES: u32 = 64;
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
-pub const LOSS_PUSH_BYTES: u32 = 40;
+pub const LOSS_PUSH_BYTES: u32 = 44;
 /// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
 /// output columns and reduction depth per step.
 pub const GEMM_TILE: [u32; 3] = [32, 64, 16];

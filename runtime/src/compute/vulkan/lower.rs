@@ -139,6 +139,7 @@ pub fn loss_push(op: &CenterLoss, parts: u32, cells_per_part: u32) -> Vec<u8> {
         op.beta.to_bits(),
         op.offset_weight.to_bits(),
         op.size_weight.to_bits(),
+        op.giou_weight.to_bits(),
         parts,
         cells_per_part,
     ]);
@@ -406,7 +407,7 @@ fn lower_step(
                 [parts as u32, 1, 1],
             );
             if parts > 1 {
-                lowered.loss_partial_floats = lowered.loss_partial_floats.max(4 * parts as usize);
+                lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
                 push(
                     Kernel::LossFinish,
                     vec![Slot::LossPartial, T(loss)],
