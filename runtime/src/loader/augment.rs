@@ -600,7 +600,7 @@ pub(crate) mod tests {
         RecordLayout::new(w, h, 3, 32).unwrap()
     }
 
-    fn bx(class: u32, x0: f32, y0: f32, x1: f32, y1: f32) -> RecordBox {
+    pub(crate) fn bx(class: u32, x0: f32, y0: f32, x1: f32, y1: f32) -> RecordBox {
         RecordBox {
             class,
             x0,
@@ -633,13 +633,13 @@ pub(crate) mod tests {
             .collect()
     }
 
-    fn boxes(l: &RecordLayout, rec: &[u8]) -> Vec<RecordBox> {
+    pub(crate) fn boxes(l: &RecordLayout, rec: &[u8]) -> Vec<RecordBox> {
         (0..l.box_count(rec) as usize)
             .map(|i| l.read_box(rec, i))
             .collect()
     }
 
-    fn px(l: &RecordLayout, rec: &[u8], x: usize, y: usize) -> [u8; 3] {
+    pub(crate) fn px(l: &RecordLayout, rec: &[u8], x: usize, y: usize) -> [u8; 3] {
         let o = (y * l.width as usize + x) * 3;
         rec[o..o + 3].try_into().unwrap()
     }

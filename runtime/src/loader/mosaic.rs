@@ -317,7 +317,7 @@ static IDENTITY_LUT: [u8; 256] = {
 mod tests {
     use super::*;
     use crate::format::RecordMeta;
-    use crate::loader::augment::tests::allocations_during;
+    use crate::loader::augment::tests::{allocations_during, boxes, bx, px};
 
     const CLASSES: u32 = 5;
 
@@ -334,27 +334,6 @@ mod tests {
             l.encode(rec, &image, &RecordMeta::default(), &boxes(m));
         }
         out
-    }
-
-    fn bx(class: u32, x0: f32, y0: f32, x1: f32, y1: f32) -> RecordBox {
-        RecordBox {
-            class,
-            x0,
-            y0,
-            x1,
-            y1,
-        }
-    }
-
-    fn px(l: &RecordLayout, rec: &[u8], x: usize, y: usize) -> [u8; 3] {
-        let o = (y * l.width as usize + x) * 3;
-        rec[o..o + 3].try_into().unwrap()
-    }
-
-    fn boxes(l: &RecordLayout, rec: &[u8]) -> Vec<RecordBox> {
-        (0..l.box_count(rec) as usize)
-            .map(|i| l.read_box(rec, i))
-            .collect()
     }
 
     /// A mosaic maker with every member's originals loaded from `records`.
@@ -406,7 +385,7 @@ mod tests {
                 assert_eq!(px(&l, &out, x, y), px(&l, src(m), sx, sy), "({x}, {y})");
             }
         }
-        // Every box moved with its record: by (−16, −12) on the left/top, else by 0.
+        // Every box moved with its record: by ∓16 across, ∓12 down (− left/top, + right/bottom).
         let expected: Vec<RecordBox> = (0..4)
             .map(|m| {
                 let b = corner(m)[0];
