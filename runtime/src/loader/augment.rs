@@ -1,4 +1,5 @@
-//! CPU augmentation of one record, in place inside its ring slot.
+//! CPU augmentation of one record, in place inside its ring slot. (Mosaics, which need four
+//! records of a batch, are `super::mosaic`'s; they end with this module's flip and colours.)
 //!
 //! An [`Augmenter`] belongs to one loader thread. It allocates all its scratch memory in
 //! [`Augmenter::new`] (a copy of the image, the row and column source maps, a 256-entry
