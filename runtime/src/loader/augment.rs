@@ -452,23 +452,21 @@ impl Augmenter {
             if p.flip {
                 (x0, x1) = (w - x1, w - x0);
             }
-            let area = (x1 - x0) * (y1 - y0);
-            let (x0, y0, x1, y1) = (x0.max(0.0), y0.max(0.0), x1.min(w), y1.min(h));
-            let (bw, bh) = (x1 - x0, y1 - y0);
+            let moved = RecordBox {
+                x0,
+                y0,
+                x1,
+                y1,
+                ..b
+            };
+            let (out, visible) = clip_to_image(&moved, w, h);
             // Written so that NaN fails every test and the box is dropped.
             let keep = if p.geometric {
-                bw >= MIN_BOX_SIDE && bh >= MIN_BOX_SIDE && bw * bh >= MIN_VISIBLE_FRACTION * area
+                visible
             } else {
-                bw > 0.0 && bh > 0.0
+                out.x1 - out.x0 > 0.0 && out.y1 - out.y0 > 0.0
             };
             if keep {
-                let out = RecordBox {
-                    class: b.class,
-                    x0,
-                    y0,
-                    x1,
-                    y1,
-                };
                 l.write_box(record, kept, &out);
                 kept += 1;
             }
@@ -479,6 +477,25 @@ impl Augmenter {
         l.set_box_count(record, kept as u16);
         (count - kept) as u32
     }
+}
+
+/// `b` clipped to the `w × h` image, and whether enough of it is left to keep after a
+/// geometric transform: sides of at least [`MIN_BOX_SIDE`] and at least
+/// [`MIN_VISIBLE_FRACTION`] of its unclipped area (NaN fails both, dropping the box). The
+/// one rule for the crop here and for mosaics.
+pub(super) fn clip_to_image(b: &RecordBox, w: f32, h: f32) -> (RecordBox, bool) {
+    let area = (b.x1 - b.x0) * (b.y1 - b.y0);
+    let clipped = RecordBox {
+        x0: b.x0.max(0.0),
+        y0: b.y0.max(0.0),
+        x1: b.x1.min(w),
+        y1: b.y1.min(h),
+        ..*b
+    };
+    let (bw, bh) = (clipped.x1 - clipped.x0, clipped.y1 - clipped.y0);
+    let visible =
+        bw >= MIN_BOX_SIDE && bh >= MIN_BOX_SIDE && bw * bh >= MIN_VISIBLE_FRACTION * area;
+    (clipped, visible)
 }
 
 /// Fills `v ↦ clamp(round((v − 128)·contrast + 128 + brightness))`; true when that is the

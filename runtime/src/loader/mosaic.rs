@@ -22,7 +22,7 @@
 //! the four records is the pad colour.
 //!
 //! **Boxes** move with their quadrant and are clipped and dropped by the rules of
-//! [`super::augment`] ([`MIN_BOX_SIDE`], [`MIN_VISIBLE_FRACTION`]). When more boxes survive
+//! [`super::augment`] (its `MIN_BOX_SIDE` and `MIN_VISIBLE_FRACTION`). When more boxes survive
 //! than a record holds (`max_boxes`), the record gets its plain augmentation instead of a
 //! mosaic: dropping the labels of visible objects would teach the model they are background.
 //!
@@ -32,8 +32,7 @@
 //! [`Mosaic::new`].
 
 use super::augment::{
-    gather_row, AugmentConfig, AugmentParams, Augmenter, MIN_BOX_SIDE, MIN_VISIBLE_FRACTION,
-    PAD_VALUE,
+    clip_to_image, gather_row, AugmentConfig, AugmentParams, Augmenter, PAD_VALUE,
 };
 use super::order::{derive_seed, SplitMix64};
 use crate::format::{RecordBox, RecordLayout};
@@ -223,21 +222,15 @@ impl Mosaic {
             (v + j + side as f32 * size - size) * p.scale + size / 2.0
         };
         let (sx, sy) = (q & 1, q >> 1);
-        let (x0, x1) = (place(b.x0, w, p.jx, sx), place(b.x1, w, p.jx, sx));
-        let (y0, y1) = (place(b.y0, h, p.jy, sy), place(b.y1, h, p.jy, sy));
-        let area = (x1 - x0) * (y1 - y0);
-        let (x0, y0, x1, y1) = (x0.max(0.0), y0.max(0.0), x1.min(w), y1.min(h));
-        let (bw, bh) = (x1 - x0, y1 - y0);
-        // Written so that NaN fails every test and the box is dropped.
-        let keep =
-            bw >= MIN_BOX_SIDE && bh >= MIN_BOX_SIDE && bw * bh >= MIN_VISIBLE_FRACTION * area;
-        keep.then_some(RecordBox {
-            class: b.class,
-            x0,
-            y0,
-            x1,
-            y1,
-        })
+        let moved = RecordBox {
+            x0: place(b.x0, w, p.jx, sx),
+            y0: place(b.y0, h, p.jy, sy),
+            x1: place(b.x1, w, p.jx, sx),
+            y1: place(b.y1, h, p.jy, sy),
+            ..*b
+        };
+        let (clipped, visible) = clip_to_image(&moved, w, h);
+        visible.then_some(clipped)
     }
 
     fn compose_pixels(&mut self, image: &mut [u8], j: usize, n: usize, p: &MosaicParams) {
