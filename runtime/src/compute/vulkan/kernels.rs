@@ -82,6 +82,9 @@ pub enum Kernel {
     AdamW,
     /// Weight average: `ema (rw), param, hyper`; push `{ len }`.
     Ema,
+    /// [`Kernel::AdamW`] then [`Kernel::Ema`] of the same tensor in one pass: AdamW's
+    /// bindings and push block, then `ema (rw)`.
+    AdamWEma,
     /// SGD with momentum: `param (rw), grad, velocity (rw), hyper`; push `{ len, momentum,
     /// weight_decay }`.
     Sgd,
@@ -204,12 +207,14 @@ const LOSS_GRAD: KernelInfo =
 const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
 const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
 const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
+const ADAMW_EMA: KernelInfo =
+    kernel!("adamw_ema", bindings 6, push 20, local LINEAR, x Some(0), shared 0);
 const DECODE: KernelInfo =
     kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS);
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 24] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
@@ -232,6 +237,7 @@ impl Kernel {
         Kernel::LossGrad,
         Kernel::AdamW,
         Kernel::Ema,
+        Kernel::AdamWEma,
         Kernel::Sgd,
         Kernel::Decode,
     ];
@@ -260,6 +266,7 @@ impl Kernel {
             Kernel::LossGrad => &LOSS_GRAD,
             Kernel::AdamW => &ADAMW,
             Kernel::Ema => &EMA,
+            Kernel::AdamWEma => &ADAMW_EMA,
             Kernel::Sgd => &SGD,
             Kernel::Decode => &DECODE,
         }
