@@ -206,6 +206,7 @@ impl Instance {
         };
 
         let validation = options.validation_enabled();
+        let mut sync_validation = false;
         let log = ValidationLog::default();
         let mut layers = Vec::new();
         let mut extensions = Vec::new();
@@ -235,6 +236,20 @@ impl Instance {
             }
             layers.push(VALIDATION_LAYER.as_ptr());
             extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+            // The layer's synchronization validation reports every missing barrier between
+            // two accesses of a buffer (the engine leaves out barriers between independent
+            // dispatches, so this is what checks it), where the layer offers it.
+            // SAFETY: a global command of a loaded Entry; the layer name is valid.
+            sync_validation =
+                unsafe { entry.enumerate_instance_extension_properties(Some(VALIDATION_LAYER)) }
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|e| {
+                        e.extension_name_as_c_str() == Ok(ash::ext::validation_features::NAME)
+                    });
+            if sync_validation {
+                extensions.push(ash::ext::validation_features::NAME.as_ptr());
+            }
         }
 
         let app = vk::ApplicationInfo::default()
@@ -259,9 +274,15 @@ impl Instance {
             .application_info(&app)
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
+        let enables = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enables);
         if validation {
             // Also reports problems of vkCreateInstance / vkDestroyInstance themselves.
             create_info = create_info.push_next(&mut messenger_info);
+        }
+        if sync_validation {
+            create_info = create_info.push_next(&mut features);
         }
         // SAFETY: `create_info` and everything it points to (names, app info, messenger info)
         // live until the call returns; the callback's user data (the log's Mutex) is kept alive

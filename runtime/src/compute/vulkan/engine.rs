@@ -10,8 +10,10 @@
 //!
 //! Both record the same way (`record_dispatches`): a barrier first, so the commands see what
 //! earlier submissions, uploads and fills wrote (a replayed command buffer runs after them),
-//! then bind, push constants, dispatch, with a compute→compute memory barrier so each dispatch
-//! sees the previous one's writes, and at the end a compute→host/transfer barrier so the host
+//! then bind, push constants, dispatch, with a compute→compute memory barrier before each
+//! dispatch that reads or writes what an earlier one wrote, or writes what an earlier one read
+//! ([`super::barriers`]: independent dispatches overlap on the GPU), and at the end a
+//! compute→host/transfer barrier so the host
 //! (or a download's copy) reads finished results. Timestamps (when asked and
 //! when the queue has them) are written before the first dispatch and after each one.
 
@@ -301,6 +303,16 @@ impl Drop for QueryPool {
     }
 }
 
+/// Which compute→compute barriers [`record_dispatches`] puts between dispatches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Barriers {
+    /// Where an access follows a conflicting one ([`super::barriers::needed`]).
+    AsNeeded,
+    /// None: only for the test that shows the validation layer reports the hazards.
+    #[cfg(test)]
+    Omitted,
+}
+
 /// Records `dispatches` (with their `sets`) into `cmd`, which must be in the recording state;
 /// with `queries`, timestamps per [`QueryPool::for_dispatches`].
 ///
@@ -315,8 +327,21 @@ pub(crate) unsafe fn record_dispatches(
     dispatches: &[RawDispatch],
     sets: &[vk::DescriptorSet],
     queries: Option<(&QueryPool, Timestamps)>,
+    barriers: Barriers,
 ) {
     let raw = &device.raw;
+    let accesses: Vec<(Vec<vk::Buffer>, u32)> = dispatches
+        .iter()
+        .map(|d| {
+            let buffers = d.buffers.iter().map(|&(b, _)| b).collect();
+            (buffers, super::barriers::written_bindings(d.kernel))
+        })
+        .collect();
+    let barrier_before = match barriers {
+        Barriers::AsNeeded => super::barriers::needed(&accesses),
+        #[cfg(test)]
+        Barriers::Omitted => vec![false; dispatches.len()],
+    };
     let compute_to_compute = [vk::MemoryBarrier::default()
         .src_access_mask(vk::AccessFlags::SHADER_WRITE)
         .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
@@ -343,6 +368,17 @@ pub(crate) unsafe fn record_dispatches(
         );
         let mut bound = vk::Pipeline::null();
         for (i, (d, &set)) in dispatches.iter().zip(sets).enumerate() {
+            if barrier_before[i] {
+                raw.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::DependencyFlags::empty(),
+                    &compute_to_compute,
+                    &[],
+                    &[],
+                );
+            }
             if d.pipeline != bound {
                 raw.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, d.pipeline);
                 bound = d.pipeline;
@@ -359,18 +395,6 @@ pub(crate) unsafe fn record_dispatches(
                 raw.cmd_push_constants(cmd, d.layout, vk::ShaderStageFlags::COMPUTE, 0, &d.push);
             }
             raw.cmd_dispatch(cmd, d.groups[0], d.groups[1], d.groups[2]);
-            let last = i + 1 == dispatches.len();
-            if !last {
-                raw.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::DependencyFlags::empty(),
-                    &compute_to_compute,
-                    &[],
-                    &[],
-                );
-            }
             if let Some((pool, Timestamps::PerDispatch)) = queries {
                 raw.cmd_write_timestamp(
                     cmd,
@@ -599,6 +623,21 @@ impl Engine {
 
     /// Records `dispatches` into one command buffer, submits it, waits, and returns its timing.
     pub fn run(&mut self, dispatches: &[Dispatch<'_>], timestamps: Timestamps) -> Result<Timing> {
+        self.run_with(dispatches, timestamps, Barriers::AsNeeded)
+    }
+
+    /// [`Engine::run`] with no barriers between the dispatches, whatever they access.
+    #[cfg(test)]
+    pub(crate) fn run_unsynchronized(&mut self, dispatches: &[Dispatch<'_>]) -> Result<Timing> {
+        self.run_with(dispatches, Timestamps::Off, Barriers::Omitted)
+    }
+
+    fn run_with(
+        &mut self,
+        dispatches: &[Dispatch<'_>],
+        timestamps: Timestamps,
+        barriers: Barriers,
+    ) -> Result<Timing> {
         let raw: Vec<RawDispatch> = dispatches
             .iter()
             .enumerate()
@@ -618,6 +657,7 @@ impl Engine {
                 &raw,
                 &sets.sets,
                 queries.as_ref().map(|q| (q, timestamps)),
+                barriers,
             )
         };
         self.compute.end()?;

@@ -933,6 +933,9 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
         close(&format!("image {b} detections"), &flat(got), &flat(want));
     }
     assert_clean(exec.engine());
+    // Shared buffers are where a barrier left out wrongly would show (synchronization
+    // validation is on): a tensor's buffer reused by a later one.
+    assert_clean(shared.engine());
 }
 
 /// Tolerance of the finite-difference checks: `compute::cpu::gradcheck`'s loose check of an

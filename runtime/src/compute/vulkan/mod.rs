@@ -53,6 +53,7 @@
 //! otherwise leave undefined (buffer counts and push-constant sizes against the kernel,
 //! objects from another device, grid limits, workgroup sizes).
 
+pub mod barriers;
 pub mod buffer;
 pub mod cache;
 pub mod context;

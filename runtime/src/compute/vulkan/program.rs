@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::buffer::Buffer;
 use super::context::Device;
 use super::engine::{
-    record_dispatches, Commands, DescriptorSets, Engine, QueryPool, RawDispatch, Timestamps, Timing,
+    record_dispatches, Barriers, Commands, DescriptorSets, Engine, QueryPool, RawDispatch,
+    Timestamps, Timing,
 };
 use super::kernels::Kernel;
 use super::pipeline::Pipeline;
@@ -115,6 +116,7 @@ impl Program {
                 &raw,
                 &sets.sets,
                 queries.as_ref().map(|q| (q, timestamps)),
+                Barriers::AsNeeded,
             )
         };
         commands.end()?;
@@ -381,6 +383,50 @@ mod validation_tests {
         assert!(
             messages.iter().any(|m| m.contains("usage")),
             "no validation message for a buffer with no usage: {messages:?}"
+        );
+    }
+
+    /// The engine leaves out barriers between independent dispatches; synchronization
+    /// validation is what would catch one left out wrongly. Show that it is on: a dispatch
+    /// reading what the one before wrote is a hazard without a barrier and fine with the
+    /// engine's own choice (which puts none before a third, independent one).
+    #[test]
+    fn synchronization_validation_reports_a_missing_barrier() {
+        use super::super::{Dispatch, Location, SpecConstant};
+        use crate::compute::vulkan::kernels::Kernel;
+        let Some(mut engine) = engine("synchronization_validation_reports_a_missing_barrier")
+        else {
+            return;
+        };
+        let buffer = |name| engine.buffer(name, 4 * 64, Location::GpuOnly).unwrap();
+        let (x, y, z, w) = (buffer("x"), buffer("y"), buffer("z"), buffer("w"));
+        let pipeline = engine
+            .pipeline(Kernel::Saxpy, &[SpecConstant::u32(0, 64)])
+            .unwrap();
+        let push: Vec<u8> = [64u32.to_le_bytes(), 2f32.to_le_bytes()].concat();
+        // saxpy reads binding 0 and updates binding 1: y is written, then read.
+        let buffers = [[&x, &y], [&y, &z], [&x, &w]];
+        let dispatches: Vec<Dispatch> = buffers
+            .iter()
+            .map(|b| Dispatch {
+                pipeline: &pipeline,
+                buffers: b,
+                push: &push,
+                groups: [1, 1, 1],
+            })
+            .collect();
+        engine.validation().take();
+        engine.run(&dispatches, super::Timestamps::Off).unwrap();
+        let messages = engine.validation().take();
+        assert!(
+            messages.is_empty(),
+            "with the engine's barriers: {messages:?}"
+        );
+        engine.run_unsynchronized(&dispatches).unwrap();
+        let messages = engine.validation().take();
+        assert!(
+            messages.iter().any(|m| m.contains("SYNC-HAZARD")),
+            "no synchronization hazard reported without barriers: {messages:?}"
         );
     }
 }
