@@ -777,6 +777,12 @@ fn memory_budget_is_checked_before_allocating() {
 /// add up; measured worst on lavapipe about 1e-4 (the stem's weight gradient, a sum of
 /// 8192 terms at the end of the chain).
 const MODEL_TOL: f64 = 5e-4;
+/// After more than one training step the two engines train weights that already differ
+/// by their rounding, and AdamW's first steps move each weight by about `lr` whatever its
+/// gradient's size, so small differences grow. Measured worst on an NVIDIA H200 (whose
+/// shader division and square root are not correctly rounded): 8.8e-4 at step 3
+/// (grad.b5.pw.weight of det-s).
+const LATER_STEPS_TOL: f64 = 2e-3;
 
 /// Compares every `f32` tensor `keep` selects; returns how many.
 fn compare_tensors(
@@ -785,6 +791,7 @@ fn compare_tensors(
     exec: &mut VulkanExec,
     cpu: &mut CpuExec,
     keep: impl Fn(&crate::compute::recording::Tensor) -> bool,
+    tol: f64,
 ) -> usize {
     let mut compared = 0;
     for (i, t) in rec.tensors.iter().enumerate() {
@@ -797,7 +804,7 @@ fn compare_tensors(
             .iter()
             .map(|&v| f64::from(v))
             .collect();
-        assert_close(&format!("{what}: {}", t.name), &got, &want, MODEL_TOL);
+        assert_close(&format!("{what}: {}", t.name), &got, &want, tol);
         compared += 1;
     }
     compared
@@ -886,7 +893,13 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
         }
         // Every activation, target and gradient of the step, then the updated parameters
         // and AdamW moments.
-        let n = compare_tensors(&format!("step {step}"), rec, &mut exec, &mut cpu, |_| true);
+        let tol = if step == 1 {
+            MODEL_TOL
+        } else {
+            LATER_STEPS_TOL
+        };
+        let what = format!("step {step}");
+        let n = compare_tensors(&what, rec, &mut exec, &mut cpu, |_| true, tol);
         assert_eq!(
             n,
             rec.tensors.len() - 3,
@@ -905,13 +918,16 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
     exec.run(eval).unwrap();
     cpu.run(eval).unwrap();
     let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
-    close("eval loss", &read(&mut exec, g.loss, LOSS_LEN), &want);
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    let got = read(&mut exec, g.loss, LOSS_LEN);
+    assert_close("eval loss", &got, &want, LATER_STEPS_TOL);
     let infer = g.entry(ENTRY_INFER);
     exec.run(infer).unwrap();
     cpu.run(infer).unwrap();
-    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, |t| {
+    let outputs = |t: &crate::compute::recording::Tensor| {
         t.role != Role::Param && t.role != Role::State && !t.name.starts_with("grad.")
-    });
+    };
+    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, outputs, LATER_STEPS_TOL);
     assert!(n > 20, "{n} tensors compared");
     let pred = read(&mut exec, g.pred, rec.get(g.pred).len);
     let (mut want_d, mut want_c) = (
