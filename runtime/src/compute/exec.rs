@@ -197,7 +197,7 @@ impl Exec {
         }
     }
 
-    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)`.
+    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)[, fp16][, direct kernels]`.
     pub fn describe(&self) -> String {
         match self {
             Exec::Cpu(c) => format!(
@@ -206,11 +206,19 @@ impl Exec {
                 if c.threads() == 1 { "" } else { "s" },
                 c.kernels()
             ),
-            Exec::Vulkan(v) => format!(
-                "vulkan: {}{}",
-                v.engine().info().label(),
-                if v.engine().fp16() { ", fp16" } else { "" }
-            ),
+            Exec::Vulkan(v) => {
+                let variants = v.engine().variants();
+                format!(
+                    "vulkan: {}{}{}",
+                    v.engine().info().label(),
+                    if variants.fp16 { ", fp16" } else { "" },
+                    if variants.direct {
+                        ", direct kernels"
+                    } else {
+                        ""
+                    }
+                )
+            }
         }
     }
 

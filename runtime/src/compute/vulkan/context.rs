@@ -48,6 +48,10 @@ pub struct Options {
     /// Use the fp16 kernel variants where the device offers `shaderFloat16` (faster on most
     /// GPUs, ~1e-3 relative error); ignored, with a log line, where it does not.
     pub fp16: bool,
+    /// Use the direct kernel variants (no shared memory, no barriers) where a step has one;
+    /// `None`: on CPU-type devices (lavapipe), which pay for every workgroup barrier by
+    /// switching between all the groups of lanes.
+    pub direct: Option<bool>,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             pipeline_cache: CacheDir::User,
             fence_timeout: std::time::Duration::from_secs(120),
             fp16: false,
+            direct: None,
         }
     }
 }
@@ -867,6 +872,8 @@ pub(crate) struct Device {
     pub(crate) fence_timeout: std::time::Duration,
     /// `shaderFloat16` is enabled: the fp16 kernel variants may be used.
     pub(crate) fp16: bool,
+    /// The direct kernel variants are used ([`Options::direct`]).
+    pub(crate) direct: bool,
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported, and the
     /// imports live now.
     pub(crate) host_import: Option<HostImport>,
@@ -991,6 +998,9 @@ impl Device {
                 ""
             }
         );
+        let direct = options
+            .direct
+            .unwrap_or(info.device_type == DeviceType::Cpu);
         Ok(Arc::new(Device {
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             raw,
@@ -1004,6 +1014,7 @@ impl Device {
             registry: Mutex::new(Registry::default()),
             fence_timeout: options.fence_timeout,
             fp16,
+            direct,
             host_import,
             memory_types,
             instance,

@@ -26,6 +26,7 @@ use super::buffer::{AllocationReport, Buffer, Location};
 use super::cache::{CacheLoad, PipelineCache};
 use super::context::{Device, DeviceInfo, Options, Queue, ValidationLog};
 use super::kernels::Kernel;
+use super::lower::Variants;
 use super::pipeline::{Pipeline, SpecConstant};
 use super::{Error, Result};
 
@@ -569,6 +570,15 @@ impl Engine {
     /// The fp16 kernel variants are enabled (asked for, and the device has `shaderFloat16`).
     pub fn fp16(&self) -> bool {
         self.device.fp16
+    }
+
+    /// The kernel variants recordings are lowered to on this engine: fp16 where enabled,
+    /// direct ones per [`Options::direct`] (by default on CPU-type devices).
+    pub fn variants(&self) -> Variants {
+        Variants {
+            fp16: self.device.fp16,
+            direct: self.device.direct,
+        }
     }
 
     /// The device in use.

@@ -174,7 +174,7 @@ impl VulkanExec {
         mem_budget: Option<u64>,
         storage: StoragePlan,
     ) -> Result<VulkanExec, String> {
-        let lowered = lower_with(recording, engine.fp16())?;
+        let lowered = lower_with(recording, engine.variants())?;
         let sizes = Sizes::of(&storage, &lowered);
         if let Some(budget) = mem_budget {
             if sizes.total() > budget {

@@ -1286,3 +1286,69 @@ fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
     }
     assert_clean(exec.engine());
 }
+
+/// The pointwise conv's tiled and direct kernels, each forced whatever the device's own
+/// choice ([`super::Options::direct`]), against the CPU twin: shapes that fill no tile,
+/// several tiles, and more images than one; with and without ReLU.
+#[test]
+fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
+    let cases = [
+        Conv2d::pointwise(3, 33, 5, 7, 65, true),
+        Conv2d::pointwise(2, 64, 16, 16, 48, false),
+        Conv2d::pointwise(1, 16, 1, 3, 7, true),
+    ];
+    let mut rec = Recording::new();
+    let mut ids = Vec::new();
+    for (i, op) in cases.iter().enumerate() {
+        let t =
+            |rec: &mut Recording, name: &str, len, role| rec.f32(&format!("{name}{i}"), len, role);
+        let (x, w, b, y) = (
+            t(&mut rec, "x", op.input_len(), Role::Input),
+            t(&mut rec, "w", op.weight_len(), Role::Param),
+            t(&mut rec, "b", op.bias_len(), Role::Param),
+            t(&mut rec, "y", op.output_len(), Role::Output),
+        );
+        let step = Step::ConvForward {
+            op: *op,
+            x,
+            w,
+            b,
+            y,
+        };
+        rec.entry(&format!("case{i}"), vec![step]);
+        ids.push((x, w, b, y));
+    }
+    for (direct, kernel) in [(false, "pointwise"), (true, "pointwise_direct")] {
+        let options = super::Options {
+            validation: true,
+            pipeline_cache: super::CacheDir::Off,
+            direct: Some(direct),
+            ..super::Options::default()
+        };
+        let Some(engine) = super::testing::engine_with_options(kernel, &options) else {
+            return;
+        };
+        let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
+        let mut rng = SplitMix64::new(9);
+        let mut scratch = Scratch::new(2);
+        for (i, (op, &(x_id, w_id, b_id, y_id))) in cases.iter().zip(&ids).enumerate() {
+            assert_eq!(exec.kernels(i)[0].0, kernel, "the variant is lowered");
+            scratch.reserve(cpu::conv2d_forward_scratch_len(op));
+            let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+            let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+            let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+            let mut want = vec![0.0; op.output_len()];
+            cpu::conv2d_forward(op, &x, &w, &b, &mut want, &mut scratch);
+            for (t, v) in [(x_id, &x), (w_id, &w), (b_id, &b)] {
+                exec.write_f32(t, v).unwrap();
+            }
+            exec.run(i).unwrap();
+            close(
+                &format!("{kernel} case {i}"),
+                &read(&mut exec, y_id, want.len()),
+                &want,
+            );
+        }
+        assert_clean(exec.engine());
+    }
+}

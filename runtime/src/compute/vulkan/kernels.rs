@@ -40,6 +40,9 @@ pub enum Kernel {
     /// [`Kernel::Pointwise`] with f16 tiles and products (f32 sums), for devices with
     /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
     PointwiseF16,
+    /// [`Kernel::Pointwise`] summed straight from the buffers, with no shared memory or
+    /// barrier, for CPU-type devices: the same bindings, push block and grid.
+    PointwiseDirect,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
     Conv2dGradInput,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
@@ -168,6 +171,8 @@ const CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 4,
+    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared 0);
 const POINTWISE_F16: KernelInfo = KernelInfo {
     fp16: true,
     ..kernel!("pointwise_f16", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
@@ -214,11 +219,12 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 26] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
+        Kernel::PointwiseDirect,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradReduce,
@@ -248,6 +254,7 @@ impl Kernel {
             Kernel::Conv2d => &CONV2D,
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
+            Kernel::PointwiseDirect => &POINTWISE_DIRECT,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,

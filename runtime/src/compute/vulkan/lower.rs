@@ -80,13 +80,24 @@ pub struct Lowered {
     pub loss_partial_floats: usize,
 }
 
-/// Lowers every entry of `recording` (which must validate) to the f32 kernels.
-pub fn lower(recording: &Recording) -> Result<Lowered, String> {
-    lower_with(recording, false)
+/// Which kernel variants a lowering picks where a step has more than one (the engine's
+/// choice for its device: [`super::Engine::variants`]). Variants change no buffer and no
+/// grid, only the kernel a dispatch runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Variants {
+    /// The fp16 variants (f16 tiles and products, f32 sums).
+    pub fp16: bool,
+    /// The direct variants, without shared memory or barriers (for CPU-type devices).
+    pub direct: bool,
 }
 
-/// As [`lower`]; with `fp16`, steps that have an fp16 variant use it.
-pub fn lower_with(recording: &Recording, fp16: bool) -> Result<Lowered, String> {
+/// Lowers every entry of `recording` (which must validate) to the f32 tiled kernels.
+pub fn lower(recording: &Recording) -> Result<Lowered, String> {
+    lower_with(recording, Variants::default())
+}
+
+/// As [`lower`], with the kernel `variants` where steps have them (fp16 wins over direct).
+pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, String> {
     recording.validate()?;
     let mut lowered = Lowered {
         entries: Vec::with_capacity(recording.entries.len()),
@@ -102,7 +113,7 @@ pub fn lower_with(recording: &Recording, fp16: bool) -> Result<Lowered, String> 
                 steps.next();
                 continue;
             }
-            lower_step(step, i, fp16, &mut lowered, &mut dispatches)
+            lower_step(step, i, variants, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
         }
         lowered.entries.push(dispatches);
@@ -235,7 +246,7 @@ fn split(terms: u64, tiles: u64) -> (u32, u32) {
 fn lower_step(
     step: &Step,
     index: usize,
-    fp16: bool,
+    variants: Variants,
     lowered: &mut Lowered,
     out: &mut Vec<LoweredDispatch>,
 ) -> Result<(), String> {
@@ -270,8 +281,10 @@ fn lower_step(
                         ],
                         "pointwise conv",
                     )?;
-                    let kernel = if fp16 {
+                    let kernel = if variants.fp16 {
                         Kernel::PointwiseF16
+                    } else if variants.direct {
+                        Kernel::PointwiseDirect
                     } else {
                         Kernel::Pointwise
                     };
