@@ -777,12 +777,18 @@ fn memory_budget_is_checked_before_allocating() {
 /// add up; measured worst on lavapipe about 1e-4 (the stem's weight gradient, a sum of
 /// 8192 terms at the end of the chain).
 const MODEL_TOL: f64 = 5e-4;
-/// After more than one training step the two engines train weights that already differ
-/// by their rounding, and AdamW's first steps move each weight by about `lr` whatever its
-/// gradient's size, so small differences grow. Measured worst on an NVIDIA H200 (whose
-/// shader division and square root are not correctly rounded): 8.8e-4 at step 3
-/// (grad.b5.pw.weight of det-s).
-const LATER_STEPS_TOL: f64 = 2e-3;
+/// Gradients flow through ReLU masks: where a pre-activation is within rounding of 0, one
+/// engine keeps the pixel and the other cuts it, and the gradients that pixel feeds differ
+/// by its whole term: a few elements by much, sums over pixels (bias gradients) by a little.
+/// Measured on an NVIDIA H200 (det-s at step 3, from the same state on both engines): one
+/// element of grad.b5.dw.from102 off by 2.8e-2, three of grad.b5.dw.bias's 64 by up to
+/// 1.4e-3, one of grad.b5.pw.weight by 8.8e-4, and AdamW's moments, which sum gradients,
+/// by 1.1e-3. So gradients and optimizer state are held to GRAD_TOL, except
+/// TIE_FRACTION of the elements (at least two), each within TIE_TOL; a wrong kernel is off
+/// almost everywhere.
+const GRAD_TOL: f64 = 4.0 * MODEL_TOL;
+const TIE_FRACTION: f64 = 0.01;
+const TIE_TOL: f64 = 0.1;
 
 /// Compares every `f32` tensor `keep` selects; returns how many.
 fn compare_tensors(
@@ -804,10 +810,49 @@ fn compare_tensors(
             .iter()
             .map(|&v| f64::from(v))
             .collect();
-        assert_close(&format!("{what}: {}", t.name), &got, &want, tol);
+        let name = format!("{what}: {}", t.name);
+        // Gradients, and the optimizer state that sums them.
+        if t.name.starts_with("grad.") || t.role == Role::State {
+            assert_close_past_relu_ties(&name, &got, &want, tol.max(GRAD_TOL));
+        } else {
+            assert_close(&name, &got, &want, tol);
+        }
         compared += 1;
     }
     compared
+}
+
+/// [`assert_close`]'s metric, allowing [`TIE_FRACTION`] of the elements (at least two) up
+/// to [`TIE_TOL`].
+fn assert_close_past_relu_ties(name: &str, got: &[f32], want: &[f64], tol: f64) {
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    let floor = (1e-2 * scale).max(f64::MIN_POSITIVE);
+    let errors: Vec<f64> = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).abs() / w.abs().max(floor))
+        .map(|e| if e.is_nan() { f64::INFINITY } else { e })
+        .collect();
+    let over = errors.iter().filter(|&&e| e > tol).count();
+    let worst = errors.iter().copied().fold(0.0, f64::max);
+    let allowed = ((got.len() as f64 * TIE_FRACTION) as usize).max(2);
+    assert!(
+        over <= allowed && worst <= TIE_TOL,
+        "{name}: {over} of {} elements beyond {tol:.0e} (at most {allowed}, each within \
+         {TIE_TOL}), worst {worst:.3e}",
+        got.len()
+    );
+}
+
+/// Copies every parameter and optimizer state tensor (weights, AdamW moments, the weight
+/// average) from the GPU into the CPU engine.
+fn sync_trained_state(rec: &Recording, exec: &mut VulkanExec, cpu: &mut CpuExec) {
+    for (i, t) in rec.tensors.iter().enumerate() {
+        if matches!(t.role, Role::Param | Role::State) {
+            let id = TensorId(i as u32);
+            cpu.write_f32(id, &read(exec, id, t.len)).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -857,6 +902,12 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
     let train = g.entry(ENTRY_TRAIN);
     let mut losses = Vec::new();
     for step in 1..=3u32 {
+        // Each step starts the CPU from the GPU's weights, moments and average, so each
+        // comparison is of one step's kernels. Left to train apart, the engines' rounding
+        // compounds: AdamW's early updates are about ±lr whatever a gradient's size, so a
+        // tiny gradient rounded to the other sign moves its weight 2·lr away (an NVIDIA H200
+        // measured 2.8e-2 on a gradient at step 3 that way).
+        sync_trained_state(rec, &mut exec, &mut cpu);
         let adam = AdamW {
             len: 1,
             lr: 1e-3,
@@ -893,13 +944,8 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
         }
         // Every activation, target and gradient of the step, then the updated parameters
         // and AdamW moments.
-        let tol = if step == 1 {
-            MODEL_TOL
-        } else {
-            LATER_STEPS_TOL
-        };
         let what = format!("step {step}");
-        let n = compare_tensors(&what, rec, &mut exec, &mut cpu, |_| true, tol);
+        let n = compare_tensors(&what, rec, &mut exec, &mut cpu, |_| true, MODEL_TOL);
         assert_eq!(
             n,
             rec.tensors.len() - 3,
@@ -914,20 +960,19 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
     // Evaluation and inference on the trained weights: the loss and the network output,
     // and the detections as the CPU decodes the GPU's own output (decode compares logits
     // exactly, so it is fed the same numbers).
+    sync_trained_state(rec, &mut exec, &mut cpu);
     let eval = g.entry(ENTRY_EVAL);
     exec.run(eval).unwrap();
     cpu.run(eval).unwrap();
     let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
-    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-    let got = read(&mut exec, g.loss, LOSS_LEN);
-    assert_close("eval loss", &got, &want, LATER_STEPS_TOL);
+    close("eval loss", &read(&mut exec, g.loss, LOSS_LEN), &want);
     let infer = g.entry(ENTRY_INFER);
     exec.run(infer).unwrap();
     cpu.run(infer).unwrap();
     let outputs = |t: &crate::compute::recording::Tensor| {
         t.role != Role::Param && t.role != Role::State && !t.name.starts_with("grad.")
     };
-    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, outputs, LATER_STEPS_TOL);
+    let n = compare_tensors("infer", rec, &mut exec, &mut cpu, outputs, MODEL_TOL);
     assert!(n > 20, "{n} tensors compared");
     let pred = read(&mut exec, g.pred, rec.get(g.pred).len);
     let (mut want_d, mut want_c) = (
