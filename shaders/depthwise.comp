@@ -1,8 +1,11 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // depthwise: y = relu?(conv(x, w) + b) for a depthwise convolution (groups = c_in = c_out,
-// ops::Conv2d): one invocation per output element, k·k taps of its own channel, padding
-// applied on the fly; bias and ReLU fused. A grid-stride loop covers any grid.
+// ops::Conv2d): an invocation computes four neighbouring outputs of a row, k·k taps of its
+// own channel, each weight loaded once for the four, padding applied on the fly; bias and
+// ReLU fused. The index decomposition (integer divisions, slow on every GPU and worse on
+// CPU SIMD) is done once per four outputs. A grid-stride loop covers any grid
+// (lower.rs: one invocation per four outputs).
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
@@ -15,35 +18,45 @@ layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 #include "conv_push.glsl"
 
 void main() {
-    uint plane_out = pc.out_h * pc.out_w;
-    uint len = pc.n * pc.c_out * plane_out;
-    uint taps = pc.k * pc.k;
+    uint quads = (pc.out_w + 3u) / 4u; // blocks of four outputs along a row
+    uint rows = pc.n * pc.c_out * pc.out_h;
+    uint len = rows * quads;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
-        uint bc = i / plane_out; // b·c + c
-        uint p = i - bc * plane_out;
+        uint row = i / quads; // (b·c + c)·out_h + oy
+        uint ox0 = (i - row * quads) * 4u;
+        uint bc = row / pc.out_h;
+        uint oy = row - bc * pc.out_h;
         uint c = bc % pc.c_out;
-        uint oy = p / pc.out_w;
-        uint ox = p - oy * pc.out_w;
         uint xbase = bc * pc.h * pc.w;
-        uint wbase = c * taps;
-        float s = 0.0;
+        uint wbase = c * pc.k * pc.k;
+        vec4 s = vec4(0.0);
         for (uint ky = 0u; ky < pc.k; ky++) {
             uint iy = oy * pc.stride + ky - pc.pad; // wraps when negative
             if (iy >= pc.h) {
                 continue;
             }
+            uint xrow = xbase + iy * pc.w;
             for (uint kx = 0u; kx < pc.k; kx++) {
-                uint ix = ox * pc.stride + kx - pc.pad;
-                if (ix < pc.w) {
-                    s += wt[wbase + ky * pc.k + kx] * x[xbase + iy * pc.w + ix];
+                float wv = wt[wbase + ky * pc.k + kx];
+                for (uint j = 0u; j < 4u; j++) {
+                    uint ix = (ox0 + j) * pc.stride + kx - pc.pad;
+                    if (ix < pc.w) {
+                        s[j] += wv * x[xrow + ix];
+                    }
                 }
             }
         }
-        float v = s + bias[c];
-        if (pc.relu != 0u) {
-            v = max(v, 0.0);
+        float b = bias[c];
+        uint out_row = row * pc.out_w;
+        for (uint j = 0u; j < 4u; j++) {
+            if (ox0 + j < pc.out_w) {
+                float v = s[j] + b;
+                if (pc.relu != 0u) {
+                    v = max(v, 0.0);
+                }
+                y[out_row + ox0 + j] = v;
+            }
         }
-        y[i] = v;
     }
 }

@@ -268,7 +268,9 @@ fn lower_step(
             let bindings = vec![T(x), T(w), T(b), T(y)];
             match op.kind() {
                 ConvKind::Depthwise => {
-                    let groups = linear_groups(op.output_len() as u64);
+                    // An invocation per four outputs of a row (depthwise.comp).
+                    let rows = op.output_len() as u64 / u64::from(op.out_w());
+                    let groups = linear_groups(rows * u64::from(op.out_w()).div_ceil(4));
                     push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {

@@ -17,7 +17,10 @@
 //! - [`engine`]: [`Engine`] ties them together: `buffer`, `pipeline`, `run`, `upload`,
 //!   `download`.
 //! - [`lower`]: a [`crate::compute::Recording`]'s steps as dispatches (kernel, grid,
-//!   bindings, push constants), as plain data.
+//!   bindings, push constants), as plain data, with the device's kernel variants
+//!   ([`lower::Variants`]: fp16, or direct kernels without barriers on CPU-type devices).
+//! - [`barriers`]: which dispatches need a barrier before them (an access after a
+//!   conflicting one), from the buffers they bind and what their SPIR-V writes.
 //! - [`host_import`]: host memory imported into the device (`VK_EXT_external_memory_host`)
 //!   for the loader's ring: uploads from it are GPU copies, with no CPU copy.
 //! - [`exec`]: [`VulkanExec`], a recording on the engine: its buffers (sized against the
@@ -39,7 +42,8 @@
 //!
 //! # Environment
 //!
-//! - `FULCRUM_VULKAN_VALIDATION=1`: enable the validation layer (as [`Options::validation`]).
+//! - `FULCRUM_VULKAN_VALIDATION=1`: enable the validation layer (as [`Options::validation`]),
+//!   with its synchronization validation where the layer offers it.
 //! - `FULCRUM_VULKAN_LOADER=/path/libvulkan.so.1`: the loader library to use instead of the
 //!   system's `libvulkan.so.1`, for boards with the loader in an unusual place (and tests of
 //!   the no-loader path).
