@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""det-s forward at batch 1 on one Vulkan device, side by side: fulcrum's Vulkan engine against
+ncnn's Vulkan backend running the same det-s (fulcrum's ONNX export converted with pnnx), on
+the same driver, in one run with the two alternating round by round (the machines are shared
+and noisy).
+
+A developer tool, not a test. It needs a release build of fulcrum and, in the Python it runs
+with, PyPI's `ncnn` (built with Vulkan) and `pnnx`:
+
+    python3 -m venv /tmp/ncnn && /tmp/ncnn/bin/pip install ncnn pnnx numpy
+    cargo build --release
+    /tmp/ncnn/bin/python tools/scripts/compare-vulkan-ncnn.py --rounds 3
+
+The det-s weights come from a one-step training run on the built-in synthetic dataset (the
+time of a forward pass does not depend on the values). fulcrum's figure is `bench compute`'s
+forward at batch 1: `device` is the GPU time of its dispatches (timestamps), `wall` what the
+caller waits for, submission included. ncnn's is the wall time of one `extract` (upload,
+dispatches, download) with its GPU pipelines and blobs allocated once before timing.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+INPUT = 128
+
+
+def run(cmd, **kw):
+    out = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out
+
+
+def prepare(binary, tmp):
+    """Packs a small synthetic set, trains det-s one step, exports ONNX, converts it to ncnn."""
+    data, out = os.path.join(tmp, "data"), os.path.join(tmp, "run")
+    run([binary, "pack", "--synthetic", "64", "--out", data])
+    run([binary, "train", "--data", data, "--out", out, "--engine", "cpu", "--max-steps", "1"])
+    onnx = os.path.join(tmp, "det_s.onnx")
+    run([binary, "export", "--weights", os.path.join(out, "last.safetensors"), "--onnx", onnx])
+    # The `pnnx` command pip installs beside this Python (or on the PATH).
+    pnnx = os.path.join(os.path.dirname(sys.executable), "pnnx")
+    pnnx = pnnx if os.path.exists(pnnx) else shutil.which("pnnx")
+    if pnnx is None:
+        sys.exit("no `pnnx` command: pip install pnnx (in the Python that runs this script)")
+    run([pnnx, onnx, f"inputshape=[1,3,{INPUT},{INPUT}]"], cwd=tmp)
+    param, bin_ = (os.path.join(tmp, f"det_s.ncnn.{ext}") for ext in ("param", "bin"))
+    if not (os.path.exists(param) and os.path.exists(bin_)):
+        sys.exit(f"pnnx wrote no det_s.ncnn.param/.bin in {tmp}: {os.listdir(tmp)}")
+    return param, bin_
+
+
+def fulcrum_forward(binary, runs, device):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "compute.json")
+        cmd = [binary, "bench", "compute", "--runs", str(runs), "--batch", "1", "--json", out]
+        if device is not None:
+            cmd += ["--device", str(device)]
+        run(cmd)
+        engines = json.load(open(out))["engines"]
+    vulkan = [e for e in engines if e["engine"].startswith("vulkan") and "fp16" not in e["engine"]]
+    if not vulkan:
+        sys.exit(f"bench compute measured no Vulkan engine: {[e['engine'] for e in engines]}")
+    f = vulkan[0]["forward_batch1"]
+    return vulkan[0]["engine"], f["device_ms"], f["wall_ms"]
+
+
+def ncnn_net(param, bin_, device):
+    import ncnn
+
+    if ncnn.get_gpu_count() == 0:
+        sys.exit("ncnn sees no Vulkan device (is this ncnn built with Vulkan? is a driver there?)")
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = True
+    if device is not None:
+        net.set_vulkan_device(device)
+    if net.load_param(param) != 0 or net.load_model(bin_) != 0:
+        sys.exit(f"ncnn could not load {param}")
+    name = ncnn.get_gpu_info(device or ncnn.get_default_gpu_index()).device_name()
+    return net, name
+
+
+def ncnn_forward(net, runs):
+    import ncnn
+    import numpy as np
+
+    x = ncnn.Mat(np.random.default_rng(0).random((3, INPUT, INPUT), dtype=np.float32))
+
+    def forward():
+        with net.create_extractor() as ex:
+            ex.input("in0", x)
+            ret, out = ex.extract("out0")
+            if ret != 0:
+                sys.exit(f"ncnn extract failed ({ret})")
+            np.asarray(out)
+
+    for _ in range(5):
+        forward()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        forward()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fulcrum", default="target/release/fulcrum")
+    p.add_argument("--device", type=int, help="Vulkan device index (both), default each's best")
+    p.add_argument("--runs", type=int, default=20, help="timed runs per figure (medians)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of both, alternating")
+    p.add_argument("--json", help="also write the figures to this file")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        param, bin_ = prepare(a.fulcrum, tmp)
+        net, ncnn_device = ncnn_net(param, bin_, a.device)
+        rounds = []
+        for r in range(a.rounds):
+            engine, device_ms, wall_ms = fulcrum_forward(a.fulcrum, a.runs, a.device)
+            ncnn_ms = ncnn_forward(net, a.runs)
+            rounds.append({"fulcrum_device_ms": device_ms, "fulcrum_wall_ms": wall_ms,
+                           "ncnn_ms": ncnn_ms})
+            print(f"round {r + 1}: fulcrum ({engine}) device {device_ms:.2f} ms, wall "
+                  f"{wall_ms:.2f} ms; ncnn-vulkan ({ncnn_device}) {ncnn_ms:.2f} ms; "
+                  f"wall ratio {wall_ms / ncnn_ms:.2f}×", flush=True)
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    print(f"det-s forward, batch 1, medians of {a.rounds} rounds × {a.runs} runs: fulcrum wall "
+          f"{med['fulcrum_wall_ms']:.2f} ms (device {med['fulcrum_device_ms']:.2f}), ncnn-vulkan "
+          f"{med['ncnn_ms']:.2f} ms: {med['fulcrum_wall_ms'] / med['ncnn_ms']:.2f}× ncnn's time")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"fulcrum_engine": engine, "ncnn_device": ncnn_device, "rounds": rounds,
+                       "median": med}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
