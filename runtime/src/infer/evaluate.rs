@@ -145,6 +145,7 @@ pub fn evaluate(
         train: false,
         threshold: options.threshold,
         top_k: options.top_k,
+        giou_weight: checkpoint.giou_weight(),
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)

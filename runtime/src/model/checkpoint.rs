@@ -118,6 +118,17 @@ impl Checkpoint {
         self.get(&format!("ema.{name}")).or_else(|| self.get(name))
     }
 
+    /// The weight of the GIoU term the model was trained with (the training config's `giou`;
+    /// 0 for runs without one or from before it existed), so that an evaluation's loss is
+    /// the loss it was trained on.
+    pub fn giou_weight(&self) -> f32 {
+        self.train
+            .as_ref()
+            .and_then(|t| t.get("giou"))
+            .and_then(serde_json::Value::as_f64)
+            .map_or(0.0, |w| w as f32)
+    }
+
     /// The file's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let bytes: Vec<_> = self.tensors.iter().map(|(_, _, v)| le_bytes(v)).collect();
@@ -344,6 +355,16 @@ mod tests {
                 ("stem.bias".into(), vec![2], vec![0.5, -0.0]),
             ],
         }
+    }
+
+    #[test]
+    fn the_giou_weight_comes_from_the_training_config() {
+        let mut c = sample();
+        assert_eq!(c.giou_weight(), 0.0, "a config without the field");
+        c.train = Some(serde_json::json!({"batch": 32, "giou": 1.5}));
+        assert_eq!(c.giou_weight(), 1.5);
+        c.train = None;
+        assert_eq!(c.giou_weight(), 0.0);
     }
 
     #[test]

@@ -130,9 +130,14 @@ pub fn table(r: &EvalReport, iou: f32) -> String {
         );
     }
     let loss = match r.loss {
-        Some(l) => format!(
+        // The GIoU term is there only for models trained with one (`train --giou`).
+        Some(l) if l[5] != 0.0 => format!(
             "loss {:.3} (focal {:.3}, offset {:.3}, size {:.3}, GIoU {:.3})",
             l[0], l[1], l[2], l[3], l[5]
+        ),
+        Some(l) => format!(
+            "loss {:.3} (focal {:.3}, offset {:.3}, size {:.3})",
+            l[0], l[1], l[2], l[3]
         ),
         None => format!(
             "no loss (fewer images than one batch of {}; a smaller --batch measures it)",
