@@ -32,13 +32,14 @@ pub const LINEAR_WORKGROUP: u32 = 256;
 /// Workgroup count every Vulkan device supports in each dimension.
 pub const MAX_GROUPS: u32 = 65_535;
 
-/// Terms of a split weight-gradient sum below which it is not split further: 32 GEMM steps.
+/// Terms of a split weight-gradient sum below which it is not split further: 8 GEMM steps.
 /// A part is a serial chain of steps (each with two barriers) in one workgroup, so long
-/// parts leave a GPU idle: at 2048 terms (128 steps) det-s's weight gradients took 70 % of
-/// its training step on an NVIDIA H200 (3.0 of 4.1 ms).
-const MIN_SPLIT_TERMS: u64 = 512;
+/// parts leave a GPU idle. det-s's training step at batch 32 on an NVIDIA H200: 4.12 ms
+/// with parts of at least 2048 terms (the weight gradients 3.06 ms of it), 1.50 ms at 512,
+/// 1.14 ms at 256, 0.98 ms at 128 (with up to 512 parts; lavapipe unchanged).
+const MIN_SPLIT_TERMS: u64 = 128;
 /// Most parts a weight gradient or the loss is split into.
-const MAX_SPLITS: u64 = 256;
+const MAX_SPLITS: u64 = 512;
 /// Workgroups a split weight gradient aims to keep busy. The partial sums take at most
 /// about this many GEMM tiles (32 × 64 floats each, 4 MiB in all) of conv scratch.
 const TARGET_GROUPS: u64 = 512;
@@ -589,7 +590,7 @@ mod tests {
             assert!(u64::from(s) * u64::from(c) >= terms);
             assert!(u64::from(s - 1) * u64::from(c) < terms, "no empty part");
         }
-        assert_eq!(split(131_072, 1).0, 256);
+        assert_eq!(split(131_072, 1).0, 512);
         assert_eq!(split(2048, 600).0, 1, "enough tiles: no split");
     }
 
@@ -651,9 +652,9 @@ mod tests {
                 (Kernel::DepthwiseGradWeight, 1),
             ]
         );
-        // 32·64·64 terms onto one tile: split 256 ways into [256][16][28] partial sums.
-        assert_eq!(l.entries[0][0].groups, [1, 1, 256]);
-        assert_eq!(l.conv_partial_floats, 256 * 16 * 28);
+        // 32·64·64 terms onto one tile: split 512 ways into [512][16][28] partial sums.
+        assert_eq!(l.entries[0][0].groups, [1, 1, 512]);
+        assert_eq!(l.conv_partial_floats, 512 * 16 * 28);
         assert_eq!(l.entries[0][3].groups, [16, 10, 1]);
         assert_eq!(l.loss_partial_floats, 0);
     }
