@@ -101,14 +101,15 @@ def ncnn_forward(net, runs):
                 sys.exit(f"ncnn extract failed ({ret})")
             np.asarray(out)
 
-    for _ in range(5):
+    for _ in range(5):  # warm-up: pipelines, blob allocators
         forward()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        forward()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    return statistics.median(elapsed_ms(forward) for _ in range(runs))
+
+
+def elapsed_ms(fn):
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
 
 
 def main():

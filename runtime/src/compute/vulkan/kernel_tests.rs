@@ -1238,17 +1238,8 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
     assert_clean(exec.engine());
 }
 
-/// The fp16 variant of the pointwise conv (f16 tiles and products, f32 sums) against the f32
-/// CPU twin. Rounding each input to f16 costs at most 2⁻¹¹ relative, so every output is within
-/// `FP16_TOL · max|y|` (sums of up to 65 products of values in [-1, 1]); and it must differ
-/// from the f32 result somewhere, or the variant was not in use.
-#[test]
-fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
-    const FP16_TOL: f64 = 4e-3;
-    let cases = [
-        Conv2d::pointwise(3, 33, 5, 7, 65, true),
-        Conv2d::pointwise(2, 64, 16, 16, 48, false),
-    ];
+/// One entry per pointwise conv of `cases` (`case{i}`: input, weight, bias, output).
+fn pointwise_entries(cases: &[Conv2d]) -> (Recording, Vec<[TensorId; 4]>) {
     let mut rec = Recording::new();
     let mut ids = Vec::new();
     for (i, op) in cases.iter().enumerate() {
@@ -1260,18 +1251,54 @@ fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
             t(&mut rec, "b", op.bias_len(), Role::Param),
             t(&mut rec, "y", op.output_len(), Role::Output),
         );
-        rec.entry(
-            &format!("case{i}"),
-            vec![Step::ConvForward {
-                op: *op,
-                x,
-                w,
-                b,
-                y,
-            }],
-        );
-        ids.push((x, w, b, y));
+        let step = Step::ConvForward {
+            op: *op,
+            x,
+            w,
+            b,
+            y,
+        };
+        rec.entry(&format!("case{i}"), vec![step]);
+        ids.push([x, w, b, y]);
     }
+    (rec, ids)
+}
+
+/// Runs entry `i` ([`pointwise_entries`]) on random inputs: the GPU's output and the CPU
+/// twin's.
+fn run_pointwise_case(
+    exec: &mut VulkanExec,
+    rng: &mut SplitMix64,
+    op: &Conv2d,
+    [x_id, w_id, b_id, y_id]: [TensorId; 4],
+    i: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut scratch = Scratch::new(2);
+    scratch.reserve(cpu::conv2d_forward_scratch_len(op));
+    let x = random_vec(rng, op.input_len(), -1.0, 1.0);
+    let w = random_vec(rng, op.weight_len(), -1.0, 1.0);
+    let b = random_vec(rng, op.bias_len(), -0.5, 0.5);
+    let mut want = vec![0.0; op.output_len()];
+    cpu::conv2d_forward(op, &x, &w, &b, &mut want, &mut scratch);
+    for (t, v) in [(x_id, &x), (w_id, &w), (b_id, &b)] {
+        exec.write_f32(t, v).unwrap();
+    }
+    exec.run(i).unwrap();
+    (read(exec, y_id, want.len()), want)
+}
+
+/// The fp16 variant of the pointwise conv (f16 tiles and products, f32 sums) against the f32
+/// CPU twin. Rounding each input to f16 costs at most 2⁻¹¹ relative, so every output is within
+/// `FP16_TOL · max|y|` (sums of up to 65 products of values in [-1, 1]); and it must differ
+/// from the f32 result somewhere, or the variant was not in use.
+#[test]
+fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
+    const FP16_TOL: f64 = 4e-3;
+    let cases = [
+        Conv2d::pointwise(3, 33, 5, 7, 65, true),
+        Conv2d::pointwise(2, 64, 16, 16, 48, false),
+    ];
+    let (rec, ids) = pointwise_entries(&cases);
     let options = super::Options {
         validation: true,
         pipeline_cache: super::CacheDir::Off,
@@ -1295,24 +1322,13 @@ fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
     }
     let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
     let mut rng = SplitMix64::new(5);
-    let mut scratch = Scratch::new(2);
-    for (i, (op, &(x_id, w_id, b_id, y_id))) in cases.iter().zip(&ids).enumerate() {
+    for (i, (op, &ids)) in cases.iter().zip(&ids).enumerate() {
         assert_eq!(
             exec.kernels(i)[0].0,
             "pointwise_f16",
             "the variant is lowered"
         );
-        scratch.reserve(cpu::conv2d_forward_scratch_len(op));
-        let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
-        let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
-        let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
-        let mut want = vec![0.0; op.output_len()];
-        cpu::conv2d_forward(op, &x, &w, &b, &mut want, &mut scratch);
-        for (t, v) in [(x_id, &x), (w_id, &w), (b_id, &b)] {
-            exec.write_f32(t, v).unwrap();
-        }
-        exec.run(i).unwrap();
-        let got = read(&mut exec, y_id, want.len());
+        let (got, want) = run_pointwise_case(&mut exec, &mut rng, op, ids, i);
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
         let worst = got
             .iter()
@@ -1342,27 +1358,7 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         Conv2d::pointwise(2, 64, 16, 16, 48, false),
         Conv2d::pointwise(1, 16, 1, 3, 7, true),
     ];
-    let mut rec = Recording::new();
-    let mut ids = Vec::new();
-    for (i, op) in cases.iter().enumerate() {
-        let t =
-            |rec: &mut Recording, name: &str, len, role| rec.f32(&format!("{name}{i}"), len, role);
-        let (x, w, b, y) = (
-            t(&mut rec, "x", op.input_len(), Role::Input),
-            t(&mut rec, "w", op.weight_len(), Role::Param),
-            t(&mut rec, "b", op.bias_len(), Role::Param),
-            t(&mut rec, "y", op.output_len(), Role::Output),
-        );
-        let step = Step::ConvForward {
-            op: *op,
-            x,
-            w,
-            b,
-            y,
-        };
-        rec.entry(&format!("case{i}"), vec![step]);
-        ids.push((x, w, b, y));
-    }
+    let (rec, ids) = pointwise_entries(&cases);
     for (direct, kernel) in [(false, "pointwise"), (true, "pointwise_direct")] {
         let options = super::Options {
             validation: true,
@@ -1375,24 +1371,10 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         };
         let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
         let mut rng = SplitMix64::new(9);
-        let mut scratch = Scratch::new(2);
-        for (i, (op, &(x_id, w_id, b_id, y_id))) in cases.iter().zip(&ids).enumerate() {
+        for (i, (op, &ids)) in cases.iter().zip(&ids).enumerate() {
             assert_eq!(exec.kernels(i)[0].0, kernel, "the variant is lowered");
-            scratch.reserve(cpu::conv2d_forward_scratch_len(op));
-            let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
-            let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
-            let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
-            let mut want = vec![0.0; op.output_len()];
-            cpu::conv2d_forward(op, &x, &w, &b, &mut want, &mut scratch);
-            for (t, v) in [(x_id, &x), (w_id, &w), (b_id, &b)] {
-                exec.write_f32(t, v).unwrap();
-            }
-            exec.run(i).unwrap();
-            close(
-                &format!("{kernel} case {i}"),
-                &read(&mut exec, y_id, want.len()),
-                &want,
-            );
+            let (got, want) = run_pointwise_case(&mut exec, &mut rng, op, ids, i);
+            close(&format!("{kernel} case {i}"), &got, &want);
         }
         assert_clean(exec.engine());
     }

@@ -659,10 +659,9 @@ mod tests {
         assert_eq!(l.loss_partial_floats, 0);
     }
 
-    #[test]
-    fn an_adamw_update_and_the_average_of_its_tensor_are_one_dispatch() {
-        let mut r = Recording::new();
-        let adam = AdamW {
+    /// An AdamW update of a 10-value tensor with distinguishable hyper-parameters.
+    fn adamw_of_ten() -> AdamW {
+        AdamW {
             len: 10,
             lr: 0.5,
             beta1: 0.9,
@@ -670,7 +669,13 @@ mod tests {
             eps: 1e-8,
             weight_decay: 0.1,
             step: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn an_adamw_update_and_the_average_of_its_tensor_are_one_dispatch() {
+        let mut r = Recording::new();
+        let adam = adamw_of_ten();
         let t = |r: &mut Recording, n: &str, role| r.f32(n, 10, role);
         let hyper = r.f32("hyper", crate::compute::recording::HYPER_LEN, Role::Input);
         let mut tensors = Vec::new();
@@ -726,15 +731,7 @@ mod tests {
             .collect();
         assert_eq!(w, [2, 4, 9, 7, 6, 3, 2, 1, 1, 1, 5, 4, 3, 48, 0, 0]);
         let mut r = Recording::new();
-        let adam = AdamW {
-            len: 10,
-            lr: 0.5,
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            step: 1,
-        };
+        let adam = adamw_of_ten();
         let t = |r: &mut Recording, n: &str, role| r.f32(n, 10, role);
         let (param, grad) = (t(&mut r, "p", Role::Param), t(&mut r, "g", Role::Input));
         let (m, v) = (t(&mut r, "m", Role::State), t(&mut r, "v", Role::State));
