@@ -227,14 +227,17 @@ impl Instance {
                     what: "VK_LAYER_KHRONOS_validation",
                 });
             }
-            let has_debug_utils = |layer: Option<&CStr>| {
+            let has_extension = |layer: Option<&CStr>, name: &CStr| {
                 // SAFETY: a global command of a loaded Entry; `layer` is a valid layer name.
                 unsafe { entry.enumerate_instance_extension_properties(layer) }
                     .unwrap_or_default()
                     .iter()
-                    .any(|e| e.extension_name_as_c_str() == Ok(ash::ext::debug_utils::NAME))
+                    .any(|e| e.extension_name_as_c_str() == Ok(name))
             };
-            if !has_debug_utils(None) && !has_debug_utils(Some(VALIDATION_LAYER)) {
+            let debug_utils = ash::ext::debug_utils::NAME;
+            if !has_extension(None, debug_utils)
+                && !has_extension(Some(VALIDATION_LAYER), debug_utils)
+            {
                 return Err(Error::ValidationUnavailable {
                     what: "VK_EXT_debug_utils",
                 });
@@ -244,14 +247,8 @@ impl Instance {
             // The layer's synchronization validation reports every missing barrier between
             // two accesses of a buffer (the engine leaves out barriers between independent
             // dispatches, so this is what checks it), where the layer offers it.
-            // SAFETY: a global command of a loaded Entry; the layer name is valid.
             sync_validation =
-                unsafe { entry.enumerate_instance_extension_properties(Some(VALIDATION_LAYER)) }
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|e| {
-                        e.extension_name_as_c_str() == Ok(ash::ext::validation_features::NAME)
-                    });
+                has_extension(Some(VALIDATION_LAYER), ash::ext::validation_features::NAME);
             if sync_validation {
                 extensions.push(ash::ext::validation_features::NAME.as_ptr());
             }
