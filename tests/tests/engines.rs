@@ -27,6 +27,8 @@ struct Losses {
     ring_memory: String,
     /// Batches the engine copied from imported ring slots.
     imported_uploads: u64,
+    /// Command-buffer submissions of the training steps.
+    step_submissions: u64,
 }
 
 impl Observer for Losses {
@@ -75,6 +77,7 @@ fn losses(
     let report = trainer::train(&config, &options, &AtomicBool::new(false), &mut seen)
         .expect("training runs");
     seen.imported_uploads = report.imported_uploads;
+    seen.step_submissions = report.step_submissions;
     seen
 }
 
@@ -113,13 +116,24 @@ fn vulkan_and_cpu_losses_agree_over_50_steps() {
         );
     }
     assert_eq!(
+        gpu.step_submissions, STEPS,
+        "a step, its batch's copy included, is one submission"
+    );
+    assert_eq!(cpu.step_submissions, 0);
+    assert_eq!(
         (cpu.ring_memory.as_str(), cpu.imported_uploads),
         ("host", 0)
     );
     let host = run("vulkan-host", RingMemory::Host, EARLY_STEPS as u64);
     assert_eq!(
-        (host.ring_memory.as_str(), host.imported_uploads),
-        ("host", 0)
+        (
+            host.ring_memory.as_str(),
+            host.imported_uploads,
+            host.step_submissions
+        ),
+        ("host", 0, EARLY_STEPS as u64),
+        "from plain host memory the CPU writes the batch into mapped memory: still one \
+         submission a step"
     );
     assert_eq!(
         host.losses[..],

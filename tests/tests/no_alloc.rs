@@ -10,11 +10,13 @@
 //! allocations inside the measured window are printed with a backtrace.
 
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
-use fulcrum::compute::recording::{HYPER_LEN, LOSS_LEN};
+use fulcrum::compute::ops::AdamW;
+use fulcrum::compute::recording::LOSS_LEN;
 use fulcrum::compute::vulkan::testing;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
 use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
+use fulcrum::ring::SlotBytes;
 use fulcrum_tests::alloc::{allocations, trace, Counting};
 use fulcrum_tests::*;
 
@@ -123,14 +125,25 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
         }
     };
     dataset.read_records(0, records).unwrap();
-    let records = &*records;
+    let records = match &mut slot {
+        Some(slot) => SlotBytes::in_memory(&mut **slot, 0..bytes).unwrap(),
+        None => SlotBytes::plain(&plain),
+    };
     let entry = graph.entry(ENTRY_TRAIN);
     let mut loss = [0f32; LOSS_LEN];
     let mut step = |exec: &mut Exec, k: usize| {
-        let hyper: [f32; HYPER_LEN] = [1e-3, k as f32, 0.1, 0.001, 0.5];
-        exec.write_bytes(graph.records, records).unwrap();
+        let hyper = AdamW {
+            len: 1,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            step: k as u32,
+        }
+        .hyper();
         exec.write_f32(graph.hyper, &hyper).unwrap();
-        exec.run(entry).unwrap();
+        exec.run_reading(entry, graph.records, records).unwrap();
         exec.read_f32(graph.loss, &mut loss).unwrap();
     };
     for k in 1..=2 {
@@ -147,6 +160,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     let before = allocations();
     trace(5);
     let imported_before = exec.imported_uploads();
+    let submitted_before = exec.submissions();
     for k in 3..3 + MEASURED_STEPS {
         step(&mut exec, k);
     }
@@ -157,6 +171,13 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
             exec.imported_uploads() - imported_before,
             MEASURED_STEPS as u64,
             "the measured steps took their records by GPU copies from the slot"
+        );
+    }
+    if engine == EngineChoice::Vulkan {
+        assert_eq!(
+            exec.submissions() - submitted_before,
+            MEASURED_STEPS as u64,
+            "a step with its batch's copy is one submission"
         );
     }
     assert!(loss[0].is_finite() && loss[0] > 0.0, "{loss:?}");

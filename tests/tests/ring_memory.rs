@@ -1,14 +1,15 @@
 //! Ring slots in host memory imported into the Vulkan device (`VK_EXT_external_memory_host`,
 //! lavapipe in CI): the loaders read into it with io_uring and `O_DIRECT` as into plain host
 //! memory, every batch is the same as from a plain ring, and the engine's upload of a batch is
-//! a GPU copy from the slot (the CPU copies nothing), with the right bytes on the device.
+//! a GPU copy from the slot (found by the import's id; the CPU copies nothing), with the right
+//! bytes on the device.
 
 use std::sync::Arc;
 
 use fulcrum::compute::vulkan::{testing, Location, IMPORTED_KIND};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::{Dataset, Loader, LoaderConfig};
-use fulcrum::ring::{SlotAllocator, SlotMemory};
+use fulcrum::ring::{ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
 use fulcrum_tests::*;
 
 /// Every batch of `config` over `dir`, each also uploaded to a device buffer through `engine`
@@ -28,7 +29,9 @@ fn load_and_upload(
     let mut batches = Vec::new();
     let mut back = vec![0u8; slot_bytes];
     while let Some(batch) = loader.next_batch().unwrap() {
-        engine.upload(&mut device, 0, batch.records()).unwrap();
+        engine
+            .upload_slot(&mut device, 0, batch.slot_bytes())
+            .unwrap();
         engine.download(&mut device, 0, &mut back).unwrap();
         assert!(
             back == batch.records(),
@@ -90,7 +93,7 @@ fn an_imported_ring_delivers_the_same_batches_and_the_gpu_copies_them() {
 }
 
 #[test]
-fn uploads_find_their_import_and_only_bytes_wholly_inside_it() {
+fn uploads_find_their_import_by_id_and_only_bytes_wholly_inside_it() {
     let Some(mut engine) = testing::engine("uploads_find_their_import") else {
         return;
     };
@@ -102,6 +105,10 @@ fn uploads_find_their_import_and_only_bytes_wholly_inside_it() {
     assert_eq!(memory.len() % 4096, 0);
     assert!(memory.len() >= 3 * 4096 + 100);
     assert_eq!(engine.live_imports(), 1);
+    let id = memory
+        .import_id()
+        .expect("imported memory names its import");
+    let len = memory.len();
     let bytes = memory.bytes_mut();
     assert!(
         bytes.iter().all(|&b| b == 0),
@@ -110,43 +117,59 @@ fn uploads_find_their_import_and_only_bytes_wholly_inside_it() {
     for (i, b) in bytes.iter_mut().enumerate() {
         *b = (i * 7 % 251) as u8;
     }
+    let expected = bytes.to_vec();
     let mut device = engine.buffer("test.dst", 5000, Location::GpuOnly).unwrap();
     let mut back = vec![0u8; 5000];
 
     // From the middle of the import, to an offset in the buffer: a GPU copy.
-    engine
-        .upload(&mut device, 1000, &bytes[6000..10000])
-        .unwrap();
+    let middle = SlotBytes::in_memory(&mut *memory, 6000..10000).unwrap();
+    assert_eq!(
+        middle.imported(),
+        Some(ImportedAt {
+            import: id,
+            offset: 6000
+        })
+    );
+    engine.upload_slot(&mut device, 1000, middle).unwrap();
     assert_eq!(engine.imported_uploads(), 1);
     engine.download(&mut device, 0, &mut back).unwrap();
     assert!(back[..1000].iter().all(|&b| b == 0));
-    assert!(back[1000..] == bytes[6000..10000]);
+    assert!(back[1000..] == expected[6000..10000]);
 
-    // Bytes from elsewhere take the ordinary path, with the same result.
-    let elsewhere: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
-    engine.upload(&mut device, 0, &elsewhere).unwrap();
+    // The same bytes without their identity take the ordinary path, with the same result:
+    // nothing is found by address.
+    let copied = expected[6000..10000].to_vec();
+    engine
+        .upload_slot(&mut device, 0, SlotBytes::plain(&copied))
+        .unwrap();
     assert_eq!(engine.imported_uploads(), 1);
     engine.download(&mut device, 0, &mut back).unwrap();
-    assert_eq!(back, elsewhere);
+    assert!(back[..4000] == expected[6000..10000]);
 
     // Ending exactly at the end of the import: still inside. (Ranges that run past it are
-    // the unit tests' in host_import.rs: no safe slice can.)
-    let len = bytes.len();
-    engine.upload(&mut device, 0, &bytes[len - 5000..]).unwrap();
+    // the unit tests' in host_import.rs: `in_memory` makes none.)
+    let tail = SlotBytes::in_memory(&mut *memory, len - 5000..len).unwrap();
+    engine.upload_slot(&mut device, 0, tail).unwrap();
     assert_eq!(engine.imported_uploads(), 2);
     engine.download(&mut device, 0, &mut back).unwrap();
-    assert!(back == bytes[len - 5000..]);
-    // An empty slice inside the import: nothing to copy, not counted.
-    engine.upload(&mut device, 0, &bytes[10..10]).unwrap();
+    assert!(back == expected[len - 5000..]);
+    assert!(SlotBytes::in_memory(&mut *memory, len - 10..len + 1).is_none());
+    // An empty range inside the import: nothing to copy, not counted.
+    let empty = SlotBytes::in_memory(&mut *memory, 10..10).unwrap();
+    engine.upload_slot(&mut device, 0, empty).unwrap();
     assert_eq!(engine.imported_uploads(), 2);
 
     // Too long for the buffer: refused before any copy, naming the buffer.
-    let e = engine.upload(&mut device, 0, &bytes[..6000]).unwrap_err();
+    let long = SlotBytes::in_memory(&mut *memory, 0..6000).unwrap();
+    let e = engine.upload_slot(&mut device, 0, long).unwrap_err();
     assert!(e.to_string().contains("test.dst"), "{e}");
     assert_eq!(engine.imported_uploads(), 2);
 
     drop(memory);
     assert_eq!(engine.live_imports(), 0);
+    // A new import gets a new id: the old one names nothing now.
+    let again = importer.allocate(4096).unwrap();
+    assert_ne!(again.import_id(), Some(id));
     testing::assert_clean(&engine);
 }
 

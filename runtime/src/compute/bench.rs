@@ -1,8 +1,9 @@
 //! The compute benchmark behind `fulcrum bench compute`: det-s on one engine — forward latency
 //! at batch 1, a whole training step (forward, loss, backward, AdamW) at a training batch, time
 //! per kernel family, GFLOP/s, and on Vulkan the split between device time and the host's
-//! submission overhead. On Vulkan also the upload of a training batch: from plain host memory
-//! (the CPU copies it) and from a ring slot the device imported (the GPU copies it).
+//! submission overhead. On Vulkan also a training step with its batch's upload: from plain
+//! host memory (the CPU copies it first) and from a ring slot the device imported (the GPU
+//! copies it in the step's own submission).
 //!
 //! Inputs are synthetic records (random pixels, a few boxes) written once; weights are the
 //! initialisation. Times are medians over the runs after warm-up.
@@ -15,11 +16,13 @@ use serde::Serialize;
 use super::cpu::exec::SplitChoice;
 use super::cpu::kernels::KernelSet;
 use super::exec::{Exec, ExecOptions, Result};
-use super::recording::{Recording, Step, HYPER_LEN};
+use super::ops::AdamW;
+use super::recording::{Recording, Step};
 use crate::balance::thread_cpu_time;
 use crate::format::{RecordBox, RecordLayout, RecordMeta};
 use crate::loader::order::SplitMix64;
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN};
+use crate::ring::SlotBytes;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -58,18 +61,22 @@ pub struct EntryFigures {
     pub per_kernel: Vec<KernelTime>,
 }
 
-/// One training batch's records going to the engine's input tensor (medians per batch).
+/// A training step with its batch going to the engine's input tensor (medians per step).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct UploadFigures {
+pub struct StepInputFigures {
+    /// The batch's records.
     pub bytes: usize,
-    /// From plain host memory: the CPU copies the batch (into mapped memory or staging).
-    pub host_ms: f64,
-    /// CPU time of the calling thread for that upload.
+    /// From plain host memory: the CPU copies the batch (into mapped memory or staging), then
+    /// the step runs. Wall time of both.
+    pub host_step_ms: f64,
+    /// CPU time of the calling thread for both.
     pub host_cpu_ms: f64,
-    /// From a ring slot the device imported: a GPU copy; `None` where the device cannot
-    /// import host memory.
-    pub imported_ms: Option<f64>,
+    /// From a ring slot the device imported: the GPU copies it in the step's submission;
+    /// `None` where the device cannot import host memory.
+    pub imported_step_ms: Option<f64>,
     pub imported_cpu_ms: Option<f64>,
+    /// Command-buffer submissions per step from an imported slot.
+    pub imported_submissions: Option<f64>,
 }
 
 /// The figures of one engine.
@@ -85,8 +92,9 @@ pub struct ComputeBenchReport {
     pub params: usize,
     pub forward_batch1: EntryFigures,
     pub train_step: EntryFigures,
-    /// Vulkan only: the batch upload, from host memory and from an imported ring slot.
-    pub upload: Option<UploadFigures>,
+    /// Vulkan only: the training step with its batch, from host memory and from an imported
+    /// ring slot.
+    pub step_input: Option<StepInputFigures>,
 }
 
 /// Floating-point work of an entry: convolutions forward (`flops`) and backward (twice that).
@@ -153,15 +161,19 @@ fn timed(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
     Ok((ms(wall), ms(cpu)))
 }
 
-/// The upload of one training batch into the records tensor of `exec`: from a plain host
-/// buffer, and from host memory the device imported (a ring slot, filled with the same bytes).
-fn measure_upload(
+/// A training step (entry `entry`) with its batch `batch` for the records tensor: written by
+/// the host first, and read from a ring slot the device imported (filled with the same bytes).
+fn measure_step_input(
     exec: &mut Exec,
     graph: &ModelGraph,
+    entry: usize,
     batch: &[u8],
     runs: usize,
-) -> Result<UploadFigures> {
-    let (host_ms, host_cpu_ms) = timed(runs, || exec.write_bytes(graph.records, batch))?;
+) -> Result<StepInputFigures> {
+    let (host_step_ms, host_cpu_ms) = timed(runs, || {
+        exec.write_bytes(graph.records, batch)?;
+        exec.run(entry).map(drop)
+    })?;
     // A device that offers imports but refuses this one is measured as one without.
     let slot = exec
         .slot_allocator()
@@ -172,20 +184,26 @@ fn measure_upload(
                 None
             }
         });
-    let imported = match slot {
-        Some(mut slot) => {
-            let bytes = &mut slot.bytes_mut()[..batch.len()];
-            bytes.copy_from_slice(batch);
-            Some(timed(runs, || exec.write_bytes(graph.records, bytes))?)
-        }
-        None => None,
-    };
-    Ok(UploadFigures {
+    let mut imported = None;
+    let mut imported_submissions = None;
+    if let Some(mut slot) = slot {
+        slot.bytes_mut()[..batch.len()].copy_from_slice(batch);
+        let input = SlotBytes::in_memory(&mut *slot, 0..batch.len())
+            .expect("the slot was allocated with the batch's size");
+        let before = exec.submissions();
+        imported = Some(timed(runs, || {
+            exec.run_reading(entry, graph.records, input).map(drop)
+        })?);
+        // `timed` makes one warm-up call before the runs.
+        imported_submissions = Some((exec.submissions() - before) as f64 / (runs + 1) as f64);
+    }
+    Ok(StepInputFigures {
         bytes: batch.len(),
-        host_ms,
+        host_step_ms,
         host_cpu_ms,
-        imported_ms: imported.map(|i| i.0),
+        imported_step_ms: imported.map(|i| i.0),
         imported_cpu_ms: imported.map(|i| i.1),
+        imported_submissions,
     })
 }
 
@@ -197,7 +215,7 @@ fn measure(
     batch: u32,
     train: bool,
     breakdown: bool,
-) -> Result<(EntryFigures, Engine, Option<UploadFigures>)> {
+) -> Result<(EntryFigures, Engine, Option<StepInputFigures>)> {
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     let arch = Arch::new(&model);
@@ -234,11 +252,12 @@ fn measure(
             wall.push(t.wall);
         }
     }
-    let upload = if train && exec.is_vulkan() {
+    let step_input = if train && exec.is_vulkan() {
         let batch_records = records(&layout, batch, config.classes, 7);
-        Some(measure_upload(
+        Some(measure_step_input(
             &mut exec,
             &graph,
+            entry,
             &batch_records,
             config.runs.max(10),
         )?)
@@ -267,7 +286,7 @@ fn measure(
             per_kernel,
         },
         engine,
-        upload,
+        step_input,
     ))
 }
 
@@ -326,8 +345,16 @@ fn setup(
         exec.write_f32(p.value, &v)?;
     }
     exec.write_bytes(graph.records, &records(layout, batch, classes, 7))?;
-    let hyper: [f32; HYPER_LEN] = [1e-3, 1.0, 0.1, 0.001, 0.5];
-    exec.write_f32(graph.hyper, &hyper)
+    let first_step = AdamW {
+        len: 1,
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        step: 1,
+    };
+    exec.write_f32(graph.hyper, &first_step.hyper())
 }
 
 /// Which engine a measurement ran on.
@@ -350,7 +377,7 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     progress("forward at batch 1");
     let (forward_batch1, engine, _) = measure(config, 1, false, true)?;
     progress(&format!("training step at batch {}", config.train_batch));
-    let (train_step, _, upload) = measure(config, config.train_batch, true, true)?;
+    let (train_step, _, step_input) = measure(config, config.train_batch, true, true)?;
     let model =
         ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
     Ok(ComputeBenchReport {
@@ -361,6 +388,6 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
         params: Arch::new(&model).param_count(),
         forward_batch1,
         train_step,
-        upload,
+        step_input,
     })
 }

@@ -15,7 +15,7 @@ use super::recording::{Recording, TensorId};
 use super::vulkan;
 use super::vulkan::exec::VulkanExec;
 use crate::balance::MemoryPlan;
-use crate::ring::SlotAllocator;
+use crate::ring::{SlotAllocator, SlotBytes};
 
 /// Which engine to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -292,6 +292,47 @@ impl Exec {
                     per_kernel: t.per_dispatch,
                 })
             }
+        }
+    }
+
+    /// Runs entry `entry` reading `input` as the start of byte tensor `id`: a batch where the
+    /// loader put it. On Vulkan, bytes in an imported ring slot are copied by the GPU in the
+    /// step's own submission (one submission, one fence); the CPU engine reads them in place
+    /// when they fill the tensor. Either way the result is that of [`Exec::write_bytes`] then
+    /// [`Exec::run`], except that afterwards the tensor may not hold `input`.
+    pub fn run_reading(
+        &mut self,
+        entry: usize,
+        id: TensorId,
+        input: SlotBytes<'_>,
+    ) -> Result<RunTiming> {
+        match self {
+            Exec::Cpu(c) => {
+                let t = c
+                    .run_reading(entry, id, input.bytes())
+                    .map_err(Error::Cpu)?;
+                Ok(RunTiming {
+                    device: t.wall,
+                    wall: t.wall,
+                    per_kernel: t.per_step,
+                })
+            }
+            Exec::Vulkan(v) => {
+                let t = v.run_reading(entry, id, input).map_err(Error::VulkanExec)?;
+                Ok(RunTiming {
+                    device: t.gpu.unwrap_or(t.wall),
+                    wall: t.wall,
+                    per_kernel: t.per_dispatch,
+                })
+            }
+        }
+    }
+
+    /// Command-buffer submissions so far (each waited for with one fence); 0 on the CPU.
+    pub fn submissions(&self) -> u64 {
+        match self {
+            Exec::Cpu(_) => 0,
+            Exec::Vulkan(v) => v.engine().submissions(),
         }
     }
 

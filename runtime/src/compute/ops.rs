@@ -742,6 +742,26 @@ impl AdamW {
         )
     }
 
+    /// The `hyper` tensor of this step ([`super::recording::HYPER_LEN`]: `[lr, step, c1, c2,
+    /// ema_decay]`), the one place its layout is written: what the host uploads before each
+    /// optimizer step.
+    pub fn hyper(&self) -> [f32; super::recording::HYPER_LEN] {
+        let (c1, c2) = self.bias_corrections();
+        [
+            self.lr,
+            self.step as f32,
+            c1,
+            c2,
+            ema_decay(self.step.into()),
+        ]
+    }
+
+    /// A `hyper` that leaves the parameters and their average as they are (learning rate 0,
+    /// decay 1): for steps that only measure.
+    pub fn frozen_hyper() -> [f32; super::recording::HYPER_LEN] {
+        [0.0, 1.0, 1.0, 1.0, 1.0]
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         check_nonzero(&[("adamw len", self.len), ("adamw step", self.step)])?;
         if !(self.lr.is_finite() && self.lr >= 0.0) {

@@ -232,6 +232,12 @@ impl Batch<'_> {
         self.slot.records()
     }
 
+    /// [`Batch::records`] with their slot's identity, for an engine to read them where they
+    /// are ([`crate::compute::exec::Exec::run_reading`]).
+    pub fn slot_bytes(&self) -> crate::ring::SlotBytes<'_> {
+        self.slot.slot_bytes()
+    }
+
     pub fn record(&self, i: usize) -> &[u8] {
         let rs = self.layout.record_size;
         &self.slot.records()[i * rs..(i + 1) * rs]

@@ -23,12 +23,101 @@ pub unsafe trait SlotMemory: Send + Sync {
     /// Where it lives, for logs and the run's start line ("host", "host, imported into Vulkan").
     fn kind(&self) -> &'static str;
 
+    /// The device's name for this memory where a device imported it: how an engine finds the
+    /// import a slot lies in ([`SlotBytes`]) without searching by address. `None` for plain
+    /// host memory.
+    fn import_id(&self) -> Option<ImportId> {
+        None
+    }
+
     /// All of it, for its owner to fill before any ring is made over it (a ring owns its
     /// memory, so `&mut` access here is exclusive).
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: per the trait's contract `base()` points to `len()` bytes valid for reads
         // and writes, reached by no other path; `&mut self` makes this the only live view.
         unsafe { std::slice::from_raw_parts_mut(self.base().as_ptr(), self.len()) }
+    }
+}
+
+/// Which device import a block of slot memory is (see [`SlotMemory::import_id`]): unique
+/// among the imports of one device for as long as the process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ImportId(pub u64);
+
+/// Bytes handed to an engine as a step's input, with where they lie in device-imported slot
+/// memory when they do: the engine then copies them on the device from that import (found by
+/// its id, not by address), and the CPU copies nothing. Made from a ring slot
+/// ([`crate::ring::ReadyBatch::slot_bytes`]), from slot memory its owner holds
+/// ([`SlotBytes::in_memory`]), or from any bytes ([`SlotBytes::plain`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotBytes<'a> {
+    bytes: &'a [u8],
+    imported: Option<ImportedAt>,
+}
+
+/// Where [`SlotBytes`] start in an import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportedAt {
+    pub import: ImportId,
+    /// Byte offset from the start of the imported memory.
+    pub offset: u64,
+}
+
+impl<'a> SlotBytes<'a> {
+    /// Bytes in no import: engines copy them with the CPU.
+    pub fn plain(bytes: &'a [u8]) -> SlotBytes<'a> {
+        SlotBytes {
+            bytes,
+            imported: None,
+        }
+    }
+
+    /// `range` of `memory`, which the caller holds exclusively (so no one writes it while
+    /// these bytes are borrowed). `None` where the range is not inside it.
+    pub fn in_memory(
+        memory: &'a mut dyn SlotMemory,
+        range: std::ops::Range<usize>,
+    ) -> Option<SlotBytes<'a>> {
+        let import = memory.import_id();
+        let offset = range.start as u64;
+        let bytes: &'a [u8] = memory.bytes_mut().get(range)?;
+        Some(SlotBytes {
+            bytes,
+            imported: import.map(|import| ImportedAt { import, offset }),
+        })
+    }
+
+    /// Bytes at `offset` in `memory`, whose own invariants (the ring's slot states) keep
+    /// anyone from writing them while they are borrowed.
+    pub(crate) fn in_slot(memory: &dyn SlotMemory, bytes: &'a [u8], offset: usize) -> Self {
+        debug_assert_eq!(
+            memory.base().as_ptr() as usize + offset,
+            bytes.as_ptr() as usize
+        );
+        SlotBytes {
+            bytes,
+            imported: memory.import_id().map(|import| ImportedAt {
+                import,
+                offset: offset as u64,
+            }),
+        }
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Where they lie in an import, if they do.
+    pub fn imported(&self) -> Option<ImportedAt> {
+        self.imported
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
     }
 }
 

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use heapless::mpmc::Queue;
 
 use doorbell::Doorbell;
-pub use memory::{HostMemory, RingMemory, SlotAllocator, SlotMemory};
+pub use memory::{
+    HostMemory, ImportId, ImportedAt, RingMemory, SlotAllocator, SlotBytes, SlotMemory,
+};
 
 /// Most slots a ring can have (the capacity of the lock-free index queues).
 pub const MAX_SLOTS: usize = 64;
@@ -424,6 +426,16 @@ impl ReadyBatch<'_> {
                 bytes,
             )
         }
+    }
+
+    /// [`ReadyBatch::records`] with the slot's identity: where it lies in memory a device
+    /// imported, if the ring's memory is such.
+    pub fn slot_bytes(&self) -> SlotBytes<'_> {
+        SlotBytes::in_slot(
+            &*self.ring.memory,
+            self.records(),
+            self.slot * self.ring.shape.slot_bytes(),
+        )
     }
 
     /// Mutable access for in-place work by the consumer (e.g. normalising on the host).

@@ -28,8 +28,8 @@ use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
-use crate::compute::ops::{self, AdamW};
-use crate::compute::recording::{Role, HYPER_LEN, LOSS_LEN};
+use crate::compute::ops::AdamW;
+use crate::compute::recording::{Role, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
 use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress};
@@ -291,6 +291,9 @@ pub struct TrainReport {
     /// Batches the engine copied itself from imported ring slots, the CPU copying nothing
     /// ([`Exec::imported_uploads`]; the probe's included).
     pub imported_uploads: u64,
+    /// Command-buffer submissions the training steps made, all told (each waited for with one
+    /// fence; [`Exec::submissions`]): one per step on Vulkan, 0 on the CPU engine.
+    pub step_submissions: u64,
     /// The run's memory plan, and the process's peak resident memory at the end
     /// ([`balance::peak_resident`]; `None` where the system does not report it).
     pub memory: MemoryPlan,
@@ -602,7 +605,7 @@ pub fn train(
     };
 
     let mut epochs = Vec::new();
-    let mut hyper = [0f32; HYPER_LEN];
+    let mut step_submissions = 0u64;
     let mut loss = [0f32; LOSS_LEN];
     let mut interrupted = false;
     let mut final_loss = None;
@@ -621,21 +624,24 @@ pub fn train(
             break;
         };
         let waited = started.elapsed();
-        exec.write_bytes(graph.records, batch.records())?;
         let (epoch, batch_index) = (batch.epoch, batch.index);
-        drop(batch);
 
         let step = progress.step + 1;
         let lr = schedule.lr(step);
-        let (c1, c2) = AdamW {
+        let hyper = AdamW {
             step: step as u32,
+            lr,
             ..adam
         }
-        .bias_corrections();
-        hyper.copy_from_slice(&[lr, step as f32, c1, c2, ops::ema_decay(step)]);
+        .hyper();
         exec.write_f32(graph.hyper, &hyper)?;
         let step_started = options.trace.as_ref().map(|log| log.now());
-        let timing = exec.run(train_entry)?;
+        let submitted = exec.submissions();
+        // The batch is read where the loader put it (on Vulkan, copied from its slot in the
+        // step's own submission), so its slot goes back to the loaders after the step.
+        let timing = exec.run_reading(train_entry, graph.records, batch.slot_bytes())?;
+        drop(batch);
+        step_submissions += exec.submissions() - submitted;
         if let (Some(log), Some(t0)) = (&options.trace, step_started) {
             log.record(
                 crate::trace::Kind::Step,
@@ -746,6 +752,7 @@ pub fn train(
         loop_time,
         probe_time,
         imported_uploads: exec.imported_uploads(),
+        step_submissions,
         memory: memory_of(&loader_config, &engine_plan),
         peak_resident: balance::peak_resident(),
     })
@@ -877,7 +884,7 @@ fn probe(
     const STEPS: usize = 3;
     const BATCHES: u64 = 3;
     // Learning rate 0, and decay 1 for the weight average: the probe leaves both alone.
-    exec.write_f32(graph.hyper, &[0.0, 1.0, 1.0, 1.0, 1.0])?;
+    exec.write_f32(graph.hyper, &AdamW::frozen_hyper())?;
     let mut step = Duration::MAX;
     for i in 0..STEPS {
         let t = exec.run(train_entry)?;

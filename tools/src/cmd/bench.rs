@@ -439,20 +439,24 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             );
         }
         show(&format!("training step, batch {}", a.batch), &r.train_step);
-        if let Some(u) = &r.upload {
-            let imported = match (u.imported_ms, u.imported_cpu_ms) {
-                (Some(ms), Some(cpu)) => format!(
-                    "from an imported ring slot (GPU copy) {ms:.3} ms, CPU {cpu:.3} ms ({:.2}× the \
-                     host copy's CPU time)",
-                    cpu / u.host_cpu_ms.max(1e-9)
+        if let Some(u) = &r.step_input {
+            let imported = match (
+                u.imported_step_ms,
+                u.imported_cpu_ms,
+                u.imported_submissions,
+            ) {
+                (Some(ms), Some(cpu), Some(submissions)) => format!(
+                    "from an imported ring slot (GPU copy in the step's submission) {ms:.3} ms, \
+                     CPU {cpu:.3} ms, {submissions:.2} submissions per step"
                 ),
                 _ => "no imported ring slots (the device has no VK_EXT_external_memory_host)"
                     .to_owned(),
             };
             println!(
-                "  batch upload, {:.2} MB: from host memory (CPU copy) {:.3} ms, CPU {:.3} ms; {imported}",
+                "  step with its batch ({:.2} MB): from host memory (CPU copy, then the step) \
+                 {:.3} ms, CPU {:.3} ms; {imported}",
                 u.bytes as f64 / 1e6,
-                u.host_ms,
+                u.host_step_ms,
                 u.host_cpu_ms
             );
         }

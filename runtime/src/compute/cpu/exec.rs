@@ -56,6 +56,10 @@ pub struct CpuExec {
     fusion: bool,
 }
 
+/// A byte tensor's contents given to a run in place of the tensor's own
+/// ([`CpuExec::run_reading`]).
+type Input<'a> = (TensorId, &'a [u8]);
+
 /// One kernel of a run: a step, or steps run as one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kernel {
@@ -304,8 +308,13 @@ impl CpuExec {
         self.arena.slice(self.layout.offset(id), len)
     }
 
-    fn bytes_of(&self, id: TensorId) -> &[u8] {
-        &self.byte_tensors[id.index()]
+    /// Byte tensor `id`, or the run's input where it stands in for it
+    /// ([`CpuExec::run_reading`]).
+    fn bytes_of<'a>(&'a self, id: TensorId, input: Option<Input<'a>>) -> &'a [u8] {
+        match input {
+            Some((tensor, bytes)) if tensor == id => bytes,
+            _ => &self.byte_tensors[id.index()],
+        }
     }
 
     /// An f32 tensor's memory, to write; [`CpuExec::put`] ends that. Only the step that
@@ -401,6 +410,29 @@ impl CpuExec {
 
     /// Runs entry `entry`.
     pub fn run(&mut self, entry: usize) -> Result<CpuTiming, String> {
+        self.run_with(entry, None)
+    }
+
+    /// Runs entry `entry` reading `bytes` as the start of byte tensor `id`, as
+    /// [`CpuExec::write_bytes`] then [`CpuExec::run`] would: in place when they fill the
+    /// tensor (a whole batch in its ring slot: no copy), else written first. The tensor
+    /// itself is left as it was when read in place.
+    pub fn run_reading(
+        &mut self,
+        entry: usize,
+        id: TensorId,
+        bytes: &[u8],
+    ) -> Result<CpuTiming, String> {
+        self.host_access(id, Elem::Bytes)?;
+        if bytes.len() == self.byte_tensors[id.index()].len() {
+            self.run_with(entry, Some((id, bytes)))
+        } else {
+            self.write_bytes(id, bytes)?;
+            self.run(entry)
+        }
+    }
+
+    fn run_with(&mut self, entry: usize, input: Option<Input<'_>>) -> Result<CpuTiming, String> {
         if entry >= self.recording.entries.len() {
             return Err(format!(
                 "entry {entry} of a recording with {}",
@@ -420,7 +452,7 @@ impl CpuExec {
             match self.schedule[entry][k] {
                 Kernel::Step(i) => {
                     let step = self.recording.entries[entry].steps[i].clone();
-                    self.step(&step, self.thread_split[entry][i]);
+                    self.step(&step, self.thread_split[entry][i], input);
                 }
                 Kernel::ConvAdd(i, add) => {
                     let step = self.recording.entries[entry].steps[i].clone();
@@ -485,7 +517,7 @@ impl CpuExec {
                     for (times, how) in [(&mut whole, false), (&mut split, true)] {
                         let t = Instant::now();
                         for _ in 0..3 {
-                            self.step(&step, how);
+                            self.step(&step, how, None);
                         }
                         times.push(t.elapsed());
                     }
@@ -638,7 +670,7 @@ impl CpuExec {
         self.put(add.out, out);
     }
 
-    fn step(&mut self, step: &Step, thread_split: bool) {
+    fn step(&mut self, step: &Step, thread_split: bool, input: Option<Input<'_>>) {
         match *step {
             Step::ConvForward { op, x, w, b, y } => {
                 let mut out = self.take(y);
@@ -721,12 +753,12 @@ impl CpuExec {
             Step::Normalize { op, records, out } => {
                 let mut o = self.take(out);
                 let pool = self.scratch.pool();
-                normalize::normalize(&op, self.bytes_of(records), &mut o, pool.as_deref());
+                normalize::normalize(&op, self.bytes_of(records, input), &mut o, pool.as_deref());
                 self.put(out, o);
             }
             Step::Targets { op, records, out } => {
                 let mut o = self.take(out);
-                targets::render_targets(&op, self.bytes_of(records), &mut o);
+                targets::render_targets(&op, self.bytes_of(records, input), &mut o);
                 self.put(out, o);
             }
             Step::LossForward {
@@ -916,6 +948,58 @@ mod tests {
     use crate::model::{
         init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
     };
+
+    /// A batch read in place predicts what the same batch written into the records tensor
+    /// does, and leaves the tensor alone; a part of a batch is written first, as
+    /// `write_bytes` would; a float tensor is refused.
+    #[test]
+    fn a_batch_read_in_place_predicts_what_a_written_one_does() {
+        let model = ModelConfig::named("det-s", 3).expect("det-s");
+        let arch = Arch::new(&model);
+        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let graph = ModelGraph::build(&arch, 2, &layout, &GraphOptions::default()).expect("graph");
+        let infer = graph.entry(ENTRY_INFER);
+        let mut rng = SplitMix64::new(5);
+        let records: Vec<u8> = (0..2 * layout.record_size)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        let setup = || {
+            let mut exec = CpuExec::new(&graph.recording, 1).expect("executor");
+            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+                exec.write_f32(p.value, &v).expect("params");
+            }
+            exec
+        };
+        let predict = |exec: &mut CpuExec| {
+            let mut pred = vec![0f32; graph.recording.get(graph.pred).len];
+            exec.read_f32(graph.pred, &mut pred).expect("pred");
+            pred
+        };
+        let (mut written, mut read) = (setup(), setup());
+        written.write_bytes(graph.records, &records).unwrap();
+        written.run(infer).unwrap();
+        read.run_reading(infer, graph.records, &records).unwrap();
+        let whole = predict(&mut written);
+        assert!(whole == predict(&mut read), "in place: other predictions");
+        let mut tensor = vec![1u8; records.len()];
+        read.read_bytes(graph.records, &mut tensor).unwrap();
+        assert!(tensor.iter().all(|&b| b == 0), "read in place, not copied");
+
+        // One record of two: written into the tensor, whose second record stays (zeros).
+        let first = &records[..layout.record_size];
+        read.run_reading(infer, graph.records, first).unwrap();
+        read.read_bytes(graph.records, &mut tensor).unwrap();
+        assert!(tensor[..first.len()] == *first && tensor[first.len()..].iter().all(|&b| b == 0));
+        let part = predict(&mut read);
+        let half = part.len() / 2;
+        assert!(
+            part[..half] == whole[..half],
+            "the first image's predictions"
+        );
+
+        let e = read.run_reading(infer, graph.pred, first).unwrap_err();
+        assert!(e.contains("holds floats, not bytes"), "{e}");
+    }
 
     /// det-s's inference pass runs its depthwise-separable pairs, its neck (an upsampling and
     /// a pointwise conv) and its five residual adds as fused kernels and predicts exactly what the separate steps do: over the batch, and

@@ -867,6 +867,8 @@ pub(crate) struct Device {
     pub(crate) feedback: bool,
     pub(crate) registry: Mutex<Registry>,
     pub(crate) fence_timeout: std::time::Duration,
+    /// `vkQueueSubmit` calls so far ([`super::Engine::submissions`]).
+    pub(crate) submissions: std::sync::atomic::AtomicU64,
     /// `shaderFloat16` is enabled: the fp16 kernel variants may be used.
     pub(crate) fp16: bool,
     /// The direct kernel variants are used ([`Options::direct`]).
@@ -1010,6 +1012,7 @@ impl Device {
             feedback,
             registry: Mutex::new(Registry::default()),
             fence_timeout: options.fence_timeout,
+            submissions: std::sync::atomic::AtomicU64::new(0),
             fp16,
             direct,
             host_import,

@@ -17,6 +17,7 @@
 //! (or a download's copy) reads finished results. Timestamps (when asked and
 //! when the queue has them) are written before the first dispatch and after each one.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use super::kernels::Kernel;
 use super::lower::Variants;
 use super::pipeline::{Pipeline, SpecConstant};
 use super::{Error, Result};
+use crate::ring::SlotBytes;
 
 /// Which GPU timestamps to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -497,13 +499,33 @@ impl Commands {
     /// Submits the recorded command buffer on `queue` and waits for it; returns the wall time
     /// from submit to the fence.
     pub(crate) fn submit_and_wait(&self, queue: &Queue) -> Result<Duration> {
-        let cmds = [self.cmd];
-        let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+        self.submit_after_and_wait(queue, None)
+    }
+
+    /// As [`Commands::submit_and_wait`], with `before` (recorded and ended, from a pool of the
+    /// same queue family) ahead of this command buffer in the same submission: one
+    /// `vkQueueSubmit`, one fence.
+    pub(crate) fn submit_after_and_wait(
+        &self,
+        queue: &Queue,
+        before: Option<&Commands>,
+    ) -> Result<Duration> {
+        let both = [
+            before.map_or(vk::CommandBuffer::null(), |b| b.cmd),
+            self.cmd,
+        ];
+        let cmds = if before.is_some() {
+            &both[..]
+        } else {
+            &both[1..]
+        };
+        let submit = vk::SubmitInfo::default().command_buffers(cmds);
+        self.device.submissions.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         {
             let q = queue.lock();
-            // SAFETY: the command buffer is executable (recorded and ended) and not pending;
-            // the fence is unsignalled (reset after each wait) and from this device; the
+            // SAFETY: the command buffers are executable (recorded and ended) and not pending
+            // (`before`'s owner waits with this fence too); the fence is unsignalled (reset after each wait) and from this device; the
             // queue is externally synchronised by its Mutex.
             unsafe { self.device.raw.queue_submit(*q, &[submit], self.fence) }
                 .map_err(Error::vk("vkQueueSubmit"))?;
@@ -681,25 +703,59 @@ impl Engine {
         Ok(timing)
     }
 
-    /// Copies `data` into `buffer` at `offset`. Bytes in host memory this device imported
-    /// (ring slots, see [`Engine::slot_allocator`]) are copied by the GPU, the CPU touching
-    /// none of them; others are written directly where the buffer is host-visible, else
+    /// Copies `data` into `buffer` at `offset`: bytes in host memory this device imported
+    /// (ring slots, see [`Engine::slot_allocator`]) by the GPU, in a submission of their own,
+    /// the CPU touching none of them; others as [`Engine::upload`] does.
+    pub fn upload_slot(
+        &mut self,
+        buffer: &mut Buffer,
+        offset: u64,
+        data: SlotBytes<'_>,
+    ) -> Result<()> {
+        let device = Arc::clone(&self.device);
+        let Some(found) = self.find_import(&device, data) else {
+            return self.upload(buffer, offset, data.bytes());
+        };
+        buffer.range(offset, data.len())?;
+        self.check_ours(buffer)?;
+        let region = vk::BufferCopy {
+            src_offset: found.offset,
+            dst_offset: offset,
+            size: data.len() as u64,
+        };
+        // `found` holds the import alive until the copy has finished.
+        self.copy_for_shaders(found.buffer, buffer.raw(), region)?;
+        self.imported_uploads += 1;
+        Ok(())
+    }
+
+    /// The live import of this device that `data` lies in, if any; counted as an imported
+    /// upload when found.
+    pub(crate) fn find_import<'d>(
+        &self,
+        device: &'d Device,
+        data: SlotBytes<'_>,
+    ) -> Option<super::host_import::Found<'d>> {
+        let at = data.imported()?;
+        if data.is_empty() {
+            return None;
+        }
+        let found = device.host_import.as_ref()?.find(at, data.len());
+        if found.is_none() {
+            log::debug!("Vulkan: {at:?} is no live import of this device; copying on the host");
+        }
+        found
+    }
+
+    /// Counts an upload the GPU copied from imported host memory as part of a recorded step
+    /// ([`super::exec::VulkanExec::run_reading`]).
+    pub(crate) fn count_imported_upload(&mut self) {
+        self.imported_uploads += 1;
+    }
+
+    /// Copies `data` into `buffer` at `offset`: directly where the buffer is host-visible, else
     /// through a staging buffer and a copy on the transfer queue (or the compute queue).
     pub fn upload(&mut self, buffer: &mut Buffer, offset: u64, data: &[u8]) -> Result<()> {
-        let device = Arc::clone(&self.device);
-        if let Some(found) = device.host_import.as_ref().and_then(|i| i.find(data)) {
-            buffer.range(offset, data.len())?;
-            self.check_ours(buffer)?;
-            let region = vk::BufferCopy {
-                src_offset: found.offset,
-                dst_offset: offset,
-                size: data.len() as u64,
-            };
-            // `found` holds the import alive until the copy has finished.
-            self.copy_for_shaders(found.buffer, buffer.raw(), region)?;
-            self.imported_uploads += 1;
-            return Ok(());
-        }
         if buffer.is_host_visible() {
             return buffer.write(offset, data);
         }
@@ -824,6 +880,12 @@ impl Engine {
     /// How many uploads so far were GPU copies from imported host memory.
     pub fn imported_uploads(&self) -> u64 {
         self.imported_uploads
+    }
+
+    /// How many command-buffer submissions this engine's device has had (each waited for with
+    /// one fence): a recorded training step is one.
+    pub fn submissions(&self) -> u64 {
+        self.device.submissions.load(Ordering::Relaxed)
     }
 
     /// How many host-memory imports of this device are alive.

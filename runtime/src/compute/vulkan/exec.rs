@@ -16,10 +16,11 @@ use super::buffer::{Buffer, Location};
 use super::engine::{Engine, Timestamps, Timing};
 use super::lower::{lower, lower_with, Lowered, Slot};
 use super::pipeline::Pipeline;
-use super::program::{Program, ProgramDispatch};
+use super::program::{CopyIn, Program, ProgramDispatch};
 use crate::balance::MemoryPlan;
 use crate::compute::recording::{Elem, Recording, Role, Step, TensorId};
 use crate::compute::storage::StoragePlan;
+use crate::ring::SlotBytes;
 
 /// A recording set up on the Vulkan engine: see the module docs.
 pub struct VulkanExec {
@@ -316,6 +317,45 @@ impl VulkanExec {
             ));
         }
         self.program.run(entry).map_err(|e| e.to_string())
+    }
+
+    /// Runs entry `entry` with `input` as the start of byte tensor `id` (as
+    /// [`VulkanExec::write_bytes`] then [`VulkanExec::run`]). Bytes in a ring slot this device
+    /// imported are copied on the GPU by commands submitted with the entry's, so the step is
+    /// one submission and one fence; other bytes are written by the host first.
+    pub fn run_reading(
+        &mut self,
+        entry: usize,
+        id: TensorId,
+        input: SlotBytes<'_>,
+    ) -> Result<Timing, String> {
+        if entry >= self.recording.entries.len() {
+            return Err(format!(
+                "entry {entry} of a recording with {}",
+                self.recording.entries.len()
+            ));
+        }
+        let index = self.check(id, Elem::Bytes, input.len(), true)?;
+        let device = std::sync::Arc::clone(self.engine.device());
+        let Some(found) = self.engine.find_import(&device, input) else {
+            self.upload(index, input.bytes())?;
+            return self.run(entry);
+        };
+        let copy = CopyIn {
+            src: found.buffer,
+            dst: index,
+            region: ash::vk::BufferCopy {
+                src_offset: found.offset,
+                dst_offset: 0,
+                size: input.len() as u64,
+            },
+        };
+        // `found` keeps the import alive until the submission has been waited for.
+        let timing = self.program.run_after_copies(entry, &[copy]);
+        drop(found);
+        let timing = timing.map_err(|e| e.to_string())?;
+        self.engine.count_imported_upload();
+        Ok(timing)
     }
 
     /// The `(kernel name, step index)` of every dispatch of entry `entry`, in order: labels

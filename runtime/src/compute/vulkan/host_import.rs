@@ -2,33 +2,36 @@
 //!
 //! The loaders read records into plain, page-aligned host memory, which is what `O_DIRECT` and
 //! io_uring's registered buffers need, and the device imports that same memory as a
-//! `VkDeviceMemory` with a transfer-source buffer over it. [`super::Engine::upload`] of bytes
-//! that lie in an import is then one `vkCmdCopyBuffer` from the slot to the tensor: the GPU
-//! reads the batch where the disk put it and the CPU copies nothing. On a unified-memory board
-//! those pages are the GPU's own memory, so nothing crosses a bus either.
+//! `VkDeviceMemory` with a transfer-source buffer over it. A slot's bytes carry the import's
+//! id ([`SlotBytes`](crate::ring::SlotBytes)); an upload of them is one `vkCmdCopyBuffer` from
+//! the slot to the tensor, recorded ahead of the step in the same submission
+//! ([`super::exec::VulkanExec::run_reading`]): the GPU reads the batch where the disk put it
+//! and the CPU copies nothing. On a unified-memory board those pages are the GPU's own memory,
+//! so nothing crosses a bus either.
 //!
 //! Why import host memory rather than map device memory for the ring: mapped device memory is
 //! often not ordinary pages (a `VM_PFNMAP` mapping), and `O_DIRECT` reads into it and io_uring
 //! buffer registration fail there.
 //!
-//! Why a copy on the device rather than binding the slot as the step's input: the copy takes
-//! microseconds of device bandwidth, and then the slot goes straight back to the loaders, so a
-//! ring of `D` slots keeps `D` batches loading during the step. Binding the slot would hold it
-//! for the whole step (one slot less of prefetch) and need the step recorded once per slot.
+//! Why a copy on the device rather than binding the slot as the step's input: binding would
+//! need the step recorded once per slot (and again whenever the loader restarts with a new
+//! ring), while the copy takes microseconds of device bandwidth. The slot is held until the
+//! step's fence (one slot of the ring's prefetch), the price of one submission per step.
 //!
 //! Lifetimes: the Vulkan objects go before the host pages (see [`ImportedHostMemory`]'s
-//! `Drop`), and each live import is listed in `HostImport` so that an upload can find it.
-//! Dropping an import takes the same lock an upload holds during its copy, so an import cannot
-//! go away while the GPU reads from it.
+//! `Drop`), and each live import is listed in `HostImport` by its id so that an upload can find
+//! it. Dropping an import takes the same lock an upload holds until its copy has finished, so
+//! an import cannot go away while the GPU reads from it.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
 use super::context::Device;
 use super::{Error, Result};
-use crate::ring::{HostMemory, SlotAllocator, SlotMemory};
+use crate::ring::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotMemory};
 
 const HANDLE: vk::ExternalMemoryHandleTypeFlags =
     vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
@@ -39,21 +42,26 @@ pub(crate) struct HostImport {
     /// `minImportedHostPointerAlignment`: start and size of an import are multiples of it.
     alignment: u64,
     live: Mutex<Vec<LiveImport>>,
+    /// The id of the next import.
+    next_id: AtomicU64,
 }
 
-/// One live import: the host address range and the buffer over it.
+/// One live import: its id, length and the buffer over it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LiveImport {
-    start: usize,
-    len: usize,
+    id: ImportId,
+    len: u64,
     buffer: vk::Buffer,
 }
 
 impl LiveImport {
-    /// Where `len` bytes at address `start` begin in this import, if they all lie inside it.
-    fn offset_of(&self, start: usize, len: usize) -> Option<u64> {
-        let end = start.checked_add(len)?;
-        (start >= self.start && end <= self.start + self.len).then(|| (start - self.start) as u64)
+    /// Whether `len` bytes at `at` lie wholly inside this import.
+    fn holds(&self, at: ImportedAt, len: usize) -> bool {
+        at.import == self.id
+            && at
+                .offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len)
     }
 }
 
@@ -71,6 +79,7 @@ impl HostImport {
             fns,
             alignment,
             live: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -78,20 +87,15 @@ impl HostImport {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The import that holds all of `data`, if one does.
-    pub(crate) fn find(&self, data: &[u8]) -> Option<Found<'_>> {
-        if data.is_empty() {
-            return None;
-        }
-        let start = data.as_ptr() as usize;
+    /// The live import `at` names, if `len` bytes at its offset lie inside it. `None` for an
+    /// import of another device, one dropped since, or a range past its end.
+    pub(crate) fn find(&self, at: ImportedAt, len: usize) -> Option<Found<'_>> {
         let guard = self.lock();
-        let (hit, offset) = guard
-            .iter()
-            .find_map(|i| i.offset_of(start, data.len()).map(|o| (*i, o)))?;
+        let hit = *guard.iter().find(|i| i.holds(at, len))?;
         Some(Found {
             _guard: guard,
             buffer: hit.buffer,
-            offset,
+            offset: at.offset,
         })
     }
 
@@ -104,6 +108,7 @@ impl HostImport {
 /// Zeroed host memory the device has imported: see the module docs. It backs ring slots
 /// ([`SlotMemory`]); uploads of bytes inside it are copies on the GPU.
 pub struct ImportedHostMemory {
+    id: ImportId,
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
     device: Arc<Device>,
@@ -155,6 +160,7 @@ impl ImportedHostMemory {
         let buffer = unsafe { device.raw.create_buffer(&info, None) }
             .map_err(Error::vk("vkCreateBuffer"))?;
         let mut made = ImportedHostMemory {
+            id: ImportId(import.next_id.fetch_add(1, Ordering::Relaxed)),
             buffer,
             memory: vk::DeviceMemory::null(),
             device: Arc::clone(device),
@@ -201,8 +207,8 @@ impl ImportedHostMemory {
         unsafe { device.raw.bind_buffer_memory(buffer, made.memory, 0) }
             .map_err(Error::vk("vkBindBufferMemory"))?;
         import.lock().push(LiveImport {
-            start: made.host.base().as_ptr() as usize,
-            len: made.host.len(),
+            id: made.id,
+            len: made.host.len() as u64,
             buffer,
         });
         Ok(made)
@@ -235,6 +241,9 @@ unsafe impl SlotMemory for ImportedHostMemory {
     }
     fn kind(&self) -> &'static str {
         IMPORTED_KIND
+    }
+    fn import_id(&self) -> Option<ImportId> {
+        Some(self.id)
     }
 }
 
@@ -277,25 +286,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_ranges_wholly_inside_an_import_are_found() {
+    fn only_ranges_wholly_inside_the_named_import_are_found() {
         let import = LiveImport {
-            start: 0x10000,
+            id: ImportId(3),
             len: 0x3000,
             buffer: vk::Buffer::null(),
         };
-        assert_eq!(import.offset_of(0x10000, 0x3000), Some(0));
-        assert_eq!(
-            import.offset_of(0x12000, 0x1000),
-            Some(0x2000),
-            "ends at the end"
-        );
-        assert_eq!(
-            import.offset_of(0x12000, 0x1001),
-            None,
+        let at = |offset| ImportedAt {
+            import: ImportId(3),
+            offset,
+        };
+        assert!(import.holds(at(0), 0x3000));
+        assert!(import.holds(at(0x2000), 0x1000), "ends at the end");
+        assert!(
+            !import.holds(at(0x2000), 0x1001),
             "runs one byte past the end"
         );
-        assert_eq!(import.offset_of(0xffff, 2), None, "starts one byte before");
-        assert_eq!(import.offset_of(0x13000, 1), None, "starts at the end");
-        assert_eq!(import.offset_of(usize::MAX, 2), None, "overflows");
+        assert!(!import.holds(at(0x3000), 1), "starts at the end");
+        assert!(!import.holds(at(u64::MAX), 2), "overflows");
+        let other = ImportedAt {
+            import: ImportId(4),
+            offset: 0,
+        };
+        assert!(!import.holds(other, 1), "another import");
     }
 }

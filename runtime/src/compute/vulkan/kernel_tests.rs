@@ -14,8 +14,8 @@ use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
 use crate::compute::ops::{
-    ema_decay, AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Levels, Normalize, RowCopy,
-    SgdMomentum, Targets, Upsample2x,
+    AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Levels, Normalize, RowCopy, SgdMomentum, Targets,
+    Upsample2x,
 };
 use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
@@ -370,15 +370,12 @@ fn elementwise_kernels_match_the_reference() {
     // Three optimizer steps with a changing learning rate: state carries over and the
     // bias corrections come from `hyper` each time.
     for step in 1..=3u32 {
-        let op = AdamW { step, ..adam };
-        let (c1, c2) = op.bias_corrections();
-        let h = [
-            1e-2 * step as f32,
-            step as f32,
-            c1,
-            c2,
-            ema_decay(step.into()),
-        ];
+        let h = AdamW {
+            step,
+            lr: 1e-2 * step as f32,
+            ..adam
+        }
+        .hyper();
         exec.write_f32(hyper, &h).unwrap();
         cpu.write_f32(hyper, &h).unwrap();
         exec.run(0).unwrap();
@@ -917,8 +914,7 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
             weight_decay: options.weight_decay,
             step,
         };
-        let (c1, c2) = adam.bias_corrections();
-        let hyper = [adam.lr, step as f32, c1, c2, ema_decay(step.into())];
+        let hyper = adam.hyper();
         exec.write_f32(g.hyper, &hyper).unwrap();
         shared.write_f32(g.hyper, &hyper).unwrap();
         cpu.write_f32(g.hyper, &hyper).unwrap();
