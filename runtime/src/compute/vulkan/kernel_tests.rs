@@ -14,8 +14,8 @@ use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
 use crate::compute::ops::{
-    AdamW, Add, CenterLoss, Conv2d, Decode, Ema, Levels, Normalize, RowCopy, SgdMomentum, Targets,
-    Upsample2x,
+    AdamW, Add, CenterLoss, Conv2d, ConvKind, Decode, Ema, Levels, Normalize, RowCopy, SgdMomentum,
+    Targets, Upsample2x,
 };
 use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
@@ -114,8 +114,16 @@ fn conv_cases() -> Vec<Conv2d> {
     ]
 }
 
+/// Every conv kernel against the CPU twin, with the tiled weight-gradient kernel and with
+/// the direct one (each forced whatever the device's own choice, [`super::Options::direct`]).
 #[test]
 fn conv_forward_and_backward_match_the_cpu_twin() {
+    for direct in [false, true] {
+        conv_forward_and_backward_with(direct);
+    }
+}
+
+fn conv_forward_and_backward_with(direct: bool) {
     let mut rng = SplitMix64::new(11);
     let cases = conv_cases();
     let mut rec = Recording::new();
@@ -172,9 +180,17 @@ fn conv_forward_and_backward_match_the_cpu_twin() {
         );
         ids.push(id);
     }
-    let Some(mut exec) = gpu("conv_forward_and_backward", &rec) else {
+    let options = super::Options {
+        validation: true,
+        pipeline_cache: super::CacheDir::Off,
+        direct: Some(direct),
+        ..super::Options::default()
+    };
+    let Some(engine) = super::testing::engine_with_options("conv_forward_and_backward", &options)
+    else {
         return;
     };
+    let mut exec = VulkanExec::separate(engine, &rec, false).unwrap();
     let mut scratch = Scratch::new(2);
     for (i, (op, id)) in cases.iter().zip(&ids).enumerate() {
         scratch.reserve(cpu::conv2d_forward_scratch_len(op));
@@ -211,7 +227,17 @@ fn conv_forward_and_backward_match_the_cpu_twin() {
             exec.write_f32(t, v).unwrap();
         }
         exec.run(i).unwrap();
-        let what = format!("{:?} {op:?}", op.kind());
+        let what = format!("{:?} {op:?}, direct {direct}", op.kind());
+        if op.kind() != ConvKind::Depthwise {
+            let suffix = if direct { "_direct" } else { "" };
+            for kernel in ["conv2d_grad_input", "conv2d_grad_weight"] {
+                let want = format!("{kernel}{suffix}");
+                assert!(
+                    exec.kernels(i).iter().any(|k| k.0 == want),
+                    "{what}: {want} is lowered"
+                );
+            }
+        }
         close(&format!("y of {what}"), &read(&mut exec, id.y, y.len()), &y);
         close(
             &format!("gx of {what}"),

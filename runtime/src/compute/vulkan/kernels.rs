@@ -41,13 +41,22 @@ pub enum Kernel {
     /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
     PointwiseF16,
     /// [`Kernel::Pointwise`] summed straight from the buffers, with no shared memory or
-    /// barrier, for CPU-type devices: the same bindings, push block and grid.
+    /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
+    /// invocations, each with four times the outputs).
     PointwiseDirect,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
     Conv2dGradInput,
+    /// [`Kernel::Conv2dGradInput`] summed straight from the buffers, with no shared memory or
+    /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
+    /// invocations, each with four times the outputs).
+    Conv2dGradInputDirect,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
     /// `x, y, gy, partial (w), gw (w), gb (w)`.
     Conv2dGradWeight,
+    /// [`Kernel::Conv2dGradWeight`] for CPU-type devices: 64 invocations over the terms, each
+    /// summing a block of outputs in registers, one barrier at the end. The same bindings and
+    /// push block; its own grid ([`CONV_GRAD_WEIGHT_DIRECT_TILE`]) and parts.
+    Conv2dGradWeightDirect,
     /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`.
     Conv2dGradReduce,
     /// Depthwise conv + bias + ReLU, direct: `x, w, b, y (w)`.
@@ -150,6 +159,9 @@ pub const LOSS_PUSH_BYTES: u32 = 44;
 /// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
 /// output columns and reduction depth per step.
 pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
+/// Output channels and weight columns one workgroup of `conv2d_grad_weight_direct` sums
+/// (`TM`, `TN` in its shader).
+pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [4, 8];
 /// Output channels one invocation of the direct `conv2d` kernel computes
 /// (`OCB` in `shaders/conv2d.comp`).
 pub const CONV_CHANNEL_BLOCK: u32 = 8;
@@ -172,7 +184,7 @@ const CONV2D: KernelInfo =
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 4,
-    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared 0);
+    push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
 const POINTWISE_F16: KernelInfo = KernelInfo {
     fp16: true,
     ..kernel!("pointwise_f16", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
@@ -180,8 +192,13 @@ const POINTWISE_F16: KernelInfo = KernelInfo {
 };
 const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D_GRAD_INPUT_DIRECT: KernelInfo = kernel!("conv2d_grad_input_direct", bindings 4,
+    push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
 const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = kernel!("conv2d_grad_weight_direct", bindings 6,
+    push CONV_PUSH_BYTES, local [64, 1, 1], x None,
+    shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)));
 const CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const DEPTHWISE: KernelInfo =
@@ -219,14 +236,16 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 26] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
         Kernel::Conv2dGradInput,
+        Kernel::Conv2dGradInputDirect,
         Kernel::Conv2dGradWeight,
+        Kernel::Conv2dGradWeightDirect,
         Kernel::Conv2dGradReduce,
         Kernel::Depthwise,
         Kernel::DepthwiseGradInput,
@@ -256,7 +275,9 @@ impl Kernel {
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
+            Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
+            Kernel::Conv2dGradWeightDirect => &CONV2D_GRAD_WEIGHT_DIRECT,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
             Kernel::Depthwise => &DEPTHWISE,
             Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,

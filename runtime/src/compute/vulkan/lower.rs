@@ -22,7 +22,8 @@
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
 use super::kernels::{
-    Kernel, CONV_CHANNEL_BLOCK, CONV_PUSH_BYTES, DECODE_SLOTS, GEMM_TILE, LOSS_PUSH_BYTES,
+    Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
+    GEMM_TILE, LOSS_PUSH_BYTES,
 };
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
 use crate::compute::recording::{Recording, Step, TensorId};
@@ -43,6 +44,32 @@ const MAX_SPLITS: u64 = 512;
 /// Workgroups a split weight gradient aims to keep busy. The partial sums take at most
 /// about this many GEMM tiles (32 × 64 floats each, 4 MiB in all) of conv scratch.
 const TARGET_GROUPS: u64 = 512;
+/// The direct weight gradient's parts ([`Kernel::Conv2dGradWeightDirect`], CPU-type devices):
+/// at least 32 terms for each of a workgroup's 64 invocations, and about as many workgroups as
+/// a CPU has cores to spread them over, several times over.
+const DIRECT_SPLIT: SplitRule = SplitRule {
+    min_terms: 64 * 32,
+    target_groups: 64,
+    align: 64,
+};
+/// The tiled weight gradient's parts (see [`MIN_SPLIT_TERMS`], [`TARGET_GROUPS`]).
+const TILED_SPLIT: SplitRule = SplitRule {
+    min_terms: MIN_SPLIT_TERMS,
+    target_groups: TARGET_GROUPS,
+    align: GEMM_TILE[2] as u64,
+};
+
+/// How a weight-gradient sum is cut into parts, a workgroup each.
+#[derive(Debug, Clone, Copy)]
+struct SplitRule {
+    /// Terms below which a part is not split further.
+    min_terms: u64,
+    /// Workgroups the parts and output tiles together aim for.
+    target_groups: u64,
+    /// Parts are whole multiples of this many terms.
+    align: u64,
+}
+
 /// Grid cells one loss workgroup sums.
 const LOSS_CELLS_PER_PART: u64 = 2048;
 
@@ -234,12 +261,11 @@ fn checked(groups: [u64; 3], what: &str) -> Result<[u32; 3], String> {
 }
 
 /// `(splits, chunk)` for a sum of `terms` terms onto outputs spread over `tiles` workgroups:
-/// `chunk` a multiple of the GEMM depth, `splits · chunk ≥ terms`.
-fn split(terms: u64, tiles: u64) -> (u32, u32) {
-    let bk = u64::from(GEMM_TILE[2]);
-    let wanted = TARGET_GROUPS.div_ceil(tiles.max(1));
-    let splits = wanted.min(terms / MIN_SPLIT_TERMS).clamp(1, MAX_SPLITS);
-    let chunk = terms.div_ceil(splits).div_ceil(bk) * bk;
+/// `chunk` a multiple of `rule.align`, `splits · chunk ≥ terms`.
+fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
+    let wanted = rule.target_groups.div_ceil(tiles.max(1));
+    let splits = wanted.min(terms / rule.min_terms).clamp(1, MAX_SPLITS);
+    let chunk = terms.div_ceil(splits).div_ceil(rule.align) * rule.align;
     let splits = terms.div_ceil(chunk);
     (splits as u32, chunk as u32)
 }
@@ -338,12 +364,12 @@ fn lower_step(
                         ],
                         "conv input gradient",
                     )?;
-                    push(
-                        Kernel::Conv2dGradInput,
-                        bindings,
-                        conv_push(&op, 1, 0),
-                        grid,
-                    );
+                    let kernel = if variants.direct {
+                        Kernel::Conv2dGradInputDirect
+                    } else {
+                        Kernel::Conv2dGradInput
+                    };
+                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
             }
             let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
@@ -353,7 +379,7 @@ fn lower_step(
             let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
             let splits = if depthwise {
                 let taps = u64::from(op.kernel * op.kernel) + 1;
-                let (splits, chunk) = split(terms, u64::from(op.c_out) * taps);
+                let (splits, chunk) = split(terms, u64::from(op.c_out) * taps, TILED_SPLIT);
                 let grid = checked(
                     [u64::from(op.c_out), taps, u64::from(splits)],
                     "depthwise weight gradient",
@@ -366,24 +392,25 @@ fn lower_step(
                 );
                 splits
             } else {
-                let tiles = red.div_ceil(bn)
-                    * u64::from(op.c_out_per_group()).div_ceil(bm)
+                let (kernel, [tm, tn], rule) = if variants.direct {
+                    let [tm, tn] = CONV_GRAD_WEIGHT_DIRECT_TILE.map(u64::from);
+                    (Kernel::Conv2dGradWeightDirect, [tm, tn], DIRECT_SPLIT)
+                } else {
+                    (Kernel::Conv2dGradWeight, [bm, bn], TILED_SPLIT)
+                };
+                let tiles = red.div_ceil(tn)
+                    * u64::from(op.c_out_per_group()).div_ceil(tm)
                     * u64::from(op.groups);
-                let (splits, chunk) = split(terms, tiles);
+                let (splits, chunk) = split(terms, tiles, rule);
                 let grid = checked(
                     [
-                        red.div_ceil(bn),
-                        u64::from(op.c_out_per_group()).div_ceil(bm),
+                        red.div_ceil(tn),
+                        u64::from(op.c_out_per_group()).div_ceil(tm),
                         u64::from(op.groups) * u64::from(splits),
                     ],
                     "conv weight gradient",
                 )?;
-                push(
-                    Kernel::Conv2dGradWeight,
-                    bindings,
-                    conv_push(&op, splits, chunk),
-                    grid,
-                );
+                push(kernel, bindings, conv_push(&op, splits, chunk), grid);
                 splits
             };
             if splits > 1 {
@@ -575,23 +602,29 @@ mod tests {
     use crate::compute::recording::Role;
 
     #[test]
-    fn splits_cover_the_sum_in_whole_gemm_steps() {
-        for (terms, tiles) in [
-            (1, 1),
-            (2047, 1),
-            (4096, 1),
-            (131_072, 1),
-            (2048, 500),
-            (5, 9),
-        ] {
-            let (s, c) = split(terms, tiles);
-            assert!(s >= 1 && u64::from(s) <= MAX_SPLITS, "{terms} {tiles}: {s}");
-            assert_eq!(c % GEMM_TILE[2], 0);
-            assert!(u64::from(s) * u64::from(c) >= terms);
-            assert!(u64::from(s - 1) * u64::from(c) < terms, "no empty part");
+    fn splits_cover_the_sum_in_whole_aligned_parts() {
+        for rule in [TILED_SPLIT, DIRECT_SPLIT] {
+            for (terms, tiles) in [
+                (1, 1),
+                (2047, 1),
+                (4096, 1),
+                (131_072, 1),
+                (2048, 500),
+                (5, 9),
+            ] {
+                let (s, c) = split(terms, tiles, rule);
+                assert!(s >= 1 && u64::from(s) <= MAX_SPLITS, "{terms} {tiles}: {s}");
+                assert_eq!(u64::from(c) % rule.align, 0);
+                assert!(u64::from(s) * u64::from(c) >= terms);
+                assert!(u64::from(s - 1) * u64::from(c) < terms, "no empty part");
+            }
         }
-        assert_eq!(split(131_072, 1).0, 512);
-        assert_eq!(split(2048, 600).0, 1, "enough tiles: no split");
+        assert_eq!(split(131_072, 1, TILED_SPLIT).0, 512);
+        assert_eq!(split(2048, 600, TILED_SPLIT).0, 1, "enough tiles: no split");
+        // Direct parts: at least 2048 terms, about 64 workgroups.
+        assert_eq!(split(131_072, 1, DIRECT_SPLIT), (64, 2048));
+        assert_eq!(split(131_072, 16, DIRECT_SPLIT), (4, 32_768));
+        assert_eq!(split(4095, 1, DIRECT_SPLIT).0, 1);
     }
 
     /// The split rule bounds the partial sums by TARGET_GROUPS tiles for the models as they
