@@ -228,8 +228,14 @@ fn conv_forward_and_backward_with(direct: bool) {
         }
         exec.run(i).unwrap();
         let what = format!("{:?} {op:?}, direct {direct}", op.kind());
-        if op.kind() != ConvKind::Depthwise {
-            let suffix = if direct { "_direct" } else { "" };
+        let suffix = if direct { "_direct" } else { "" };
+        if op.kind() == ConvKind::Depthwise {
+            let want = format!("depthwise_grad_weight{suffix}");
+            assert!(
+                exec.kernels(i).iter().any(|k| k.0 == want),
+                "{what}: {want} is lowered"
+            );
+        } else {
             for kernel in ["conv2d_grad_input", "conv2d_grad_weight"] {
                 let want = format!("{kernel}{suffix}");
                 assert!(

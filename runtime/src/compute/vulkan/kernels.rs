@@ -65,6 +65,10 @@ pub enum Kernel {
     DepthwiseGradInput,
     /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
     DepthwiseGradWeight,
+    /// [`Kernel::DepthwiseGradWeight`] for CPU-type devices: a workgroup per channel and part,
+    /// every tap at once, one barrier. The same bindings and push block; grid `(c, 1,
+    /// splits)`; kernels up to [`DEPTHWISE_DIRECT_MAX_TAPS`] taps.
+    DepthwiseGradWeightDirect,
     /// `out = a + b`: `a, b, out (w)`; push `{ len }`.
     Add,
     /// `dst += src`: `dst (rw), src`; push `{ len }`.
@@ -162,6 +166,8 @@ pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
 /// Output channels and weight columns one workgroup of `conv2d_grad_weight_direct` sums
 /// (`TM`, `TN` in its shader).
 pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [4, 8];
+/// Most taps (`k²`) `depthwise_grad_weight_direct` sums (`MAX_TAPS` in its shader).
+pub const DEPTHWISE_DIRECT_MAX_TAPS: u32 = 25;
 /// Output channels one invocation of the direct `conv2d` kernel computes
 /// (`OCB` in `shaders/conv2d.comp`).
 pub const CONV_CHANNEL_BLOCK: u32 = 8;
@@ -207,6 +213,9 @@ const DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", binding
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
+const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = kernel!("depthwise_grad_weight_direct",
+    bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1], x None,
+    shared 4 * 64 * (DEPTHWISE_DIRECT_MAX_TAPS + 1));
 const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 const ADD_ASSIGN: KernelInfo =
     kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
@@ -236,7 +245,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 28] = [
+    pub const ALL: [Kernel; 29] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Pointwise,
@@ -250,6 +259,7 @@ impl Kernel {
         Kernel::Depthwise,
         Kernel::DepthwiseGradInput,
         Kernel::DepthwiseGradWeight,
+        Kernel::DepthwiseGradWeightDirect,
         Kernel::Add,
         Kernel::AddAssign,
         Kernel::Upsample,
@@ -282,6 +292,7 @@ impl Kernel {
             Kernel::Depthwise => &DEPTHWISE,
             Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
             Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,
+            Kernel::DepthwiseGradWeightDirect => &DEPTHWISE_GRAD_WEIGHT_DIRECT,
             Kernel::Add => &ADD,
             Kernel::AddAssign => &ADD_ASSIGN,
             Kernel::Upsample => &UPSAMPLE,

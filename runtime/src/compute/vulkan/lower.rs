@@ -23,7 +23,7 @@
 
 use super::kernels::{
     Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
-    GEMM_TILE, LOSS_PUSH_BYTES,
+    DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
 };
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
 use crate::compute::recording::{Recording, Step, TensorId};
@@ -347,7 +347,9 @@ fn lower_step(
             if let Some(gx) = gx {
                 let bindings = vec![T(w), T(y), T(gy), T(gx)];
                 if depthwise {
-                    let groups = linear_groups(op.input_len() as u64);
+                    // An invocation per four inputs of a row (depthwise_grad_input.comp).
+                    let rows = op.input_len() as u64 / u64::from(op.w);
+                    let groups = linear_groups(rows * u64::from(op.w).div_ceil(4));
                     push(
                         Kernel::DepthwiseGradInput,
                         bindings,
@@ -378,18 +380,25 @@ fn lower_step(
             let row = red + 1;
             let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
             let splits = if depthwise {
-                let taps = u64::from(op.kernel * op.kernel) + 1;
-                let (splits, chunk) = split(terms, u64::from(op.c_out) * taps, TILED_SPLIT);
+                let taps = op.kernel * op.kernel;
+                // Direct: a workgroup per channel, every tap; tiled: one per channel and tap
+                // (or the bias).
+                let (kernel, per_channel, rule) =
+                    if variants.direct && taps <= DEPTHWISE_DIRECT_MAX_TAPS {
+                        (Kernel::DepthwiseGradWeightDirect, 1, DIRECT_SPLIT)
+                    } else {
+                        (
+                            Kernel::DepthwiseGradWeight,
+                            u64::from(taps) + 1,
+                            TILED_SPLIT,
+                        )
+                    };
+                let (splits, chunk) = split(terms, u64::from(op.c_out) * per_channel, rule);
                 let grid = checked(
-                    [u64::from(op.c_out), taps, u64::from(splits)],
+                    [u64::from(op.c_out), per_channel, u64::from(splits)],
                     "depthwise weight gradient",
                 )?;
-                push(
-                    Kernel::DepthwiseGradWeight,
-                    bindings,
-                    conv_push(&op, splits, chunk),
-                    grid,
-                );
+                push(kernel, bindings, conv_push(&op, splits, chunk), grid);
                 splits
             } else {
                 let (kernel, [tm, tn], rule) = if variants.direct {
