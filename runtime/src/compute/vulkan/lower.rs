@@ -320,10 +320,12 @@ fn lower_step(
                     push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
-                    let pixels = op.output_len() as u64 / u64::from(op.c_out);
+                    // An invocation per four outputs of a row (conv2d.comp).
+                    let rows = u64::from(op.n) * u64::from(op.out_h());
+                    let invocations = rows * u64::from(op.out_w()).div_ceil(4);
                     let grid = checked(
                         [
-                            pixels.div_ceil(u64::from(LINEAR_WORKGROUP)),
+                            invocations.div_ceil(u64::from(LINEAR_WORKGROUP)),
                             u64::from(op.c_out_per_group()).div_ceil(u64::from(CONV_CHANNEL_BLOCK)),
                             u64::from(op.groups),
                         ],
