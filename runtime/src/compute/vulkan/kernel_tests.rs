@@ -229,6 +229,10 @@ fn conv_forward_and_backward_with(direct: bool) {
         exec.run(i).unwrap();
         let what = format!("{:?} {op:?}, direct {direct}", op.kind());
         let suffix = if direct { "_direct" } else { "" };
+        if matches!(op.kind(), ConvKind::Dense | ConvKind::Grouped) {
+            let want = if direct { "conv2d_quad" } else { "conv2d" };
+            assert_eq!(exec.kernels(i)[0].0, want, "{what}");
+        }
         if op.kind() == ConvKind::Depthwise {
             let want = format!("depthwise_grad_weight{suffix}");
             assert!(

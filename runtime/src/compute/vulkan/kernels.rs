@@ -35,6 +35,9 @@ pub enum Kernel {
     /// Dense / grouped conv + bias + ReLU, direct (a pixel and eight output channels an
     /// invocation): `x, w, b, y (w)`.
     Conv2d,
+    /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for CPU-type devices: the
+    /// same bindings and push block; grid over blocks of four pixels.
+    Conv2dQuad,
     /// Pointwise (1×1) conv + bias + ReLU, a tiled GEMM: `x, w, b, y (w)`.
     Pointwise,
     /// [`Kernel::Pointwise`] with f16 tiles and products (f32 sums), for devices with
@@ -187,6 +190,8 @@ const SAXPY: KernelInfo =
     kernel!("saxpy", bindings 2, push 8, local [64, 1, 1], x Some(0), shared 0);
 const CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const CONV2D_QUAD: KernelInfo =
+    kernel!("conv2d_quad", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 4,
@@ -245,9 +250,10 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 29] = [
+    pub const ALL: [Kernel; 30] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
+        Kernel::Conv2dQuad,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
@@ -281,6 +287,7 @@ impl Kernel {
         match self {
             Kernel::Saxpy => &SAXPY,
             Kernel::Conv2d => &CONV2D,
+            Kernel::Conv2dQuad => &CONV2D_QUAD,
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,

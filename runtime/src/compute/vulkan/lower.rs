@@ -320,9 +320,14 @@ fn lower_step(
                     push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
-                    // An invocation per four outputs of a row (conv2d.comp).
+                    // An invocation per output pixel, or per four of a row (conv2d.glsl).
+                    let (kernel, per_invocation) = if variants.direct {
+                        (Kernel::Conv2dQuad, 4)
+                    } else {
+                        (Kernel::Conv2d, 1)
+                    };
                     let rows = u64::from(op.n) * u64::from(op.out_h());
-                    let invocations = rows * u64::from(op.out_w()).div_ceil(4);
+                    let invocations = rows * u64::from(op.out_w()).div_ceil(per_invocation);
                     let grid = checked(
                         [
                             invocations.div_ceil(u64::from(LINEAR_WORKGROUP)),
@@ -331,7 +336,7 @@ fn lower_step(
                         ],
                         "conv",
                     )?;
-                    push(Kernel::Conv2d, bindings, conv_push(&op, 1, 0), grid);
+                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
             }
         }
