@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use super::buffer::{Buffer, Location};
 use super::engine::{Engine, Timestamps, Timing};
-use super::lower::{lower, lower_with, Lowered, Slot};
+use super::lower::{lower_with, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
 use crate::balance::MemoryPlan;
@@ -45,13 +45,28 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn of(storage: &StoragePlan, lowered: &Lowered) -> Sizes {
-        // Scratch buffers are bound even where unused (a binding needs a buffer).
-        Sizes {
-            tensors: storage.bytes(),
-            conv_partial: 4 * lowered.conv_partial_floats.max(1) as u64,
-            loss_partial: 4 * lowered.loss_partial_floats.max(1) as u64,
+    /// The tensors of `storage` and the scratch of `recording` lowered to whichever kernel
+    /// variants need more of it (tiled or direct: how a sum is split depends on them), so
+    /// that the plan made before a device is chosen is what any device allocates.
+    fn of(storage: &StoragePlan, recording: &Recording) -> Result<Sizes, String> {
+        let (mut conv, mut loss) = (1, 1);
+        for direct in [false, true] {
+            let l = lower_with(
+                recording,
+                Variants {
+                    direct,
+                    ..Variants::default()
+                },
+            )?;
+            conv = conv.max(l.conv_partial_floats);
+            loss = loss.max(l.loss_partial_floats);
         }
+        // Scratch buffers are bound even where unused (a binding needs a buffer).
+        Ok(Sizes {
+            tensors: storage.bytes(),
+            conv_partial: 4 * conv as u64,
+            loss_partial: 4 * loss as u64,
+        })
     }
 
     fn total(&self) -> u64 {
@@ -176,7 +191,7 @@ impl VulkanExec {
         storage: StoragePlan,
     ) -> Result<VulkanExec, String> {
         let lowered = lower_with(recording, engine.variants())?;
-        let sizes = Sizes::of(&storage, &lowered);
+        let sizes = Sizes::of(&storage, recording)?;
         if let Some(budget) = mem_budget {
             if sizes.total() > budget {
                 return Err(over_budget(recording, &sizes, budget));
@@ -286,14 +301,14 @@ impl VulkanExec {
     /// tensors and the scratch of split reductions (what the memory budget is checked
     /// against).
     pub fn needed_bytes(recording: &Recording) -> Result<u64, String> {
-        Ok(Sizes::of(&Self::storage_plan(recording), &lower(recording)?).total())
+        Ok(Sizes::of(&Self::storage_plan(recording), recording)?.total())
     }
 
     /// [`VulkanExec::needed_bytes`] item by item: the tensor buffers and the reduction
     /// scratch.
     pub fn memory_plan(recording: &Recording) -> Result<MemoryPlan, String> {
         let storage = Self::storage_plan(recording);
-        let sizes = Sizes::of(&storage, &lower(recording)?);
+        let sizes = Sizes::of(&storage, recording)?;
         let mut plan = MemoryPlan::default();
         storage.add_to(recording, &mut plan);
         plan.add(
