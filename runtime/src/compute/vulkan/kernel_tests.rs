@@ -230,6 +230,7 @@ fn conv_forward_and_backward_with(direct: bool) {
         let what = format!("{:?} {op:?}, direct {direct}", op.kind());
         let suffix = if direct { "_direct" } else { "" };
         if matches!(op.kind(), ConvKind::Dense | ConvKind::Grouped) {
+            // The cases are smaller than QUAD_MIN_PIXELS: the GPU kernel is one pixel a thread.
             let want = if direct { "conv2d_quad" } else { "conv2d" };
             assert_eq!(exec.kernels(i)[0].0, want, "{what}");
         }

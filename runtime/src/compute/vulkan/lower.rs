@@ -70,6 +70,11 @@ struct SplitRule {
     align: u64,
 }
 
+/// Output pixels (over the batch) from which a dense conv takes four of a row per invocation
+/// on every device (`conv2d_quad`). det-s's stem on an NVIDIA H200: at batch 1 (4096 pixels)
+/// 0.011 ms with one pixel an invocation, 0.017 ms with four; at batch 32 (131 072) 0.053 ms
+/// a dispatch with one, 0.051 with four (and 0.065 with the one-pixel build of conv2d.glsl).
+const QUAD_MIN_PIXELS: u64 = 1 << 16;
 /// Grid cells one loss workgroup sums.
 const LOSS_CELLS_PER_PART: u64 = 2048;
 
@@ -320,13 +325,16 @@ fn lower_step(
                     push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
-                    // An invocation per output pixel, or per four of a row (conv2d.glsl).
-                    let (kernel, per_invocation) = if variants.direct {
-                        (Kernel::Conv2dQuad, 4)
-                    } else {
-                        (Kernel::Conv2d, 1)
-                    };
+                    // An invocation per output pixel, or per four of a row (conv2d.glsl):
+                    // four where a CPU-type device is load-bound, or where there are enough
+                    // pixels to keep a GPU busy with a quarter as many invocations.
                     let rows = u64::from(op.n) * u64::from(op.out_h());
+                    let (kernel, per_invocation) =
+                        if variants.direct || rows * u64::from(op.out_w()) >= QUAD_MIN_PIXELS {
+                            (Kernel::Conv2dQuad, 4)
+                        } else {
+                            (Kernel::Conv2d, 1)
+                        };
                     let invocations = rows * u64::from(op.out_w()).div_ceil(per_invocation);
                     let grid = checked(
                         [
@@ -662,6 +670,32 @@ mod tests {
                 "{model} b={batch}@{size}: {floats} partial floats"
             );
         }
+    }
+
+    /// A dense conv takes four pixels an invocation on CPU-type devices, and on GPUs from
+    /// QUAD_MIN_PIXELS output pixels on, with a grid over the blocks of four.
+    #[test]
+    fn dense_convs_take_four_pixels_an_invocation_where_it_pays() {
+        let lowered = |n, direct| {
+            let op = Conv2d::dense(n, 3, 128, 128, 16, 3, 2, true);
+            let mut r = Recording::new();
+            let x = r.f32("x", op.input_len(), Role::Input);
+            let w = r.f32("w", op.weight_len(), Role::Param);
+            let b = r.f32("b", op.bias_len(), Role::Param);
+            let y = r.f32("y", op.output_len(), Role::Output);
+            r.entry("fwd", vec![Step::ConvForward { op, x, w, b, y }]);
+            let v = Variants {
+                direct,
+                ..Variants::default()
+            };
+            let d = &lower_with(&r, v).unwrap().entries[0][0];
+            (d.kernel, d.groups)
+        };
+        // 64 × 64 output pixels an image: 4096 invocations of 256, or 1024 of four pixels.
+        assert_eq!(lowered(1, false), (Kernel::Conv2d, [16, 2, 1]));
+        assert_eq!(lowered(1, true), (Kernel::Conv2dQuad, [4, 2, 1]));
+        assert_eq!(lowered(15, false).0, Kernel::Conv2d);
+        assert_eq!(lowered(16, false), (Kernel::Conv2dQuad, [64, 2, 1]));
     }
 
     #[test]
