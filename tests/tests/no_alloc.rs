@@ -10,7 +10,6 @@
 //! allocations inside the measured window are printed with a backtrace.
 
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
-use fulcrum::compute::ops::AdamW;
 use fulcrum::compute::recording::LOSS_LEN;
 use fulcrum::compute::vulkan::testing;
 use fulcrum::io::{DirectMode, IoKind};
@@ -132,16 +131,7 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     let entry = graph.entry(ENTRY_TRAIN);
     let mut loss = [0f32; LOSS_LEN];
     let mut step = |exec: &mut Exec, k: usize| {
-        let hyper = AdamW {
-            len: 1,
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            step: k as u32,
-        }
-        .hyper();
+        let hyper = GraphOptions::default().hyper(1e-3, k as u32);
         exec.write_f32(graph.hyper, &hyper).unwrap();
         exec.run_reading(entry, graph.records, records).unwrap();
         exec.read_f32(graph.loss, &mut loss).unwrap();

@@ -16,7 +16,6 @@ use serde::Serialize;
 use super::cpu::exec::SplitChoice;
 use super::cpu::kernels::KernelSet;
 use super::exec::{Exec, ExecOptions, Result};
-use super::ops::AdamW;
 use super::recording::{Recording, Step};
 use crate::balance::thread_cpu_time;
 use crate::format::{RecordBox, RecordLayout, RecordMeta};
@@ -345,16 +344,7 @@ fn setup(
         exec.write_f32(p.value, &v)?;
     }
     exec.write_bytes(graph.records, &records(layout, batch, classes, 7))?;
-    let first_step = AdamW {
-        len: 1,
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.999,
-        eps: 1e-8,
-        weight_decay: 0.0,
-        step: 1,
-    };
-    exec.write_f32(graph.hyper, &first_step.hyper())
+    exec.write_f32(graph.hyper, &GraphOptions::default().hyper(1e-3, 1))
 }
 
 /// Which engine a measurement ran on.

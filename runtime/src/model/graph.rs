@@ -59,6 +59,23 @@ impl Default for GraphOptions {
     }
 }
 
+impl GraphOptions {
+    /// The `hyper` tensor of optimizer step `step` (from 1) at learning rate `lr`, with these
+    /// options' AdamW betas ([`AdamW::hyper`]).
+    pub fn hyper(&self, lr: f32, step: u32) -> [f32; crate::compute::recording::HYPER_LEN] {
+        AdamW {
+            len: 1,
+            lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: 0.0,
+            step,
+        }
+        .hyper()
+    }
+}
+
 /// One parameter tensor and what trains it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamTensors {

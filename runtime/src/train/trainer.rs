@@ -578,15 +578,6 @@ pub fn train(
         param_count: arch.param_count(),
     });
 
-    let adam = AdamW {
-        len: 1,
-        lr: 0.0,
-        beta1: graph_options.beta1,
-        beta2: graph_options.beta2,
-        eps: graph_options.eps,
-        weight_decay: 0.0,
-        step: 1,
-    };
     let save = |exec: &mut Exec,
                 progress: &Progress,
                 tuning: &Tuning,
@@ -628,13 +619,7 @@ pub fn train(
 
         let step = progress.step + 1;
         let lr = schedule.lr(step);
-        let hyper = AdamW {
-            step: step as u32,
-            lr,
-            ..adam
-        }
-        .hyper();
-        exec.write_f32(graph.hyper, &hyper)?;
+        exec.write_f32(graph.hyper, &graph_options.hyper(lr, step as u32))?;
         let step_started = options.trace.as_ref().map(|log| log.now());
         let submitted = exec.submissions();
         // The batch is read where the loader put it (on Vulkan, copied from its slot in the

@@ -255,6 +255,17 @@ mod tests {
         [n.to_le_bytes(), a.to_le_bytes()].concat()
     }
 
+    /// A program of one entry: `y += 2·x` over `n` floats.
+    fn saxpy_program(engine: &Engine, x: Buffer, y: Buffer, saxpy: Pipeline, n: u32) -> Program {
+        let d = ProgramDispatch {
+            pipeline: 0,
+            buffers: vec![0, 1],
+            push: push(n, 2.0),
+            groups: [saxpy.groups_for(u64::from(n)), 1, 1],
+        };
+        Program::new(engine, vec![x, y], vec![saxpy], &[&[d]], Timestamps::Step).unwrap()
+    }
+
     #[test]
     fn saxpy_runs_once_and_replays() {
         let Some(mut engine) = engine("saxpy_runs_once_and_replays") else {
@@ -297,20 +308,7 @@ mod tests {
 
         // The same as a program entry, replayed three times: y = y0 + 3·(2x).
         by.write_f32(0, &y0).unwrap();
-        let d = ProgramDispatch {
-            pipeline: 0,
-            buffers: vec![0, 1],
-            push: push(n as u32, 2.0),
-            groups: [pipeline.groups_for(n as u64), 1, 1],
-        };
-        let mut program = Program::new(
-            &engine,
-            vec![bx, by],
-            vec![pipeline],
-            &[&[d]],
-            Timestamps::Step,
-        )
-        .unwrap();
+        let mut program = saxpy_program(&engine, bx, by, pipeline, n as u32);
         for _ in 0..3 {
             program.run(0).unwrap();
         }
@@ -340,20 +338,7 @@ mod tests {
         let mut by = engine.buffer("y", bytes, Location::CpuToGpu).unwrap();
         by.write_f32(0, &vec![1.0; n]).unwrap();
         let pipeline = engine.pipeline(Kernel::Saxpy, &[]).unwrap();
-        let d = ProgramDispatch {
-            pipeline: 0,
-            buffers: vec![0, 1],
-            push: push(n as u32, 2.0),
-            groups: [pipeline.groups_for(n as u64), 1, 1],
-        };
-        let mut program = Program::new(
-            &engine,
-            vec![bx, by],
-            vec![pipeline],
-            &[&[d]],
-            Timestamps::Step,
-        )
-        .unwrap();
+        let mut program = saxpy_program(&engine, bx, by, pipeline, n as u32);
         let src = source.raw();
         let copy = |size| CopyIn {
             src,
