@@ -8,7 +8,7 @@
 //! share the buffers: a training step and an inference pass over the same weights, say.
 //!
 //! Copies into the program's buffers from outside it (a batch from its ring slot) are recorded
-//! ahead of an entry and go in the same submission ([`Program::run_after_copies`]): a step is
+//! ahead of an entry and go in the same submission (`Program::run_after_copies`): a step is
 //! one `vkQueueSubmit` and one fence.
 
 use std::sync::Arc;
