@@ -510,14 +510,9 @@ impl Commands {
         queue: &Queue,
         before: Option<&Commands>,
     ) -> Result<Duration> {
-        let both = [
-            before.map_or(vk::CommandBuffer::null(), |b| b.cmd),
-            self.cmd,
-        ];
-        let cmds = if before.is_some() {
-            &both[..]
-        } else {
-            &both[1..]
+        let cmds: &[vk::CommandBuffer] = match before {
+            Some(b) => &[b.cmd, self.cmd],
+            None => &[self.cmd],
         };
         let submit = vk::SubmitInfo::default().command_buffers(cmds);
         self.device.submissions.fetch_add(1, Ordering::Relaxed);
@@ -525,8 +520,9 @@ impl Commands {
         {
             let q = queue.lock();
             // SAFETY: the command buffers are executable (recorded and ended) and not pending
-            // (`before`'s owner waits with this fence too); the fence is unsignalled (reset after each wait) and from this device; the
-            // queue is externally synchronised by its Mutex.
+            // (`before`'s owner waits with this fence too); the fence is unsignalled (reset
+            // after each wait) and from this device; the queue is externally synchronised by
+            // its Mutex.
             unsafe { self.device.raw.queue_submit(*q, &[submit], self.fence) }
                 .map_err(Error::vk("vkQueueSubmit"))?;
         }
@@ -713,7 +709,7 @@ impl Engine {
         data: SlotBytes<'_>,
     ) -> Result<()> {
         let device = Arc::clone(&self.device);
-        let Some(found) = self.find_import(&device, data) else {
+        let Some(found) = device.host_import.as_ref().and_then(|i| i.find(data)) else {
             return self.upload(buffer, offset, data.bytes());
         };
         buffer.range(offset, data.len())?;
@@ -727,24 +723,6 @@ impl Engine {
         self.copy_for_shaders(found.buffer, buffer.raw(), region)?;
         self.imported_uploads += 1;
         Ok(())
-    }
-
-    /// The live import of this device that `data` lies in, if any; counted as an imported
-    /// upload when found.
-    pub(crate) fn find_import<'d>(
-        &self,
-        device: &'d Device,
-        data: SlotBytes<'_>,
-    ) -> Option<super::host_import::Found<'d>> {
-        let at = data.imported()?;
-        if data.is_empty() {
-            return None;
-        }
-        let found = device.host_import.as_ref()?.find(at, data.len());
-        if found.is_none() {
-            log::debug!("Vulkan: {at:?} is no live import of this device; copying on the host");
-        }
-        found
     }
 
     /// Counts an upload the GPU copied from imported host memory as part of a recorded step

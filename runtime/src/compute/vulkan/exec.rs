@@ -325,13 +325,18 @@ impl VulkanExec {
     /// the wall time, and their difference, the submission overhead
     /// ([`Timing::overhead`]).
     pub fn run(&mut self, entry: usize) -> Result<Timing, String> {
-        if entry >= self.recording.entries.len() {
-            return Err(format!(
-                "entry {entry} of a recording with {}",
-                self.recording.entries.len()
-            ));
-        }
+        self.check_entry(entry)?;
         self.program.run(entry).map_err(|e| e.to_string())
+    }
+
+    fn check_entry(&self, entry: usize) -> Result<(), String> {
+        if entry < self.recording.entries.len() {
+            return Ok(());
+        }
+        Err(format!(
+            "entry {entry} of a recording with {}",
+            self.recording.entries.len()
+        ))
     }
 
     /// Runs entry `entry` with `input` as the start of byte tensor `id` (as
@@ -344,15 +349,10 @@ impl VulkanExec {
         id: TensorId,
         input: SlotBytes<'_>,
     ) -> Result<Timing, String> {
-        if entry >= self.recording.entries.len() {
-            return Err(format!(
-                "entry {entry} of a recording with {}",
-                self.recording.entries.len()
-            ));
-        }
+        self.check_entry(entry)?;
         let index = self.check(id, Elem::Bytes, input.len(), true)?;
         let device = std::sync::Arc::clone(self.engine.device());
-        let Some(found) = self.engine.find_import(&device, input) else {
+        let Some(found) = device.host_import.as_ref().and_then(|i| i.find(input)) else {
             self.upload(index, input.bytes())?;
             return self.run(entry);
         };

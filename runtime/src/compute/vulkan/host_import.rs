@@ -3,7 +3,7 @@
 //! The loaders read records into plain, page-aligned host memory, which is what `O_DIRECT` and
 //! io_uring's registered buffers need, and the device imports that same memory as a
 //! `VkDeviceMemory` with a transfer-source buffer over it. A slot's bytes carry the import's
-//! id ([`SlotBytes`](crate::ring::SlotBytes)); an upload of them is one `vkCmdCopyBuffer` from
+//! id ([`SlotBytes`]); an upload of them is one `vkCmdCopyBuffer` from
 //! the slot to the tensor, recorded ahead of the step in the same submission
 //! ([`super::exec::VulkanExec::run_reading`]): the GPU reads the batch where the disk put it
 //! and the CPU copies nothing. On a unified-memory board those pages are the GPU's own memory,
@@ -31,7 +31,7 @@ use ash::vk;
 
 use super::context::Device;
 use super::{Error, Result};
-use crate::ring::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotMemory};
+use crate::ring::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
 
 const HANDLE: vk::ExternalMemoryHandleTypeFlags =
     vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
@@ -87,11 +87,18 @@ impl HostImport {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live import `at` names, if `len` bytes at its offset lie inside it. `None` for an
-    /// import of another device, one dropped since, or a range past its end.
-    pub(crate) fn find(&self, at: ImportedAt, len: usize) -> Option<Found<'_>> {
+    /// The live import `data` lies in, found by the id it carries. `None` for plain or empty
+    /// bytes, and for an import of another device, one dropped since, or a range past its end.
+    pub(crate) fn find(&self, data: SlotBytes<'_>) -> Option<Found<'_>> {
+        let at = data.imported()?;
+        if data.is_empty() {
+            return None;
+        }
         let guard = self.lock();
-        let hit = *guard.iter().find(|i| i.holds(at, len))?;
+        let Some(&hit) = guard.iter().find(|i| i.holds(at, data.len())) else {
+            log::debug!("Vulkan: {at:?} is no live import of this device; copying on the host");
+            return None;
+        };
         Some(Found {
             _guard: guard,
             buffer: hit.buffer,

@@ -154,10 +154,12 @@ impl Program {
         self.run_after_copies(entry, &[])
     }
 
-    /// Records `copies`, then a barrier making their writes visible to shaders, and submits
-    /// them with entry `entry` as one submission; waits for it and returns the entry's timing
-    /// (the GPU time is the entry's; the copies' is in the wall time). Every copy is checked
-    /// against its destination before anything is recorded.
+    /// Records `copies` and submits them with entry `entry` as one submission; waits for it and
+    /// returns the entry's timing (the GPU time is the entry's; the copies' is in the wall
+    /// time). Every copy is checked against its destination before anything is recorded. The
+    /// entry's command buffer begins with a barrier from earlier transfer writes
+    /// (`record_dispatches`), which makes the copies' writes visible to its shaders: they come
+    /// before it in submission order.
     pub(crate) fn run_after_copies(&mut self, entry: usize, copies: &[CopyIn]) -> Result<Timing> {
         let e = self.entries.get(entry).ok_or_else(|| Error::Dispatch {
             index: entry,
@@ -192,26 +194,15 @@ impl Program {
 
     fn record_copies(&self, copies: &[CopyIn]) -> Result<()> {
         let cmd = self.copies.begin(true)?;
-        let raw = &self.device.raw;
-        let visible = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-        // SAFETY: `cmd` is recording; each destination is the program's (alive while it is,
-        // made with TRANSFER_DST usage) and its region was checked; each source is kept alive
-        // by the caller until the submission is waited for.
-        unsafe {
-            for c in copies {
-                raw.cmd_copy_buffer(cmd, c.src, self.buffers[c.dst].raw(), &[c.region]);
-            }
-            raw.cmd_pipeline_barrier(
-                cmd,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::DependencyFlags::empty(),
-                &visible,
-                &[],
-                &[],
-            );
+        for c in copies {
+            // SAFETY: `cmd` is recording; the destination is the program's (alive while it
+            // is, made with TRANSFER_DST usage) and its region was checked; the source is kept
+            // alive by the caller until the submission is waited for.
+            unsafe {
+                self.device
+                    .raw
+                    .cmd_copy_buffer(cmd, c.src, self.buffers[c.dst].raw(), &[c.region])
+            };
         }
         self.copies.end()
     }
@@ -325,7 +316,8 @@ mod tests {
     /// Copies from a buffer outside the program go ahead of the entry in its submission: each
     /// run reads the bytes the host put in the source just before it, one submission a run,
     /// and validation stays quiet. (The layer CI installs, 1.3.239, checks hazards within a
-    /// command buffer only: leaving out the barrier after the copies is not caught here.)
+    /// command buffer only: leaving out the entry's leading barrier, which orders the copies
+    /// before its shaders, is not caught here.)
     #[test]
     fn copies_go_ahead_of_the_entry_in_one_submission() {
         let Some(engine) = engine("copies_go_ahead_of_the_entry_in_one_submission") else {
