@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cpu::exec::CpuExec;
+use super::cpu::exec::{CpuExec, CpuTiming};
 use super::recording::{Recording, TensorId};
 use super::vulkan;
 use super::vulkan::exec::VulkanExec;
@@ -150,6 +150,26 @@ pub struct RunTiming {
     pub per_kernel: Vec<Duration>,
 }
 
+impl From<CpuTiming> for RunTiming {
+    fn from(t: CpuTiming) -> RunTiming {
+        RunTiming {
+            device: t.wall,
+            wall: t.wall,
+            per_kernel: t.per_step,
+        }
+    }
+}
+
+impl From<vulkan::Timing> for RunTiming {
+    fn from(t: vulkan::Timing) -> RunTiming {
+        RunTiming {
+            device: t.gpu.unwrap_or(t.wall),
+            wall: t.wall,
+            per_kernel: t.per_dispatch,
+        }
+    }
+}
+
 /// A recording on an engine.
 #[derive(Debug)]
 pub enum Exec {
@@ -276,22 +296,8 @@ impl Exec {
 
     pub fn run(&mut self, entry: usize) -> Result<RunTiming> {
         match self {
-            Exec::Cpu(c) => {
-                let t = c.run(entry).map_err(Error::Cpu)?;
-                Ok(RunTiming {
-                    device: t.wall,
-                    wall: t.wall,
-                    per_kernel: t.per_step,
-                })
-            }
-            Exec::Vulkan(v) => {
-                let t = v.run(entry).map_err(Error::VulkanExec)?;
-                Ok(RunTiming {
-                    device: t.gpu.unwrap_or(t.wall),
-                    wall: t.wall,
-                    per_kernel: t.per_dispatch,
-                })
-            }
+            Exec::Cpu(c) => c.run(entry).map(RunTiming::from).map_err(Error::Cpu),
+            Exec::Vulkan(v) => v.run(entry).map(RunTiming::from).map_err(Error::VulkanExec),
         }
     }
 
@@ -307,24 +313,14 @@ impl Exec {
         input: SlotBytes<'_>,
     ) -> Result<RunTiming> {
         match self {
-            Exec::Cpu(c) => {
-                let t = c
-                    .run_reading(entry, id, input.bytes())
-                    .map_err(Error::Cpu)?;
-                Ok(RunTiming {
-                    device: t.wall,
-                    wall: t.wall,
-                    per_kernel: t.per_step,
-                })
-            }
-            Exec::Vulkan(v) => {
-                let t = v.run_reading(entry, id, input).map_err(Error::VulkanExec)?;
-                Ok(RunTiming {
-                    device: t.gpu.unwrap_or(t.wall),
-                    wall: t.wall,
-                    per_kernel: t.per_dispatch,
-                })
-            }
+            Exec::Cpu(c) => c
+                .run_reading(entry, id, input.bytes())
+                .map(RunTiming::from)
+                .map_err(Error::Cpu),
+            Exec::Vulkan(v) => v
+                .run_reading(entry, id, input)
+                .map(RunTiming::from)
+                .map_err(Error::VulkanExec),
         }
     }
 

@@ -329,12 +329,12 @@ fn lower_step(
                     // four where a CPU-type device is load-bound, or where there are enough
                     // pixels to keep a GPU busy with a quarter as many invocations.
                     let rows = u64::from(op.n) * u64::from(op.out_h());
-                    let (kernel, per_invocation) =
-                        if variants.direct || rows * u64::from(op.out_w()) >= QUAD_MIN_PIXELS {
-                            (Kernel::Conv2dQuad, 4)
-                        } else {
-                            (Kernel::Conv2d, 1)
-                        };
+                    let pixels = rows * u64::from(op.out_w());
+                    let (kernel, per_invocation) = if variants.direct || pixels >= QUAD_MIN_PIXELS {
+                        (Kernel::Conv2dQuad, 4)
+                    } else {
+                        (Kernel::Conv2d, 1)
+                    };
                     let invocations = rows * u64::from(op.out_w()).div_ceil(per_invocation);
                     let grid = checked(
                         [
