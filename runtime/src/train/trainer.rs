@@ -291,8 +291,9 @@ pub struct TrainReport {
     /// Batches the engine copied itself from imported ring slots, the CPU copying nothing
     /// ([`Exec::imported_uploads`]; the probe's included).
     pub imported_uploads: u64,
-    /// Command-buffer submissions the training steps made, all told (each waited for with one
-    /// fence; [`Exec::submissions`]): one per step on Vulkan, 0 on the CPU engine.
+    /// Command-buffer submissions the training steps made, all told, their hyper-parameters'
+    /// upload and loss's download included (each waited for with one fence;
+    /// [`Exec::submissions`]): one per step on Vulkan, 0 on the CPU engine.
     pub step_submissions: u64,
     /// The run's memory plan, and the process's peak resident memory at the end
     /// ([`balance::peak_resident`]; `None` where the system does not report it).
@@ -619,14 +620,14 @@ pub fn train(
 
         let step = progress.step + 1;
         let lr = schedule.lr(step);
+        // Everything the step moves in and out (hyper-parameters, batch, loss) is counted.
+        let submitted = exec.submissions();
         exec.write_f32(graph.hyper, &graph_options.hyper(lr, step as u32))?;
         let step_started = options.trace.as_ref().map(|log| log.now());
-        let submitted = exec.submissions();
         // The batch is read where the loader put it (on Vulkan, copied from its slot in the
         // step's own submission), so its slot goes back to the loaders after the step.
         let timing = exec.run_reading(train_entry, graph.records, batch.slot_bytes())?;
         drop(batch);
-        step_submissions += exec.submissions() - submitted;
         if let (Some(log), Some(t0)) = (&options.trace, step_started) {
             log.record(
                 crate::trace::Kind::Step,
@@ -637,6 +638,7 @@ pub fn train(
             );
         }
         exec.read_f32(graph.loss, &mut loss)?;
+        step_submissions += exec.submissions() - submitted;
         if !loss[0].is_finite() {
             return Err(Error::Config(format!(
                 "the loss became {} at step {step} (epoch {}): lower --lr (now {})",
