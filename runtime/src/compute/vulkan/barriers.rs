@@ -161,6 +161,7 @@ mod tests {
             (Kernel::Pointwise, 0b1000),
             (Kernel::Conv2dGradWeight, 0b11_1000),
             (Kernel::Conv2dGradReduce, 0b110),
+            (Kernel::Conv2dGradReduceDirect, 0b110),
             (Kernel::AddAssign, 0b1),
             (Kernel::AdamW, 0b1101),
             (Kernel::AdamWEma, 0b10_1101),

@@ -268,8 +268,9 @@ fn conv_forward_and_backward_with(direct: bool) {
     }
     // The split reductions were exercised: dense, pointwise and depthwise cases above are
     // long enough to be cut into parts.
+    let reduce = format!("conv2d_grad_reduce{}", if direct { "_direct" } else { "" });
     let reduces = (0..cases.len())
-        .filter(|&e| exec.kernels(e).iter().any(|k| k.0 == "conv2d_grad_reduce"))
+        .filter(|&e| exec.kernels(e).iter().any(|k| k.0 == reduce))
         .count();
     assert!(reduces >= 3, "{reduces} cases split their weight gradient");
     assert_clean(exec.engine());

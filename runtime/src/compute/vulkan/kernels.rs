@@ -60,8 +60,12 @@ pub enum Kernel {
     /// summing a block of outputs in registers, one barrier at the end. The same bindings and
     /// push block; its own grid ([`CONV_GRAD_WEIGHT_DIRECT_TILE`]) and parts.
     Conv2dGradWeightDirect,
-    /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`.
+    /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`. A
+    /// workgroup per [`CONV_GRAD_REDUCE_BLOCK`] sums, eight lanes sharing the splits.
     Conv2dGradReduce,
+    /// [`Kernel::Conv2dGradReduce`] for CPU-type devices: one invocation per sum walks every
+    /// split, no shared memory or barrier. The same bindings and push block; a linear grid.
+    Conv2dGradReduceDirect,
     /// Depthwise conv + bias + ReLU, direct: `x, w, b, y (w)`.
     Depthwise,
     /// Input gradient of a depthwise conv: `w, y, gy, gx (w)`.
@@ -169,6 +173,8 @@ pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
 /// Output channels and weight columns one workgroup of `conv2d_grad_weight_direct` sums
 /// (`TM`, `TN` in its shader).
 pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [4, 8];
+/// Sums one workgroup of `conv2d_grad_reduce` adds (`BLOCK` in its shader).
+pub const CONV_GRAD_REDUCE_BLOCK: u32 = 32;
 /// Most taps (`k²`) `depthwise_grad_weight_direct` sums (`MAX_TAPS` in its shader).
 pub const DEPTHWISE_DIRECT_MAX_TAPS: u32 = 25;
 /// Output channels one invocation of the direct `conv2d` kernel computes
@@ -211,6 +217,9 @@ const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = kernel!("conv2d_grad_weight_direct
     push CONV_PUSH_BYTES, local [64, 1, 1], x None,
     shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)));
 const CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
+    push CONV_PUSH_BYTES, local [CONV_GRAD_REDUCE_BLOCK, 8, 1], x None,
+    shared 4 * 8 * CONV_GRAD_REDUCE_BLOCK);
+const CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = kernel!("conv2d_grad_reduce_direct", bindings 3,
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const DEPTHWISE: KernelInfo =
     kernel!("depthwise", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
@@ -250,7 +259,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 30] = [
+    pub const ALL: [Kernel; 31] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -262,6 +271,7 @@ impl Kernel {
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradWeightDirect,
         Kernel::Conv2dGradReduce,
+        Kernel::Conv2dGradReduceDirect,
         Kernel::Depthwise,
         Kernel::DepthwiseGradInput,
         Kernel::DepthwiseGradWeight,
@@ -296,6 +306,7 @@ impl Kernel {
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradWeightDirect => &CONV2D_GRAD_WEIGHT_DIRECT,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
+            Kernel::Conv2dGradReduceDirect => &CONV2D_GRAD_REDUCE_DIRECT,
             Kernel::Depthwise => &DEPTHWISE,
             Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
             Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,

@@ -22,8 +22,8 @@
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
 use super::kernels::{
-    Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
-    DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
+    Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
+    CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
 };
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
 use crate::compute::recording::{Recording, Step, TensorId};
@@ -442,11 +442,18 @@ fn lower_step(
                 lowered.conv_partial_floats = lowered
                     .conv_partial_floats
                     .max((len * u64::from(splits)) as usize);
+                let (kernel, groups) = if variants.direct {
+                    (Kernel::Conv2dGradReduceDirect, linear_groups(len))
+                } else {
+                    let blocks = len.div_ceil(u64::from(CONV_GRAD_REDUCE_BLOCK));
+                    let blocks = blocks.min(u64::from(MAX_GROUPS)) as u32;
+                    (Kernel::Conv2dGradReduce, [blocks, 1, 1])
+                };
                 push(
-                    Kernel::Conv2dGradReduce,
+                    kernel,
                     vec![Slot::ConvPartial, T(gw), T(gb)],
                     conv_push(&op, splits, 0),
-                    linear_groups(len),
+                    groups,
                 );
             }
         }
@@ -738,6 +745,8 @@ mod tests {
         // 32·64·64 terms onto one tile: split 512 ways into [512][16][28] partial sums.
         assert_eq!(l.entries[0][0].groups, [1, 1, 512]);
         assert_eq!(l.conv_partial_floats, 512 * 16 * 28);
+        // Its 16·28 sums in blocks of 32.
+        assert_eq!(l.entries[0][1].groups, [14, 1, 1]);
         assert_eq!(l.entries[0][3].groups, [16, 10, 1]);
         assert_eq!(l.loss_partial_floats, 0);
     }
