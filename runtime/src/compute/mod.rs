@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod cpu;
 pub mod exec;
+pub mod fusion;
 pub mod ops;
 pub mod recording;
 pub mod storage;
