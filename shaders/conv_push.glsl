@@ -16,4 +16,5 @@ layout(push_constant) uniform Push {
     uint out_w;
     uint splits;  // weight gradient: parts of the batch·pixel sum (1: write gw, gb directly)
     uint chunk;   // weight gradient: batch·pixel terms per part (a multiple of GEMM_BK)
+    uint skip;    // pointwise forward: 1 adds binding 4 (a residual, shaped as y) after the ReLU
 } pc;

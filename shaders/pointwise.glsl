@@ -5,7 +5,8 @@
 //     Y[o][p] = Σ_c W[o][c] · X[c][p]
 // (M = c_out, N = h·w, K = c_in) through shared-memory tiles (gemm.glsl): every loaded
 // input value is used by 32 output channels and every weight by 64 pixels. Bias and ReLU
-// are fused into the store.
+// are fused into the store, and a residual add where the lowering folds one in (pc.skip:
+// y = relu?(W·x + b) + skip, the add's own dispatch and pass over memory saved).
 //
 // Grid: (⌈N/64⌉, ⌈M/32⌉, n).
 
@@ -13,6 +14,7 @@ layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Skip { float skip[]; };
 
 #include "conv_push.glsl"
 #include "gemm.glsl"
@@ -57,7 +59,11 @@ void main() {
                 if (pc.relu != 0u) {
                     v = max(v, 0.0);
                 }
-                y[(img * pc.c_out + o) * plane + p] = v;
+                uint at = (img * pc.c_out + o) * plane + p;
+                if (pc.skip != 0u) {
+                    v += skip[at];
+                }
+                y[at] = v;
             }
         }
     }

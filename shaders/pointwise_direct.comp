@@ -1,6 +1,6 @@
 #version 450
-// pointwise_direct: the pointwise kernel (pointwise.comp: y = relu?(W·x + b), a 1×1, stride-1,
-// unpadded, one-group conv) with no shared memory and no barrier: each invocation sums its
+// pointwise_direct: the pointwise kernel (pointwise.comp: y = relu?(W·x + b) (+ skip), a 1×1,
+// stride-1, unpadded, one-group conv) with no shared memory and no barrier: each invocation sums its
 // outputs straight from the buffers. Used on CPU-type devices (lavapipe), which run a
 // workgroup's lanes in groups and switch between all of them at every barrier: there the
 // tiled GEMM's two barriers per 16-deep step cost more than its reuse saves (det-s forward,
@@ -21,6 +21,7 @@ layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Skip { float skip[]; };
 
 #include "conv_push.glsl"
 
@@ -72,7 +73,11 @@ void main() {
                 if (pc.relu != 0u) {
                     v = max(v, 0.0);
                 }
-                y[(img * pc.c_out + oi) * plane + pj] = v;
+                uint at = (img * pc.c_out + oi) * plane + pj;
+                if (pc.skip != 0u) {
+                    v += skip[at];
+                }
+                y[at] = v;
             }
         }
     }

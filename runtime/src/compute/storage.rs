@@ -88,7 +88,8 @@ impl StoragePlan {
     /// sizes) and the plan with the fewest bytes kept. Planning det-s takes microseconds.
     ///
     /// `kernels(entry)` says, for each step of the entry, whether the engine may run it and
-    /// the next step as one kernel (the CPU engine's fusions; never, on the Vulkan engine):
+    /// the next step as one kernel (the CPU engine's fusions; on the Vulkan engine, a
+    /// pointwise conv with the residual add after it):
     /// a tensor stays live for the whole of every kernel that touches it, so a fused kernel
     /// never finds an input overwritten by its own output.
     pub fn shared(recording: &Recording, kernels: &dyn Fn(usize) -> Vec<bool>) -> StoragePlan {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use super::buffer::{Buffer, Location};
 use super::engine::{Engine, Timestamps, Timing};
-use super::lower::{lower_with, Slot, Variants};
+use super::lower::{joined_steps, lower_with, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
 use crate::balance::MemoryPlan;
@@ -179,8 +179,8 @@ impl VulkanExec {
     }
 
     fn storage_plan(recording: &Recording) -> StoragePlan {
-        // Every dispatch is its own kernel.
-        StoragePlan::shared(recording, &|_| Vec::new())
+        // A pointwise conv's dispatch that does the add after it spans both steps.
+        StoragePlan::shared(recording, &|e| joined_steps(recording, e))
     }
 
     fn with_storage(

@@ -38,7 +38,8 @@ pub enum Kernel {
     /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for CPU-type devices: the
     /// same bindings and push block; grid over blocks of four pixels.
     Conv2dQuad,
-    /// Pointwise (1×1) conv + bias + ReLU, a tiled GEMM: `x, w, b, y (w)`.
+    /// Pointwise (1×1) conv + bias + ReLU (+ a residual, where the push block's `skip` says
+    /// so), a tiled GEMM: `x, w, b, y (w), skip`.
     Pointwise,
     /// [`Kernel::Pointwise`] with f16 tiles and products (f32 sums), for devices with
     /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
@@ -198,13 +199,13 @@ const CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const CONV2D_QUAD: KernelInfo =
     kernel!("conv2d_quad", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const POINTWISE: KernelInfo = kernel!("pointwise", bindings 4, push CONV_PUSH_BYTES,
+const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 4,
+const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
 const POINTWISE_F16: KernelInfo = KernelInfo {
     fp16: true,
-    ..kernel!("pointwise_f16", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
+    ..kernel!("pointwise_f16", bindings 5, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
         shared GEMM_SHARED_F16)
 };
 const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,

@@ -11,6 +11,7 @@
 //! | step | dispatches |
 //! |---|---|
 //! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM) or `depthwise` (direct) |
+//! | pointwise conv forward + the residual add after it | `pointwise` with the add in its store, where [`crate::compute::fusion`] allows ([`residual_adds`]) |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
@@ -25,6 +26,7 @@ use super::kernels::{
     Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
     CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
 };
+use crate::compute::fusion::{self, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
 use crate::compute::recording::{Recording, Step, TensorId};
 
@@ -137,7 +139,8 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         conv_partial_floats: 0,
         loss_partial_floats: 0,
     };
-    for entry in &recording.entries {
+    for (e, entry) in recording.entries.iter().enumerate() {
+        let adds = residual_adds(recording, e);
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
@@ -146,12 +149,42 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 steps.next();
                 continue;
             }
-            lower_step(step, i, variants, &mut lowered, &mut dispatches)
+            if adds[i].is_some() {
+                // The add is this conv's store.
+                steps.next();
+            }
+            lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
         }
         lowered.entries.push(dispatches);
     }
     Ok(lowered)
+}
+
+/// For each step of entry `entry`: the residual add its dispatch takes into its store, for a
+/// pointwise conv where [`fusion::residual_adds`] allows it (this engine folds no add into an
+/// upsampling). The add's own step then lowers to nothing.
+pub(crate) fn residual_adds(recording: &Recording, entry: usize) -> Vec<Option<ResidualAdd>> {
+    let steps = &recording.entries[entry].steps;
+    fusion::residual_adds(recording, entry)
+        .into_iter()
+        .zip(steps)
+        .map(|(add, step)| {
+            add.filter(|_| {
+                matches!(step, Step::ConvForward { op, .. } if op.kind() == ConvKind::Pointwise)
+            })
+        })
+        .collect()
+}
+
+/// For each step of entry `entry`: whether its dispatch also does the next step (a residual
+/// add in a pointwise conv's store), what [`crate::compute::storage::StoragePlan::shared`]
+/// must keep apart.
+pub(crate) fn joined_steps(recording: &Recording, entry: usize) -> Vec<bool> {
+    residual_adds(recording, entry)
+        .iter()
+        .map(Option::is_some)
+        .collect()
 }
 
 /// One `adamw_ema` dispatch (attributed to step `i`) for an AdamW update followed by the
@@ -228,6 +261,15 @@ pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
     push
 }
 
+/// A pointwise conv's push block with `skip` set: its store adds binding 4.
+fn with_skip(mut push: Vec<u8>) -> Vec<u8> {
+    push[4 * CONV_SKIP_WORD..][..4].copy_from_slice(&1u32.to_le_bytes());
+    push
+}
+
+/// The word of [`conv_push`] that says a pointwise conv adds a residual (`skip`).
+const CONV_SKIP_WORD: usize = 14;
+
 /// The push block of the loss kernels (`shaders/loss.glsl`).
 pub fn loss_push(op: &CenterLoss, parts: u32, cells_per_part: u32) -> Vec<u8> {
     let push = words(&[
@@ -278,6 +320,7 @@ fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
 fn lower_step(
     step: &Step,
     index: usize,
+    add: Option<ResidualAdd>,
     variants: Variants,
     lowered: &mut Lowered,
     out: &mut Vec<LoweredDispatch>,
@@ -306,6 +349,14 @@ fn lower_step(
                     push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {
+                    // Binding 4 is the residual the store adds; unread (x stands in) without.
+                    let (bindings, push_block) = match add {
+                        Some(add) => (
+                            vec![T(x), T(w), T(b), T(add.out), T(add.residual)],
+                            with_skip(conv_push(&op, 1, 0)),
+                        ),
+                        None => (vec![T(x), T(w), T(b), T(y), T(x)], conv_push(&op, 1, 0)),
+                    };
                     let plane = u64::from(op.h) * u64::from(op.w);
                     let grid = checked(
                         [
@@ -322,7 +373,7 @@ fn lower_step(
                     } else {
                         Kernel::Pointwise
                     };
-                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
+                    push(kernel, bindings, push_block, grid);
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
                     // An invocation per output pixel, or per four of a row (conv2d.glsl):
@@ -629,7 +680,7 @@ fn lower_step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute::ops::{AdamW, Decode};
+    use crate::compute::ops::{AdamW, Add, Decode};
     use crate::compute::recording::Role;
 
     #[test]
@@ -749,6 +800,57 @@ mod tests {
         assert_eq!(l.entries[0][1].groups, [14, 1, 1]);
         assert_eq!(l.entries[0][3].groups, [16, 10, 1]);
         assert_eq!(l.loss_partial_floats, 0);
+    }
+
+    #[test]
+    fn a_private_pointwise_output_takes_the_add_after_it_into_its_store() {
+        let mut r = Recording::new();
+        let op = Conv2d::pointwise(1, 8, 4, 4, 8, true);
+        let x = r.f32("x", op.input_len(), Role::Input);
+        let w = r.f32("w", op.weight_len(), Role::Param);
+        let b = r.f32("b", op.bias_len(), Role::Param);
+        let y = r.f32("y", op.output_len(), Role::Activation);
+        let out = r.f32("out", op.output_len(), Role::Output);
+        let add = Add {
+            len: op.output_len() as u32,
+        };
+        let conv = Step::ConvForward { op, x, w, b, y };
+        let add = Step::Add {
+            op: add,
+            a: y,
+            b: x,
+            out,
+        };
+        r.entry("fused", vec![conv.clone(), add.clone()]);
+        // The same pair where the conv's output is an output of its own: not fused.
+        let y2 = r.f32("y2", op.output_len(), Role::Output);
+        let conv2 = Step::ConvForward { op, x, w, b, y: y2 };
+        let Step::Add { op: add_op, .. } = add else {
+            unreachable!()
+        };
+        let add2 = Step::Add {
+            op: add_op,
+            a: y2,
+            b: x,
+            out,
+        };
+        r.entry("kept", vec![conv2, add2]);
+        let l = lower(&r).unwrap();
+        let skip_word = |d: &LoweredDispatch| {
+            u32::from_le_bytes(d.push[4 * CONV_SKIP_WORD..][..4].try_into().unwrap())
+        };
+        use Slot::Tensor as T;
+        let fused = &l.entries[0];
+        assert_eq!(fused.len(), 1, "{fused:?}");
+        assert_eq!(fused[0].kernel, Kernel::Pointwise);
+        assert_eq!(fused[0].bindings, [T(x), T(w), T(b), T(out), T(x)]);
+        assert_eq!(skip_word(&fused[0]), 1);
+        let kept: Vec<_> = l.entries[1].iter().map(|d| d.kernel).collect();
+        assert_eq!(kept, [Kernel::Pointwise, Kernel::Add]);
+        assert_eq!(l.entries[1][0].bindings[3], T(y2));
+        assert_eq!(skip_word(&l.entries[1][0]), 0);
+        assert_eq!(joined_steps(&r, 0), [true, false]);
+        assert_eq!(joined_steps(&r, 1), [false, false]);
     }
 
     /// An AdamW update of a 10-value tensor with distinguishable hyper-parameters.
