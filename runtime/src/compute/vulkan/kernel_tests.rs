@@ -114,6 +114,20 @@ fn conv_cases() -> Vec<Conv2d> {
     ]
 }
 
+/// The kernel a pointwise conv's forward pass lowers to, with the direct kernels or without
+/// (lower.rs: one output per invocation where the tiled grid is small).
+fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
+    let tiles = u64::from(op.h * op.w).div_ceil(64) * u64::from(op.c_out).div_ceil(32);
+    match (
+        direct,
+        tiles * u64::from(op.n) <= super::lower::THIN_MAX_TILES,
+    ) {
+        (true, _) => "pointwise_direct",
+        (false, true) => "pointwise_thin",
+        (false, false) => "pointwise",
+    }
+}
+
 /// Every conv kernel against the CPU twin, with the tiled weight-gradient kernel and with
 /// the direct one (each forced whatever the device's own choice, [`super::Options::direct`]).
 #[test]
@@ -229,6 +243,9 @@ fn conv_forward_and_backward_with(direct: bool) {
         exec.run(i).unwrap();
         let what = format!("{:?} {op:?}, direct {direct}", op.kind());
         let suffix = if direct { "_direct" } else { "" };
+        if op.kind() == ConvKind::Pointwise {
+            assert_eq!(exec.kernels(i)[0].0, pointwise_kernel(op, direct), "{what}");
+        }
         if matches!(op.kind(), ConvKind::Dense | ConvKind::Grouped) {
             // The cases are smaller than QUAD_MIN_PIXELS: the GPU kernel is one pixel a thread.
             let want = if direct { "conv2d_quad" } else { "conv2d" };
@@ -280,11 +297,15 @@ fn conv_forward_and_backward_with(direct: bool) {
 /// kernels): one dispatch, the add's result the CPU twin's of the two steps.
 #[test]
 fn a_residual_add_in_the_pointwise_store_matches_the_cpu_twin() {
-    for direct in [false, true] {
+    // Channels past a tile, a plane that leaves the last tile ragged: small enough for one
+    // output per invocation, and large enough for the tiled kernel.
+    let cases = [
+        Conv2d::pointwise(2, 33, 5, 7, 40, true),
+        Conv2d::pointwise(2, 20, 30, 31, 40, false),
+    ];
+    for (op, direct) in cases.into_iter().flat_map(|op| [(op, false), (op, true)]) {
         let mut rng = SplitMix64::new(13);
         let mut rec = Recording::new();
-        // Channels past a tile, a plane that leaves the last tile ragged.
-        let op = Conv2d::pointwise(2, 33, 5, 7, 40, true);
         let x = rec.f32("x", op.input_len(), Role::Input);
         let w = rec.f32("w", op.weight_len(), Role::Param);
         let b = rec.f32("b", op.bias_len(), Role::Param);
@@ -329,11 +350,7 @@ fn a_residual_add_in_the_pointwise_store_matches_the_cpu_twin() {
         }
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
-        let kernel = if direct {
-            "pointwise_direct"
-        } else {
-            "pointwise"
-        };
+        let kernel = pointwise_kernel(&op, direct);
         assert_eq!(exec.kernels(0), [(kernel, 0)], "direct {direct}");
         let want = cpu_read(&mut cpu, out, op.output_len());
         close(
@@ -1475,21 +1492,24 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         Conv2d::pointwise(3, 33, 5, 7, 65, true),
         Conv2d::pointwise(2, 64, 16, 16, 48, false),
         Conv2d::pointwise(1, 16, 1, 3, 7, true),
+        Conv2d::pointwise(2, 20, 30, 31, 40, false),
     ];
     let (rec, ids) = pointwise_entries(&cases);
-    for (direct, kernel) in [(false, "pointwise"), (true, "pointwise_direct")] {
+    for direct in [false, true] {
         let options = super::Options {
             validation: true,
             pipeline_cache: super::CacheDir::Off,
             direct: Some(direct),
             ..super::Options::default()
         };
-        let Some(engine) = super::testing::engine_with_options(kernel, &options) else {
+        let test = format!("pointwise, direct {direct}");
+        let Some(engine) = super::testing::engine_with_options(&test, &options) else {
             return;
         };
         let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
         let mut rng = SplitMix64::new(9);
         for (i, (op, &ids)) in cases.iter().zip(&ids).enumerate() {
+            let kernel = pointwise_kernel(op, direct);
             assert_eq!(exec.kernels(i)[0].0, kernel, "the variant is lowered");
             let (got, want) = run_pointwise_case(&mut exec, &mut rng, op, ids, i);
             close(&format!("{kernel} case {i}"), &got, &want);

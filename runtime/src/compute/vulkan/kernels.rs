@@ -48,6 +48,10 @@ pub enum Kernel {
     /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
     /// invocations, each with four times the outputs).
     PointwiseDirect,
+    /// [`Kernel::Pointwise`] with one output per invocation, for layers whose tiled grid is
+    /// too small to fill a GPU (batch-1 inference): the same bindings and push block; grid
+    /// (⌈N/64⌉, ⌈M/4⌉, n) ([`POINTWISE_THIN_GROUP`]).
+    PointwiseThin,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
     Conv2dGradInput,
     /// [`Kernel::Conv2dGradInput`] summed straight from the buffers, with no shared memory or
@@ -166,6 +170,8 @@ macro_rules! kernel {
 
 /// Push bytes of the convolution kernels (`shaders/conv_push.glsl`).
 pub const CONV_PUSH_BYTES: u32 = 64;
+/// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
+pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
 pub const LOSS_PUSH_BYTES: u32 = 44;
 /// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
@@ -203,6 +209,9 @@ const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BY
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
+const POINTWISE_THIN: KernelInfo = kernel!("pointwise_thin", bindings 5,
+    push CONV_PUSH_BYTES, local [POINTWISE_THIN_GROUP[0], POINTWISE_THIN_GROUP[1], 1], x None,
+    shared 0);
 const POINTWISE_F16: KernelInfo = KernelInfo {
     fp16: true,
     ..kernel!("pointwise_f16", bindings 5, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
@@ -260,13 +269,14 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 31] = [
+    pub const ALL: [Kernel; 32] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
+        Kernel::PointwiseThin,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradInputDirect,
         Kernel::Conv2dGradWeight,
@@ -302,6 +312,7 @@ impl Kernel {
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,
+            Kernel::PointwiseThin => &POINTWISE_THIN,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,

@@ -25,6 +25,7 @@
 use super::kernels::{
     Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
     CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
+    POINTWISE_THIN_GROUP,
 };
 use crate::compute::fusion::{self, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
@@ -32,6 +33,11 @@ use crate::compute::recording::{Recording, Step, TensorId};
 
 /// Invocations of the one-dimensional kernels' workgroups (their default workgroup size).
 pub const LINEAR_WORKGROUP: u32 = 256;
+/// Tiles of a pointwise conv's GEMM grid up to which a GPU runs it with one output per
+/// invocation instead (`pointwise_thin`): a grid that small leaves most of a GPU idle while
+/// each tile walks its sum in 16-deep steps with two barriers each. det-s's batch-1 forward
+/// pass has 2–16 tiles per layer, its training step at batch 32 at least 64.
+pub const THIN_MAX_TILES: u64 = 32;
 /// Workgroup count every Vulkan device supports in each dimension.
 pub const MAX_GROUPS: u32 = 65_535;
 
@@ -366,14 +372,25 @@ fn lower_step(
                         ],
                         "pointwise conv",
                     )?;
-                    let kernel = if variants.fp16 {
-                        Kernel::PointwiseF16
+                    let tiles = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+                    if variants.fp16 {
+                        push(Kernel::PointwiseF16, bindings, push_block, grid);
                     } else if variants.direct {
-                        Kernel::PointwiseDirect
+                        push(Kernel::PointwiseDirect, bindings, push_block, grid);
+                    } else if tiles <= THIN_MAX_TILES {
+                        let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
+                        let grid = checked(
+                            [
+                                plane.div_ceil(gx),
+                                u64::from(op.c_out).div_ceil(gy),
+                                u64::from(op.n),
+                            ],
+                            "pointwise conv",
+                        )?;
+                        push(Kernel::PointwiseThin, bindings, push_block, grid);
                     } else {
-                        Kernel::Pointwise
-                    };
-                    push(kernel, bindings, push_block, grid);
+                        push(Kernel::Pointwise, bindings, push_block, grid);
+                    }
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
                     // An invocation per output pixel, or per four of a row (conv2d.glsl):
@@ -842,15 +859,44 @@ mod tests {
         use Slot::Tensor as T;
         let fused = &l.entries[0];
         assert_eq!(fused.len(), 1, "{fused:?}");
-        assert_eq!(fused[0].kernel, Kernel::Pointwise);
+        assert_eq!(fused[0].kernel, Kernel::PointwiseThin);
         assert_eq!(fused[0].bindings, [T(x), T(w), T(b), T(out), T(x)]);
         assert_eq!(skip_word(&fused[0]), 1);
         let kept: Vec<_> = l.entries[1].iter().map(|d| d.kernel).collect();
-        assert_eq!(kept, [Kernel::Pointwise, Kernel::Add]);
+        assert_eq!(kept, [Kernel::PointwiseThin, Kernel::Add]);
         assert_eq!(l.entries[1][0].bindings[3], T(y2));
         assert_eq!(skip_word(&l.entries[1][0]), 0);
         assert_eq!(joined_steps(&r, 0), [true, false]);
         assert_eq!(joined_steps(&r, 1), [false, false]);
+    }
+
+    #[test]
+    fn a_pointwise_conv_too_small_to_fill_a_gpu_has_an_output_per_invocation() {
+        let kernel_and_grid = |op: Conv2d, variants| {
+            let mut r = Recording::new();
+            let x = r.f32("x", op.input_len(), Role::Input);
+            let w = r.f32("w", op.weight_len(), Role::Param);
+            let b = r.f32("b", op.bias_len(), Role::Param);
+            let y = r.f32("y", op.output_len(), Role::Output);
+            r.entry("pw", vec![Step::ConvForward { op, x, w, b, y }]);
+            let d = &lower_with(&r, variants).unwrap().entries[0][0];
+            (d.kernel, d.groups)
+        };
+        let gpu = Variants::default();
+        // det-s at batch 1, 64→64 at 16×16: 4 × 2 tiles.
+        let small = Conv2d::pointwise(1, 64, 16, 16, 64, true);
+        assert_eq!(
+            kernel_and_grid(small, gpu),
+            (Kernel::PointwiseThin, [4, 16, 1])
+        );
+        // The same layer at batch 32: 256 tiles.
+        let batch = Conv2d::pointwise(32, 64, 16, 16, 64, true);
+        assert_eq!(kernel_and_grid(batch, gpu), (Kernel::Pointwise, [4, 2, 32]));
+        let direct = Variants {
+            direct: true,
+            ..gpu
+        };
+        assert_eq!(kernel_and_grid(small, direct).0, Kernel::PointwiseDirect);
     }
 
     /// An AdamW update of a 10-value tensor with distinguishable hyper-parameters.
