@@ -8,11 +8,14 @@
 // is the cell's index in the image's output, c·cells + offset(level) + y·w + x, so a key is
 // (score bits, index): scores are ≥ 0, so their bits order like the floats.
 //
-// Selection in shared memory: slots [0, top_k) hold the best so far, slots [top_k, 1024)
-// take the next 1024 − top_k cells (one slot per cell, an empty key where the cell is not a
-// candidate), and a bitonic sort of all 1024 keys puts the best first. Rounds repeat over
-// the image's cells; every step is a fixed function of the data (deterministic). 8 KiB of
-// shared memory; top_k ≤ 512 (the lowering refuses more).
+// Selection in shared memory: slots [0, kept) hold the best so far (kept ≤ top_k), and each
+// round appends the candidates among the next 1024 − top_k cells after them (a shared
+// counter hands out slots), then a bitonic sort of the smallest power of two of slots that
+// holds them all puts the best first. Usually few cells are candidates, so the sort is a few
+// steps rather than the 55 of all 1024 slots. The slots a candidate gets depend on timing,
+// but keys are unique (the index), so the sorted order, and everything written, is a fixed
+// function of the data (deterministic). 8 KiB of shared memory; top_k ≤ 512 (the lowering
+// refuses more).
 //
 // Output: counts[b] = detections found (≤ top_k); detection j of image b at words
 // 6·(b·top_k + j): class, score, x0, y0, x1, y1 (ops::Detection), centre
@@ -44,6 +47,8 @@ layout(push_constant) uniform Push {
 
 shared uint key_score[CAP];
 shared uint key_index[CAP];
+// Slots [0, filled) hold keys: the kept best, then this round's candidates.
+shared uint filled;
 
 // Whether key a ranks before key b: higher score, then lower index. The empty key (score
 // bits 0, index EMPTY) ranks after every candidate.
@@ -58,51 +63,63 @@ void main() {
     uint cells = pc.classes * plane;
     uint base = b * (pc.classes + 4u) * plane;
     uint window = CAP - pc.top_k;
-    for (uint s = tid; s < CAP; s += 256u) {
-        key_score[s] = 0u;
-        key_index[s] = EMPTY;
-    }
+    uint kept = 0u;
     for (uint r0 = 0u; r0 < cells; r0 += window) {
         barrier();
-        for (uint s = pc.top_k + tid; s < CAP; s += 256u) {
-            uint cell = r0 + (s - pc.top_k);
-            uint ks = 0u;
-            uint ki = EMPTY;
-            if (cell < cells) {
-                uint c = cell / plane;
-                uint q = cell - c * plane;
-                uint offset;
-                uint level = level_of_cell(q, offset);
-                uint gw = level_grid_w(level);
-                uint gh = pc.input_h / pc.strides[level];
-                int y = int((q - offset) / gw);
-                int x = int((q - offset) % gw);
-                float l = pred[base + cell];
-                bool peak = true;
-                for (int dy = -1; dy <= 1; dy++) {
-                    for (int dx = -1; dx <= 1; dx++) {
-                        int yy = y + dy;
-                        int xx = x + dx;
-                        if (yy >= 0 && yy < int(gh) && xx >= 0 && xx < int(gw)
-                            && pred[base + c * plane + offset + uint(yy) * gw + uint(xx)] > l) {
-                            peak = false;
-                        }
+        if (tid == 0u) {
+            filled = kept;
+        }
+        // Past the kept best (the last round's sort put any others after them): empty.
+        for (uint s = kept + tid; s < CAP; s += 256u) {
+            key_score[s] = 0u;
+            key_index[s] = EMPTY;
+        }
+        barrier();
+        for (uint s = tid; s < window; s += 256u) {
+            uint cell = r0 + s;
+            if (cell >= cells) {
+                break;
+            }
+            uint c = cell / plane;
+            uint q = cell - c * plane;
+            uint offset;
+            uint level = level_of_cell(q, offset);
+            uint gw = level_grid_w(level);
+            uint gh = pc.input_h / pc.strides[level];
+            int y = int((q - offset) / gw);
+            int x = int((q - offset) % gw);
+            float l = pred[base + cell];
+            bool peak = true;
+            for (int dy = -1; dy <= 1; dy++) {
+                for (int dx = -1; dx <= 1; dx++) {
+                    int yy = y + dy;
+                    int xx = x + dx;
+                    if (yy >= 0 && yy < int(gh) && xx >= 0 && xx < int(gw)
+                        && pred[base + c * plane + offset + uint(yy) * gw + uint(xx)] > l) {
+                        peak = false;
                     }
                 }
-                float score = 1.0 / (1.0 + exp(-l));
-                if (peak && score >= pc.threshold) {
-                    ks = floatBitsToUint(score);
-                    ki = cell;
-                }
             }
-            key_score[s] = ks;
-            key_index[s] = ki;
+            float score = 1.0 / (1.0 + exp(-l));
+            if (peak && score >= pc.threshold) {
+                uint at = atomicAdd(filled, 1u);
+                key_score[at] = floatBitsToUint(score);
+                key_index[at] = cell;
+            }
         }
-        // Bitonic sort of the CAP keys, best first.
-        for (uint k = 2u; k <= CAP; k <<= 1) {
+        barrier();
+        // The same count in every invocation: the sort's bounds, and so its barriers, are
+        // uniform.
+        uint count = filled;
+        uint span = 2u;
+        while (span < count) {
+            span <<= 1;
+        }
+        // Bitonic sort of slots [0, span), best first.
+        for (uint k = 2u; k <= span; k <<= 1) {
             for (uint j = k >> 1; j > 0u; j >>= 1) {
                 barrier();
-                for (uint i = tid; i < CAP; i += 256u) {
+                for (uint i = tid; i < span; i += 256u) {
                     uint l = i ^ j;
                     if (l > i) {
                         uint si = key_score[i];
@@ -120,6 +137,7 @@ void main() {
                 }
             }
         }
+        kept = min(count, pc.top_k);
     }
     barrier();
     // The sorted prefix: count the filled slots and write the detections.

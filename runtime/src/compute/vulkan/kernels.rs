@@ -265,7 +265,7 @@ const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(
 const ADAMW_EMA: KernelInfo =
     kernel!("adamw_ema", bindings 6, push 20, local LINEAR, x Some(0), shared 0);
 const DECODE: KernelInfo =
-    kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS);
+    kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS + 4);
 
 impl Kernel {
     /// Every kernel, in table order.
