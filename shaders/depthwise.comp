@@ -6,6 +6,10 @@
 // ReLU fused. The index decomposition (integer divisions, slow on every GPU and worse on
 // CPU SIMD) is done once per four outputs. A grid-stride loop covers any grid
 // (lower.rs: one invocation per four outputs).
+//
+// 3×3 kernels at stride 1 or 2 (det-s's) load each input row's window once, 6 or 9 values
+// into registers, instead of one value per tap and output (12): on a CPU-type device every
+// such load is a gather, and they bound the kernel.
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
@@ -16,6 +20,43 @@ layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
 #include "conv_push.glsl"
+
+// The 3×3 sums of outputs ox0 .. ox0 + 3 of row oy, stride 1 or 2: each input row's
+// window (3·stride + 3 values, zero outside the input) loaded once. The taps are added in
+// the generic loop's order.
+vec4 window3(uint xbase, uint wbase, uint oy, uint ox0) {
+    vec4 s = vec4(0.0);
+    uint ix0 = ox0 * pc.stride - pc.pad; // wraps when negative
+    for (uint ky = 0u; ky < 3u; ky++) {
+        uint iy = oy * pc.stride + ky - pc.pad;
+        if (iy >= pc.h) {
+            continue;
+        }
+        uint xrow = xbase + iy * pc.w;
+        float win[9];
+        for (uint t = 0u; t < 9u; t++) {
+            uint ix = ix0 + t;
+            win[t] = (ix < pc.w && (pc.stride == 2u || t < 6u)) ? x[xrow + ix] : 0.0;
+        }
+        float w0 = wt[wbase + ky * 3u];
+        float w1 = wt[wbase + ky * 3u + 1u];
+        float w2 = wt[wbase + ky * 3u + 2u];
+        if (pc.stride == 1u) {
+            for (uint j = 0u; j < 4u; j++) {
+                s[j] += w0 * win[j];
+                s[j] += w1 * win[j + 1u];
+                s[j] += w2 * win[j + 2u];
+            }
+        } else {
+            for (uint j = 0u; j < 4u; j++) {
+                s[j] += w0 * win[2u * j];
+                s[j] += w1 * win[2u * j + 1u];
+                s[j] += w2 * win[2u * j + 2u];
+            }
+        }
+    }
+    return s;
+}
 
 void main() {
     uint quads = (pc.out_w + 3u) / 4u; // blocks of four outputs along a row
@@ -31,7 +72,9 @@ void main() {
         uint xbase = bc * pc.h * pc.w;
         uint wbase = c * pc.k * pc.k;
         vec4 s = vec4(0.0);
-        for (uint ky = 0u; ky < pc.k; ky++) {
+        if (pc.k == 3u && pc.stride <= 2u) {
+            s = window3(xbase, wbase, oy, ox0);
+        } else for (uint ky = 0u; ky < pc.k; ky++) {
             uint iy = oy * pc.stride + ky - pc.pad; // wraps when negative
             if (iy >= pc.h) {
                 continue;
