@@ -1,18 +1,21 @@
 #version 450
 // upsample: nearest-neighbour ×2 (ops::Upsample2x), n·c planes of h × w → 2h × 2w; output
-// (y, x) copies input (y/2, x/2). One invocation per output element, grid-stride loop.
+// (y, x) copies input (y/2, x/2), plus a residual (binding 2, shaped as y) where the lowering
+// folds the add after it in (pc.skip). One invocation per output element, grid-stride loop.
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Skip { float skip[]; };
 
 layout(push_constant) uniform Push {
     uint n;
     uint c;
     uint h;
     uint w;
+    uint skip; // 1: add binding 2
 } pc;
 
 void main() {
@@ -25,6 +28,10 @@ void main() {
         uint p = i - bc * plane_out;
         uint oy = p / ow;
         uint ox = p - oy * ow;
-        y[i] = x[(bc * pc.h + oy / 2u) * pc.w + ox / 2u];
+        float v = x[(bc * pc.h + oy / 2u) * pc.w + ox / 2u];
+        if (pc.skip != 0u) {
+            v += skip[i];
+        }
+        y[i] = v;
     }
 }

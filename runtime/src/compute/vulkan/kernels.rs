@@ -85,7 +85,8 @@ pub enum Kernel {
     Add,
     /// `dst += src`: `dst (rw), src`; push `{ len }`.
     AddAssign,
-    /// Nearest ×2 upsample: `x, y (w)`; push `{ n, c, h, w }`.
+    /// Nearest ×2 upsample (+ a residual where `skip` is 1): `x, y (w), skip`; push `{ n, c,
+    /// h, w, skip }`.
     Upsample,
     /// Its backward (sum of four): `gy, gx (w)`; push `{ n, c, h, w }`.
     UpsampleGrad,
@@ -244,7 +245,7 @@ const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(
 const ADD_ASSIGN: KernelInfo =
     kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
 const UPSAMPLE: KernelInfo =
-    kernel!("upsample", bindings 2, push 16, local LINEAR, x Some(0), shared 0);
+    kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0);
 const UPSAMPLE_GRAD: KernelInfo =
     kernel!("upsample_grad", bindings 2, push 16, local LINEAR, x Some(0), shared 0);
 const NORMALIZE: KernelInfo =

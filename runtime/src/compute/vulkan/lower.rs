@@ -11,7 +11,7 @@
 //! | step | dispatches |
 //! |---|---|
 //! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
-//! | pointwise conv forward + the residual add after it | `pointwise` with the add in its store, where [`crate::compute::fusion`] allows ([`residual_adds`]) |
+//! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`fusion::residual_adds`] allows |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
@@ -146,7 +146,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         loss_partial_floats: 0,
     };
     for (e, entry) in recording.entries.iter().enumerate() {
-        let adds = residual_adds(recording, e);
+        let adds = fusion::residual_adds(recording, e);
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
@@ -167,27 +167,11 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
     Ok(lowered)
 }
 
-/// For each step of entry `entry`: the residual add its dispatch takes into its store, for a
-/// pointwise conv where [`fusion::residual_adds`] allows it (this engine folds no add into an
-/// upsampling). The add's own step then lowers to nothing.
-pub(crate) fn residual_adds(recording: &Recording, entry: usize) -> Vec<Option<ResidualAdd>> {
-    let steps = &recording.entries[entry].steps;
-    fusion::residual_adds(recording, entry)
-        .into_iter()
-        .zip(steps)
-        .map(|(add, step)| {
-            add.filter(|_| {
-                matches!(step, Step::ConvForward { op, .. } if op.kind() == ConvKind::Pointwise)
-            })
-        })
-        .collect()
-}
-
 /// For each step of entry `entry`: whether its dispatch also does the next step (a residual
-/// add in a pointwise conv's store), what [`crate::compute::storage::StoragePlan::shared`]
-/// must keep apart.
+/// add in the store of a pointwise conv or an upsampling, where [`fusion::residual_adds`]
+/// allows it), what [`crate::compute::storage::StoragePlan::shared`] must keep apart.
 pub(crate) fn joined_steps(recording: &Recording, entry: usize) -> Vec<bool> {
-    residual_adds(recording, entry)
+    fusion::residual_adds(recording, entry)
         .iter()
         .map(Option::is_some)
         .collect()
@@ -537,12 +521,16 @@ fn lower_step(
             words(&[op.len]),
             linear_groups(u64::from(op.len)),
         ),
-        Step::UpsampleForward { op, x, y } => push(
-            Kernel::Upsample,
-            vec![T(x), T(y)],
-            words(&[op.n, op.c, op.h, op.w]),
-            linear_groups(op.output_len() as u64),
-        ),
+        Step::UpsampleForward { op, x, y } => {
+            // Binding 2 is the residual the store adds; unread (x stands in) without.
+            let (out, skip) = add.map_or((y, x), |a| (a.out, a.residual));
+            push(
+                Kernel::Upsample,
+                vec![T(x), T(out), T(skip)],
+                words(&[op.n, op.c, op.h, op.w, u32::from(add.is_some())]),
+                linear_groups(op.output_len() as u64),
+            )
+        }
         Step::UpsampleBackward { op, gy, gx } => push(
             Kernel::UpsampleGrad,
             vec![T(gy), T(gx)],
