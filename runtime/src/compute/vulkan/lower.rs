@@ -11,7 +11,7 @@
 //! | step | dispatches |
 //! |---|---|
 //! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
-//! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`fusion::residual_adds`] allows |
+//! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`crate::compute::fusion`] allows |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
