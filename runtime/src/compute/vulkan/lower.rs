@@ -156,7 +156,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 continue;
             }
             if adds[i].is_some() {
-                // The add is this conv's store.
+                // The add after this step is done in its store.
                 steps.next();
             }
             lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
@@ -816,30 +816,25 @@ mod tests {
         let b = r.f32("b", op.bias_len(), Role::Param);
         let y = r.f32("y", op.output_len(), Role::Activation);
         let out = r.f32("out", op.output_len(), Role::Output);
+        let y2 = r.f32("y2", op.output_len(), Role::Output);
         let add = Add {
             len: op.output_len() as u32,
         };
-        let conv = Step::ConvForward { op, x, w, b, y };
-        let add = Step::Add {
-            op: add,
-            a: y,
-            b: x,
-            out,
+        // `conv(x) + x`, from a conv whose output is `y`.
+        let block = |y| {
+            vec![
+                Step::ConvForward { op, x, w, b, y },
+                Step::Add {
+                    op: add,
+                    a: y,
+                    b: x,
+                    out,
+                },
+            ]
         };
-        r.entry("fused", vec![conv.clone(), add.clone()]);
-        // The same pair where the conv's output is an output of its own: not fused.
-        let y2 = r.f32("y2", op.output_len(), Role::Output);
-        let conv2 = Step::ConvForward { op, x, w, b, y: y2 };
-        let Step::Add { op: add_op, .. } = add else {
-            unreachable!()
-        };
-        let add2 = Step::Add {
-            op: add_op,
-            a: y2,
-            b: x,
-            out,
-        };
-        r.entry("kept", vec![conv2, add2]);
+        r.entry("fused", block(y));
+        // The same where the conv's output is an output of its own: not fused.
+        r.entry("kept", block(y2));
         let l = lower(&r).unwrap();
         let skip_word = |d: &LoweredDispatch| {
             u32::from_le_bytes(d.push[4 * CONV_SKIP_WORD..][..4].try_into().unwrap())
