@@ -55,6 +55,25 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
     fused
 }
 
+/// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output nothing
+/// but the next step, a [`Step::ConvForward`], reads (as for a [`ResidualAdd`]), so that the
+/// conv may read the records instead and the normalised tensor is never written. A training
+/// entry's backward pass normalises again into a tensor of its own, so its forward pass's
+/// stem fuses too.
+pub(crate) fn normalized_convs(rec: &Recording, entry: usize) -> Vec<bool> {
+    let steps = &rec.entries[entry].steps;
+    let mut fused = vec![false; steps.len()];
+    for (i, pair) in steps.windows(2).enumerate() {
+        if let (Step::Normalize { out, .. }, Step::ConvForward { x, w, b, y, .. }) =
+            (&pair[0], &pair[1])
+        {
+            fused[i] =
+                x == out && ![*w, *b, *y].contains(out) && private(rec, entry, *out, [i, i + 1]);
+        }
+    }
+    fused
+}
+
 /// Whether activation `t` is touched in entry `entry` by its steps `by` only, and every other
 /// entry that touches it writes it first.
 pub(crate) fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {
@@ -72,13 +91,14 @@ pub(crate) fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]
             .all(|(_, other)| written_first(&other.steps, t))
 }
 
-/// Whether the first step of `steps` that touches `t` (if any) is a conv or an upsampling
-/// that overwrites it.
+/// Whether the first step of `steps` that touches `t` (if any) is a conv, an upsampling or a
+/// normalisation that overwrites it.
 fn written_first(steps: &[Step], t: TensorId) -> bool {
     match steps.iter().find(|s| s.touches().contains(&t)) {
         None => true,
         Some(Step::ConvForward { x, w, b, y, .. }) => *y == t && ![*x, *w, *b].contains(&t),
         Some(Step::UpsampleForward { x, y, .. }) => *y == t && *x != t,
+        Some(Step::Normalize { out, .. }) => *out == t,
         Some(_) => false,
     }
 }
@@ -165,5 +185,52 @@ mod tests {
         let again = rec.entries[0].clone();
         rec.entries.push(again);
         assert!(residual_adds(&rec, 0)[0].is_some());
+    }
+
+    #[test]
+    fn a_normalisation_only_its_conv_reads_folds_into_the_conv() {
+        use crate::compute::ops::Normalize;
+        use crate::compute::recording::Elem;
+        let recording = |extra_reader: bool| {
+            let mut rec = Recording::new();
+            let norm = Normalize {
+                n: 1,
+                h: 4,
+                w: 4,
+                record_stride: 48,
+                flip: false,
+            };
+            let op = Conv2d::dense(1, 3, 4, 4, 8, 3, 2, true);
+            let records = rec.tensor("records", norm.input_bytes(), Elem::Bytes, Role::Input);
+            let x = rec.f32("x", norm.output_len(), Role::Activation);
+            let w = rec.f32("w", op.weight_len(), Role::Param);
+            let b = rec.f32("b", op.bias_len(), Role::Param);
+            let y = rec.f32("y", op.output_len(), Role::Output);
+            let mut steps = vec![
+                Step::Normalize {
+                    op: norm,
+                    records,
+                    out: x,
+                },
+                Step::ConvForward { op, x, w, b, y },
+            ];
+            if extra_reader {
+                let z = rec.f32("z", norm.output_len(), Role::Output);
+                steps.push(Step::Add {
+                    op: Add { len: 48 },
+                    a: x,
+                    b: x,
+                    out: z,
+                });
+            }
+            rec.entries.push(Entry {
+                name: "forward".into(),
+                steps,
+            });
+            rec.validate().expect("a valid recording");
+            rec
+        };
+        assert_eq!(normalized_convs(&recording(false), 0), [true, false]);
+        assert_eq!(normalized_convs(&recording(true), 0), [false, false, false]);
     }
 }

@@ -479,12 +479,10 @@ impl ModelGraph {
             Role::Output,
         );
 
+        // The targets first: the normalisation then comes right before the stem that reads
+        // it, which an engine may run as one kernel (`compute::fusion::normalized_convs`).
         let prologue = |with_targets: bool| {
-            let mut v = vec![Step::Normalize {
-                op: normalize,
-                records,
-                out: x0,
-            }];
+            let mut v = Vec::new();
             if with_targets {
                 v.push(Step::Targets {
                     op: targets_op,
@@ -492,6 +490,11 @@ impl ModelGraph {
                     out: targets,
                 });
             }
+            v.push(Step::Normalize {
+                op: normalize,
+                records,
+                out: x0,
+            });
             v
         };
         let loss_step = Step::LossForward {
@@ -844,11 +847,18 @@ mod tests {
             .iter()
             .position(|s| matches!(s, Step::LossForward { .. }))
             .unwrap();
+        let x0 = train
+            .iter()
+            .find_map(|s| match s {
+                Step::Normalize { out, .. } => Some(*out),
+                _ => None,
+            })
+            .unwrap();
         let cheap: Vec<TensorId> = train[..loss]
             .iter()
             .filter_map(|s| match *s {
                 Step::ConvForward { op, y, .. } if op.kind() == ops::ConvKind::Depthwise => Some(y),
-                Step::ConvForward { x, y, .. } if x == train[0].touches()[1] => Some(y),
+                Step::ConvForward { x, y, .. } if x == x0 => Some(y),
                 Step::UpsampleForward { y, .. } => Some(y),
                 Step::Normalize { out, .. } => Some(out),
                 _ => None,

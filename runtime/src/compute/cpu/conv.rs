@@ -19,10 +19,10 @@
 //! directly into the outputs) and the partial sums are added at the end.
 
 use super::gemm::{rm, sgemm, sgemm_ep, sgemm_ep_split_columns, tr, Epilogue};
-use super::kernels::{self, DENSE3X3_MAX_TAPS};
+use super::kernels::Dense3x3Input;
 use super::pool::Pool;
-use super::scratch::{part_range, run_parts, split_parts, DisjointWrites, Scratch};
-use super::{depthwise, reduce};
+use super::scratch::{run_parts, split_parts, Scratch};
+use super::{depthwise, reduce, stem};
 use crate::compute::ops::{Conv2d, ConvKind};
 
 /// Sizes one image of the op touches: input, output, pixels per output plane, and the
@@ -44,7 +44,7 @@ pub fn conv2d_forward_scratch_len(op: &Conv2d) -> usize {
     match op.kind() {
         ConvKind::Pointwise => 0,
         ConvKind::Depthwise => depthwise::forward_scratch_len(op),
-        ConvKind::Dense if reads_in_place(op) => 0,
+        ConvKind::Dense if stem::reads_in_place(op) => 0,
         ConvKind::Dense | ConvKind::Grouped => cols * im2col_block_rows(op) * op.out_w() as usize,
     }
 }
@@ -54,86 +54,6 @@ pub fn conv2d_forward_scratch_len(op: &Conv2d) -> usize {
 fn im2col_block_rows(op: &Conv2d) -> usize {
     let (_, _, _, cols) = image_sizes(op);
     (4096 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
-}
-
-/// Whether the forward pass of `op` runs without `im2col`: a dense 3×3, stride-2, pad-1 conv of
-/// an even-sized input (the stem), where the active kernel set has
-/// [`kernels::Dense3x3Half`].
-fn reads_in_place(op: &Conv2d) -> bool {
-    kernels::active().dense3x3_half.is_some()
-        && op.kind() == ConvKind::Dense
-        && (op.kernel, op.stride, op.pad) == (3, 2, 1)
-        && op.h % 2 == 0
-        && op.w % 2 == 0
-        && op.c_in as usize * 9 <= DENSE3X3_MAX_TAPS
-}
-
-/// One image of a conv that [`reads_in_place`], through the active set's kernel.
-fn forward_in_place(op: &Conv2d, x: &[f32], weight: &[f32], bias: &[f32], y: &mut [f32]) {
-    let kernel = kernels::active()
-        .dense3x3_half
-        .expect("reads_in_place checked the set has the kernel");
-    let (c_in, m) = (op.c_in as usize, op.c_out as usize);
-    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
-    assert!(
-        ow > 0
-            && y.len() == m * oh * ow
-            && x.len() >= 4 * c_in * oh * ow
-            && weight.len() >= m * c_in * 9
-            && bias.len() >= m,
-        "dense 3×3 stride-2 conv: {op:?} with input {}, weights {}, bias {}, output {}",
-        x.len(),
-        weight.len(),
-        bias.len(),
-        y.len()
-    );
-    let ep = Epilogue {
-        bias: Some(bias),
-        relu: op.relu,
-        residual: None,
-    };
-    // SAFETY: a table of a set this CPU runs (`kernels::active`); `reads_in_place` checked
-    // the taps fit a panel, the assertion above the operands' sizes (an even-sized input is
-    // exactly `2·oh × 2·ow`, the output `m` planes of `oh × ow`, all ours).
-    unsafe { kernel(x, c_in, weight, m, ep, y.as_mut_ptr(), (oh, ow), 0..oh) };
-}
-
-/// [`forward_in_place`] of each image with its output rows split over `pool`'s threads in
-/// bands (every channel's rows of the band): each thread builds only its own rows' panels,
-/// where a split by channels has every thread build all of them, and reads the rows of the
-/// input it normalised (see [`super::normalize`]). The sums are [`forward_in_place`]'s.
-fn forward_in_place_split_rows(
-    op: &Conv2d,
-    input: &[f32],
-    weight: &[f32],
-    bias: &[f32],
-    output: &mut [f32],
-    pool: &Pool,
-) {
-    let kernel = kernels::active()
-        .dense3x3_half
-        .expect("reads_in_place checked the set has the kernel");
-    let (in_img, out_img, _, _) = image_sizes(op);
-    let (c_in, m) = (op.c_in as usize, op.c_out as usize);
-    let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
-    check_lens(op, input, weight, bias, output.len());
-    let ep = Epilogue {
-        bias: Some(bias),
-        relu: op.relu,
-        residual: None,
-    };
-    let out = DisjointWrites::new(output);
-    let parts = pool.threads().min(oh);
-    for b in 0..op.n as usize {
-        let x = &input[b * in_img..][..in_img];
-        pool.run(parts, &|part| {
-            let rows = part_range(oh, parts, part);
-            // SAFETY: as in `forward_in_place` (`check_lens` checked the sizes: an even-sized
-            // input is exactly `2·oh × 2·ow`); image b's output lies inside `output`, and
-            // these rows of its planes are this band's alone.
-            unsafe { kernel(x, c_in, weight, m, ep, out.at(b * out_img), (oh, ow), rows) };
-        });
-    }
 }
 
 /// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
@@ -277,7 +197,9 @@ fn forward_image(
     match op.kind() {
         ConvKind::Depthwise => depthwise::forward_image(op, x, weight, bias, y, scratch),
         ConvKind::Pointwise => pointwise_image(op, x, weight, bias, None, y),
-        ConvKind::Dense if reads_in_place(op) => forward_in_place(op, x, weight, bias, y),
+        ConvKind::Dense if stem::reads_in_place(op) => {
+            stem::forward_image(op, Dense3x3Input::Planes(x), weight, bias, y)
+        }
         ConvKind::Dense | ConvKind::Grouped => {
             let groups = op.groups as usize;
             let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
@@ -374,8 +296,9 @@ pub fn conv2d_forward_split(
         {
             return;
         }
-        (ConvKind::Dense, Some(pool)) if reads_in_place(op) => {
-            return forward_in_place_split_rows(op, input, weight, bias, output, pool);
+        (ConvKind::Dense, Some(pool)) if stem::reads_in_place(op) => {
+            let image = |b: usize| Dense3x3Input::Planes(&input[b * in_img..][..in_img]);
+            return stem::forward_split_rows(op, image, weight, bias, output, pool);
         }
         _ => {}
     }

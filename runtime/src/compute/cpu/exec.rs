@@ -16,7 +16,7 @@ use super::fusion::{self, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
-use super::{separable, upsampled};
+use super::{separable, stem, upsampled};
 use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_LEN};
@@ -81,6 +81,8 @@ enum Kernel {
     /// Upsampling `i` and pointwise conv `i + 1`, the conv at the small size
     /// ([`upsampled`]), with the add after them where given.
     Upsampled { i: usize, add: Option<ResidualAdd> },
+    /// Normalisation `i` and the stem `i + 1` reading the records ([`stem::forward_normalized`]).
+    NormalizedStem(usize),
 }
 
 impl Kernel {
@@ -88,7 +90,7 @@ impl Kernel {
     fn steps(self) -> usize {
         match self {
             Kernel::Step(_) => 1,
-            Kernel::ConvAdd(..) | Kernel::UpsampleAdd(..) => 2,
+            Kernel::ConvAdd(..) | Kernel::UpsampleAdd(..) | Kernel::NormalizedStem(_) => 2,
             Kernel::Separable { add, .. } | Kernel::Upsampled { add, .. } => {
                 2 + usize::from(add.is_some())
             }
@@ -351,6 +353,7 @@ impl CpuExec {
         let adds = fusion::residual_adds(rec, entry);
         let pairs = fusion::separable_pairs(rec, entry);
         let upsampled = fusion::upsampled_pairs(rec, entry);
+        let stems = fusion::normalized_stems(rec, entry);
         let mut plan = Vec::with_capacity(steps.len());
         let mut i = 0;
         while i < steps.len() {
@@ -373,6 +376,7 @@ impl CpuExec {
                         None
                     }
                 }
+                _ if stems[i] => Some(Kernel::NormalizedStem(i)),
                 _ if upsampled[i] => Some(Kernel::Upsampled {
                     i,
                     add: adds.get(i + 1).copied().flatten(),
@@ -400,6 +404,7 @@ impl CpuExec {
             .map(|k| match *k {
                 Kernel::Step(i) => name(i).to_owned(),
                 Kernel::ConvAdd(i, _) | Kernel::UpsampleAdd(i, _) => format!("{}+add", name(i)),
+                Kernel::NormalizedStem(i) => format!("{}+{}", name(i), name(i + 1)),
                 Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
                     let add = if add.is_some() { "+add" } else { "" };
                     format!("{}+{}{add}", name(i), name(i + 1))
@@ -477,6 +482,11 @@ impl CpuExec {
                     let steps = &self.recording.entries[entry].steps;
                     let pair = [steps[i].clone(), steps[i + 1].clone()];
                     self.upsampled(pair, add, self.thread_split[entry][i + 1]);
+                }
+                Kernel::NormalizedStem(i) => {
+                    let steps = &self.recording.entries[entry].steps;
+                    let pair = [steps[i].clone(), steps[i + 1].clone()];
+                    self.normalized_stem(pair, self.thread_split[entry][i + 1], input);
                 }
             }
             if self.per_step {
@@ -647,6 +657,34 @@ impl CpuExec {
         self.scratch = scratch;
         self.upsampled_low = low;
         self.put(out_id, out);
+    }
+
+    /// A normalisation and the stem that reads it run as one (see [`Kernel::NormalizedStem`]).
+    fn normalized_stem(&mut self, [norm, conv]: [Step; 2], split: bool, input: Option<Input<'_>>) {
+        let (
+            Step::Normalize {
+                op: norm, records, ..
+            },
+            Step::ConvForward { op, w, b, y, .. },
+        ) = (norm, conv)
+        else {
+            unreachable!("fusion: a normalisation and a conv");
+        };
+        let mut out = self.take(y);
+        let pool = self.scratch.pool();
+        let (weight, bias) = (self.f32s(w), self.f32s(b));
+        let records = self.bytes_of(records, input);
+        stem::forward_normalized(
+            &norm,
+            &op,
+            records,
+            weight,
+            bias,
+            &mut out,
+            pool.as_deref(),
+            split,
+        );
+        self.put(y, out);
     }
 
     /// A pointwise [`Step::ConvForward`] with the residual add after it folded into its store.
@@ -1001,8 +1039,8 @@ mod tests {
         assert!(e.contains("holds floats, not bytes"), "{e}");
     }
 
-    /// det-s's inference pass runs its depthwise-separable pairs, its neck (an upsampling and
-    /// a pointwise conv) and its five residual adds as fused kernels and predicts exactly what the separate steps do: over the batch, and
+    /// det-s's inference pass runs its normalisation and stem, its depthwise-separable pairs,
+    /// its neck (an upsampling and a pointwise conv) and its five residual adds as fused kernels and predicts exactly what the separate steps do: over the batch, and
     /// at batch 1 with each image split over two threads (forced here, where the executor
     /// would choose by timing), the pairs in bands. Training keeps every add (its backward
     /// pass reads the conv outputs).
@@ -1057,6 +1095,11 @@ mod tests {
             // The model runs its neck conv before the upsampling itself: nothing to fuse.
             let up = |k: &Kernel| matches!(k, Kernel::Upsampled { .. });
             assert_eq!((count(infer, &up), count(train, &up)), (0, 0));
+            // The stem reads the records in both (training normalises again for its backward
+            // pass), where the kernel set has the in-place stem.
+            let stems = |k: &Kernel| matches!(k, Kernel::NormalizedStem(_));
+            let stem = usize::from(kernels::active().dense3x3_half.is_some());
+            assert_eq!((count(infer, &stems), count(train, &stems)), (stem, stem));
             // Seven blocks and the head: eight pairs, over the batch, or in bands where an
             // image is split; none where one image of two threads is not split.
             let (fewer, pairs_want) = (

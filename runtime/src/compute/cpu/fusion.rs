@@ -11,9 +11,13 @@
 //!   batch 1 where it is private in the same sense.
 //! - a nearest upsampling and the pointwise conv that reads it ([`super::upsampled`]): the
 //!   conv at the small size, then the copy; where the upsampled tensor is private.
+//! - the normalisation of the records and the stem that reads it ([`super::stem`]): the stem
+//!   normalises the rows it needs as it builds its panels, where
+//!   [`crate::compute::fusion::normalized_convs`] allows it.
 
 use crate::compute::recording::{Recording, Step};
 
+use crate::compute::fusion::normalized_convs;
 pub(crate) use crate::compute::fusion::{private, residual_adds, ResidualAdd};
 
 /// A depthwise conv run with the pointwise conv after it (see [`super::separable`]).
@@ -79,6 +83,21 @@ pub(crate) fn upsampled_pairs(rec: &Recording, entry: usize) -> Vec<bool> {
     pairs
 }
 
+/// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output only the
+/// next step, a stem [`super::stem::fuses`] with, reads.
+pub(crate) fn normalized_stems(rec: &Recording, entry: usize) -> Vec<bool> {
+    let steps = &rec.entries[entry].steps;
+    let mut stems = normalized_convs(rec, entry);
+    for (i, stem) in stems.iter_mut().enumerate().filter(|(_, s)| **s) {
+        *stem = matches!(
+            (&steps[i], &steps[i + 1]),
+            (Step::Normalize { op: norm, .. }, Step::ConvForward { op, .. })
+                if super::stem::fuses(norm, op)
+        );
+    }
+    stems
+}
+
 /// For each step of entry `entry`: whether the engine may run it and the next step as one
 /// kernel (any of the fusions above, whichever `CpuExec::plan` then chooses): what
 /// [`crate::compute::storage::StoragePlan::shared`] keeps apart.
@@ -86,9 +105,10 @@ pub(crate) fn joined_steps(rec: &Recording, entry: usize) -> Vec<bool> {
     let adds = residual_adds(rec, entry);
     let separable = separable_pairs(rec, entry);
     let upsampled = upsampled_pairs(rec, entry);
+    let stems = normalized_stems(rec, entry);
     let mut joined = vec![false; adds.len()];
     for i in 0..joined.len() {
-        if adds[i].is_some() {
+        if adds[i].is_some() || stems[i] {
             joined[i] = true;
         }
         if separable[i].is_some() || upsampled[i] {

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod reduce;
 pub mod scratch;
 mod separable;
+mod stem;
 pub mod targets;
 pub mod upsample;
 mod upsampled;

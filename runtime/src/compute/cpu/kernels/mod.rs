@@ -196,12 +196,13 @@ pub(crate) type Dw3x3InputGradS2 = unsafe fn(g: &[f32], w: &[f32; 9], gx: &mut [
 ///
 /// # Safety
 /// A table of a set that runs here; `c_in·9 ≤` [`DENSE3X3_MAX_TAPS`], `ow > 0`,
-/// `rows.end ≤ oh`, `x.len() ≥ 4·c_in·oh·ow`, `weight.len() ≥ m·c_in·9`, `ep.bias`, when
+/// `rows.end ≤ oh`, `x` holds the whole input (see [`Dense3x3Input`]), `weight.len() ≥
+/// m·c_in·9`, `ep.bias`, when
 /// given, holds `m` values and `ep.residual` is `None`; and the elements
 /// `out[(i·oh + oy)·ow + ox]` (`i < m`, `oy` in `rows`, `ox < ow`) are valid for writes and
 /// accessed by nothing else while this runs.
 pub(crate) type Dense3x3Half = unsafe fn(
-    x: &[f32],
+    x: Dense3x3Input<'_>,
     c_in: usize,
     weight: &[f32],
     m: usize,
@@ -210,6 +211,21 @@ pub(crate) type Dense3x3Half = unsafe fn(
     oh_ow: (usize, usize),
     rows: std::ops::Range<usize>,
 );
+
+/// The input of a [`Dense3x3Half`] conv, `2·oh × 2·ow` pixels.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Dense3x3Input<'a> {
+    /// `c_in` planes of floats, `x.len() ≥ 4·c_in·oh·ow`.
+    Planes(&'a [f32]),
+    /// One 8-bit RGB image, pixels interleaved (`image.len() ≥ 3·4·oh·ow`; `c_in` = 3, `2·ow ≤`
+    /// [`RGB_MAX_W`]), normalised as it is read exactly as [`RgbRow`] does, mirrored with
+    /// `flip`: the network's input straight from a record (see [`super::stem`]).
+    Rgb { image: &'a [u8], flip: bool },
+}
+
+/// Widest RGB image a [`Dense3x3Half`] reads ([`Dense3x3Input::Rgb`]): its three input rows of
+/// floats stay on the stack (27 KiB at this width).
+pub(crate) const RGB_MAX_W: usize = 768;
 
 /// Most taps (`c_in·9`) a [`Dense3x3Half`] panel holds: the GEMM panel's rows.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

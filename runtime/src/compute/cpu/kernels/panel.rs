@@ -6,6 +6,7 @@
 //! same L1 set and every row set would fetch them again.
 
 use super::operands::{Epilogue, Mat};
+use super::{Dense3x3Input, RgbRow, RGB_MAX_W};
 
 /// Rows of B packed per column tile by the register-tile GEMMs: a `KC × 16` panel (16 KiB, on the
 /// stack).
@@ -141,10 +142,30 @@ fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: us
     }
 }
 
+/// Where input row `iy` of channel `ci` starts: in planes, or in a cache of three rows (each
+/// of every channel) that holds row `iy` as its `iy % 3`-th.
+#[derive(Clone, Copy)]
+struct RowsAt {
+    channel: usize,
+    row: usize,
+    cached: bool,
+}
+
+impl RowsAt {
+    #[inline(always)]
+    fn row(self, ci: usize, iy: usize) -> usize {
+        let r = if self.cached { iy % 3 } else { iy };
+        ci * self.channel + r * self.row
+    }
+}
+
 /// The loops of [`super::Dense3x3Half`] around a set's register tile: for each output row in
 /// `oys` and 16-column tile, the panel's row `(ci·3 + ky)·3 + kx` gets the input at
 /// `(2·oy + ky − 1, 2·(j + q) + kx − 1)` (zero outside the plane and past a ragged tile), then
-/// `tile(t, i, j, w, r)` does rows `i .. i + r` of the output over it.
+/// `tile(t, i, j, w, r)` does rows `i .. i + r` of the output over it. An RGB image's three
+/// input rows of each output row are first normalised into a cache of float rows by
+/// `rgb_row` (the set's own [`super::RgbRow`]); a row shared by two output rows is converted
+/// once.
 ///
 /// A set brings `split(row, c, left, dst)`: the three taps (`kx` = 0, 1, 2) of output columns
 /// `c .. c + lanes`, from the input row `row` (`2·ow` floats, which it may read from column
@@ -157,7 +178,7 @@ fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: us
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn dense3x3_half(
-    x: &[f32],
+    x: Dense3x3Input<'_>,
     c_in: usize,
     weight: &[f32],
     m: usize,
@@ -167,6 +188,7 @@ pub(super) fn dense3x3_half(
     oys: std::ops::Range<usize>,
     lanes: usize,
     rows: usize,
+    rgb_row: RgbRow,
     mut split: impl FnMut(*const f32, usize, bool, [*mut f32; 3]),
     mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
 ) {
@@ -175,9 +197,10 @@ pub(super) fn dense3x3_half(
     // The tiles index a residual as C, which here is offset by output row: not supported.
     assert!(ep.residual.is_none(), "dense3x3_half: no residual");
     let (ih, iw) = (2 * oh, 2 * ow);
-    assert!(x.len() >= c_in * ih * iw && weight.len() >= m * kl);
+    assert!(weight.len() >= m * kl);
     let mut panel = [0f32; KC * 16];
-    for oy in oys {
+    // Output row `oy` from the input rows in `src` (`at` says where).
+    let mut out_row = |oy: usize, src: &[f32], at: RowsAt| {
         for j in (0..ow).step_by(16) {
             let wl = (ow - j).min(16);
             for (t, dst) in panel.chunks_exact_mut(3 * 16).take(3 * c_in).enumerate() {
@@ -187,7 +210,7 @@ pub(super) fn dense3x3_half(
                     dst.fill(0.0);
                     continue;
                 }
-                let row = &x[(ci * ih + iy) * iw..][..iw];
+                let row = &src[at.row(ci, iy)..][..iw];
                 let mut q = 0;
                 while q + lanes <= wl {
                     let d = dst.as_mut_ptr();
@@ -220,6 +243,51 @@ pub(super) fn dense3x3_half(
             };
             for i in (0..m).step_by(rows) {
                 tile(&t, i, j, wl, (m - i).min(rows));
+            }
+        }
+    };
+    match x {
+        Dense3x3Input::Planes(x) => {
+            assert!(x.len() >= c_in * ih * iw);
+            for oy in oys {
+                out_row(
+                    oy,
+                    x,
+                    RowsAt {
+                        channel: ih * iw,
+                        row: iw,
+                        cached: false,
+                    },
+                );
+            }
+        }
+        Dense3x3Input::Rgb { image, flip } => {
+            assert!(c_in == 3 && iw <= RGB_MAX_W && image.len() >= 3 * ih * iw);
+            // Input rows `iy` by `iy % 3`, each as three channel rows of `iw` floats.
+            let mut cache = [0f32; 9 * RGB_MAX_W];
+            let mut held = [usize::MAX; 3];
+            for oy in oys {
+                for iy in (2 * oy).saturating_sub(1)..(2 * oy + 2).min(ih) {
+                    if held[iy % 3] == iy {
+                        continue;
+                    }
+                    let slot = &mut cache[iy % 3 * 3 * iw..][..3 * iw];
+                    let (r, gb) = slot.split_at_mut(iw);
+                    let (g, b) = gb.split_at_mut(iw);
+                    // SAFETY: the set's own row kernel, which runs where its caller runs
+                    // (this function's contract); `3·iw` bytes for rows of `iw` floats.
+                    unsafe { rgb_row(&image[3 * iw * iy..][..3 * iw], flip, [r, g, b]) };
+                    held[iy % 3] = iy;
+                }
+                out_row(
+                    oy,
+                    &cache,
+                    RowsAt {
+                        channel: iw,
+                        row: 3 * iw,
+                        cached: true,
+                    },
+                );
             }
         }
     }

@@ -326,12 +326,81 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
                     let mut got = vec![f32::NAN; m * oh * ow];
                     // SAFETY: a table from `table`; x is c_in planes of 2·oh × 2·ow, weight
                     // m × c_in·9 (c_in·9 ≤ 45 taps), got m planes of oh × ow, bias m values.
-                    unsafe { dense(&x, c_in, &weight, m, ep, got.as_mut_ptr(), (oh, ow), 0..oh) };
+                    unsafe {
+                        dense(
+                            Dense3x3Input::Planes(&x),
+                            c_in,
+                            &weight,
+                            m,
+                            ep,
+                            got.as_mut_ptr(),
+                            (oh, ow),
+                            0..oh,
+                        )
+                    };
                     assert_close(
                         kern.set,
                         &format!("dense 3×3 stride 2, {c_in}→{m} at {oh}×{ow}"),
                         &got,
                         &want,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_stem_reading_rgb_bytes_matches_it_reading_their_normalised_planes() {
+    for kern in simd_tables() {
+        let dense = kern
+            .dense3x3_half
+            .expect("every SIMD set has the stem kernel");
+        // Widths with ragged tiles and tails; heights whose bands share an input row.
+        for (oh, ow) in [(1, 1), (3, 7), (5, 16), (4, 21), (6, 33)] {
+            let (ih, iw) = (2 * oh, 2 * ow);
+            let image: Vec<u8> = (0..3 * ih * iw).map(|i| (i * 89 % 256) as u8).collect();
+            let (m, weight, bias) = (5, wave(5 * 27, 0.61), wave(5, 0.9));
+            let ep = Epilogue {
+                bias: Some(&bias),
+                relu: true,
+                residual: None,
+            };
+            for flip in [false, true] {
+                let mut planes = vec![0f32; 3 * ih * iw];
+                let (r, gb) = planes.split_at_mut(ih * iw);
+                let (g, b) = gb.split_at_mut(ih * iw);
+                let rows = image.chunks_exact(3 * iw).zip(r.chunks_exact_mut(iw));
+                for ((src, r), (g, b)) in
+                    rows.zip(g.chunks_exact_mut(iw).zip(b.chunks_exact_mut(iw)))
+                {
+                    // SAFETY: a table from `table`; 3·iw bytes for rows of iw floats.
+                    unsafe { (kern.rgb_row)(src, flip, [r, g, b]) };
+                }
+                // Output rows `..cut` and `cut..` in two calls (one when `cut` is `oh`).
+                let run = |x: Dense3x3Input<'_>, cut: usize| {
+                    let mut got = vec![f32::NAN; m * oh * ow];
+                    for rows in [0..cut, cut..oh] {
+                        // SAFETY: a table from `table`; the input is 2·oh × 2·ow (3 planes or
+                        // an RGB image of that many pixels), weight m × 27, bias m values,
+                        // got m planes of oh × ow.
+                        unsafe { dense(x, 3, &weight, m, ep, got.as_mut_ptr(), (oh, ow), rows) };
+                    }
+                    got
+                };
+                let want = run(Dense3x3Input::Planes(&planes), oh);
+                for cut in [oh, oh / 2] {
+                    let got = run(
+                        Dense3x3Input::Rgb {
+                            image: &image,
+                            flip,
+                        },
+                        cut,
+                    );
+                    assert_eq!(
+                        got, want,
+                        "{}: RGB stem {oh}×{ow}, flip {flip}, bands cut at {cut}",
+                        kern.set
                     );
                 }
             }

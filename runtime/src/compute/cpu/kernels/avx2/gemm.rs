@@ -3,6 +3,7 @@
 use super::super::operands::{Epilogue, Mat};
 use super::super::panel::{self, drive, RowTiles};
 use super::super::portable;
+use super::super::Dense3x3Input;
 use super::dw3x3::half_taps;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
@@ -82,7 +83,7 @@ pub(super) unsafe fn fused(
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
-    x: &[f32],
+    x: Dense3x3Input<'_>,
     c_in: usize,
     weight: &[f32],
     m: usize,
@@ -103,6 +104,7 @@ pub(super) unsafe fn dense3x3_half(
         rows,
         8,
         4,
+        super::elementwise::rgb_row,
         |row, c, left, dst| {
             // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over a row
             // holding columns 2c .. 2c + 16 (and 2c − 1 unless `left`) and three runs of

@@ -10,6 +10,7 @@ use std::arch::aarch64::{
 use super::super::operands::{Epilogue, Mat};
 use super::super::panel::{self, drive, RowTiles};
 use super::super::portable;
+use super::super::Dense3x3Input;
 use super::dw3x3::half_taps;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
@@ -79,7 +80,7 @@ pub(super) unsafe fn fused(
 /// taps split by [`half_taps`], the tiles of [`fused`].
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
-    x: &[f32],
+    x: Dense3x3Input<'_>,
     c_in: usize,
     weight: &[f32],
     m: usize,
@@ -99,6 +100,7 @@ pub(super) unsafe fn dense3x3_half(
         rows,
         4,
         4,
+        super::elementwise::rgb_row,
         |row, c, left, dst| {
             // SAFETY: NEON is baseline; `panel::dense3x3_half` hands over a row holding
             // columns 2c .. 2c + 8 (and 2c − 1 unless `left`) and three runs of four floats
