@@ -10,18 +10,39 @@
 // invocation of the workgroup (uniform loads, broadcast from the cache), each loaded once for
 // the PX pixels. Padding is applied on the fly; bias and ReLU are fused into the store.
 //
+// With RGB_INPUT defined, binding 0 is the records instead (u8 HWC RGB images,
+// pc.record_stride bytes apart, read as little-endian words; one group, 3 input channels),
+// normalised as they are read exactly as normalize.comp does (byte / 255, mirrored with
+// pc.flip): the stem reading the records, so the normalised input is never written.
+//
 // Grid: (⌈n·out_h·⌈out_w/PX⌉ / 256⌉, ⌈(c_out/groups) / 8⌉, groups).
 
 #define OCB 8u
 
 layout(local_size_x = 256) in;
 
+#ifdef RGB_INPUT
+layout(std430, set = 0, binding = 0) readonly buffer Records { uint words[]; };
+#else
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+#endif
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
 #include "conv_push.glsl"
+
+#ifdef RGB_INPUT
+// Where row iy of channel ci of image b starts, and its value at column ix.
+#define ROW_AT(b, ci, iy) ((b) * pc.record_stride + (iy) * pc.w * 3u + (ci))
+float input_at(uint row, uint ix) {
+    uint at = row + 3u * (pc.flip != 0u ? pc.w - 1u - ix : ix);
+    return float((words[at >> 2] >> ((at & 3u) * 8u)) & 0xffu) / 255.0;
+}
+#else
+#define ROW_AT(b, ci, iy) (((b) * pc.c_in + grp * cig + (ci)) * plane_in + (iy) * pc.w)
+#define input_at(row, ix) x[(row) + (ix)]
+#endif
 
 void main() {
     uint grp = gl_WorkGroupID.z;
@@ -45,7 +66,6 @@ void main() {
     uint oy = row - b * pc.out_h;
     int iy0 = int(oy * pc.stride) - int(pc.pad);
     int ix0 = int(ox0 * pc.stride) - int(pc.pad);
-    uint x_base = (b * pc.c_in + grp * cig) * plane_in;
     uint w_base = (grp * cog + o0) * red;
     float acc[PX][OCB];
     for (uint q = 0u; q < PX; q++) {
@@ -58,12 +78,12 @@ void main() {
             int iy = iy0 + int(ky);
             // A negative coordinate becomes a huge uint: one comparison per axis.
             bool row_in = uint(iy) < pc.h;
-            uint x_row = x_base + ci * plane_in + uint(iy) * pc.w;
+            uint x_row = ROW_AT(b, ci, uint(iy));
             for (uint kx = 0u; kx < pc.k; kx++) {
                 float v[PX];
                 for (uint q = 0u; q < PX; q++) {
                     int ix = ix0 + int(q * pc.stride + kx);
-                    v[q] = (row_in && uint(ix) < pc.w) ? x[x_row + uint(ix)] : 0.0;
+                    v[q] = (row_in && uint(ix) < pc.w) ? input_at(x_row, uint(ix)) : 0.0;
                 }
                 uint r = (ci * pc.k + ky) * pc.k + kx;
                 for (uint j = 0u; j < OCB; j++) {

@@ -409,6 +409,77 @@ fn a_residual_add_in_the_upsampling_store_matches_the_cpu_twin() {
     assert_clean(exec.engine());
 }
 
+/// The stem reading the records (its normalisation folded in, `conv2d_rgb` and
+/// `conv2d_quad_rgb`): one dispatch, the CPU twin's result of the two steps, flipped or not,
+/// records with odd padding between them (the bytes are read as words).
+#[test]
+fn a_stem_reading_the_records_matches_the_cpu_twin() {
+    let op = Conv2d::dense(2, 3, 14, 18, 16, 3, 2, true);
+    for (flip, direct) in [(false, false), (true, false), (false, true), (true, true)] {
+        let norm = Normalize {
+            n: 2,
+            h: 14,
+            w: 18,
+            record_stride: 14 * 18 * 3 + 5,
+            flip,
+        };
+        let mut rng = SplitMix64::new(23);
+        let mut rec = Recording::new();
+        let records = rec.tensor("records", norm.input_bytes(), Elem::Bytes, Role::Input);
+        let x = rec.f32("x", op.input_len(), Role::Activation);
+        let w = rec.f32("w", op.weight_len(), Role::Param);
+        let b = rec.f32("b", op.bias_len(), Role::Param);
+        let y = rec.f32("y", op.output_len(), Role::Output);
+        rec.entry(
+            "stem",
+            vec![
+                Step::Normalize {
+                    op: norm,
+                    records,
+                    out: x,
+                },
+                Step::ConvForward { op, x, w, b, y },
+            ],
+        );
+        let options = super::Options {
+            validation: true,
+            pipeline_cache: super::CacheDir::Off,
+            direct: Some(direct),
+            ..super::Options::default()
+        };
+        let Some(engine) = super::testing::engine_with_options("stem_rgb", &options) else {
+            return;
+        };
+        let mut exec = VulkanExec::separate(engine, &rec, false).unwrap();
+        let mut cpu = cpu(&rec);
+        let bytes: Vec<u8> = (0..norm.input_bytes())
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        exec.write_bytes(records, &bytes).unwrap();
+        cpu.write_bytes(records, &bytes).unwrap();
+        for (t, len) in [(w, op.weight_len()), (b, op.bias_len())] {
+            let v = random_vec(&mut rng, len, -0.5, 0.5);
+            exec.write_f32(t, &v).unwrap();
+            cpu.write_f32(t, &v).unwrap();
+        }
+        exec.run(0).unwrap();
+        cpu.run(0).unwrap();
+        let kernel = if direct {
+            "conv2d_quad_rgb"
+        } else {
+            "conv2d_rgb"
+        };
+        assert_eq!(exec.kernels(0), [(kernel, 1)], "flip {flip}");
+        let want = cpu_read(&mut cpu, y, op.output_len());
+        close(
+            &format!("stem, flip {flip}, direct {direct}"),
+            &read(&mut exec, y, op.output_len()),
+            &want,
+        );
+        assert_clean(exec.engine());
+    }
+}
+
 #[test]
 fn elementwise_kernels_match_the_reference() {
     let mut rng = SplitMix64::new(12);
@@ -1038,15 +1109,17 @@ fn det_m_train_steps_match_the_cpu() {
 }
 
 /// The tensors entry `entry` never writes on the GPU: the outputs of pointwise convs and
-/// upsamplings whose add is in their store.
+/// upsamplings whose add is in their store, and the normalised input a stem reading the
+/// records skips.
 fn unwritten_by_fusion(rec: &Recording, entry: usize) -> Vec<&str> {
+    let stems = super::lower::normalized_stems(rec, entry);
     crate::compute::fusion::residual_adds(rec, entry)
         .iter()
+        .zip(stems)
         .zip(&rec.entries[entry].steps)
-        .filter_map(|(add, step)| match (add, step) {
-            (Some(_), Step::ConvForward { y, .. } | Step::UpsampleForward { y, .. }) => {
-                Some(rec.get(*y).name.as_str())
-            }
+        .filter_map(|((add, stem), step)| match (add, stem, step) {
+            (Some(_), _, Step::ConvForward { y, .. } | Step::UpsampleForward { y, .. })
+            | (_, true, Step::Normalize { out: y, .. }) => Some(rec.get(*y).name.as_str()),
             _ => None,
         })
         .collect()
@@ -1086,9 +1159,11 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
     cpu.write_bytes(g.records, &records).unwrap();
     let train = g.entry(ENTRY_TRAIN);
     // The neck's upsampling takes the add after it into its store, in training too (its
-    // backward pass does not read its output), so its own output is never written.
+    // backward pass does not read its output), so its own output is never written; nor is
+    // the normalised input, which the stem reads from the records (the backward pass
+    // normalises again, into a tensor of its own).
     let trained_past = unwritten_by_fusion(rec, train);
-    assert_eq!(trained_past, ["neck.up"]);
+    assert_eq!(trained_past, ["input", "neck.up"]);
     let mut losses = Vec::new();
     for step in 1..=3u32 {
         // Each step starts the CPU from the GPU's weights, moments and average, so each

@@ -24,7 +24,7 @@ pub const MAX_SHARED_BYTES: u32 = 16 * 1024;
 
 /// A GPU kernel. The comments give the bindings in order (read-only unless marked `rw` or
 /// `w`) and the push constants; the shader files say the rest. Every convolution kernel takes
-/// the same 64-byte push block (`shaders/conv_push.glsl`, built by
+/// the same 72-byte push block (`shaders/conv_push.glsl`, built by
 /// [`super::lower::conv_push`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -38,6 +38,12 @@ pub enum Kernel {
     /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for CPU-type devices: the
     /// same bindings and push block; grid over blocks of four pixels.
     Conv2dQuad,
+    /// [`Kernel::Conv2d`] reading the records as [`Kernel::Normalize`] would normalise them
+    /// (the stem, its normalisation folded in): `records, w, b, y (w)`; the push block's
+    /// `record_stride` and `flip` are the normalisation's.
+    Conv2dRgb,
+    /// [`Kernel::Conv2dQuad`] reading the records, as [`Kernel::Conv2dRgb`].
+    Conv2dQuadRgb,
     /// Pointwise (1×1) conv + bias + ReLU (+ a residual, where the push block's `skip` says
     /// so), a tiled GEMM: `x, w, b, y (w), skip`.
     Pointwise,
@@ -170,7 +176,7 @@ macro_rules! kernel {
 }
 
 /// Push bytes of the convolution kernels (`shaders/conv_push.glsl`).
-pub const CONV_PUSH_BYTES: u32 = 64;
+pub const CONV_PUSH_BYTES: u32 = 72;
 /// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
@@ -206,6 +212,10 @@ const CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const CONV2D_QUAD: KernelInfo =
     kernel!("conv2d_quad", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const CONV2D_RGB: KernelInfo =
+    kernel!("conv2d_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const CONV2D_QUAD_RGB: KernelInfo =
+    kernel!("conv2d_quad_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
@@ -270,10 +280,12 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 32] = [
+    pub const ALL: [Kernel; 34] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
+        Kernel::Conv2dRgb,
+        Kernel::Conv2dQuadRgb,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
@@ -310,6 +322,8 @@ impl Kernel {
             Kernel::Saxpy => &SAXPY,
             Kernel::Conv2d => &CONV2D,
             Kernel::Conv2dQuad => &CONV2D_QUAD,
+            Kernel::Conv2dRgb => &CONV2D_RGB,
+            Kernel::Conv2dQuadRgb => &CONV2D_QUAD_RGB,
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
 //! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`crate::compute::fusion`] allows |
+//! | normalize + the stem that reads it | `conv2d_rgb` or `conv2d_quad_rgb` reading the records, where [`crate::compute::fusion`] allows |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
@@ -28,7 +29,7 @@ use super::kernels::{
     POINTWISE_THIN_GROUP,
 };
 use crate::compute::fusion::{self, ResidualAdd};
-use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind};
+use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize};
 use crate::compute::recording::{Recording, Step, TensorId};
 
 /// Invocations of the one-dimensional kernels' workgroups (their default workgroup size).
@@ -147,12 +148,22 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
     };
     for (e, entry) in recording.entries.iter().enumerate() {
         let adds = fusion::residual_adds(recording, e);
+        let stems = normalized_stems(recording, e);
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
             if let Some(fused) = steps.peek().and_then(|(_, next)| adamw_ema(step, next, i)) {
                 dispatches.push(fused);
                 steps.next();
+                continue;
+            }
+            if let (true, Step::Normalize { op, records, .. }) = (stems[i], step) {
+                // The stem after it reads the records.
+                let (j, stem) = steps.next().expect("a stem follows");
+                let at = dispatches.len();
+                lower_step(stem, j, None, variants, &mut lowered, &mut dispatches)
+                    .map_err(|e| format!("entry {:?}, step {j} (stem): {e}", entry.name))?;
+                reading_records(&mut dispatches[at], *records, op);
                 continue;
             }
             if adds[i].is_some() {
@@ -169,12 +180,49 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
 
 /// For each step of entry `entry`: whether its dispatch also does the next step (a residual
 /// add in the store of a pointwise conv or an upsampling, where [`fusion::residual_adds`]
-/// allows it), what [`crate::compute::storage::StoragePlan::shared`] must keep apart.
+/// allows it; a normalisation in the stem, where [`normalized_stems`] does), what
+/// [`crate::compute::storage::StoragePlan::shared`] must keep apart.
 pub(crate) fn joined_steps(recording: &Recording, entry: usize) -> Vec<bool> {
+    let stems = normalized_stems(recording, entry);
     fusion::residual_adds(recording, entry)
         .iter()
-        .map(Option::is_some)
+        .zip(stems)
+        .map(|(add, stem)| add.is_some() || stem)
         .collect()
+}
+
+/// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output only the
+/// next step reads ([`fusion::normalized_convs`]), a dense conv of the normalised images with
+/// one group: the stem, which `conv2d_rgb` runs from the records.
+pub(crate) fn normalized_stems(recording: &Recording, entry: usize) -> Vec<bool> {
+    let steps = &recording.entries[entry].steps;
+    let mut stems = fusion::normalized_convs(recording, entry);
+    for (i, stem) in stems.iter_mut().enumerate().filter(|(_, s)| **s) {
+        *stem = matches!(
+            (&steps[i], &steps[i + 1]),
+            (Step::Normalize { op: norm, .. }, Step::ConvForward { op, .. })
+                if op.kind() == ConvKind::Dense
+                    && (op.n, op.c_in, op.h, op.w) == (norm.n, 3, norm.h, norm.w)
+        );
+    }
+    stems
+}
+
+/// Makes the stem's dispatch `d` (a `conv2d` or `conv2d_quad`) read `records` as `norm`
+/// would normalise them.
+fn reading_records(d: &mut LoweredDispatch, records: TensorId, norm: &Normalize) {
+    d.kernel = match d.kernel {
+        Kernel::Conv2d => Kernel::Conv2dRgb,
+        Kernel::Conv2dQuad => Kernel::Conv2dQuadRgb,
+        other => unreachable!("a dense conv lowers to conv2d or conv2d_quad, not {other}"),
+    };
+    d.bindings[0] = Slot::Tensor(records);
+    for (word, value) in [
+        (CONV_RECORD_STRIDE_WORD, norm.record_stride),
+        (CONV_RECORD_STRIDE_WORD + 1, u32::from(norm.flip)),
+    ] {
+        d.push[4 * word..][..4].copy_from_slice(&value.to_le_bytes());
+    }
 }
 
 /// One `adamw_ema` dispatch (attributed to step `i`) for an AdamW update followed by the
@@ -227,7 +275,7 @@ fn words(values: &[u32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// The 64-byte push block of every convolution kernel (`shaders/conv_push.glsl`).
+/// The 72-byte push block of every convolution kernel (`shaders/conv_push.glsl`).
 pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
     let push = words(&[
         op.n,
@@ -246,6 +294,8 @@ pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
         chunk,
         0,
         0,
+        0,
+        0,
     ]);
     debug_assert_eq!(push.len(), CONV_PUSH_BYTES as usize);
     push
@@ -259,6 +309,9 @@ fn with_skip(mut push: Vec<u8>) -> Vec<u8> {
 
 /// The word of [`conv_push`] that says a pointwise conv adds a residual (`skip`).
 const CONV_SKIP_WORD: usize = 14;
+/// The words of [`conv_push`] that give a conv reading the records their layout
+/// (`record_stride`, then `flip`).
+const CONV_RECORD_STRIDE_WORD: usize = 16;
 
 /// The push block of the loss kernels (`shaders/loss.glsl`).
 pub fn loss_push(op: &CenterLoss, parts: u32, cells_per_part: u32) -> Vec<u8> {
@@ -854,6 +907,77 @@ mod tests {
     }
 
     #[test]
+    fn a_stem_reads_the_records_where_only_it_reads_the_normalised_input() {
+        use crate::compute::recording::Elem;
+        let mut r = Recording::new();
+        let norm = Normalize {
+            n: 1,
+            h: 8,
+            w: 6,
+            record_stride: 8 * 6 * 3 + 2,
+            flip: true,
+        };
+        let op = Conv2d::dense(1, 3, 8, 6, 16, 3, 2, true);
+        let records = r.tensor("records", norm.input_bytes(), Elem::Bytes, Role::Input);
+        let x = r.f32("x", norm.output_len(), Role::Activation);
+        let x2 = r.f32("x2", norm.output_len(), Role::Output);
+        let w = r.f32("w", op.weight_len(), Role::Param);
+        let b = r.f32("b", op.bias_len(), Role::Param);
+        let y = r.f32("y", op.output_len(), Role::Output);
+        let stem = |x| {
+            vec![
+                Step::Normalize {
+                    op: norm,
+                    records,
+                    out: x,
+                },
+                Step::ConvForward { op, x, w, b, y },
+            ]
+        };
+        r.entry("fused", stem(x));
+        // The same where the normalised input is an output of its own: not fused.
+        r.entry("kept", stem(x2));
+        for direct in [false, true] {
+            let l = lower_with(
+                &r,
+                Variants {
+                    direct,
+                    ..Variants::default()
+                },
+            )
+            .unwrap();
+            use Slot::Tensor as T;
+            let fused = &l.entries[0];
+            assert_eq!(fused.len(), 1, "{fused:?}");
+            let want = if direct {
+                Kernel::Conv2dQuadRgb
+            } else {
+                Kernel::Conv2dRgb
+            };
+            assert_eq!((fused[0].kernel, fused[0].step), (want, 1));
+            assert_eq!(fused[0].bindings, [T(records), T(w), T(b), T(y)]);
+            let word =
+                |i: usize| u32::from_le_bytes(fused[0].push[4 * i..][..4].try_into().unwrap());
+            assert_eq!(
+                [
+                    word(CONV_RECORD_STRIDE_WORD),
+                    word(CONV_RECORD_STRIDE_WORD + 1)
+                ],
+                [norm.record_stride, 1]
+            );
+            let kept: Vec<_> = l.entries[1].iter().map(|d| d.kernel).collect();
+            let plain = if direct {
+                Kernel::Conv2dQuad
+            } else {
+                Kernel::Conv2d
+            };
+            assert_eq!(kept, [Kernel::Normalize, plain]);
+        }
+        assert_eq!(joined_steps(&r, 0), [true, false]);
+        assert_eq!(joined_steps(&r, 1), [false, false]);
+    }
+
+    #[test]
     fn a_pointwise_conv_too_small_to_fill_a_gpu_has_an_output_per_invocation() {
         let kernel_and_grid = |op: Conv2d, variants| {
             let mut r = Recording::new();
@@ -952,7 +1076,7 @@ mod tests {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        assert_eq!(w, [2, 4, 9, 7, 6, 3, 2, 1, 1, 1, 5, 4, 3, 48, 0, 0]);
+        assert_eq!(w, [2, 4, 9, 7, 6, 3, 2, 1, 1, 1, 5, 4, 3, 48, 0, 0, 0, 0]);
         let mut r = Recording::new();
         let adam = adamw_of_ten();
         let t = |r: &mut Recording, n: &str, role| r.f32(n, 10, role);
