@@ -6,16 +6,21 @@
 // tiled GEMM's two barriers per 16-deep step cost more than its reuse saves (det-s forward,
 // batch 1: the ten pointwise convs took 43.5 ms tiled, 25 ms direct, on 2 cores).
 //
-// The same grid as the tiled kernel: a workgroup covers 32 output channels × 64 pixels of one
-// image, with 16 × 4 invocations: invocation (tx, ty) channels m0 + ty + 4·i (i < 8) and
-// pixels n0 + tx + 16·j (j < 4), so each input value loaded serves eight channels (with two,
-// the loads bound it: det-s's ten pointwise convs at batch 32 took 0.76 s on lavapipe, 2 cores, 0.35 s with eight).
+// A workgroup covers 32 output channels × 128 pixels of one image (the tiled kernel's
+// channels, twice its pixels), with 16 × 4 invocations: invocation (tx, ty) channels
+// m0 + ty + 4·i (i < 8) and pixels n0 + tx + 16·j (j < PX = 8), so each input value loaded
+// serves eight channels and each weight eight pixels. llvmpipe gathers every load lane by
+// lane (their addresses are not uniform to it), so loads per multiply-add bound the kernel:
+// with two channels det-s's ten pointwise convs at batch 32 took 0.76 s on lavapipe, 2 cores,
+// 0.35 s with eight; at batch 1 they took 14.0–17.4 ms with four pixels, 12.1–13.4 ms with
+// eight, no better with sixteen.
 //
-// Grid: (⌈N/64⌉, ⌈M/32⌉, n), N = h·w, M = c_out.
+// Grid: (⌈N/128⌉, ⌈M/32⌉, n), N = h·w, M = c_out (lower.rs: POINTWISE_DIRECT_PIXELS).
 
 layout(local_size_x = 16, local_size_y = 4, local_size_z = 1) in;
 
 #define CH 8
+#define PX 8u
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
@@ -30,20 +35,20 @@ void main() {
     uint plane = pc.h * pc.w;
     uint x_base = img * pc.c_in * plane;
     uint m0 = gl_WorkGroupID.y * 32u + gl_LocalInvocationID.y;
-    uint n0 = gl_WorkGroupID.x * 64u + gl_LocalInvocationID.x;
+    uint n0 = gl_WorkGroupID.x * (16u * PX) + gl_LocalInvocationID.x;
     // Out-of-range rows and columns read a valid element (clamped) and are not stored, so the
     // loop has no branch.
     uint o[CH];
-    uint p[4];
+    uint p[PX];
     for (uint i = 0u; i < CH; i++) {
         o[i] = min(m0 + 4u * i, pc.c_out - 1u);
     }
-    for (uint j = 0u; j < 4u; j++) {
+    for (uint j = 0u; j < PX; j++) {
         p[j] = min(n0 + 16u * j, plane - 1u);
     }
-    float acc[CH][4];
+    float acc[CH][PX];
     for (uint i = 0u; i < CH; i++) {
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < PX; j++) {
             acc[i][j] = 0.0;
         }
     }
@@ -53,7 +58,7 @@ void main() {
             a[i] = wt[o[i] * pc.c_in + c];
         }
         uint row = x_base + c * plane;
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < PX; j++) {
             float b = x[row + p[j]];
             for (uint i = 0u; i < CH; i++) {
                 acc[i][j] += a[i] * b;
@@ -66,7 +71,7 @@ void main() {
             continue;
         }
         float b = bias[oi];
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < PX; j++) {
             uint pj = n0 + 16u * j;
             if (pj < plane) {
                 float v = acc[i][j] + b;

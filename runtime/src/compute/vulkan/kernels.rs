@@ -51,8 +51,9 @@ pub enum Kernel {
     /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
     PointwiseF16,
     /// [`Kernel::Pointwise`] summed straight from the buffers, with no shared memory or
-    /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
-    /// invocations, each with four times the outputs).
+    /// barrier, for CPU-type devices: the same bindings and push block; a workgroup covers
+    /// [`POINTWISE_DIRECT_PIXELS`] pixels (twice the tiled kernel's) with a quarter of its
+    /// invocations, each with 64 outputs.
     PointwiseDirect,
     /// [`Kernel::Pointwise`] with one output per invocation, for layers whose tiled grid is
     /// too small to fill a GPU (batch-1 inference): the same bindings and push block; grid
@@ -177,6 +178,9 @@ macro_rules! kernel {
 
 /// Push bytes of the convolution kernels (`shaders/conv_push.glsl`).
 pub const CONV_PUSH_BYTES: u32 = 72;
+/// Pixels of a `pointwise_direct` workgroup (16 lanes × `PX` in its shader; its channels are
+/// the tiled kernel's 32).
+pub const POINTWISE_DIRECT_PIXELS: u32 = 128;
 /// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).

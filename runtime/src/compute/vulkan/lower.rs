@@ -26,7 +26,7 @@
 use super::kernels::{
     Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
     CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
-    POINTWISE_THIN_GROUP,
+    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP,
 };
 use crate::compute::fusion::{self, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize};
@@ -413,6 +413,14 @@ fn lower_step(
                     if variants.fp16 {
                         push(Kernel::PointwiseF16, bindings, push_block, grid);
                     } else if variants.direct {
+                        let grid = checked(
+                            [
+                                plane.div_ceil(u64::from(POINTWISE_DIRECT_PIXELS)),
+                                u64::from(op.c_out).div_ceil(bm),
+                                u64::from(op.n),
+                            ],
+                            "pointwise conv",
+                        )?;
                         push(Kernel::PointwiseDirect, bindings, push_block, grid);
                     } else if tiles <= THIN_MAX_TILES {
                         let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
@@ -1003,7 +1011,11 @@ mod tests {
             direct: true,
             ..gpu
         };
-        assert_eq!(kernel_and_grid(small, direct).0, Kernel::PointwiseDirect);
+        // Direct: 128 pixels and 32 channels a workgroup.
+        assert_eq!(
+            kernel_and_grid(small, direct),
+            (Kernel::PointwiseDirect, [2, 2, 1])
+        );
     }
 
     /// An AdamW update of a 10-value tensor with distinguishable hyper-parameters.
