@@ -3,9 +3,9 @@
 //!
 //! Entries (by name, see [`ENTRY_TRAIN`] …):
 //!
-//! - `train`: records → normalise, targets → forward → loss → backward → AdamW on every
+//! - `train`: records → targets, normalise → forward → loss → backward → AdamW on every
 //!   parameter tensor, then its weight average (EMA). One call is one training step.
-//! - `eval`: records → normalise, targets → forward → loss and decode (no update): validation
+//! - `eval`: records → targets, normalise → forward → loss and decode (no update): validation
 //!   loss and detections in one pass.
 //! - `infer`: records → normalise → forward → decode: detections.
 //!
