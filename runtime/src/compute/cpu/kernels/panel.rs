@@ -274,8 +274,9 @@ pub(super) fn dense3x3_half(
                     let slot = &mut cache[iy % 3 * 3 * iw..][..3 * iw];
                     let (r, gb) = slot.split_at_mut(iw);
                     let (g, b) = gb.split_at_mut(iw);
-                    // SAFETY: the set's own row kernel, which runs where its caller runs
-                    // (this function's contract); `3·iw` bytes for rows of `iw` floats.
+                    // SAFETY: `rgb_row` is the calling set's own (this runs only inside a
+                    // set's `Dense3x3Half`, which runs only where its set does); `3·iw` bytes
+                    // for rows of `iw` floats.
                     unsafe { rgb_row(&image[3 * iw * iy..][..3 * iw], flip, [r, g, b]) };
                     held[iy % 3] = iy;
                 }
