@@ -12,7 +12,7 @@
 //! training keeps the two steps; an inference entry fuses all its residual adds (four in
 //! det-s).
 
-use super::ops::ConvKind;
+use super::ops::{Conv2d, ConvKind, Normalize};
 use super::recording::{Recording, Role, Step, TensorId};
 
 /// A residual add folded into the step before it.
@@ -56,19 +56,25 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
 }
 
 /// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output nothing
-/// but the next step, a [`Step::ConvForward`], reads (as for a [`ResidualAdd`]), so that the
-/// conv may read the records instead and the normalised tensor is never written. A training
-/// entry's backward pass normalises again into a tensor of its own, so its forward pass's
-/// stem fuses too.
-pub(crate) fn normalized_convs(rec: &Recording, entry: usize) -> Vec<bool> {
+/// but the next step, a [`Step::ConvForward`] the engine's kernel `fits`, reads (as for a
+/// [`ResidualAdd`]), so that the conv may read the records instead and the normalised tensor
+/// is never written. A training entry's backward pass normalises again into a tensor of its
+/// own, so its forward pass's stem fuses too.
+pub(crate) fn normalized_convs(
+    rec: &Recording,
+    entry: usize,
+    fits: impl Fn(&Normalize, &Conv2d) -> bool,
+) -> Vec<bool> {
     let steps = &rec.entries[entry].steps;
     let mut fused = vec![false; steps.len()];
     for (i, pair) in steps.windows(2).enumerate() {
-        if let (Step::Normalize { out, .. }, Step::ConvForward { x, w, b, y, .. }) =
+        if let (Step::Normalize { op: norm, out, .. }, Step::ConvForward { op, x, w, b, y, .. }) =
             (&pair[0], &pair[1])
         {
-            fused[i] =
-                x == out && ![*w, *b, *y].contains(out) && private(rec, entry, *out, [i, i + 1]);
+            fused[i] = x == out
+                && ![*w, *b, *y].contains(out)
+                && fits(norm, op)
+                && private(rec, entry, *out, [i, i + 1]);
         }
     }
     fused
@@ -189,7 +195,6 @@ mod tests {
 
     #[test]
     fn a_normalisation_only_its_conv_reads_folds_into_the_conv() {
-        use crate::compute::ops::Normalize;
         use crate::compute::recording::Elem;
         let recording = |extra_reader: bool| {
             let mut rec = Recording::new();
@@ -230,7 +235,14 @@ mod tests {
             rec.validate().expect("a valid recording");
             rec
         };
-        assert_eq!(normalized_convs(&recording(false), 0), [true, false]);
-        assert_eq!(normalized_convs(&recording(true), 0), [false, false, false]);
+        let any = |_: &Normalize, _: &Conv2d| true;
+        assert_eq!(normalized_convs(&recording(false), 0, any), [true, false]);
+        assert_eq!(
+            normalized_convs(&recording(true), 0, any),
+            [false, false, false]
+        );
+        // Where the engine's kernel does not fit the conv, nothing fuses.
+        let none = |_: &Normalize, _: &Conv2d| false;
+        assert_eq!(normalized_convs(&recording(false), 0, none), [false, false]);
     }
 }

@@ -86,16 +86,7 @@ pub(crate) fn upsampled_pairs(rec: &Recording, entry: usize) -> Vec<bool> {
 /// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output only the
 /// next step, a stem [`super::stem::fuses`] with, reads.
 pub(crate) fn normalized_stems(rec: &Recording, entry: usize) -> Vec<bool> {
-    let steps = &rec.entries[entry].steps;
-    let mut stems = normalized_convs(rec, entry);
-    for (i, stem) in stems.iter_mut().enumerate().filter(|(_, s)| **s) {
-        *stem = matches!(
-            (&steps[i], &steps[i + 1]),
-            (Step::Normalize { op: norm, .. }, Step::ConvForward { op, .. })
-                if super::stem::fuses(norm, op)
-        );
-    }
-    stems
+    normalized_convs(rec, entry, super::stem::fuses)
 }
 
 /// For each step of entry `entry`: whether the engine may run it and the next step as one

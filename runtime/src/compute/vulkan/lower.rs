@@ -195,17 +195,9 @@ pub(crate) fn joined_steps(recording: &Recording, entry: usize) -> Vec<bool> {
 /// next step reads ([`fusion::normalized_convs`]), a dense conv of the normalised images with
 /// one group: the stem, which `conv2d_rgb` runs from the records.
 pub(crate) fn normalized_stems(recording: &Recording, entry: usize) -> Vec<bool> {
-    let steps = &recording.entries[entry].steps;
-    let mut stems = fusion::normalized_convs(recording, entry);
-    for (i, stem) in stems.iter_mut().enumerate().filter(|(_, s)| **s) {
-        *stem = matches!(
-            (&steps[i], &steps[i + 1]),
-            (Step::Normalize { op: norm, .. }, Step::ConvForward { op, .. })
-                if op.kind() == ConvKind::Dense
-                    && (op.n, op.c_in, op.h, op.w) == (norm.n, 3, norm.h, norm.w)
-        );
-    }
-    stems
+    fusion::normalized_convs(recording, entry, |norm, op| {
+        op.kind() == ConvKind::Dense && (op.n, op.c_in, op.h, op.w) == (norm.n, 3, norm.h, norm.w)
+    })
 }
 
 /// Makes the stem's dispatch `d` (a `conv2d` or `conv2d_quad`) read `records` as `norm`
