@@ -28,11 +28,12 @@ void main() {
     float lr = hyper[0];
     float c1 = hyper[2];
     float c2 = hyper[3];
+    float grad_scale = hyper[5]; // 1, or the clip step's scale
     float d = hyper[4];
     float keep = 1.0 - d;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < pc.len; i += step) {
-        float gi = g[i];
+        float gi = g[i] * grad_scale;
         float wi = w[i] * (1.0 - lr * pc.weight_decay);
         float mi = pc.beta1 * m[i] + (1.0 - pc.beta1) * gi;
         float vi = pc.beta2 * v[i] + (1.0 - pc.beta2) * gi * gi;

@@ -1,7 +1,8 @@
 #version 450
 // sgd: SGD with momentum and L2 weight decay over len parameters (ops::SgdMomentum,
-// PyTorch's formulation); lr from hyper[0] at run time (the op's own lr is not used):
-//   g ← grad + wd·w;  v ← momentum·v + g;  w ← w − lr·v
+// PyTorch's formulation); lr from hyper[0] and the gradient's scale from hyper[5] at run time
+// (the op's own lr is not used):
+//   g ← grad·grad_scale + wd·w;  v ← momentum·v + g;  w ← w − lr·v
 // Grid-stride loop.
 
 layout(local_size_x = 256) in;
@@ -20,10 +21,11 @@ layout(push_constant) uniform Push {
 
 void main() {
     float lr = hyper[0];
+    float grad_scale = hyper[5]; // 1, or the clip step's scale
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < pc.len; i += step) {
         float wi = w[i];
-        float gi = g[i] + pc.weight_decay * wi;
+        float gi = g[i] * grad_scale + pc.weight_decay * wi;
         float vi = pc.momentum * vel[i] + gi;
         vel[i] = vi;
         w[i] = wi - lr * vi;

@@ -222,3 +222,73 @@ fn augmentation_turns_down_alike_in_whole_and_resumed_runs() {
     let b = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
     assert_eq!(a.tensors, b.tensors, "resumed inside the quiet epoch");
 }
+
+/// Collects each step's loss and gradient norm, and each epoch's summary of the norms.
+#[derive(Default)]
+struct Norms {
+    losses: Vec<f32>,
+    steps: Vec<Option<trainer::GradNorm>>,
+    epochs: Vec<Option<trainer::GradNormSummary>>,
+}
+
+impl Observer for Norms {
+    fn step(&mut self, r: &StepReport) {
+        self.losses.push(r.loss[0]);
+        self.steps.push(r.grad_norm);
+    }
+    fn epoch(&mut self, e: &trainer::EpochReport) {
+        self.epochs.push(e.grad_norm);
+    }
+}
+
+#[test]
+fn clipping_reports_the_norms_and_scales_only_above_its_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pack_synthetic(&tmp.path().join("data"), 32, 128);
+    let run = |name: &str, clip_norm: f32| {
+        let mut seen = Norms::default();
+        let config = TrainConfig {
+            clip_norm,
+            ..small_training(&data, &tmp.path().join(name), 2)
+        };
+        trainer::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
+        let saved = Checkpoint::load(&tmp.path().join(name).join(trainer::CHECKPOINT_FILE));
+        let stored: TrainConfig = serde_json::from_value(saved.unwrap().train.unwrap()).unwrap();
+        assert_eq!(
+            stored.clip_norm, clip_norm,
+            "{name}: the checkpoint keeps the limit"
+        );
+        seen
+    };
+    let plain = run("plain", 0.0);
+    assert!(plain.steps.iter().all(Option::is_none));
+    assert!(plain.epochs.iter().all(Option::is_none));
+
+    // A limit above every norm: the norms are reported, and nothing else changes, bit for bit.
+    let roomy = run("roomy", 1e6);
+    assert_eq!(roomy.losses, plain.losses);
+    let norms: Vec<f32> = roomy.steps.iter().map(|g| g.unwrap().norm).collect();
+    assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
+    assert!(roomy.steps.iter().all(|g| g.unwrap().scale == 1.0));
+    let first = roomy.epochs[0].unwrap();
+    assert_eq!(first.clipped, 0);
+    assert_eq!(first.max, norms[..4].iter().cloned().fold(0.0, f32::max));
+
+    // A limit below every norm: every step is scaled down to it, and the run changes.
+    let limit = norms.iter().cloned().fold(f32::INFINITY, f32::min) / 2.0;
+    let tight = run("tight", limit);
+    assert_eq!(
+        tight.steps[0].unwrap().norm,
+        norms[0],
+        "the first step's norm is unscaled"
+    );
+    for g in tight.steps.iter().map(|g| g.unwrap()) {
+        assert!((g.scale * g.norm - limit).abs() <= 1e-3 * limit, "{g:?}");
+    }
+    assert_eq!(
+        tight.epochs[1].unwrap().clipped,
+        4,
+        "4 steps an epoch, all clipped"
+    );
+    assert_ne!(tight.losses[1..], plain.losses[1..]);
+}

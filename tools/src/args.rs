@@ -105,6 +105,17 @@ pub fn loss_weight(s: &str) -> Result<f32, String> {
     }
 }
 
+/// A gradient-norm limit: a number from 0 (off) to 10⁶.
+pub fn clip_norm(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1e6).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{} is not a gradient-norm limit from 0 (off) to 1000000",
+            quoted(s)
+        )),
+    }
+}
+
 fn quoted(s: &str) -> String {
     fulcrum::text::quoted(s)
 }
@@ -135,6 +146,10 @@ mod tests {
         assert_eq!(probability("0.25"), Ok(0.25));
         assert_eq!(loss_weight("2"), Ok(2.0));
         assert!(loss_weight("11").is_err() && loss_weight("-1").is_err());
+        assert_eq!((clip_norm("0"), clip_norm("2.5")), (Ok(0.0), Ok(2.5)));
+        for bad in ["-1", "nan", "inf", "2e6", "x"] {
+            assert!(clip_norm(bad).unwrap_err().contains("limit"), "{bad}");
+        }
         for bad in ["1.5", "-0.1", "nan", "x"] {
             assert!(
                 probability(bad).unwrap_err().contains("probability"),

@@ -683,6 +683,70 @@ pub fn ema_decay(step: u64) -> f32 {
 /// The longest horizon of the weight average: about 5 000 steps.
 pub const EMA_MAX_DECAY: f32 = 0.9998;
 
+/// One gradient's share of the global gradient norm: `sums[slot] = Σ g²` over its `len`
+/// values, into the sums tensor of a [`GradClip`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SumSquares {
+    pub len: u32,
+    /// Which of the clip's sums it writes (`0..tensors`).
+    pub slot: u32,
+    /// The clip's [`GradClip::tensors`].
+    pub tensors: u32,
+}
+
+impl SumSquares {
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[
+            ("sum-squares len", self.len),
+            ("sum-squares tensors", self.tensors),
+        ])
+    }
+}
+
+/// Global gradient-norm clipping, PyTorch's `clip_grad_norm_`: from the sums of squares of
+/// `tensors` gradients ([`SumSquares`]), `norm = √Σ` and `scale = min(1, max_norm / (norm +
+/// 10⁻⁶))`, by which every optimizer step of that training step multiplies its gradient. One
+/// batch whose gradient is far larger than usual (a burst of hard examples, a badly labelled
+/// photo) then moves the weights no further than `max_norm` allows, instead of throwing a
+/// high learning rate's run off its track.
+///
+/// The sums tensor holds `[norm, scale, sums...]` ([`GradClip::sums_len`]): the host reads
+/// the first two after each step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradClip {
+    pub tensors: u32,
+    pub max_norm: f32,
+}
+
+/// Where a [`GradClip`]'s sums tensor holds the norm before clipping, the scale, and the
+/// first gradient's sum of squares.
+pub const CLIP_NORM: usize = 0;
+pub const CLIP_SCALE: usize = 1;
+pub const CLIP_SUMS: usize = 2;
+
+impl GradClip {
+    /// Floats of its sums tensor.
+    pub fn sums_len(&self) -> usize {
+        CLIP_SUMS + self.tensors as usize
+    }
+
+    /// The factor gradients of global norm `norm` are multiplied by.
+    pub fn scale(&self, norm: f32) -> f32 {
+        (self.max_norm / (norm + 1e-6)).min(1.0)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        check_nonzero(&[("clip tensors", self.tensors)])?;
+        if !(self.max_norm.is_finite() && self.max_norm > 0.0) {
+            return Err(format!(
+                "clip max_norm {} must be finite and positive",
+                self.max_norm
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// SGD with momentum and L2 weight decay, PyTorch's formulation, over `len` parameters:
 /// `g = grad + weight_decay·w; v = momentum·v + g; w = w − lr·v` (`v` starts at 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -743,8 +807,8 @@ impl AdamW {
     }
 
     /// The `hyper` tensor of this step ([`super::recording::HYPER_LEN`]: `[lr, step, c1, c2,
-    /// ema_decay]`), the one place its layout is written: what the host uploads before each
-    /// optimizer step.
+    /// ema_decay, grad_scale]`), the one place its layout is written: what the host uploads
+    /// before each optimizer step (the gradients unscaled: a clip step overwrites the 1).
     pub fn hyper(&self) -> [f32; super::recording::HYPER_LEN] {
         let (c1, c2) = self.bias_corrections();
         [
@@ -753,13 +817,14 @@ impl AdamW {
             c1,
             c2,
             ema_decay(self.step.into()),
+            1.0,
         ]
     }
 
     /// A `hyper` that leaves the parameters and their average as they are (learning rate 0,
     /// decay 1): for steps that only measure.
     pub fn frozen_hyper() -> [f32; super::recording::HYPER_LEN] {
-        [0.0, 1.0, 1.0, 1.0, 1.0]
+        [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     }
 
     pub fn validate(&self) -> Result<(), String> {

@@ -14,7 +14,8 @@
 //! recorded command buffer stays valid for the whole run.
 
 use super::ops::{
-    AdamW, Add, CenterLoss, Conv2d, Decode, Normalize, RowCopy, SgdMomentum, Targets, Upsample2x,
+    AdamW, Add, CenterLoss, Conv2d, Decode, GradClip, Normalize, RowCopy, SgdMomentum, SumSquares,
+    Targets, Upsample2x, CLIP_SUMS,
 };
 
 /// Index of a tensor in its [`Recording`].
@@ -74,14 +75,18 @@ impl Tensor {
 /// box terms weighted and everything already divided by `max(1, centres)` but `centres`.
 pub const LOSS_LEN: usize = 6;
 
-/// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2, ema_decay]`, where
-/// `step` counts from 1 (exact in `f32` up to 2²⁴), `c1, c2` are the bias corrections
-/// [`AdamW::bias_corrections`] of that step and `ema_decay` the weight average's
-/// ([`super::ops::ema_decay`]), all computed by the host.
-pub const HYPER_LEN: usize = 5;
+/// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2, ema_decay,
+/// grad_scale]`, where `step` counts from 1 (exact in `f32` up to 2²⁴), `c1, c2` are the bias
+/// corrections [`AdamW::bias_corrections`] of that step and `ema_decay` the weight average's
+/// ([`super::ops::ema_decay`]), all computed by the host; `grad_scale` multiplies every
+/// gradient the optimizer reads: the host writes 1 and a [`Step::ClipGrad`] overwrites it.
+pub const HYPER_LEN: usize = 6;
 
 /// Where [`Step::Ema`] reads its decay in the `hyper` tensor.
 pub const HYPER_EMA_DECAY: usize = 4;
+
+/// Where the optimizer steps read the gradients' scale in the `hyper` tensor.
+pub const HYPER_GRAD_SCALE: usize = 5;
 
 /// Bytes of one detection ([`super::ops::Detection`]): six 4-byte words.
 pub const DETECTION_BYTES: usize = 24;
@@ -167,8 +172,23 @@ pub enum Step {
         loss: TensorId,
         grad: TensorId,
     },
-    /// AdamW over one parameter tensor, with `lr`, `step`, `c1`, `c2` from `hyper`
-    /// ([`HYPER_LEN`]); the op's own `lr` and `step` are not used.
+    /// `sums[CLIP_SUMS + slot] = Σ x²` ([`super::ops::SumSquares`]; `x` a gradient).
+    SumSquares {
+        op: SumSquares,
+        x: TensorId,
+        sums: TensorId,
+    },
+    /// Gradient-norm clipping ([`GradClip`]): from the sums the [`Step::SumSquares`] before it
+    /// wrote, the norm and scale into `sums[..CLIP_SUMS]` and the scale into
+    /// `hyper[HYPER_GRAD_SCALE]`, where the optimizer steps after it read it (the only step
+    /// that writes an input: the host rewrites `hyper` before every run).
+    ClipGrad {
+        op: GradClip,
+        sums: TensorId,
+        hyper: TensorId,
+    },
+    /// AdamW over one parameter tensor, with `lr`, `step`, `c1`, `c2` and the gradient's scale
+    /// from `hyper` ([`HYPER_LEN`]); the op's own `lr` and `step` are not used.
     AdamW {
         op: AdamW,
         param: TensorId,
@@ -184,7 +204,8 @@ pub enum Step {
         ema: TensorId,
         hyper: TensorId,
     },
-    /// SGD with momentum, `lr` from `hyper[0]`; the op's own `lr` is not used.
+    /// SGD with momentum, `lr` from `hyper[0]` and the gradient's scale from
+    /// `hyper[HYPER_GRAD_SCALE]`; the op's own `lr` is not used.
     Sgd {
         op: SgdMomentum,
         param: TensorId,
@@ -225,6 +246,8 @@ impl Step {
             Step::Targets { .. } => "targets",
             Step::LossForward { .. } => "loss",
             Step::LossBackward { .. } => "loss-backward",
+            Step::SumSquares { .. } => "sum-squares",
+            Step::ClipGrad { .. } => "clip",
             Step::AdamW { .. } => "adamw",
             Step::Ema { .. } => "ema",
             Step::Sgd { .. } => "sgd",
@@ -242,6 +265,7 @@ impl Step {
             Step::AdamW { op, .. } => 12 * op.len as u64,
             Step::Sgd { op, .. } => 4 * op.len as u64,
             Step::Ema { op, .. } => 3 * op.len as u64,
+            Step::SumSquares { op, .. } => 2 * op.len as u64,
             _ => 0,
         }
     }
@@ -379,6 +403,26 @@ impl Step {
                     (target, op.target_len(), F32, false),
                     (loss, LOSS_LEN, F32, false),
                     (grad, op.pred_len(), F32, true),
+                ]
+            }
+            Step::SumSquares { op, x, sums } => {
+                op.validate()?;
+                if op.slot >= op.tensors {
+                    return Err(format!(
+                        "sum-squares: slot {} of {} sums",
+                        op.slot, op.tensors
+                    ));
+                }
+                vec![
+                    (x, op.len as usize, F32, false),
+                    (sums, CLIP_SUMS + op.tensors as usize, F32, true),
+                ]
+            }
+            Step::ClipGrad { op, sums, hyper } => {
+                op.validate()?;
+                vec![
+                    (sums, op.sums_len(), F32, true),
+                    (hyper, HYPER_LEN, F32, true),
                 ]
             }
             Step::AdamW {
@@ -561,7 +605,8 @@ impl Recording {
                             t.role
                         ));
                     }
-                    if writes && t.role == Role::Input {
+                    let clip_scale = matches!(step, Step::ClipGrad { hyper, .. } if *hyper == id);
+                    if writes && t.role == Role::Input && !clip_scale {
                         return Err(format!("{}: writes the input tensor {:?}", at(), t.name));
                     }
                 }
@@ -584,6 +629,43 @@ mod tests {
         let y = r.f32("y", op.output_len(), Role::Output);
         r.entry("forward", vec![Step::ConvForward { op, x, w, b, y }]);
         (r, w, y)
+    }
+
+    #[test]
+    fn only_the_clip_writes_an_input_and_only_hyper() {
+        use crate::compute::ops::GradClip;
+        let mut r = Recording::new();
+        let op = GradClip {
+            tensors: 1,
+            max_norm: 1.0,
+        };
+        let sums = r.f32("sums", op.sums_len(), Role::Output);
+        let hyper = r.f32("hyper", HYPER_LEN, Role::Input);
+        let other = r.f32("other", HYPER_LEN, Role::Input);
+        r.entry("clip", vec![Step::ClipGrad { op, sums, hyper }]);
+        r.validate().unwrap();
+        r.entries[0].steps[0] = Step::ClipGrad {
+            op,
+            sums: other,
+            hyper,
+        };
+        let e = r.validate().unwrap_err();
+        assert!(
+            e.contains("\"other\" is 6") || e.contains("input tensor \"other\""),
+            "{e}"
+        );
+        r.entries[0].steps[0] = Step::Add {
+            op: Add {
+                len: HYPER_LEN as u32,
+            },
+            a: other,
+            b: other,
+            out: hyper,
+        };
+        assert!(r
+            .validate()
+            .unwrap_err()
+            .contains("writes the input tensor \"hyper\""));
     }
 
     #[test]

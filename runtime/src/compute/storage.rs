@@ -434,6 +434,9 @@ fn reads_before_writing(step: &Step, tensor: TensorId) -> bool {
             param, velocity, ..
         } => [param, velocity].contains(&tensor),
         Step::Ema { ema, .. } => ema == tensor,
+        // One slot of the sums; the clip reads them all and rewrites one slot of `hyper`.
+        Step::SumSquares { sums, .. } => sums == tensor,
+        Step::ClipGrad { sums, hyper, .. } => [sums, hyper].contains(&tensor),
         // A copy into part of a tensor keeps the rest of it.
         Step::RowCopy { op, dst, .. } => dst == tensor && !op.writes_whole(),
         _ => false,

@@ -42,6 +42,9 @@ pub struct GraphOptions {
     pub weight_decay: f32,
     /// Weight of the loss's GIoU term ([`CenterLoss::giou_weight`]; 0: none).
     pub giou_weight: f32,
+    /// Clip the gradients' global norm to this before each update ([`ops::GradClip`]; `None`:
+    /// no clipping, and no steps for it).
+    pub clip_norm: Option<f32>,
 }
 
 impl Default for GraphOptions {
@@ -55,6 +58,7 @@ impl Default for GraphOptions {
             eps: 1e-8,
             weight_decay: 5e-4,
             giou_weight: 0.0,
+            clip_norm: None,
         }
     }
 }
@@ -107,6 +111,10 @@ pub struct ModelGraph {
     /// Output: detections and per-image counts.
     pub dets: TensorId,
     pub counts: TensorId,
+    /// Output, with gradient clipping: `[norm, scale, ...]` of the last training step
+    /// ([`ops::GradClip`]: the gradients' global norm before clipping and the factor they
+    /// were multiplied by).
+    pub grad_norm: Option<TensorId>,
     pub params: Vec<ParamTensors>,
     pub decode: Decode,
 }
@@ -518,6 +526,7 @@ impl ModelGraph {
         eval.push(loss_step.clone());
         eval.push(decode_step);
 
+        let mut grad_norm = None;
         let train = if options.train {
             let mut train = prologue(true);
             train.extend(b.forward.iter().cloned());
@@ -534,6 +543,11 @@ impl ModelGraph {
             });
             let normalize = prologue(false).remove(0);
             train.extend(backward(&mut b, pred, g_pred, normalize));
+            if let Some(max_norm) = options.clip_norm {
+                let (steps, sums) = clip_steps(&mut b, max_norm, hyper);
+                train.extend(steps);
+                grad_norm = Some(sums);
+            }
             for i in 0..b.params.len() {
                 let p = &b.params[i];
                 let len = b.rec.get(p.value).len;
@@ -598,6 +612,7 @@ impl ModelGraph {
             pred,
             dets,
             counts,
+            grad_norm,
             params: b.params,
             decode,
         })
@@ -703,6 +718,36 @@ impl Recompute {
 
 /// The backward steps from the loss gradient `g_pred` of `pred` back to the first layer
 /// (whose input `x0`, made by `normalize`, needs no gradient). Sets each parameter's `grad`.
+/// Gradient-norm clipping's steps, after the backward pass and before the updates: every
+/// parameter's sum of squares into one tensor, then the clip, which leaves the scale in
+/// `hyper` for the optimizer steps. Returns the steps and that tensor.
+fn clip_steps(b: &mut Builder, max_norm: f32, hyper: TensorId) -> (Vec<Step>, TensorId) {
+    let op = ops::GradClip {
+        tensors: b.params.len() as u32,
+        max_norm,
+    };
+    let sums = b.rec.f32("grad.norm", op.sums_len(), Role::Output);
+    let mut steps: Vec<Step> = b
+        .params
+        .iter()
+        .enumerate()
+        .map(|(slot, p)| {
+            let x = p.grad.expect("every parameter has a gradient");
+            Step::SumSquares {
+                op: ops::SumSquares {
+                    len: b.rec.get(x).len as u32,
+                    slot: slot as u32,
+                    tensors: op.tensors,
+                },
+                x,
+                sums,
+            }
+        })
+        .collect();
+    steps.push(Step::ClipGrad { op, sums, hyper });
+    (steps, sums)
+}
+
 fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) -> Vec<Step> {
     let Step::Normalize { out: x0, .. } = normalize else {
         unreachable!("the prologue normalises")
@@ -1008,6 +1053,48 @@ mod tests {
                 );
             }
             written.extend(writes);
+        }
+    }
+
+    #[test]
+    fn clipping_sums_every_gradient_between_the_backward_pass_and_the_updates() {
+        assert!(graph(true).grad_norm.is_none(), "no clipping unless asked");
+        let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
+        let layout = RecordLayout::new(128, 128, 3, 32).unwrap();
+        let options = GraphOptions {
+            clip_norm: Some(2.0),
+            ..GraphOptions::default()
+        };
+        let g = ModelGraph::build(&arch, 4, &layout, &options).unwrap();
+        let sums = g.grad_norm.expect("a clipped graph reports its norm");
+        assert_eq!(g.recording.get(sums).len, 2 + g.params.len());
+        let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
+        let first_update = train
+            .iter()
+            .position(|s| matches!(s, Step::AdamW { .. }))
+            .unwrap();
+        let clip = first_update - 1;
+        assert!(matches!(
+            train[clip],
+            Step::ClipGrad { op, hyper, .. } if op.max_norm == 2.0 && hyper == g.hyper
+        ));
+        // One sum per parameter's gradient, each in its own slot, after every gradient is
+        // written (nothing after the clip writes one).
+        let summed: Vec<(TensorId, u32)> = train[clip - g.params.len()..clip]
+            .iter()
+            .map(|s| match s {
+                Step::SumSquares { op, x, sums: t } if *t == sums => (*x, op.slot),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        for (slot, p) in g.params.iter().enumerate() {
+            assert_eq!(summed[slot], (p.grad.unwrap(), slot as u32), "{}", p.name);
+        }
+        let grads: Vec<TensorId> = g.params.iter().map(|p| p.grad.unwrap()).collect();
+        for s in &train[clip..] {
+            for (t, written) in s.accesses() {
+                assert!(!(written && grads.contains(&t)), "{s:?}");
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! `train --recipe`: named presets of the settings that decide what a run learns, for a kind
 //! of data, so that a person with their own photos gets a good detector without tuning.
 //!
-//! A recipe fills the model, batch, epochs, learning rate, warm-up and mosaic chance; any of
+//! A recipe fills the model, batch, epochs, learning rate, warm-up, mosaic chance and
+//! gradient-norm limit; any of
 //! them given explicitly wins. The epochs follow the dataset's size: a fixed number of
 //! optimizer steps (a small dataset needs as many updates as a large one to train from
 //! scratch, each epoch of it just holds fewer), within bounds.
@@ -18,6 +19,9 @@ pub enum Recipe {
 /// Optimizer steps the photos recipe aims at.
 pub const PHOTO_STEPS: u64 = 1200;
 
+/// The photos recipe's gradient-norm limit.
+pub const PHOTO_CLIP_NORM: f32 = 10.0;
+
 /// What a recipe sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecipeSettings {
@@ -27,6 +31,8 @@ pub struct RecipeSettings {
     pub lr: f32,
     pub warmup: u64,
     pub mosaic: f32,
+    /// Gradient-norm limit (0: none).
+    pub clip_norm: f32,
 }
 
 impl Recipe {
@@ -47,6 +53,7 @@ impl Recipe {
                     lr: 1e-2,
                     warmup: 50,
                     mosaic: 0.5,
+                    clip_norm: PHOTO_CLIP_NORM,
                 }
             }
         }
@@ -79,8 +86,8 @@ impl std::fmt::Display for RecipeSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}",
-            self.model, self.batch, self.epochs, self.lr, self.warmup, self.mosaic
+            "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}, gradient norm clipped at {}",
+            self.model, self.batch, self.epochs, self.lr, self.warmup, self.mosaic, self.clip_norm
         )
     }
 }

@@ -28,7 +28,7 @@ use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
-use crate::compute::ops::AdamW;
+use crate::compute::ops::{AdamW, CLIP_NORM, CLIP_SCALE};
 use crate::compute::recording::{Role, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
@@ -65,6 +65,10 @@ pub struct TrainConfig {
     /// read as 0).
     #[serde(default)]
     pub giou: f32,
+    /// Clip the gradients' global norm to this before each update (0: no clipping, the
+    /// default; runs from before it read as 0). See [`crate::compute::ops::GradClip`].
+    #[serde(default)]
+    pub clip_norm: f32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -121,6 +125,7 @@ impl Default for TrainConfig {
             augment: true,
             mosaic: 0.0,
             giou: 0.0,
+            clip_norm: 0.0,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -206,6 +211,25 @@ pub struct StepReport {
     pub device: Duration,
     /// Wall time of the whole iteration.
     pub wall: Duration,
+    /// With gradient clipping: the gradients' global norm before clipping and the factor
+    /// they were multiplied by (1 where the norm was within the limit).
+    pub grad_norm: Option<GradNorm>,
+}
+
+/// A step's gradient norm ([`crate::compute::ops::GradClip`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradNorm {
+    pub norm: f32,
+    pub scale: f32,
+}
+
+/// An epoch's gradient norms, with clipping.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradNormSummary {
+    pub mean: f32,
+    pub max: f32,
+    /// Steps whose gradients were scaled down.
+    pub clipped: u64,
 }
 
 /// An epoch's summary.
@@ -226,6 +250,8 @@ pub struct EpochReport {
     pub step_time: Duration,
     /// Share of the loaders' `T_g` that was CPU time (low: they waited on reads or sleeps).
     pub loader_cpu_share: f64,
+    /// With gradient clipping: the epoch's gradient norms.
+    pub grad_norm: Option<GradNormSummary>,
 }
 
 impl EpochReport {
@@ -338,6 +364,7 @@ pub fn train(
         train: true,
         weight_decay: config.weight_decay,
         giou_weight: config.giou,
+        clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         ..GraphOptions::default()
     };
     let mut loader_config = LoaderConfig {
@@ -599,6 +626,8 @@ pub fn train(
     let mut epochs = Vec::new();
     let mut step_submissions = 0u64;
     let mut loss = [0f32; LOSS_LEN];
+    // The clip's norm, scale and per-tensor sums (read whole after each step).
+    let mut clip = vec![0f32; graph.grad_norm.map_or(0, |id| graph.recording.get(id).len)];
     let mut interrupted = false;
     let mut final_loss = None;
     let mut epoch_acc = EpochAcc::new(loader.counters());
@@ -638,11 +667,24 @@ pub fn train(
             );
         }
         exec.read_f32(graph.loss, &mut loss)?;
+        let grad_norm = match graph.grad_norm {
+            Some(id) => {
+                exec.read_f32(id, &mut clip)?;
+                Some(GradNorm {
+                    norm: clip[CLIP_NORM],
+                    scale: clip[CLIP_SCALE],
+                })
+            }
+            None => None,
+        };
         step_submissions += exec.submissions() - submitted;
-        if !loss[0].is_finite() {
+        let diverged = [loss[0], grad_norm.map_or(0.0, |g| g.norm)]
+            .into_iter()
+            .zip(["loss", "gradient norm"])
+            .find(|(v, _)| !v.is_finite());
+        if let Some((value, what)) = diverged {
             return Err(Error::Config(format!(
-                "the loss became {} at step {step} (epoch {}): lower --lr (now {})",
-                loss[0],
+                "the {what} became {value} at step {step} (epoch {}): lower --lr (now {})",
                 epoch + 1,
                 config.lr
             )));
@@ -659,6 +701,7 @@ pub fn train(
             waited,
             device: timing.device,
             wall: started.elapsed(),
+            grad_norm,
         };
         total_waited += waited;
         epoch_acc.add(&report);
@@ -961,6 +1004,8 @@ struct EpochAcc {
     started: Instant,
     steps: u64,
     loss: f64,
+    /// Sum and largest of the gradient norms, and the steps clipped (with clipping).
+    grad_norm: Option<(f64, f32, u64)>,
     waited: Duration,
     device: Duration,
     counters_at_start: balance::PipelineSnapshot,
@@ -972,6 +1017,7 @@ impl EpochAcc {
             started: Instant::now(),
             steps: 0,
             loss: 0.0,
+            grad_norm: None,
             waited: Duration::ZERO,
             device: Duration::ZERO,
             counters_at_start: counters,
@@ -981,6 +1027,12 @@ impl EpochAcc {
     fn add(&mut self, r: &StepReport) {
         self.steps += 1;
         self.loss += r.loss[0] as f64;
+        if let Some(g) = r.grad_norm {
+            let (sum, max, clipped) = self.grad_norm.get_or_insert((0.0, 0.0, 0));
+            *sum += f64::from(g.norm);
+            *max = max.max(g.norm);
+            *clipped += u64::from(g.scale < 1.0);
+        }
         self.waited += r.waited;
         self.device += r.device;
     }
@@ -1026,6 +1078,11 @@ impl EpochAcc {
             batch,
             step_time,
             loader_cpu_share,
+            grad_norm: self.grad_norm.map(|(sum, max, clipped)| GradNormSummary {
+                mean: (sum / self.steps.max(1) as f64) as f32,
+                max,
+                clipped,
+            }),
         }
     }
 }

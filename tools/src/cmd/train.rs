@@ -99,6 +99,13 @@ pub struct Args {
     /// weigh 1 each), 0 to 10. Off (0) by default: on the raccoon split it scored lower.
     #[arg(long, default_value_t = 0.0, value_parser = crate::args::loss_weight, value_name = "W")]
     giou: f32,
+    /// Clip the gradients' global norm to N before each update (PyTorch's
+    /// clip_grad_norm_): a batch whose gradient is far larger than usual then moves the
+    /// weights no further than N allows, which keeps a high learning rate's run on track. 0:
+    /// off. The epoch lines show the norms and how many steps were clipped. [default: 0;
+    /// recipe photos: see --recipe]
+    #[arg(long, value_parser = crate::args::clip_norm, value_name = "N")]
+    clip_norm: Option<f32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1)]
     checkpoint_every: u64,
@@ -183,8 +190,15 @@ impl Observer for Printer {
     }
 
     fn epoch(&mut self, e: &EpochReport) {
+        let clipping = match e.grad_norm {
+            Some(g) => format!(
+                ", grad norm {:.3} (max {:.3}, clipped {} of {} steps)",
+                g.mean, g.max, g.clipped, e.steps
+            ),
+            None => String::new(),
+        };
         let line = format!(
-            "epoch {:>3}: loss {:.4}, {:.0} samples/s, {:.1} s; {}",
+            "epoch {:>3}: loss {:.4}{clipping}, {:.0} samples/s, {:.1} s; {}",
             e.epoch + 1,
             e.mean_loss,
             e.samples_per_s,
@@ -227,6 +241,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
             lr: d.lr,
             warmup: d.warmup,
             mosaic: d.mosaic,
+            clip_norm: d.clip_norm,
         },
     };
     let settings = RecipeSettings {
@@ -236,6 +251,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         lr: a.lr.unwrap_or(base.lr),
         warmup: a.warmup.unwrap_or(base.warmup),
         mosaic: a.mosaic.unwrap_or(base.mosaic),
+        clip_norm: a.clip_norm.unwrap_or(base.clip_norm),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
         println!("recipe {recipe}: {settings} (for {records} records)");
@@ -262,6 +278,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         augment: !a.no_augment,
         mosaic: r.mosaic,
         giou: a.giou,
+        clip_norm: r.clip_norm,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()

@@ -19,7 +19,10 @@ use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
 use super::{separable, stem, upsampled};
 use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
-use crate::compute::recording::{Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_LEN};
+use crate::compute::ops::CLIP_SUMS;
+use crate::compute::recording::{
+    Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN,
+};
 use crate::compute::storage::ArenaPlan;
 
 /// What one run took.
@@ -838,19 +841,22 @@ impl CpuExec {
             } => {
                 let h: [f32; HYPER_LEN] = self.f32s(hyper).try_into().expect("validated length");
                 let (mut p, mut mv, mut vv) = (self.take(param), self.take(m), self.take(v));
-                optim::adamw_with(
-                    &op,
-                    h[0],
-                    h[2],
-                    h[3],
-                    &mut p,
-                    self.f32s(grad),
-                    &mut mv,
-                    &mut vv,
-                );
+                optim::adamw_with(&op, &h, &mut p, self.f32s(grad), &mut mv, &mut vv);
                 self.put(param, p);
                 self.put(m, mv);
                 self.put(v, vv);
+            }
+            Step::SumSquares { op, x, sums } => {
+                let sum = optim::sum_squares(&self.f32s(x)[..op.len as usize]);
+                let mut s = self.take(sums);
+                s[CLIP_SUMS + op.slot as usize] = sum;
+                self.put(sums, s);
+            }
+            Step::ClipGrad { op, sums, hyper } => {
+                let (mut s, mut h) = (self.take(sums), self.take(hyper));
+                optim::clip_grad(&op, &mut s, &mut h);
+                self.put(sums, s);
+                self.put(hyper, h);
             }
             Step::Ema {
                 op,
@@ -874,8 +880,9 @@ impl CpuExec {
                     lr: self.f32s(hyper)[0],
                     ..op
                 };
+                let scale = self.f32s(hyper)[HYPER_GRAD_SCALE];
                 let (mut p, mut vel) = (self.take(param), self.take(velocity));
-                optim::sgd_momentum(&op, &mut p, self.f32s(grad), &mut vel);
+                optim::sgd_momentum(&op, scale, &mut p, self.f32s(grad), &mut vel);
                 self.put(param, p);
                 self.put(velocity, vel);
             }

@@ -480,6 +480,125 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
     }
 }
 
+/// Gradient-norm clipping: six gradients of awkward lengths (one dispatch of four sums and
+/// one of two), the clip, and AdamW and SGD reading the scale; with a limit the norm exceeds
+/// and one it does not.
+#[test]
+fn gradient_clipping_matches_the_cpu_twin() {
+    use crate::compute::ops::{GradClip, SumSquares, CLIP_SCALE};
+    let mut rng = SplitMix64::new(41);
+    let lens = [5usize, 300, 1, 7001, 33, 257];
+    for max_norm in [1.0f32, 1e4] {
+        let mut rec = Recording::new();
+        let grads: Vec<TensorId> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| rec.f32(&format!("grad{i}"), n, Role::Input))
+            .collect();
+        let op = GradClip {
+            tensors: lens.len() as u32,
+            max_norm,
+        };
+        let sums = rec.f32("sums", op.sums_len(), Role::Output);
+        let hyper = rec.f32("hyper", HYPER_LEN, Role::Input);
+        let n = lens[3];
+        let adam = AdamW {
+            len: n as u32,
+            lr: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            step: 1,
+        };
+        let (param, m, v) = (
+            rec.f32("param", n, Role::Param),
+            rec.f32("m", n, Role::State),
+            rec.f32("v", n, Role::State),
+        );
+        let (sparam, vel) = (
+            rec.f32("sparam", n, Role::Param),
+            rec.f32("vel", n, Role::State),
+        );
+        let mut steps: Vec<Step> = grads
+            .iter()
+            .enumerate()
+            .map(|(slot, &x)| Step::SumSquares {
+                op: SumSquares {
+                    len: lens[slot] as u32,
+                    slot: slot as u32,
+                    tensors: op.tensors,
+                },
+                x,
+                sums,
+            })
+            .collect();
+        steps.push(Step::ClipGrad { op, sums, hyper });
+        steps.push(Step::AdamW {
+            op: adam,
+            param,
+            grad: grads[3],
+            m,
+            v,
+            hyper,
+        });
+        steps.push(Step::Sgd {
+            op: SgdMomentum {
+                len: n as u32,
+                lr: 0.0,
+                momentum: 0.9,
+                weight_decay: 1e-3,
+            },
+            param: sparam,
+            grad: grads[3],
+            velocity: vel,
+            hyper,
+        });
+        rec.entry("clip", steps);
+        let kernels: Vec<_> = super::lower::lower(&rec).unwrap().entries[0]
+            .iter()
+            .map(|d| d.kernel.name())
+            .collect();
+        assert_eq!(
+            kernels,
+            ["sum_squares", "sum_squares", "clip_grad", "adamw", "sgd"]
+        );
+        let Some(mut exec) = gpu("gradient_clipping", &rec) else {
+            return;
+        };
+        let mut cpu = cpu(&rec);
+        for t in grads.iter().copied().chain([param, sparam]) {
+            let data = random_vec(&mut rng, rec.get(t).len, -0.5, 0.5);
+            exec.write_f32(t, &data).unwrap();
+            cpu.write_f32(t, &data).unwrap();
+        }
+        for step in 1..=2u32 {
+            let h = AdamW {
+                step,
+                lr: 1e-2,
+                ..adam
+            }
+            .hyper();
+            exec.write_f32(hyper, &h).unwrap();
+            cpu.write_f32(hyper, &h).unwrap();
+            exec.run(0).unwrap();
+            cpu.run(0).unwrap();
+            let got = read(&mut exec, sums, op.sums_len());
+            close("sums", &got, &cpu_read(&mut cpu, sums, op.sums_len()));
+            // The norm of the values written (about 0.29 · √7597 ≈ 25), and the limit bites
+            // only below it.
+            assert!((20.0..30.0).contains(&got[0]), "{got:?}");
+            assert_eq!(got[CLIP_SCALE] < 1.0, max_norm < got[0], "{got:?}");
+            for t in [param, m, v, sparam, vel] {
+                let len = rec.get(t).len;
+                let name = format!("{} after step {step}, limit {max_norm}", rec.get(t).name);
+                close(&name, &read(&mut exec, t, len), &cpu_read(&mut cpu, t, len));
+            }
+        }
+        assert_clean(exec.engine());
+    }
+}
+
 #[test]
 fn elementwise_kernels_match_the_reference() {
     let mut rng = SplitMix64::new(12);
@@ -1098,14 +1217,15 @@ fn sync_trained_state(rec: &Recording, exec: &mut VulkanExec, cpu: &mut CpuExec)
 
 #[test]
 fn det_s_train_steps_match_the_cpu() {
-    train_steps_match_the_cpu("det-s", |u| u * 64.0);
+    train_steps_match_the_cpu("det-s", |u| u * 64.0, None);
 }
 
 /// Three output levels (strides 8, 16, 32 over 128 px), the levels gathered into one output
-/// and the gradient scattered back; boxes of every size, so every level trains.
+/// and the gradient scattered back; boxes of every size, so every level trains. With the
+/// gradients' norm clipped (at a limit the first steps exceed).
 #[test]
 fn det_m_train_steps_match_the_cpu() {
-    train_steps_match_the_cpu("det-m", |u| u * u * 120.0);
+    train_steps_match_the_cpu("det-m", |u| u * u * 120.0, Some(15.0));
 }
 
 /// The tensors entry `entry` never writes on the GPU: the outputs of pointwise convs and
@@ -1127,14 +1247,18 @@ fn unwritten_by_fusion(rec: &Recording, entry: usize) -> Vec<&str> {
 
 /// Three training steps of `model` at 128 px, batch 2, on the GPU (a buffer per tensor and
 /// shared buffers) and the CPU: every tensor matches; then evaluation, inference, decode.
-fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
+/// `clip`: the gradient-norm limit, which every step must reach.
+fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32, clip: Option<f32>) {
     use crate::format::RecordLayout;
     use crate::model::arch::{Arch, ModelConfig};
     use crate::model::graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
     use crate::model::init::init_params;
     let arch = Arch::new(&ModelConfig::named_at(model, 2, 128).unwrap());
     let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
-    let options = GraphOptions::default();
+    let options = GraphOptions {
+        clip_norm: clip,
+        ..GraphOptions::default()
+    };
     let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
     let rec = &g.recording;
     let test = format!("{model}_train_steps");
@@ -1192,6 +1316,16 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32) {
         let want = cpu_read(&mut cpu, g.loss, LOSS_LEN);
         close(&format!("loss of step {step}"), &loss, &want);
         losses.push(loss[0]);
+        if let Some(sums) = g.grad_norm {
+            // [norm, scale, ...]: the comparison below covers them; the limit must bite.
+            let [norm, scale] = read(&mut exec, sums, 2 + g.params.len())[..2] else {
+                unreachable!()
+            };
+            assert!(
+                norm > clip.unwrap() && scale < 1.0,
+                "step {step}: {norm} {scale}"
+            );
+        }
         // Sharing buffers changes no number: the same kernels in the same order.
         assert_eq!(read(&mut shared, g.loss, LOSS_LEN), loss, "step {step}");
         for (i, t) in rec.tensors.iter().enumerate() {

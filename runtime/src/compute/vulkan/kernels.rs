@@ -113,6 +113,12 @@ pub enum Kernel {
     LossFinish,
     /// Loss gradient: `pred, target, loss, grad (w)`; the same push block.
     LossGrad,
+    /// Sums of squares of up to [`SUM_SQUARES_GROUP`] gradients, a workgroup each, for
+    /// gradient-norm clipping: `g0, g1, g2, g3, sums (rw)`; push `{ len0..len3, first_slot }`.
+    SumSquares,
+    /// Gradient-norm clipping from the sums: `sums (rw), hyper (rw)`; push `{ tensors,
+    /// max_norm }`; one workgroup.
+    ClipGrad,
     /// AdamW: `param (rw), grad, m (rw), v (rw), hyper`; push `{ len, beta1, beta2, eps,
     /// weight_decay }`.
     AdamW,
@@ -198,6 +204,8 @@ pub const DEPTHWISE_DIRECT_MAX_TAPS: u32 = 25;
 /// Output channels one invocation of the direct `conv2d` kernel computes
 /// (`OCB` in `shaders/conv2d.comp`).
 pub const CONV_CHANNEL_BLOCK: u32 = 8;
+/// Gradients one [`Kernel::SumSquares`] dispatch sums.
+pub const SUM_SQUARES_GROUP: usize = 4;
 /// Candidate slots of the decode kernel's sort; `top_k` may be at most half of it.
 pub const DECODE_SLOTS: u32 = 1024;
 
@@ -274,6 +282,10 @@ const LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUS
     local LINEAR, x None, shared 16 * 256);
 const LOSS_GRAD: KernelInfo =
     kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const SUM_SQUARES: KernelInfo =
+    kernel!("sum_squares", bindings 5, push 20, local LINEAR, x None, shared 4 * 256);
+const CLIP_GRAD: KernelInfo =
+    kernel!("clip_grad", bindings 2, push 8, local LINEAR, x None, shared 4 * 256);
 const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
 const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
 const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
@@ -284,7 +296,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 36] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -314,6 +326,8 @@ impl Kernel {
         Kernel::LossPartial,
         Kernel::LossFinish,
         Kernel::LossGrad,
+        Kernel::SumSquares,
+        Kernel::ClipGrad,
         Kernel::AdamW,
         Kernel::Ema,
         Kernel::AdamWEma,
@@ -352,6 +366,8 @@ impl Kernel {
             Kernel::LossPartial => &LOSS_PARTIAL,
             Kernel::LossFinish => &LOSS_FINISH,
             Kernel::LossGrad => &LOSS_GRAD,
+            Kernel::SumSquares => &SUM_SQUARES,
+            Kernel::ClipGrad => &CLIP_GRAD,
             Kernel::AdamW => &ADAMW,
             Kernel::Ema => &EMA,
             Kernel::AdamWEma => &ADAMW_EMA,

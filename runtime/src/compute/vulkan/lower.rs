@@ -16,7 +16,8 @@
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
-//! | loss backward, AdamW, EMA, SGD, decode | one each |
+//! | loss backward, AdamW, EMA, SGD, decode, clip | one each |
+//! | sums of squares (gradient clipping) | `sum_squares`, one for up to four consecutive |
 //!
 //! Splitting: a weight gradient sums over every image and output pixel. For the early layers
 //! of a large batch that is a long sum onto few outputs, so it is cut into `splits` parts
@@ -26,10 +27,10 @@
 use super::kernels::{
     Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
     CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
-    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP,
+    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use crate::compute::fusion::{self, ResidualAdd};
-use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize};
+use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize, SumSquares};
 use crate::compute::recording::{Recording, Step, TensorId};
 
 /// Invocations of the one-dimensional kernels' workgroups (their default workgroup size).
@@ -152,6 +153,28 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
+            if let Step::SumSquares { op, x, sums } = *step {
+                // Up to four consecutive gradients' sums in one dispatch.
+                let mut group = vec![(x, op)];
+                while group.len() < SUM_SQUARES_GROUP {
+                    match steps.peek() {
+                        Some((
+                            _,
+                            Step::SumSquares {
+                                op: next,
+                                x,
+                                sums: s,
+                            },
+                        )) if *s == sums && next.slot == op.slot + group.len() as u32 => {
+                            group.push((*x, *next));
+                            steps.next();
+                        }
+                        _ => break,
+                    }
+                }
+                dispatches.push(sum_squares(&group, sums, i));
+                continue;
+            }
             if let Some(fused) = steps.peek().and_then(|(_, next)| adamw_ema(step, next, i)) {
                 dispatches.push(fused);
                 steps.next();
@@ -250,6 +273,28 @@ fn adamw_ema(step: &Step, next: &Step, i: usize) -> Option<LoweredDispatch> {
         groups: linear_groups(u64::from(op.len)),
         step: i,
     })
+}
+
+/// One `sum_squares` dispatch (attributed to step `i`) for the consecutive sums of `group`
+/// (`(gradient, op)`, slots in order, at most [`SUM_SQUARES_GROUP`]) into `sums`.
+fn sum_squares(group: &[(TensorId, SumSquares)], sums: TensorId, i: usize) -> LoweredDispatch {
+    assert!((1..=SUM_SQUARES_GROUP).contains(&group.len()));
+    let last = group[group.len() - 1].0;
+    let mut bindings: Vec<Slot> = (0..SUM_SQUARES_GROUP)
+        .map(|k| Slot::Tensor(group.get(k).map_or(last, |g| g.0)))
+        .collect();
+    bindings.push(Slot::Tensor(sums));
+    let mut push: Vec<u32> = (0..SUM_SQUARES_GROUP)
+        .map(|k| group.get(k).map_or(0, |g| g.1.len))
+        .collect();
+    push.push(group[0].1.slot);
+    LoweredDispatch {
+        kernel: Kernel::SumSquares,
+        bindings,
+        push: words(&push),
+        groups: [group.len() as u32, 1, 1],
+        step: i,
+    }
 }
 
 /// The push block of `adamw` and `adamw_ema`.
@@ -666,6 +711,16 @@ fn lower_step(
             vec![T(pred), T(target), T(loss), T(grad)],
             loss_push(&op, 1, 0),
             linear_groups(op.pred_len() as u64),
+        ),
+        Step::SumSquares { op, x, sums } => {
+            let d = sum_squares(&[(x, op)], sums, index);
+            push(d.kernel, d.bindings, d.push, d.groups);
+        }
+        Step::ClipGrad { op, sums, hyper } => push(
+            Kernel::ClipGrad,
+            vec![T(sums), T(hyper)],
+            words(&[op.tensors, op.max_norm.to_bits()]),
+            [1, 1, 1],
         ),
         Step::AdamW {
             op,
