@@ -21,17 +21,24 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut io::BufWriter<&File>) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_atomic_at(path, |tmp| {
+        let file = File::create(tmp)?;
+        let mut w = io::BufWriter::new(&file);
+        fill(&mut w)?;
+        w.flush()
+    })
+}
+
+/// As [`write_atomic`], with the contents written by `fill` into the file at the temporary
+/// path it is given (for a library that writes files by name, such as safetensors'
+/// `serialize_to_file`): then fsync, rename, fsync of the directory, as for every file here.
+pub fn write_atomic_at(path: &Path, fill: impl FnOnce(&Path) -> io::Result<()>) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
     tmp_name.push(".fulcrum-tmp");
     let tmp = path.with_file_name(tmp_name);
     let result = (|| {
-        let file = File::create(&tmp)?;
-        {
-            let mut w = io::BufWriter::new(&file);
-            fill(&mut w)?;
-            w.flush()?;
-        }
-        file.sync_all()?;
+        fill(&tmp)?;
+        File::open(&tmp)?.sync_all()?;
         slow_rename_fault();
         fs::rename(&tmp, path)?;
         sync_dir_of(path)

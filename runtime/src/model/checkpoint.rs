@@ -131,16 +131,21 @@ impl Checkpoint {
 
     /// The file's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let bytes: Vec<_> = self.tensors.iter().map(|(_, _, v)| le_bytes(v)).collect();
-        let views = self
-            .tensors
-            .iter()
-            .zip(&bytes)
-            .map(|((name, shape, _), b)| {
-                let view = TensorView::new(Dtype::F32, shape.clone(), b)
-                    .expect("a checkpoint tensor's shape matches its values");
-                (name.as_str(), view)
-            });
+        safetensors::serialize(self.views(), Some(self.metadata()))
+            .expect("names are unique and shapes valid")
+    }
+
+    /// Each tensor as safetensors writes it, its values' memory borrowed.
+    fn views(&self) -> impl Iterator<Item = (&str, TensorView<'_>)> {
+        self.tensors.iter().map(|(name, shape, values)| {
+            let view = TensorView::new(Dtype::F32, shape.clone(), le_bytes(values))
+                .expect("a checkpoint tensor's shape matches its values");
+            (name.as_str(), view)
+        })
+    }
+
+    /// The header's metadata (see the module docs).
+    fn metadata(&self) -> HashMap<String, String> {
         let mut meta = HashMap::new();
         meta.insert("fulcrum.format".to_owned(), FORMAT.to_owned());
         meta.insert("fulcrum.model".to_owned(), json(&self.model));
@@ -151,11 +156,12 @@ impl Checkpoint {
         if !self.classes.is_empty() {
             meta.insert("fulcrum.classes".to_owned(), json(&self.classes));
         }
-        safetensors::serialize(views, Some(meta)).expect("names are unique and shapes valid")
+        meta
     }
 
     /// Writes the checkpoint to `path` atomically (temporary file, fsync, rename, fsync of
-    /// the directory), creating the directory if needed.
+    /// the directory), creating the directory if needed. The tensors go to the file straight
+    /// from their own memory: saving holds no second copy of the weights and state.
     pub fn save(&self, path: &Path) -> Result<()> {
         let io = |source| Error::Io {
             path: path.to_path_buf(),
@@ -164,7 +170,15 @@ impl Checkpoint {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        crate::durable::write_atomic(path, &self.encode()).map_err(io)
+        crate::durable::write_atomic_at(path, |tmp| {
+            safetensors::serialize_to_file(self.views(), Some(self.metadata()), tmp).map_err(|e| {
+                match e {
+                    safetensors::SafeTensorError::IoError(e) => e,
+                    other => std::io::Error::other(other),
+                }
+            })
+        })
+        .map_err(io)
     }
 
     /// Reads a checkpoint, checking its format and that every tensor is `F32` of a
@@ -311,25 +325,21 @@ impl Checkpoint {
     }
 }
 
-/// `values` as little-endian bytes (safetensors' layout): on a little-endian machine (every
-/// board fulcrum targets) their own memory, borrowed, so that saving a checkpoint holds no
-/// second copy of the weights and optimizer state; elsewhere a converted copy.
-fn le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
-    #[cfg(target_endian = "little")]
-    {
-        // SAFETY: `f32` is 4 bytes with no padding and any alignment suits `u8`; the slice
-        // covers exactly the `4 · len` initialised bytes of `values`, borrowed for as long as
-        // `values` is, and on a little-endian machine those bytes are the little-endian
-        // encoding.
-        std::borrow::Cow::Borrowed(unsafe {
-            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
-        })
-    }
-    #[cfg(not(target_endian = "little"))]
-    {
-        std::borrow::Cow::Owned(values.iter().flat_map(|x| x.to_le_bytes()).collect())
+/// `values` as little-endian bytes (safetensors' layout): their own memory, borrowed, so that
+/// saving a checkpoint holds no second copy of the weights and optimizer state.
+fn le_bytes(values: &[f32]) -> &[u8] {
+    // SAFETY: `f32` is 4 bytes with no padding and any alignment suits `u8`; the slice covers
+    // exactly the `4 · len` initialised bytes of `values`, borrowed for as long as `values`
+    // is, and on a little-endian machine (checked at compile time below) those bytes are the
+    // little-endian encoding.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
     }
 }
+
+// Every board fulcrum targets (aarch64, x86-64) is little-endian; [`le_bytes`] relies on it.
+#[cfg(not(target_endian = "little"))]
+compile_error!("checkpoints are written from the values' own memory: a little-endian target");
 
 #[cfg(test)]
 mod tests {

@@ -1161,8 +1161,8 @@ fn describe_difference(saved: &TrainConfig, now: &TrainConfig) -> String {
 }
 
 /// What training `graph` on the engine `exec` chooses allocates besides the loader: the
-/// engine's own plan ([`Exec::memory_plan`]) and the checkpoint's copies while saving (the
-/// weights and state read back, then encoded).
+/// engine's own plan ([`Exec::memory_plan`]) and the checkpoint's copy while saving (the
+/// weights and state read back, which the file is written from).
 pub fn model_memory_plan(graph: &ModelGraph, exec: &ExecOptions) -> Result<MemoryPlan> {
     let mut plan = Exec::memory_plan(&graph.recording, exec)?;
     let saved: u64 = graph
@@ -1172,11 +1172,7 @@ pub fn model_memory_plan(graph: &ModelGraph, exec: &ExecOptions) -> Result<Memor
         .filter(|t| matches!(t.role, Role::Param | Role::State))
         .map(|t| t.bytes())
         .sum();
-    plan.add(
-        "checkpoint: weights and state read back and encoded",
-        2,
-        saved,
-    );
+    plan.add("checkpoint: weights and state read back", 1, saved);
     Ok(plan)
 }
 
