@@ -3,8 +3,9 @@
 //!
 //! Entries (by name, see [`ENTRY_TRAIN`] …):
 //!
-//! - `train`: records → targets, normalise → forward → loss → backward → AdamW on every
-//!   parameter tensor, then its weight average (EMA). One call is one training step.
+//! - `train`: records → targets, normalise → forward → loss → backward → (with
+//!   [`GraphOptions::clip_norm`]: every gradient's sum of squares, then the clip) → AdamW on
+//!   every parameter tensor, then its weight average (EMA). One call is one training step.
 //! - `eval`: records → targets, normalise → forward → loss and decode (no update): validation
 //!   loss and detections in one pass.
 //! - `infer`: records → normalise → forward → decode: detections.
@@ -101,7 +102,8 @@ pub struct ModelGraph {
     pub recording: Recording,
     /// Input: `batch` records back to back (bytes).
     pub records: TensorId,
-    /// Input: `[lr, step, c1, c2]` (only read by `train`).
+    /// Input: the step's hyper-parameters ([`HYPER_LEN`]; only read by `train`, whose clip step
+    /// rewrites the gradients' scale in it).
     pub hyper: TensorId,
     /// Output: `[total, focal, offset, size, centres, giou]`.
     pub loss: TensorId,

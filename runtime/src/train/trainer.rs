@@ -2,8 +2,10 @@
 //!
 //! Per step: wait for the next batch (the time waited is the device's idle time), copy its
 //! records into the step's input tensor and give the slot back at once (so the loaders fill
-//! it while the device computes), write `[lr, step, c1, c2]`, run the `train` entry, read the
-//! loss. Nothing is allocated per step: every buffer is sized before the first step.
+//! it while the device computes), write the step's hyper-parameters ([`AdamW::hyper`]), run
+//! the `train` entry, read the loss (and, with `clip_norm`, the gradients' norm and the scale
+//! the clip step applied). Nothing is allocated per step: every buffer is sized before the
+//! first step.
 //!
 //! Per epoch the balance equation is evaluated from what was measured: `T_g` (a loader's wall
 //! time per record, with the share of it that was CPU), `C` (loader threads), `B` and
