@@ -344,21 +344,7 @@ pub fn train(
     let _claim =
         crate::durable::FolderLock::claim(&config.out, "training run").map_err(Error::Config)?;
 
-    // Where to start: fresh, or from the checkpoint (whose tuning an autotuned run reuses).
-    let mut config = config.clone();
-    let resumed = if options.resume {
-        let c = Checkpoint::load(&checkpoint_path)?;
-        check_resumable(&c, &model, &mut config, &checkpoint_path)?;
-        Some(c)
-    } else {
-        if checkpoint_path.exists() {
-            return Err(Error::Config(format!(
-                "{} exists: pass --resume to continue that run, or choose another --out",
-                checkpoint_path.display()
-            )));
-        }
-        None
-    };
+    let (config, resumed) = starting_point(config, options, &model, &checkpoint_path)?;
     let config = &config;
 
     let arch = Arch::new(&model);
@@ -369,30 +355,7 @@ pub fn train(
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         ..GraphOptions::default()
     };
-    let mut loader_config = LoaderConfig {
-        batch: config.batch as usize,
-        ring_slots: config.ring,
-        loaders: config.loaders,
-        seed: config.seed,
-        epochs: config.epochs,
-        start_batch: 0,
-        shuffle: true,
-        augment: AugmentConfig {
-            enabled: config.augment,
-            mosaic_prob: config.mosaic,
-            ..AugmentConfig::default()
-        },
-        on_corrupt: options.on_corrupt,
-        io: options.io,
-        uring: crate::io::UringOptions {
-            queue_depth: config.io_depth,
-            ..Default::default()
-        },
-        trace: options.trace.clone(),
-        slow_down: options.loader_slow_down,
-        counters: Some(Default::default()),
-        ..LoaderConfig::default()
-    };
+    let mut loader_config = loader_config_of(config, options);
     // The run's memory, planned in one place before anything is allocated: the loader's
     // plan and the engine's own (its tensor buffers and working memory) for the batch.
     let exec_options = options.exec.resolved()?;
@@ -461,27 +424,8 @@ pub fn train(
         }
     }
 
-    if let Some(limit) = balance::process_memory_limit() {
-        if memory.total() > limit.bytes {
-            return Err(Error::Config(format!(
-                "the run plans {} of memory but {} allows this process {}: lower --batch or \
-                 --ring (--mem-budget says what fits), or raise that limit",
-                balance::human(memory.total()),
-                limit.source,
-                balance::human(limit.bytes)
-            )));
-        }
-    }
-
-    let batches_per_epoch = dataset.records() / batch_size as u64;
-    if batches_per_epoch == 0 {
-        return Err(Error::Config(format!(
-            "{} has {} records, fewer than one batch of {}",
-            config.data.display(),
-            dataset.records(),
-            batch_size
-        )));
-    }
+    within_process_limit(&memory)?;
+    let batches_per_epoch = batches_per_epoch(config, &dataset, batch_size)?;
     let total_steps = batches_per_epoch * config.epochs;
     let schedule = Schedule {
         base: config.lr,
@@ -540,44 +484,13 @@ pub fn train(
         Some(tuner)
     };
 
-    let mut progress = Progress {
-        seed: config.seed,
-        ..Progress::default()
-    };
-    match (&resumed, options.init_from.as_deref()) {
-        (Some(c), _) => {
-            c.load_into(&mut exec, &graph, true)?;
-            progress = c.progress;
-        }
-        (None, Some(base)) => {
-            if base.model != model {
-                return Err(Error::Config(format!(
-                    "the weights to fine-tune are a {}@{} for {} classes; {} needs a {}@{} for {} \
-                     classes (the input size is the pack's --size)",
-                    base.model.name,
-                    base.model.input,
-                    base.model.classes,
-                    config.data.display(),
-                    model.name,
-                    model.input,
-                    model.classes
-                )));
-            }
-            base.load_into(&mut exec, &graph, false)?;
-            zero_moments(&mut exec, &graph)?;
-        }
-        (None, None) => {
-            let values = init::init_params(&arch, config.seed);
-            for (p, v) in graph.params.iter().zip(&values) {
-                exec.write_f32(p.value, v)?;
-                // The weight average starts at the initial weights.
-                if let Some(ema) = p.ema {
-                    exec.write_f32(ema, v)?;
-                }
-            }
-            zero_moments(&mut exec, &graph)?;
-        }
-    }
+    let mut progress = initial_state(
+        &mut exec,
+        &graph,
+        config,
+        resumed.as_ref(),
+        options.init_from.as_deref(),
+    )?;
 
     let start_loader = |lc: &LoaderConfig, at: u64| {
         Loader::start(
@@ -668,29 +581,9 @@ pub fn train(
                 log.now(),
             );
         }
-        exec.read_f32(graph.loss, &mut loss)?;
-        let grad_norm = match graph.grad_norm {
-            Some(id) => {
-                exec.read_f32(id, &mut clip)?;
-                Some(GradNorm {
-                    norm: clip[CLIP_NORM],
-                    scale: clip[CLIP_SCALE],
-                })
-            }
-            None => None,
-        };
+        let grad_norm = read_step_outputs(&mut exec, &graph, &mut loss, &mut clip)?;
         step_submissions += exec.submissions() - submitted;
-        let diverged = [loss[0], grad_norm.map_or(0.0, |g| g.norm)]
-            .into_iter()
-            .zip(["loss", "gradient norm"])
-            .find(|(v, _)| !v.is_finite());
-        if let Some((value, what)) = diverged {
-            return Err(Error::Config(format!(
-                "the {what} became {value} at step {step} (epoch {}): lower --lr (now {})",
-                epoch + 1,
-                config.lr
-            )));
-        }
+        check_finite(&loss, grad_norm, step, epoch, config.lr)?;
         progress.step = step;
         progress.epoch = step / batches_per_epoch;
         progress.batch_in_epoch = step % batches_per_epoch;
@@ -791,6 +684,176 @@ pub fn train(
 }
 
 /// The first configuration the autotuner's probe runs with.
+/// Where a run starts: fresh (refused where `checkpoint` exists, which it would overwrite),
+/// or from the checkpoint, whose settings the run must share (and whose tuning an autotuned
+/// run reuses). Returns the configuration to run with and the checkpoint resumed.
+fn starting_point(
+    config: &TrainConfig,
+    options: &RunOptions,
+    model: &ModelConfig,
+    checkpoint: &Path,
+) -> Result<(TrainConfig, Option<Checkpoint>)> {
+    let mut config = config.clone();
+    if options.resume {
+        let c = Checkpoint::load(checkpoint)?;
+        check_resumable(&c, model, &mut config, checkpoint)?;
+        return Ok((config, Some(c)));
+    }
+    if checkpoint.exists() {
+        return Err(Error::Config(format!(
+            "{} exists: pass --resume to continue that run, or choose another --out",
+            checkpoint.display()
+        )));
+    }
+    Ok((config, None))
+}
+
+/// The loaders' configuration for `config` (before any autotuning).
+fn loader_config_of(config: &TrainConfig, options: &RunOptions) -> LoaderConfig {
+    LoaderConfig {
+        batch: config.batch as usize,
+        ring_slots: config.ring,
+        loaders: config.loaders,
+        seed: config.seed,
+        epochs: config.epochs,
+        start_batch: 0,
+        shuffle: true,
+        augment: AugmentConfig {
+            enabled: config.augment,
+            mosaic_prob: config.mosaic,
+            ..AugmentConfig::default()
+        },
+        on_corrupt: options.on_corrupt,
+        io: options.io,
+        uring: crate::io::UringOptions {
+            queue_depth: config.io_depth,
+            ..Default::default()
+        },
+        trace: options.trace.clone(),
+        slow_down: options.loader_slow_down,
+        counters: Some(Default::default()),
+        ..LoaderConfig::default()
+    }
+}
+
+/// Refuses a plan over the limit the system puts on this process (`ulimit -v`, a cgroup),
+/// which would otherwise be killed or fail mid-run.
+fn within_process_limit(memory: &MemoryPlan) -> Result<()> {
+    match balance::process_memory_limit() {
+        Some(limit) if memory.total() > limit.bytes => Err(Error::Config(format!(
+            "the run plans {} of memory but {} allows this process {}: lower --batch or \
+             --ring (--mem-budget says what fits), or raise that limit",
+            balance::human(memory.total()),
+            limit.source,
+            balance::human(limit.bytes)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whole batches of `batch` in an epoch of `dataset` (at least one, or an error).
+fn batches_per_epoch(config: &TrainConfig, dataset: &Dataset, batch: u32) -> Result<u64> {
+    match dataset.records() / u64::from(batch) {
+        0 => Err(Error::Config(format!(
+            "{} has {} records, fewer than one batch of {batch}",
+            config.data.display(),
+            dataset.records(),
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// The weights, moments and average the first step starts from, and the progress so far:
+/// the checkpoint's (resuming), the given weights with fresh moments (fine-tuning, which must
+/// be of the same model), or the initial weights for the seed.
+fn initial_state(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    config: &TrainConfig,
+    resumed: Option<&Checkpoint>,
+    init_from: Option<&Checkpoint>,
+) -> Result<Progress> {
+    let model = &graph.arch.config;
+    match (resumed, init_from) {
+        (Some(c), _) => {
+            c.load_into(exec, graph, true)?;
+            return Ok(c.progress);
+        }
+        (None, Some(base)) => {
+            if base.model != *model {
+                return Err(Error::Config(format!(
+                    "the weights to fine-tune are a {}@{} for {} classes; {} needs a {}@{} for {} \
+                     classes (the input size is the pack's --size)",
+                    base.model.name,
+                    base.model.input,
+                    base.model.classes,
+                    config.data.display(),
+                    model.name,
+                    model.input,
+                    model.classes
+                )));
+            }
+            base.load_into(exec, graph, false)?;
+            zero_moments(exec, graph)?;
+        }
+        (None, None) => {
+            let values = init::init_params(&graph.arch, config.seed);
+            for (p, v) in graph.params.iter().zip(&values) {
+                exec.write_f32(p.value, v)?;
+                // The weight average starts at the initial weights.
+                if let Some(ema) = p.ema {
+                    exec.write_f32(ema, v)?;
+                }
+            }
+            zero_moments(exec, graph)?;
+        }
+    }
+    Ok(Progress {
+        seed: config.seed,
+        ..Progress::default()
+    })
+}
+
+/// Reads what a step leaves for the host: the loss into `loss` and, with clipping, the
+/// clip's tensor into `clip` (sized for it up front), of which the norm and scale are returned.
+fn read_step_outputs(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    loss: &mut [f32; LOSS_LEN],
+    clip: &mut [f32],
+) -> Result<Option<GradNorm>> {
+    exec.read_f32(graph.loss, loss)?;
+    let Some(id) = graph.grad_norm else {
+        return Ok(None);
+    };
+    exec.read_f32(id, clip)?;
+    Ok(Some(GradNorm {
+        norm: clip[CLIP_NORM],
+        scale: clip[CLIP_SCALE],
+    }))
+}
+
+/// Stops a run whose loss or gradient norm stopped being a number (it diverged).
+fn check_finite(
+    loss: &[f32; LOSS_LEN],
+    grad_norm: Option<GradNorm>,
+    step: u64,
+    epoch: u64,
+    lr: f32,
+) -> Result<()> {
+    let diverged = [loss[0], grad_norm.map_or(0.0, |g| g.norm)]
+        .into_iter()
+        .zip(["loss", "gradient norm"])
+        .find(|(v, _)| !v.is_finite());
+    match diverged {
+        Some((value, what)) => Err(Error::Config(format!(
+            "the {what} became {value} at step {step} (epoch {}): lower --lr (now {lr})",
+            epoch + 1,
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn start_tuning(batch: u32) -> Tuning {
     Tuning {
         batch,
