@@ -1283,8 +1283,11 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     // 24 records in batches of 8: 3 steps per epoch, 1200 steps → 300 epochs (the most).
     assert_mentions(
         &run.stdout,
-        &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5"],
+        &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5, \
+           gradient norm clipped at 10"],
     );
+    // Clipping shows on the epoch lines.
+    assert_mentions(&run.stdout, &["grad norm ", " steps)"]);
     let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
     let t = c.train.expect("the run's configuration");
     assert_eq!(c.model.name, "det-m");
@@ -1293,8 +1296,12 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
         (Some(300), Some(8))
     );
     assert_eq!(
-        (t["mosaic"].as_f64(), t["lr"].as_f64()),
-        (Some(0.5), Some(0.01f32 as f64))
+        (
+            t["mosaic"].as_f64(),
+            t["lr"].as_f64(),
+            t["clip_norm"].as_f64()
+        ),
+        (Some(0.5), Some(0.01f32 as f64), Some(10.0))
     );
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);
@@ -1302,4 +1309,7 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     let bad = fulcrum(cwd, &["train", "--data", "d", "--mosaic", "2"]);
     bad.expect(2);
     assert_mentions(&bad.stderr, &["\"2\" is not a probability from 0 to 1"]);
+    let bad = fulcrum(cwd, &["train", "--data", "d", "--clip-norm", "2e6"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["is not a gradient-norm limit from 0 (off)"]);
 }

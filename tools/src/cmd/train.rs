@@ -35,8 +35,8 @@ pub struct Args {
     data: PathBuf,
     /// Settings for a kind of data, so that you need not tune them. photos: real photos of
     /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
-    /// steps, mosaic 0.5, epochs for about 1200 steps: at least 30, at most 300). Options you
-    /// give explicitly win over the recipe's.
+    /// steps, mosaic 0.5, gradient norm clipped at 10, epochs for about 1200 steps: at least
+    /// 30, at most 300). Options you give explicitly win over the recipe's.
     #[arg(long, value_name = "photos")]
     recipe: Option<Recipe>,
     /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
@@ -103,7 +103,7 @@ pub struct Args {
     /// clip_grad_norm_): a batch whose gradient is far larger than usual then moves the
     /// weights no further than N allows, which keeps a high learning rate's run on track. 0:
     /// off. The epoch lines show the norms and how many steps were clipped. [default: 0;
-    /// recipe photos: see --recipe]
+    /// recipe photos: 10]
     #[arg(long, value_parser = crate::args::clip_norm, value_name = "N")]
     clip_norm: Option<f32>,
     /// Checkpoint every this many epochs (and always at the end).
