@@ -6,8 +6,8 @@
 //   y = 1:      d/dl[q^α · softplus(−l)]              = −q^α · (α·p·softplus(−l) + q)
 //   otherwise:  d/dl[(1 − y)^β · p^α · softplus(l)]   = (1 − y)^β · p^α · (α·q·softplus(l) + p)
 // and for the four regression channels weight · sign(pred − target) plus giou_weight times
-// the GIoU gradient (loss.glsl) at centre cells (sign(0) = 0), zero elsewhere; all divided by
-// N.
+// the GIoU gradient (loss.glsl), times the cell's mask where it is above 0 (sign(0) = 0),
+// zero elsewhere; all divided by N.
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
@@ -44,7 +44,8 @@ void main() {
                 g = pow_e(1.0 - y, pc.beta) * pow_e(p, pc.alpha)
                     * (pc.alpha * qq * softplus(l) + p);
             }
-        } else if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
+        } else if (target[tb + (pc.classes + 4u) * plane] > 0.0) {
+            float m = target[tb + (pc.classes + 4u) * plane];
             float d = l - target[tb + c * plane];
             float wgt = c < pc.classes + 2u ? pc.offset_weight : pc.size_weight;
             uint pr = b * pc_channels * plane + pc.classes * plane + q;
@@ -54,7 +55,7 @@ void main() {
                 target[tr + 3u * plane]);
             vec4 dg;
             giou(p, t, dg);
-            g = wgt * sign(d) + pc.giou_weight * dg[c - pc.classes];
+            g = m * (wgt * sign(d) + pc.giou_weight * dg[c - pc.classes]);
         } else {
             g = 0.0;
         }

@@ -2,8 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 // loss_partial: first pass of the detector's loss (ops::CenterLoss). Workgroup g sums, over
 // its cells_per_part grid cells, the focal loss of every class channel, the L1 of the
-// offsets and of the log sizes, 1 − GIoU of the boxes at centre cells, and the number of
-// centre cells; a tree in shared memory adds the 256 invocations' sums in a fixed order and
+// offsets and of the log sizes and 1 − GIoU of the boxes, each weighted by the cell's mask
+// (1 at centres, the neighbour weight around them), and the number of centre cells; a tree in shared memory adds the 256 invocations' sums in a fixed order and
 // the workgroup writes its sums to partial[8·g ..] as two vec4s (focal, offset, size,
 // centres), (giou, 0, 0, 0). loss_finish adds the parts (deterministic: no float atomics).
 // With one part this pass writes the final loss itself.
@@ -46,22 +46,23 @@ void main() {
                 s.x += pow_e(1.0 - y, pc.beta) * pow_e(sigmoid(l), pc.alpha) * softplus(l);
             }
         }
-        if (target[tb + (pc.classes + 4u) * plane] == 1.0) {
-            s.y += abs(pred[pb + pc.classes * plane] - target[tb + pc.classes * plane])
+        float m = target[tb + (pc.classes + 4u) * plane];
+        if (m > 0.0) {
+            s.y += m * (abs(pred[pb + pc.classes * plane] - target[tb + pc.classes * plane])
                 + abs(pred[pb + (pc.classes + 1u) * plane]
-                    - target[tb + (pc.classes + 1u) * plane]);
-            s.z += abs(pred[pb + (pc.classes + 2u) * plane]
+                    - target[tb + (pc.classes + 1u) * plane]));
+            s.z += m * (abs(pred[pb + (pc.classes + 2u) * plane]
                     - target[tb + (pc.classes + 2u) * plane])
                 + abs(pred[pb + (pc.classes + 3u) * plane]
-                    - target[tb + (pc.classes + 3u) * plane]);
-            s.w += 1.0;
+                    - target[tb + (pc.classes + 3u) * plane]));
+            s.w += m == 1.0 ? 1.0 : 0.0;
             vec4 p = vec4(pred[pb + pc.classes * plane], pred[pb + (pc.classes + 1u) * plane],
                 pred[pb + (pc.classes + 2u) * plane], pred[pb + (pc.classes + 3u) * plane]);
             vec4 t = vec4(target[tb + pc.classes * plane],
                 target[tb + (pc.classes + 1u) * plane], target[tb + (pc.classes + 2u) * plane],
                 target[tb + (pc.classes + 3u) * plane]);
             vec4 unused;
-            sg += giou(p, t, unused);
+            sg += m * giou(p, t, unused);
         }
     }
     sums[gl_LocalInvocationID.x] = s;

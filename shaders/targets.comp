@@ -6,7 +6,10 @@
 // one level's grid) writes all classes + 5 channels of that cell, looping over the image's
 // boxes in order and taking those whose size assigns them to the cell's level: heat maps
 // combine by maximum (so every cell's value is independent of the others: no atomics), and
-// where two boxes share a centre cell the later box's offset and size win.
+// where two boxes share a centre cell the later box's offset and size win. With a neighbour
+// weight, a cell next to a box's centre cell and inside the box also gets that box's
+// regression, with mask neighbour_weight, unless a centre or an earlier box's neighbour
+// holds it (mask already at least the weight).
 //
 // A record's metadata is read as little-endian 32-bit words (meta_offset and record_stride
 // are multiples of 4): box count (u16) in the low half of word meta_offset + 4, box i at
@@ -30,6 +33,7 @@ layout(push_constant) uniform Push {
     uint meta_offset;
     float min_overlap;
     uint flip;
+    float neighbour_weight;
 } pc;
 
 #include "levels.glsl"
@@ -112,12 +116,22 @@ void main() {
                 uint at_heat = base + cls * plane;
                 o[at_heat] = max(o[at_heat], v);
             }
+            uint at_mask = base + (pc.classes + 4u) * plane;
+            float mask = 0.0;
             if (dx == 0 && dy == 0) {
-                o[base + pc.classes * plane] = cx - float(ccx);
-                o[base + (pc.classes + 1u) * plane] = cy - float(ccy);
+                mask = 1.0;
+            } else if (pc.neighbour_weight > 0.0 && abs(dx) <= 1 && abs(dy) <= 1
+                    && o[at_mask] < pc.neighbour_weight
+                    && abs(cx - float(gx) - 0.5) < bw / 2.0
+                    && abs(cy - float(gy) - 0.5) < bh / 2.0) {
+                mask = pc.neighbour_weight;
+            }
+            if (mask > 0.0) {
+                o[base + pc.classes * plane] = cx - float(gx);
+                o[base + (pc.classes + 1u) * plane] = cy - float(gy);
                 o[base + (pc.classes + 2u) * plane] = log(bw);
                 o[base + (pc.classes + 3u) * plane] = log(bh);
-                o[base + (pc.classes + 4u) * plane] = 1.0;
+                o[at_mask] = mask;
             }
         }
     }

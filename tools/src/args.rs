@@ -105,6 +105,17 @@ pub fn loss_weight(s: &str) -> Result<f32, String> {
     }
 }
 
+/// The regression weight of a box centre's neighbour cells: from 0 (off) to below 1.
+pub fn neighbour_weight(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{} is not a neighbour weight from 0 (off) to below 1 (the centre's)",
+            quoted(s)
+        )),
+    }
+}
+
 /// A gradient-norm limit: a number from 0 (off) to 10⁶.
 pub fn clip_norm(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {

@@ -1312,4 +1312,10 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     let bad = fulcrum(cwd, &["train", "--data", "d", "--clip-norm", "2e6"]);
     bad.expect(2);
     assert_mentions(&bad.stderr, &["is not a gradient-norm limit from 0 (off)"]);
+    let bad = fulcrum(cwd, &["train", "--data", "d", "--neighbours", "1"]);
+    bad.expect(2);
+    assert_mentions(
+        &bad.stderr,
+        &["\"1\" is not a neighbour weight from 0 (off) to below 1"],
+    );
 }

@@ -456,6 +456,13 @@ impl Levels {
 /// overlapping Gaussians combine by maximum, so the centre cell is exactly 1. Where two boxes
 /// share a centre cell, the later box's offset and size win. With `flip` the boxes are mirrored
 /// (`x → input_w − x`), to match a flipped [`Normalize`].
+///
+/// With a `neighbour_weight` `w > 0`, a box also trains the regression of the eight cells
+/// around its centre cell whose centres lie inside it (TTFNet's and FCOS's point: one cell per
+/// box gives a small dataset few regression samples): there the offsets are `cx − x`, `cy − y`
+/// for cell `(x, y)`, the sizes the box's, and the mask is `w` (below 1, so that the loss still
+/// tells centres apart). A centre cell is never taken by a neighbour; where neighbours of two
+/// boxes meet, the earlier box keeps the cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Targets {
     pub n: u32,
@@ -468,6 +475,8 @@ pub struct Targets {
     /// CenterNet's minimum IoU of a box shifted within the radius: 0.7.
     pub min_overlap: f32,
     pub flip: bool,
+    /// Regression weight of a centre's neighbour cells, in `[0, 1)`; 0: the centre alone.
+    pub neighbour_weight: f32,
 }
 
 impl Targets {
@@ -510,6 +519,12 @@ impl Targets {
                 self.min_overlap
             ));
         }
+        if !(0.0..1.0).contains(&self.neighbour_weight) {
+            return Err(format!(
+                "targets neighbour_weight {} must be in [0, 1)",
+                self.neighbour_weight
+            ));
+        }
         check_fits("targets input", self.input_bytes() as u64)?;
         check_fits("targets output", self.output_len() as u64)
     }
@@ -526,13 +541,15 @@ impl Targets {
 /// - elsewhere: `−(1 − y)^beta · p^alpha · ln(1 − p)`;
 ///
 /// `ln p` and `ln(1 − p)` are computed as `−softplus(∓logit)`, exact and finite for every
-/// logit. L1: `offset_weight · Σ |Δoffset| + size_weight · Σ |Δlog size|` over centre cells and
-/// both components (the gradient of `|0|` is taken as 0). GIoU: `giou_weight · Σ (1 − GIoU)`
-/// over centre cells, between the box the cell predicts and its target box, both in the
-/// cell's own units (centre at the offset, size `exp(log size)`): it grows with the boxes'
-/// misfit relative to their size, on every level alike, and still pulls where they do not
-/// overlap ([`giou`]). The gradient (same shape as the predictions) is zero off the centres
-/// for the four regression channels.
+/// logit. L1: `offset_weight · Σ m·|Δoffset| + size_weight · Σ m·|Δlog size|` over the cells
+/// whose mask `m` is above 0 and both components (the gradient of `|0|` is taken as 0).
+/// GIoU: `giou_weight · Σ m·(1 − GIoU)` over the same cells, between the box the cell predicts
+/// and its target box, both in the cell's own units (centre at the offset, size
+/// `exp(log size)`): it grows with the boxes' misfit relative to their size, on every level
+/// alike, and still pulls where they do not overlap ([`giou`]). The mask is 1 at centres and
+/// [`Targets::neighbour_weight`] at their neighbours; `N` counts the cells whose mask is
+/// exactly 1. The gradient (same shape as the predictions) is zero where the mask is 0 for
+/// the four regression channels.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CenterLoss {
     pub n: u32,
@@ -1098,6 +1115,7 @@ mod tests {
             meta_offset: 49152,
             min_overlap: 0.7,
             flip: false,
+            neighbour_weight: 0.0,
         };
         t.validate().unwrap();
         assert_eq!(t.output_len(), 2 * 7 * 256);

@@ -146,6 +146,7 @@ pub fn evaluate(
         threshold: options.threshold,
         top_k: options.top_k,
         giou_weight: checkpoint.giou_weight(),
+        neighbour_weight: checkpoint.neighbour_weight(),
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)

@@ -122,9 +122,20 @@ impl Checkpoint {
     /// 0 for runs without one or from before it existed), so that an evaluation's loss is
     /// the loss it was trained on.
     pub fn giou_weight(&self) -> f32 {
+        self.trained_with("giou")
+    }
+
+    /// The regression weight of the centres' neighbours the model was trained with (the
+    /// training config's `neighbours`; 0 for runs without it), for the same reason.
+    pub fn neighbour_weight(&self) -> f32 {
+        self.trained_with("neighbours")
+    }
+
+    /// A number from the training config (0 where it or the field is absent).
+    fn trained_with(&self, field: &str) -> f32 {
         self.train
             .as_ref()
-            .and_then(|t| t.get("giou"))
+            .and_then(|t| t.get(field))
             .and_then(serde_json::Value::as_f64)
             .map_or(0.0, |w| w as f32)
     }
@@ -362,11 +373,13 @@ mod tests {
     }
 
     #[test]
-    fn the_giou_weight_comes_from_the_training_config() {
+    fn the_loss_settings_come_from_the_training_config() {
         let mut c = sample();
         assert_eq!(c.giou_weight(), 0.0, "a config without the field");
-        c.train = Some(serde_json::json!({"batch": 32, "giou": 1.5}));
+        assert_eq!(c.neighbour_weight(), 0.0);
+        c.train = Some(serde_json::json!({"batch": 32, "giou": 1.5, "neighbours": 0.25}));
         assert_eq!(c.giou_weight(), 1.5);
+        assert_eq!(c.neighbour_weight(), 0.25);
         c.train = None;
         assert_eq!(c.giou_weight(), 0.0);
     }

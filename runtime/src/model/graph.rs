@@ -46,6 +46,9 @@ pub struct GraphOptions {
     /// Clip the gradients' global norm to this before each update ([`ops::GradClip`]; `None`:
     /// no clipping, and no steps for it).
     pub clip_norm: Option<f32>,
+    /// Regression weight of the cells around each box's centre
+    /// ([`Targets::neighbour_weight`]; 0: the centre alone).
+    pub neighbour_weight: f32,
 }
 
 impl Default for GraphOptions {
@@ -60,6 +63,7 @@ impl Default for GraphOptions {
             weight_decay: 5e-4,
             giou_weight: 0.0,
             clip_norm: None,
+            neighbour_weight: 0.0,
         }
     }
 }
@@ -364,6 +368,7 @@ impl ModelGraph {
             meta_offset: layout.image_bytes as u32,
             min_overlap: 0.7,
             flip: false,
+            neighbour_weight: options.neighbour_weight,
         };
         let targets = b
             .rec

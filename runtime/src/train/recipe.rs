@@ -33,6 +33,8 @@ pub struct RecipeSettings {
     pub mosaic: f32,
     /// Gradient-norm limit (0: none).
     pub clip_norm: f32,
+    /// Regression weight of the cells around box centres (0: the centre alone).
+    pub neighbours: f32,
 }
 
 impl Recipe {
@@ -54,6 +56,7 @@ impl Recipe {
                     warmup: 50,
                     mosaic: 0.5,
                     clip_norm: PHOTO_CLIP_NORM,
+                    neighbours: 0.0,
                 }
             }
         }

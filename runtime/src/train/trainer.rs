@@ -71,6 +71,10 @@ pub struct TrainConfig {
     /// default; runs from before it read as 0). See [`crate::compute::ops::GradClip`].
     #[serde(default)]
     pub clip_norm: f32,
+    /// Regression weight of the cells around each box's centre (0: the centre alone, the
+    /// default; runs from before it read as 0). See [`crate::compute::ops::Targets`].
+    #[serde(default)]
+    pub neighbours: f32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -128,6 +132,7 @@ impl Default for TrainConfig {
             mosaic: 0.0,
             giou: 0.0,
             clip_norm: 0.0,
+            neighbours: 0.0,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -353,6 +358,7 @@ pub fn train(
         weight_decay: config.weight_decay,
         giou_weight: config.giou,
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
+        neighbour_weight: config.neighbours,
         ..GraphOptions::default()
     };
     let mut loader_config = loader_config_of(config, options);

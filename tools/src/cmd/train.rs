@@ -106,6 +106,12 @@ pub struct Args {
     /// recipe photos: 10]
     #[arg(long, value_parser = crate::args::clip_norm, value_name = "N")]
     clip_norm: Option<f32>,
+    /// Also train the box regression at the cells around each box's centre cell whose
+    /// centres lie inside the box, weighted W (0 to below 1; the centre weighs 1). One cell
+    /// per box gives a small dataset few box samples; its neighbours multiply them. 0: the
+    /// centre alone. [default: 0; recipe photos: 0]
+    #[arg(long, value_parser = crate::args::neighbour_weight, value_name = "W")]
+    neighbours: Option<f32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1)]
     checkpoint_every: u64,
@@ -242,6 +248,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
             warmup: d.warmup,
             mosaic: d.mosaic,
             clip_norm: d.clip_norm,
+            neighbours: d.neighbours,
         },
     };
     let settings = RecipeSettings {
@@ -252,6 +259,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         warmup: a.warmup.unwrap_or(base.warmup),
         mosaic: a.mosaic.unwrap_or(base.mosaic),
         clip_norm: a.clip_norm.unwrap_or(base.clip_norm),
+        neighbours: a.neighbours.unwrap_or(base.neighbours),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
         println!("recipe {recipe}: {settings} (for {records} records)");
@@ -279,6 +287,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         mosaic: r.mosaic,
         giou: a.giou,
         clip_norm: r.clip_norm,
+        neighbours: r.neighbours,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()

@@ -83,14 +83,16 @@ pub fn center_loss(op: &CenterLoss, pred: &[f32], target: &[f32]) -> LossParts {
             };
         }
         let mask = &t[(c + 4) * plane..(c + 5) * plane];
-        for (cell, _) in mask.iter().enumerate().filter(|(_, &m)| m == 1.0) {
-            centres += 1;
+        for (cell, &m) in mask.iter().enumerate().filter(|(_, &m)| m > 0.0) {
+            centres += u64::from(m == 1.0);
+            let m = m as f64;
             for k in 0..2 {
-                offset += (p[(c + k) * plane + cell] - t[(c + k) * plane + cell]).abs() as f64;
-                size +=
-                    (p[(c + 2 + k) * plane + cell] - t[(c + 2 + k) * plane + cell]).abs() as f64;
+                offset += m * (p[(c + k) * plane + cell] - t[(c + k) * plane + cell]).abs() as f64;
+                size += m
+                    * (p[(c + 2 + k) * plane + cell] - t[(c + 2 + k) * plane + cell]).abs() as f64;
             }
-            boxes += giou(regression(p, c, plane, cell), regression(t, c, plane, cell)).0 as f64;
+            boxes +=
+                m * giou(regression(p, c, plane, cell), regression(t, c, plane, cell)).0 as f64;
         }
     }
     let norm = centres.max(1) as f64;
@@ -157,17 +159,17 @@ pub fn center_loss_backward(
             let ch = (c + k) * plane;
             for (cell, &m) in mask.iter().enumerate() {
                 let d = p[ch + cell] - t[ch + cell];
-                g[ch + cell] = if m == 1.0 && d != 0.0 {
-                    weight * inv * d.signum()
+                g[ch + cell] = if m > 0.0 && d != 0.0 {
+                    m * weight * inv * d.signum()
                 } else {
                     0.0
                 };
             }
         }
-        for (cell, _) in mask.iter().enumerate().filter(|(_, &m)| m == 1.0) {
+        for (cell, &m) in mask.iter().enumerate().filter(|(_, &m)| m > 0.0) {
             let (_, d) = giou(regression(p, c, plane, cell), regression(t, c, plane, cell));
             for (k, dk) in d.into_iter().enumerate() {
-                g[(c + k) * plane + cell] += op.giou_weight * inv * dk;
+                g[(c + k) * plane + cell] += m * op.giou_weight * inv * dk;
             }
         }
     }
@@ -181,7 +183,8 @@ mod tests {
     };
     use crate::loader::order::SplitMix64;
 
-    /// A small random problem: heat targets in [0, 1) with some exact 1s and mask cells.
+    /// A small random problem: heat targets in [0, 1) with some exact 1s and centre cells
+    /// (mask 1), and neighbour cells of mask 0.4 between them.
     fn problem(rng: &mut SplitMix64, op: &CenterLoss) -> (Vec<f32>, Vec<f32>) {
         let plane = (op.grid_h * op.grid_w) as usize;
         let c = op.classes as usize;
@@ -193,6 +196,9 @@ mod tests {
             for cell in (0..plane).step_by(3) {
                 t[(cell % c) * plane + cell] = 1.0;
                 t[(c + 4) * plane + cell] = 1.0;
+            }
+            for cell in (1..plane).step_by(6) {
+                t[(c + 4) * plane + cell] = 0.4;
             }
         }
         (pred, target)
@@ -217,8 +223,11 @@ mod tests {
                 };
             }
             for cell in 0..plane {
-                if t[(c + 4) * plane + cell] == 1.0 {
+                let m = t[(c + 4) * plane + cell] as f64;
+                if m == 1.0 {
                     n += 1.0;
+                }
+                if m > 0.0 {
                     for k in 0..4 {
                         let d = p[(c + k) * plane + cell] - t[(c + k) * plane + cell] as f64;
                         let w = if k < 2 {
@@ -226,14 +235,14 @@ mod tests {
                         } else {
                             op.size_weight
                         } as f64;
-                        sum += w * d.abs();
+                        sum += m * w * d.abs();
                         diffs.push(d);
                     }
                     let at = |x: &[f64], k: usize| x[(c + k) * plane + cell];
                     let tf: Vec<f64> = (0..4).map(|k| t[(c + k) * plane + cell] as f64).collect();
                     let pf: Vec<f64> = (0..4).map(|k| at(p, k)).collect();
                     let (loss, edges) = giou_reference(&pf, &tf);
-                    sum += op.giou_weight as f64 * loss;
+                    sum += m * op.giou_weight as f64 * loss;
                     diffs.extend(edges);
                 }
             }

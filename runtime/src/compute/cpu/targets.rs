@@ -1,5 +1,6 @@
 //! CenterNet training targets from the boxes inside records ([`Targets`]): Gaussian heat
-//! maps, centre offsets, log sizes and the centre mask.
+//! maps, centre offsets, log sizes and the regression mask (1 at centres, the neighbour
+//! weight around them).
 
 use crate::compute::ops::Targets;
 use crate::format::{le_f32, le_u32};
@@ -82,14 +83,50 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
                     *cell = cell.max(v);
                 }
             }
-            let at = offset + iy * gw + ix;
-            t[classes * plane + at] = cx - ix as f32;
-            t[(classes + 1) * plane + at] = cy - iy as f32;
-            t[(classes + 2) * plane + at] = bw.ln();
-            t[(classes + 3) * plane + at] = bh.ln();
-            t[(classes + 4) * plane + at] = 1.0;
+            let size = [bw.ln(), bh.ln()];
+            let regress = |t: &mut [f32], x: usize, y: usize, mask: f32| {
+                let at = offset + y * gw + x;
+                t[classes * plane + at] = cx - x as f32;
+                t[(classes + 1) * plane + at] = cy - y as f32;
+                t[(classes + 2) * plane + at] = size[0];
+                t[(classes + 3) * plane + at] = size[1];
+                t[(classes + 4) * plane + at] = mask;
+            };
+            regress(t, ix, iy, 1.0);
+            if op.neighbour_weight > 0.0 {
+                for (x, y) in neighbours_inside(ix, iy, gw, gh, cx, cy, bw, bh) {
+                    let at = offset + y * gw + x;
+                    if t[(classes + 4) * plane + at] < op.neighbour_weight {
+                        regress(t, x, y, op.neighbour_weight);
+                    }
+                }
+            }
         }
     }
+}
+
+/// The cells of the 3×3 block around centre cell `(ix, iy)`, other than it, inside the
+/// `gw × gh` grid, whose centres lie inside the box of centre `(cx, cy)` and size `(bw, bh)`
+/// (in cells). Tested through the offsets, `|cx − x − ½| < bw/2`, as the shader does.
+#[allow(clippy::too_many_arguments)]
+fn neighbours_inside(
+    ix: usize,
+    iy: usize,
+    gw: usize,
+    gh: usize,
+    cx: f32,
+    cy: f32,
+    bw: f32,
+    bh: f32,
+) -> impl Iterator<Item = (usize, usize)> {
+    let near = |i: usize, n: usize| i.saturating_sub(1)..(i + 2).min(n);
+    near(iy, gh)
+        .flat_map(move |y| near(ix, gw).map(move |x| (x, y)))
+        .filter(move |&(x, y)| {
+            (x, y) != (ix, iy)
+                && (cx - x as f32 - 0.5).abs() < bw / 2.0
+                && (cy - y as f32 - 0.5).abs() < bh / 2.0
+        })
 }
 
 #[cfg(test)]
@@ -124,6 +161,7 @@ pub(crate) mod tests {
             meta_offset: 16,
             min_overlap: 0.7,
             flip,
+            neighbour_weight: 0.0,
         }
     }
 
@@ -157,6 +195,50 @@ pub(crate) mod tests {
         assert!((t[5 * plane + at] - 6.0f32.ln()).abs() < 1e-7);
         assert_eq!(t[6 * plane + at], 1.0);
         assert_eq!(t[6 * plane..].iter().filter(|&&v| v != 0.0).count(), 1);
+    }
+
+    #[test]
+    fn neighbours_inside_the_box_get_its_regression_at_their_weight() {
+        // A: 4..68 × 0..48 px, centre (4.5, 3.0) cells in cell (4, 3), 8 × 6 cells: all eight
+        // neighbours lie inside it. B: centre (5.5, 2.5) in cell (5, 2), one of A's
+        // neighbours, 2 × 1 cells: its centre takes the cell, and no neighbour is inside it.
+        // C: centre (6.5, 4.5) in cell (6, 4), 4 × 4 cells: its neighbour (5, 4) is A's, and
+        // A keeps it. D: 0..8 px, one cell: no neighbours.
+        let boxes: &[(u32, [f32; 4])] = &[
+            (0, [4.0, 0.0, 68.0, 48.0]),
+            (0, [36.0, 16.0, 52.0, 24.0]),
+            (1, [36.0, 20.0, 68.0, 52.0]),
+            (1, [0.0, 56.0, 8.0, 64.0]),
+        ];
+        let recs = records(16, 256, &[boxes]);
+        let o = Targets {
+            neighbour_weight: 0.25,
+            ..op(1, 4, 256, false)
+        };
+        let mut t = vec![f32::NAN; o.output_len()];
+        render_targets(&o, &recs, &mut t);
+        let plane = 64;
+        let cell = |x: usize, y: usize| y * 8 + x;
+        let mask = |x, y| t[6 * plane + cell(x, y)];
+        let offset = |x, y| (t[2 * plane + cell(x, y)], t[3 * plane + cell(x, y)]);
+        for (x, y) in [(3, 2), (4, 2), (3, 3), (5, 3), (3, 4), (4, 4), (5, 4)] {
+            assert_eq!(mask(x, y), 0.25, "A's neighbour ({x}, {y})");
+            assert_eq!(offset(x, y), (4.5 - x as f32, 3.0 - y as f32), "({x}, {y})");
+            assert!((t[4 * plane + cell(x, y)] - 8.0f32.ln()).abs() < 1e-7);
+            assert!((t[5 * plane + cell(x, y)] - 6.0f32.ln()).abs() < 1e-7);
+        }
+        assert_eq!(
+            (mask(4, 3), mask(5, 2), mask(6, 4), mask(0, 7)),
+            (1.0, 1.0, 1.0, 1.0)
+        );
+        assert_eq!(offset(5, 2), (0.5, 0.5), "B's centre over A's neighbour");
+        let around_c = [(6, 3), (7, 3), (7, 4), (5, 5), (6, 5), (7, 5)];
+        assert!(around_c.iter().all(|&(x, y)| mask(x, y) == 0.25), "C's own");
+        assert_eq!(offset(6, 5), (0.5, -0.5));
+        assert_eq!(offset(5, 3), (-0.5, 0.0), "A's neighbour before C's");
+        // A's 8 − 1 (B's centre), C's 8 − 2 (A's), none for B and D; four centres.
+        assert_eq!(t[6 * plane..].iter().filter(|&&m| m == 0.25).count(), 13);
+        assert_eq!(t[6 * plane..].iter().filter(|&&m| m == 1.0).count(), 4);
     }
 
     #[test]

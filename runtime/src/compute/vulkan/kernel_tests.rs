@@ -21,6 +21,7 @@ use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
 };
 use crate::loader::order::SplitMix64;
+use crate::model::graph::GraphOptions;
 
 /// The comparison tolerance (module docs).
 const TOL: f64 = 1e-4;
@@ -798,6 +799,7 @@ fn records_with_boxes_sized(
 #[test]
 fn targets_loss_and_loss_gradient_match_the_reference() {
     use crate::format::RecordLayout;
+    const NEIGHBOUR_WEIGHT: f32 = 0.35;
     let mut rng = SplitMix64::new(13);
     // (batch, classes, grid, max boxes, levels): one loss part, 9·16·16 = 2304 cells in two,
     // and three levels (strides 8, 16, 32 over 128 px: 256 + 64 + 16 cells a plane, boxes
@@ -824,7 +826,8 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         );
         let mut steps = Vec::new();
         let mut outs = Vec::new();
-        for flip in [false, true] {
+        // Plain, and flipped with the centres' neighbours (which the loss then reads).
+        for (flip, neighbour_weight) in [(false, 0.0), (true, NEIGHBOUR_WEIGHT)] {
             let op = Targets {
                 n,
                 classes,
@@ -834,6 +837,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
                 meta_offset: layout.image_bytes as u32,
                 min_overlap: 0.7,
                 flip,
+                neighbour_weight,
             };
             let out = rec.f32(&format!("targets{i}{flip}"), op.output_len(), Role::Output);
             steps.push(Step::Targets { op, records, out });
@@ -893,6 +897,24 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         }
         let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
         assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
+        let plane = rec.get(outs[1]).len / (*n as usize * (*classes as usize + 5));
+        let mut masks = |t: usize| {
+            let v = cpu_read(&mut cpu, outs[t], rec.get(outs[t]).len);
+            (0..*n as usize)
+                .flat_map(|b| {
+                    let at = (b * (*classes as usize + 5) + *classes as usize + 4) * plane;
+                    v[at..at + plane].to_vec()
+                })
+                .collect::<Vec<f32>>()
+        };
+        let (plain, wide) = (masks(0), masks(1));
+        assert!(plain.iter().all(|&m| m == 0.0 || m == 1.0), "case {i}");
+        assert!(
+            wide.iter()
+                .all(|&m| [0.0, NEIGHBOUR_WEIGHT, 1.0].contains(&m))
+                && wide.contains(&NEIGHBOUR_WEIGHT),
+            "case {i}: neighbours"
+        );
         assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
         let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
         assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
@@ -1095,7 +1117,7 @@ fn decode_matches_the_reference_in_order_and_values() {
 fn memory_budget_is_checked_before_allocating() {
     use crate::format::RecordLayout;
     use crate::model::arch::{Arch, ModelConfig};
-    use crate::model::graph::{GraphOptions, ModelGraph};
+    use crate::model::graph::ModelGraph;
     let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
     let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
     let g = ModelGraph::build(&arch, 8, &layout, &GraphOptions::default()).unwrap();
@@ -1171,8 +1193,9 @@ fn compare_tensors(
             .map(|&v| f64::from(v))
             .collect();
         let name = format!("{what}: {}", t.name);
-        // Gradients, and the optimizer state that sums them.
-        if t.name.starts_with("grad.") || t.role == Role::State {
+        // Gradients, the optimizer state that sums them and the weights they update (a
+        // gradient's ReLU tie moves its weight's AdamW step too).
+        if t.name.starts_with("grad.") || matches!(t.role, Role::State | Role::Param) {
             assert_close_past_relu_ties(&name, &got, &want, tol.max(GRAD_TOL));
         } else {
             assert_close(&name, &got, &want, tol);
@@ -1217,15 +1240,21 @@ fn sync_trained_state(rec: &Recording, exec: &mut VulkanExec, cpu: &mut CpuExec)
 
 #[test]
 fn det_s_train_steps_match_the_cpu() {
-    train_steps_match_the_cpu("det-s", |u| u * 64.0, None);
+    train_steps_match_the_cpu("det-s", |u| u * 64.0, GraphOptions::default());
 }
 
 /// Three output levels (strides 8, 16, 32 over 128 px), the levels gathered into one output
 /// and the gradient scattered back; boxes of every size, so every level trains. With the
-/// gradients' norm clipped (at a limit the first steps exceed).
+/// gradients' norm clipped (at a limit the first steps exceed) and the box regression
+/// trained at the centres' neighbours too.
 #[test]
 fn det_m_train_steps_match_the_cpu() {
-    train_steps_match_the_cpu("det-m", |u| u * u * 120.0, Some(15.0));
+    let options = GraphOptions {
+        clip_norm: Some(15.0),
+        neighbour_weight: 0.5,
+        ..GraphOptions::default()
+    };
+    train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);
 }
 
 /// The tensors entry `entry` never writes on the GPU: the outputs of pointwise convs and
@@ -1247,18 +1276,15 @@ fn unwritten_by_fusion(rec: &Recording, entry: usize) -> Vec<&str> {
 
 /// Three training steps of `model` at 128 px, batch 2, on the GPU (a buffer per tensor and
 /// shared buffers) and the CPU: every tensor matches; then evaluation, inference, decode.
-/// `clip`: the gradient-norm limit, which every step must reach.
-fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32, clip: Option<f32>) {
+/// With a gradient-norm limit in `options`, every step must reach it.
+fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32, options: GraphOptions) {
     use crate::format::RecordLayout;
     use crate::model::arch::{Arch, ModelConfig};
-    use crate::model::graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
+    use crate::model::graph::{ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
     use crate::model::init::init_params;
     let arch = Arch::new(&ModelConfig::named_at(model, 2, 128).unwrap());
     let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
-    let options = GraphOptions {
-        clip_norm: clip,
-        ..GraphOptions::default()
-    };
+    let clip = options.clip_norm;
     let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
     let rec = &g.recording;
     let test = format!("{model}_train_steps");

@@ -654,6 +654,7 @@ fn lower_step(
                         op.meta_offset,
                         op.min_overlap.to_bits(),
                         u32::from(op.flip),
+                        op.neighbour_weight.to_bits(),
                     ],
                 ]
                 .concat(),
