@@ -292,3 +292,65 @@ fn clipping_reports_the_norms_and_scales_only_above_its_limit() {
     );
     assert_ne!(tight.losses[1..], plain.losses[1..]);
 }
+
+/// Collects each step's whole loss tensor.
+#[derive(Default)]
+struct Losses(Vec<[f32; 6]>);
+
+impl Observer for Losses {
+    fn step(&mut self, r: &StepReport) {
+        self.0.push(r.loss);
+    }
+}
+
+#[test]
+fn neighbour_cells_train_the_boxes_and_eval_scores_the_same_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pack_synthetic(&tmp.path().join("data"), 16, 128);
+    let run = |name: &str, neighbours: f32| {
+        let mut seen = Losses::default();
+        let out = tmp.path().join(name);
+        let config = TrainConfig {
+            neighbours,
+            ..small_training(&data, &out, 1)
+        };
+        trainer::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
+        let saved = Checkpoint::load(&out.join(trainer::CHECKPOINT_FILE)).unwrap();
+        assert_eq!(saved.neighbour_weight(), neighbours, "{name}: stored");
+        (seen.0, saved)
+    };
+    let (plain, _) = run("plain", 0.0);
+    let (wide, mut saved) = run("wide", 0.5);
+    // The first step, same weights and batch: the same heat maps and centres, and more box
+    // terms ([total, focal, offset, size, centres, giou]).
+    assert_eq!((wide[0][1], wide[0][4]), (plain[0][1], plain[0][4]));
+    assert!(
+        wide[0][2] > plain[0][2] && wide[0][3] > plain[0][3],
+        "{wide:?} {plain:?}"
+    );
+    // Evaluation renders the targets the run trained on: the same weights scored as if
+    // trained without neighbours lose their terms.
+    let d = Dataset::open(&data, DirectMode::Off).unwrap();
+    let options = EvalOptions {
+        exec: options(false).exec,
+        ..EvalOptions::default()
+    };
+    let eval = |c: &Checkpoint| {
+        evaluate(c, &d, &options, &mut |_, _| {})
+            .unwrap()
+            .loss
+            .unwrap()
+    };
+    let with = eval(&saved);
+    saved.train.as_mut().unwrap()["neighbours"] = 0.0.into();
+    let without = eval(&saved);
+    assert_eq!(
+        (with[1], with[4]),
+        (without[1], without[4]),
+        "the same heat maps"
+    );
+    assert!(
+        with[2] > without[2] && with[3] > without[3],
+        "{with:?} {without:?}"
+    );
+}

@@ -528,6 +528,9 @@ fn fine_tune(
         ring: 2,
         checkpoint_every: 1,
         out: dir.join(RUN_DIR),
+        // The loss the served weights were trained on.
+        giou: weights.giou_weight(),
+        neighbours: weights.neighbour_weight(),
         ..TrainConfig::default()
     };
     let resume = config.out.join(train::CHECKPOINT_FILE).exists();

@@ -11,8 +11,9 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recipe {
     /// Real photos of a few classes, objects small and large, tens to thousands of images:
-    /// det-m (three output levels), mosaics, a high learning rate with warm-up, and about
-    /// [`PHOTO_STEPS`] optimizer steps.
+    /// det-m (three output levels), mosaics, a high learning rate with warm-up and clipping,
+    /// box regression at the centres' neighbours too, and about [`PHOTO_STEPS`] optimizer
+    /// steps.
     Photos,
 }
 
@@ -21,6 +22,9 @@ pub const PHOTO_STEPS: u64 = 1200;
 
 /// The photos recipe's gradient-norm limit.
 pub const PHOTO_CLIP_NORM: f32 = 10.0;
+
+/// The photos recipe's regression weight of the cells around box centres.
+pub const PHOTO_NEIGHBOURS: f32 = 0.5;
 
 /// What a recipe sets.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +60,7 @@ impl Recipe {
                     warmup: 50,
                     mosaic: 0.5,
                     clip_norm: PHOTO_CLIP_NORM,
-                    neighbours: 0.0,
+                    neighbours: PHOTO_NEIGHBOURS,
                 }
             }
         }
@@ -89,8 +93,16 @@ impl std::fmt::Display for RecipeSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}, gradient norm clipped at {}",
-            self.model, self.batch, self.epochs, self.lr, self.warmup, self.mosaic, self.clip_norm
+            "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}, gradient norm \
+             clipped at {}, box neighbours weighted {}",
+            self.model,
+            self.batch,
+            self.epochs,
+            self.lr,
+            self.warmup,
+            self.mosaic,
+            self.clip_norm,
+            self.neighbours
         )
     }
 }
