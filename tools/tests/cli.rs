@@ -1284,7 +1284,7 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     assert_mentions(
         &run.stdout,
         &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5, \
-           gradient norm clipped at 10, box neighbours weighted 0.5"],
+           gradient norm clipped at 10, box neighbours weighted 0.75"],
     );
     // Clipping shows on the epoch lines.
     assert_mentions(&run.stdout, &["grad norm ", " steps)"]);
@@ -1302,7 +1302,7 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
             t["clip_norm"].as_f64(),
             t["neighbours"].as_f64()
         ),
-        (Some(0.5), Some(0.01f32 as f64), Some(10.0), Some(0.5))
+        (Some(0.5), Some(0.01f32 as f64), Some(10.0), Some(0.75))
     );
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);

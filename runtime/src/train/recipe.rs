@@ -24,7 +24,7 @@ pub const PHOTO_STEPS: u64 = 1200;
 pub const PHOTO_CLIP_NORM: f32 = 10.0;
 
 /// The photos recipe's regression weight of the cells around box centres.
-pub const PHOTO_NEIGHBOURS: f32 = 0.5;
+pub const PHOTO_NEIGHBOURS: f32 = 0.75;
 
 /// What a recipe sets.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,7 +35,7 @@ pub struct Args {
     data: PathBuf,
     /// Settings for a kind of data, so that you need not tune them. photos: real photos of
     /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
-    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.5, epochs
+    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75, epochs
     /// for about 1200 steps: at least 30, at most 300). Options you give explicitly win over
     /// the recipe's.
     #[arg(long, value_name = "photos")]
@@ -110,7 +110,7 @@ pub struct Args {
     /// Also train the box regression at the cells around each box's centre cell whose
     /// centres lie inside the box, weighted W (0 to below 1; the centre weighs 1). One cell
     /// per box gives a small dataset few box samples; its neighbours multiply them. 0: the
-    /// centre alone. [default: 0; recipe photos: 0.5]
+    /// centre alone. [default: 0; recipe photos: 0.75]
     #[arg(long, value_parser = crate::args::neighbour_weight, value_name = "W")]
     neighbours: Option<f32>,
     /// Checkpoint every this many epochs (and always at the end).
