@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::map::{MapAccumulator, MapReport, Scored};
+use super::nms::{suppress_duplicates, DEFAULT_NMS_IOU};
 use super::{Error, Result};
 use crate::compute::cpu::decode::detections_from_bytes;
 use crate::compute::exec::{Exec, ExecOptions};
@@ -27,6 +28,9 @@ pub struct EvalOptions {
     /// Lowest score decoded (low: mAP integrates over every threshold).
     pub threshold: f32,
     pub top_k: u32,
+    /// Of two detections of a class overlapping by an IoU above this, the lower-scored is
+    /// dropped (1: none is; see [`super::nms`]).
+    pub nms_iou: f32,
 }
 
 impl Default for EvalOptions {
@@ -37,6 +41,7 @@ impl Default for EvalOptions {
             iou: 0.5,
             threshold: 0.01,
             top_k: 100,
+            nms_iou: DEFAULT_NMS_IOU,
         }
     }
 }
@@ -139,6 +144,7 @@ pub fn evaluate(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EvalReport> {
     check_compatible(checkpoint, dataset)?;
+    super::nms::check_limit(options.nms_iou).map_err(Error::Config)?;
     let started = Instant::now();
     let arch = Arch::new(&checkpoint.model);
     let graph_options = GraphOptions {
@@ -195,6 +201,7 @@ pub fn evaluate(
                 detections_from_bytes(&graph.decode, i, &dets, &counts)
                     .map(|d| within_content(Scored::from(d), &meta)),
             );
+            suppress_duplicates(&mut found, options.nms_iou);
             truth.clear();
             truth.extend(truth_boxes(layout, record));
             acc.add_image(&found, &truth, meta.scale);

@@ -3,6 +3,7 @@
 
 pub mod evaluate;
 pub mod map;
+pub mod nms;
 pub mod predict;
 
 pub use map::{MapAccumulator, MapReport, ObjectSize, Scored, SizeReport};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use image::RgbImage;
 
 use super::map::Scored;
+use super::nms::{suppress_duplicates, DEFAULT_NMS_IOU};
 use super::{Error, Result};
 use crate::balance::MemoryPlan;
 use crate::compute::cpu::decode::detections_from_bytes;
@@ -28,6 +29,8 @@ pub struct Predictor {
     dets: Vec<u8>,
     counts: [u8; 4],
     letterboxer: Letterboxer,
+    /// Duplicate suppression's IoU limit (see [`super::nms`]).
+    nms_iou: f32,
     pub classes: Vec<String>,
 }
 
@@ -84,7 +87,8 @@ impl Predictor {
     }
 
     /// Sets up `checkpoint` on the engine `exec` chooses; detections below `threshold` are
-    /// dropped, at most `top_k` kept.
+    /// dropped, at most `top_k` kept, duplicates above [`DEFAULT_NMS_IOU`] suppressed (see
+    /// [`Predictor::set_nms_iou`]).
     pub fn new(
         checkpoint: &Checkpoint,
         exec: &ExecOptions,
@@ -114,10 +118,19 @@ impl Predictor {
             dets: vec![0; top_k as usize * DETECTION_BYTES],
             counts: [0; 4],
             letterboxer: Letterboxer::new(size),
+            nms_iou: DEFAULT_NMS_IOU,
             graph,
             layout,
             classes: checkpoint.classes.clone(),
         })
+    }
+
+    /// Drops, of two detections of a class that overlap by an IoU above `limit`, the
+    /// lower-scored (1 keeps every detection); a limit outside (0, 1] is refused.
+    pub fn set_nms_iou(&mut self, limit: f32) -> Result<()> {
+        super::nms::check_limit(limit).map_err(Error::Config)?;
+        self.nms_iou = limit;
+        Ok(())
     }
 
     pub fn engine(&self) -> String {
@@ -213,9 +226,77 @@ impl Predictor {
                 }
             }),
         );
+        suppress_duplicates(out, self.nms_iou);
         Ok(PredictTiming {
             prepare,
             device: timing.device,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::exec::EngineChoice;
+    use crate::infer::map::iou;
+
+    /// A det-m whose every level predicts 96-pixel boxes at every cell of a near-flat heat map:
+    /// the peaks of all three levels pile up on the same places.
+    fn overlapping_model() -> Checkpoint {
+        let model = ModelConfig::named("det-m", 1).unwrap();
+        let mut checkpoint = Checkpoint::initial(model, vec!["thing".into()], 7);
+        for (name, _, values) in &mut checkpoint.tensors {
+            let stride = match name.as_str() {
+                "head.out.bias" => 8.0f32,
+                "head16.out.bias" => 16.0,
+                "head32.out.bias" => 32.0,
+                _ => continue,
+            };
+            // Channels: heat, x, y, w, h; the sizes are logarithms in cells of the level.
+            values[3] = (96.0 / stride).ln();
+            values[4] = (96.0 / stride).ln();
+        }
+        checkpoint
+    }
+
+    #[test]
+    fn duplicates_across_levels_are_suppressed_unless_asked_not_to() {
+        let exec = ExecOptions {
+            engine: EngineChoice::Cpu,
+            threads: 1,
+            ..ExecOptions::default()
+        };
+        let checkpoint = overlapping_model();
+        let mut predictor = Predictor::new(&checkpoint, &exec, 0.01, 100).unwrap();
+        let image = RgbImage::from_pixel(256, 256, image::Rgb([90, 120, 60]));
+        let mut all = Vec::new();
+        predictor.set_nms_iou(1.0).unwrap();
+        predictor.predict_into(&image, &mut all).unwrap();
+        let mut kept = Vec::new();
+        predictor.set_nms_iou(DEFAULT_NMS_IOU).unwrap();
+        predictor.predict_into(&image, &mut kept).unwrap();
+
+        let worst = |dets: &[Scored]| {
+            let mut worst = 0.0f32;
+            for (i, a) in dets.iter().enumerate() {
+                for b in &dets[i + 1..] {
+                    worst = worst.max(iou(a, b));
+                }
+            }
+            worst
+        };
+        assert!(worst(&all) > 0.9, "the model should give duplicates");
+        assert!(worst(&kept) <= DEFAULT_NMS_IOU);
+        assert!(
+            !kept.is_empty() && kept.len() < all.len() / 2,
+            "{} of {}",
+            kept.len(),
+            all.len()
+        );
+        // The survivors are the best of the unsuppressed list, in its order.
+        assert_eq!(kept[0], all[0]);
+        let mut rest = all.iter();
+        assert!(kept.iter().all(|k| rest.any(|a| a == k)));
+        assert!(predictor.set_nms_iou(0.0).is_err());
     }
 }

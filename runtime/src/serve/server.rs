@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub threshold: f32,
     /// Most detections a frame gives.
     pub top_k: u32,
+    /// Duplicate suppression's IoU limit (see [`crate::infer::nms`]; 1: none).
+    pub nms_iou: f32,
     /// Peers allowed besides the daemon's own uid and gid.
     pub allow_uids: Vec<u32>,
     pub allow_gids: Vec<u32>,
@@ -66,6 +68,7 @@ impl ServeConfig {
             exec,
             threshold: 0.3,
             top_k: 100,
+            nms_iou: crate::infer::nms::DEFAULT_NMS_IOU,
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
             max_clients: 16,
@@ -174,6 +177,9 @@ impl Model {
                     reason: e.to_string(),
                 },
             )?;
+        predictor
+            .set_nms_iou(config.nms_iou)
+            .map_err(|e| Error::Config(format!("--nms: {e}")))?;
         // Buffers sized for the largest frame up front; the warm-up frame itself is the
         // model's input size (a largest-size frame was 10.5 MiB at 1920 px, held only for
         // the warm-up and the process's peak resident memory ever after).

@@ -80,6 +80,10 @@ struct Args {
     /// Most detections per frame [default: 100].
     #[arg(long)]
     top_k: Option<u32>,
+    /// Of two detections of a class overlapping by an IoU above this, only the better is
+    /// returned; 1 returns every detection [default: 0.6].
+    #[arg(long, value_name = "IOU")]
+    nms: Option<f32>,
     /// TOML file with any of the options above.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -104,6 +108,7 @@ struct FileConfig {
     max_frame_side: Option<u16>,
     threshold: Option<f32>,
     top_k: Option<u32>,
+    nms: Option<f32>,
 }
 
 static CONTROL: Control = Control::new();
@@ -216,6 +221,10 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
     }
     if let Some(v) = args.top_k.or(file.top_k) {
         c.top_k = v;
+    }
+    if let Some(v) = args.nms.or(file.nms) {
+        fulcrum::infer::nms::check_limit(v).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
+        c.nms_iou = v;
     }
     Ok(c)
 }

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fulcrum::infer::evaluate::{evaluate, full_image_baseline, EvalOptions, EvalReport};
+use fulcrum::infer::nms::{check_limit, DEFAULT_NMS_IOU};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
 use fulcrum::model::Checkpoint;
@@ -30,6 +31,10 @@ pub struct Args {
     /// always averages 0.50, 0.55, …, 0.95).
     #[arg(long, default_value_t = 0.5)]
     iou: f32,
+    /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
+    /// (a multi-level model can find one object at two levels); 1 keeps every detection.
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU)]
+    nms: f32,
     /// Also score the trivial baseline (one whole-image box per class and image) the same way.
     #[arg(long)]
     baseline: bool,
@@ -48,10 +53,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=1.0).contains(&a.iou) {
         anyhow::bail!("--iou {} must be in [0, 1]", a.iou);
     }
+    check_limit(a.nms).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let options = EvalOptions {
         exec: a.engine.options(None),
         batch: a.batch,
         iou: a.iou,
+        nms_iou: a.nms,
         ..EvalOptions::default()
     };
     let bar = crate::progress::bar(dataset.records(), "images");

@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use fulcrum::infer::nms::DEFAULT_NMS_IOU;
 use fulcrum::infer::predict::Predictor;
 use fulcrum::loader::preview::{class_colour, outline};
 use fulcrum::model::Checkpoint;
@@ -34,6 +35,10 @@ pub struct Args {
     /// Most detections per image.
     #[arg(long, default_value_t = 100)]
     top_k: u32,
+    /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
+    /// (a multi-level model can find one object at two levels); 1 keeps every detection.
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU)]
+    nms: f32,
     /// Write each image with its detections outlined into this folder (PNG).
     #[arg(long, value_name = "DIR")]
     draw: Option<PathBuf>,
@@ -111,6 +116,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .threshold
         .unwrap_or(if a.coco.is_some() { 0.01 } else { 0.3 });
     let mut predictor = Predictor::new(&checkpoint, &a.engine.options(None), threshold, a.top_k)?;
+    predictor
+        .set_nms_iou(a.nms)
+        .map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let mut coco = match &a.coco {
         Some(_) => {
             let ids = match &a.coco_ids {
