@@ -61,11 +61,17 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
             let (gh, gw) = (gh as usize, gw as usize);
             let offset = levels.offset(level);
             let stride = levels.stride(level) as f32;
-            let (bw, bh) = (pw / stride, ph / stride);
-            let (cx, cy) = ((x0 + x1) / (2.0 * stride), (y0 + y1) / (2.0 * stride));
-            let ix = (cx.floor().max(0.0) as usize).min(gw - 1);
-            let iy = (cy.floor().max(0.0) as usize).min(gh - 1);
-            let r = gaussian_radius(bh, bw, op.min_overlap).max(0.0).floor() as i64;
+            let cells = CellBox {
+                cx: (x0 + x1) / (2.0 * stride),
+                cy: (y0 + y1) / (2.0 * stride),
+                w: pw / stride,
+                h: ph / stride,
+            };
+            let ix = (cells.cx.floor().max(0.0) as usize).min(gw - 1);
+            let iy = (cells.cy.floor().max(0.0) as usize).min(gh - 1);
+            let r = gaussian_radius(cells.h, cells.w, op.min_overlap)
+                .max(0.0)
+                .floor() as i64;
             let sigma = (2 * r + 1) as f32 / 6.0;
             let heat = &mut t[class * plane + offset..class * plane + offset + gh * gw];
             for dy in -r..=r {
@@ -83,20 +89,22 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
                     *cell = cell.max(v);
                 }
             }
-            let size = [bw.ln(), bh.ln()];
+            // Plane `p` of the regression channels at cell (x, y): offset x, offset y, log
+            // width, log height, mask.
+            let at = |p: usize, x: usize, y: usize| (classes + p) * plane + offset + y * gw + x;
+            let size = [cells.w.ln(), cells.h.ln()];
             let regress = |t: &mut [f32], x: usize, y: usize, mask: f32| {
-                let at = offset + y * gw + x;
-                t[classes * plane + at] = cx - x as f32;
-                t[(classes + 1) * plane + at] = cy - y as f32;
-                t[(classes + 2) * plane + at] = size[0];
-                t[(classes + 3) * plane + at] = size[1];
-                t[(classes + 4) * plane + at] = mask;
+                t[at(0, x, y)] = cells.cx - x as f32;
+                t[at(1, x, y)] = cells.cy - y as f32;
+                t[at(2, x, y)] = size[0];
+                t[at(3, x, y)] = size[1];
+                t[at(4, x, y)] = mask;
             };
             regress(t, ix, iy, 1.0);
             if op.neighbour_weight > 0.0 {
-                for (x, y) in neighbours_inside(ix, iy, gw, gh, cx, cy, bw, bh) {
-                    let at = offset + y * gw + x;
-                    if t[(classes + 4) * plane + at] < op.neighbour_weight {
+                for (x, y) in cells.neighbours_inside((ix, iy), (gw, gh)) {
+                    // A centre (mask 1) or an earlier box's neighbour keeps its cell.
+                    if t[at(4, x, y)] < op.neighbour_weight {
                         regress(t, x, y, op.neighbour_weight);
                     }
                 }
@@ -105,28 +113,33 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The cells of the 3×3 block around centre cell `(ix, iy)`, other than it, inside the
-/// `gw × gh` grid, whose centres lie inside the box of centre `(cx, cy)` and size `(bw, bh)`
-/// (in cells). Tested through the offsets, `|cx − x − ½| < bw/2`, as the shader does.
-#[allow(clippy::too_many_arguments)]
-fn neighbours_inside(
-    ix: usize,
-    iy: usize,
-    gw: usize,
-    gh: usize,
+/// A box in the cells of its level: centre and size.
+#[derive(Debug, Clone, Copy)]
+struct CellBox {
     cx: f32,
     cy: f32,
-    bw: f32,
-    bh: f32,
-) -> impl Iterator<Item = (usize, usize)> {
-    let near = |i: usize, n: usize| i.saturating_sub(1)..(i + 2).min(n);
-    near(iy, gh)
-        .flat_map(move |y| near(ix, gw).map(move |x| (x, y)))
-        .filter(move |&(x, y)| {
-            (x, y) != (ix, iy)
-                && (cx - x as f32 - 0.5).abs() < bw / 2.0
-                && (cy - y as f32 - 0.5).abs() < bh / 2.0
-        })
+    w: f32,
+    h: f32,
+}
+
+impl CellBox {
+    /// The cells of the 3×3 block around the centre cell `centre`, other than it, inside a
+    /// grid of `(width, height)` cells, whose own centres lie inside the box. Tested through
+    /// the offsets, `|cx − x − ½| < w/2`, as the shader does.
+    fn neighbours_inside(
+        self,
+        (ix, iy): (usize, usize),
+        (gw, gh): (usize, usize),
+    ) -> impl Iterator<Item = (usize, usize)> {
+        let near = |i: usize, n: usize| i.saturating_sub(1)..(i + 2).min(n);
+        near(iy, gh)
+            .flat_map(move |y| near(ix, gw).map(move |x| (x, y)))
+            .filter(move |&(x, y)| {
+                (x, y) != (ix, iy)
+                    && (self.cx - x as f32 - 0.5).abs() < self.w / 2.0
+                    && (self.cy - y as f32 - 0.5).abs() < self.h / 2.0
+            })
+    }
 }
 
 #[cfg(test)]
