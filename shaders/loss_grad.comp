@@ -33,7 +33,7 @@ void main() {
         uint c = bc - b * pc_channels;
         uint tb = b * (pc.classes + 5u) * plane + q;
         float l = pred[i];
-        float g;
+        float g = 0.0;
         if (c < pc.classes) {
             float y = target[tb + c * plane];
             float p = sigmoid(l);
@@ -44,20 +44,21 @@ void main() {
                 g = pow_e(1.0 - y, pc.beta) * pow_e(p, pc.alpha)
                     * (pc.alpha * qq * softplus(l) + p);
             }
-        } else if (target[tb + (pc.classes + 4u) * plane] > 0.0) {
-            float m = target[tb + (pc.classes + 4u) * plane];
-            float d = l - target[tb + c * plane];
-            float wgt = c < pc.classes + 2u ? pc.offset_weight : pc.size_weight;
-            uint pr = b * pc_channels * plane + pc.classes * plane + q;
-            uint tr = tb + pc.classes * plane;
-            vec4 p = vec4(pred[pr], pred[pr + plane], pred[pr + 2u * plane], pred[pr + 3u * plane]);
-            vec4 t = vec4(target[tr], target[tr + plane], target[tr + 2u * plane],
-                target[tr + 3u * plane]);
-            vec4 dg;
-            giou(p, t, dg);
-            g = m * (wgt * sign(d) + pc.giou_weight * dg[c - pc.classes]);
         } else {
-            g = 0.0;
+            float m = target[tb + (pc.classes + 4u) * plane];
+            if (m > 0.0) {
+                float d = l - target[tb + c * plane];
+                float wgt = c < pc.classes + 2u ? pc.offset_weight : pc.size_weight;
+                uint pr = b * pc_channels * plane + pc.classes * plane + q;
+                uint tr = tb + pc.classes * plane;
+                vec4 p = vec4(pred[pr], pred[pr + plane], pred[pr + 2u * plane],
+                    pred[pr + 3u * plane]);
+                vec4 t = vec4(target[tr], target[tr + plane], target[tr + 2u * plane],
+                    target[tr + 3u * plane]);
+                vec4 dg;
+                giou(p, t, dg);
+                g = m * (wgt * sign(d) + pc.giou_weight * dg[c - pc.classes]);
+            }
         }
         grad[i] = g * inv;
     }
