@@ -276,6 +276,7 @@ fn training_memory_follows_its_plan_and_fits_a_cgroup_of_the_plan() {
         ran.status,
         String::from_utf8_lossy(&ran.stderr)
     );
-    assert!(stdout.contains("done at step 4"), "{stdout}");
+    assert!(stdout.contains("done at step 4 (epoch"), "{stdout}");
+    assert!(stdout.contains(" s, loss "), "the wall time: {stdout}");
     assert!(group.read("memory.max_usage_in_bytes") <= limit);
 }

@@ -315,6 +315,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
     };
     let mut printer = Printer { bar: None };
+    let started = std::time::Instant::now();
     let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
     if let Some(bar) = printer.bar.take() {
         bar.finish_and_clear();
@@ -357,7 +358,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!(
-        "{} at step {} (epoch {}), loss {}; checkpoint {}",
+        "{} at step {} (epoch {}) after {:.0} s, loss {}; checkpoint {}",
         if report.interrupted {
             "stopped"
         } else {
@@ -365,6 +366,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         report.progress.step,
         report.progress.epoch,
+        started.elapsed().as_secs_f64(),
         report
             .final_loss
             .map_or("-".to_owned(), |l| format!("{l:.4}")),
