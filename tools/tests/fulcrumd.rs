@@ -763,6 +763,14 @@ fn bad_options_are_clear_errors() {
         err.contains("weigths") && err.contains("fulcrumd.toml"),
         "{err}"
     );
+    // The NMS limit from the file is checked like the option's.
+    std::fs::write(&config, "weights = \"x\"\nnms = 1.5\n").unwrap();
+    let (st, _, err) = run(Command::new(FULCRUMD).arg("--config").arg(&config));
+    assert_eq!(st.code(), Some(2));
+    assert!(
+        err.contains("--nms") && err.contains("not in (0, 1]"),
+        "{err}"
+    );
     let (st, out, _) = run(Command::new(FULCRUMD).arg("--help"));
     assert!(st.success());
     for option in [
