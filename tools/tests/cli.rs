@@ -1061,6 +1061,24 @@ fn eval_scores_as_coco_and_infer_writes_coco_results() {
     // peaks barely overlap.)
     assert!(all.len() >= dets.len(), "{} vs {}", all.len(), dets.len());
     assert!(dets.iter().all(|d| all.contains(d)));
+    // The JSON lines print boxes to 0.1 px and scores to 1e-4, without f32 noise.
+    let lines = infer(&["--threshold", "0.01"]);
+    lines.expect(0);
+    let mut numbers = 0;
+    for line in lines.stdout.lines() {
+        for list in line.split("\"box\":[").skip(1) {
+            for v in list[..list.find(']').unwrap()].split(',') {
+                let decimals = v.split('.').nth(1).map_or(0, str::len);
+                assert!(decimals <= 1, "box value {v} in {line}");
+                numbers += 1;
+            }
+        }
+        for v in line.split("\"score\":").skip(1) {
+            let v = &v[..v.find([',', '}']).unwrap()];
+            assert!(v.split('.').nth(1).map_or(0, str::len) <= 4, "score {v}");
+        }
+    }
+    assert!(numbers > 0, "no boxes printed: {}", lines.stdout);
     let run = infer(&["--nms", "0"]);
     run.expect(2);
     assert_mentions(&run.stderr, &["--nms", "not in (0, 1]"]);

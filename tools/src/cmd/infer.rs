@@ -66,11 +66,12 @@ pub fn json_line(
 ) -> serde_json::Value {
     let detections: Vec<_> = detections
         .map(|(class, score, bbox)| {
-            let bbox = bbox.map(|v| (v * 10.0).round() / 10.0);
+            // Rounded as f64: an f32 of 57.9 would print as 57.900001525878906.
+            let bbox = bbox.map(|v| (f64::from(v) * 10.0).round() / 10.0);
             serde_json::json!({
                 "class": classes.get(class as usize).cloned().unwrap_or_else(|| class.to_string()),
                 "class_id": class,
-                "score": (score * 1e4).round() / 1e4,
+                "score": (f64::from(score) * 1e4).round() / 1e4,
                 "box": bbox,
             })
         })
