@@ -5,7 +5,8 @@
 // offsets and of the log sizes and 1 − GIoU of the boxes, each weighted by the cell's mask
 // (1 at centres, the neighbour weight around them), and the number of centre cells; a tree
 // in shared memory adds the 256 invocations' sums in a fixed order and the workgroup writes
-// its sums to partial[8·g ..] as two vec4s (focal, offset, size, centres), (giou, 0, 0, 0). loss_finish adds the parts (deterministic: no float atomics).
+// its sums to partial[8·g ..] as two vec4s (focal, offset, size, centres), (giou, 0, 0, 0).
+// loss_finish adds the parts (deterministic: no float atomics).
 // With one part this pass writes the final loss itself.
 //
 // Loss tensor (recording::LOSS_LEN): [total, focal, offset, size, centres, giou], everything
