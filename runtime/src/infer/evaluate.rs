@@ -199,7 +199,8 @@ pub fn evaluate(
             found.clear();
             found.extend(
                 detections_from_bytes(&graph.decode, i, &dets, &counts)
-                    .map(|d| within_content(Scored::from(d), &meta)),
+                    .map(|d| within_content(Scored::from(d), &meta))
+                    .filter(Scored::has_area),
             );
             suppress_duplicates(&mut found, options.nms_iou);
             truth.clear();

@@ -24,6 +24,14 @@ pub struct Scored {
     pub y1: f32,
 }
 
+impl Scored {
+    /// Whether the box covers any area. A detection predicted wholly outside the photo is
+    /// clipped to a line; it can match nothing and shows a robot nothing, so it is dropped.
+    pub fn has_area(&self) -> bool {
+        self.x1 > self.x0 && self.y1 > self.y0
+    }
+}
+
 impl From<crate::compute::ops::Detection> for Scored {
     fn from(d: crate::compute::ops::Detection) -> Self {
         Scored {

@@ -213,18 +213,21 @@ impl Predictor {
         self.exec.read_bytes(self.graph.counts, &mut self.counts)?;
         out.clear();
         out.extend(
-            detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts).map(|d| {
-                let unmap =
-                    |v: f32, pad: f32, max: u32| ((v - pad) / meta.scale).clamp(0.0, max as f32);
-                Scored {
-                    class: d.class,
-                    score: d.score,
-                    x0: unmap(d.x0, meta.pad_x, meta.source_width),
-                    y0: unmap(d.y0, meta.pad_y, meta.source_height),
-                    x1: unmap(d.x1, meta.pad_x, meta.source_width),
-                    y1: unmap(d.y1, meta.pad_y, meta.source_height),
-                }
-            }),
+            detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts)
+                .map(|d| {
+                    let unmap = |v: f32, pad: f32, max: u32| {
+                        ((v - pad) / meta.scale).clamp(0.0, max as f32)
+                    };
+                    Scored {
+                        class: d.class,
+                        score: d.score,
+                        x0: unmap(d.x0, meta.pad_x, meta.source_width),
+                        y0: unmap(d.y0, meta.pad_y, meta.source_height),
+                        x1: unmap(d.x1, meta.pad_x, meta.source_width),
+                        y1: unmap(d.y1, meta.pad_y, meta.source_height),
+                    }
+                })
+                .filter(Scored::has_area),
         );
         suppress_duplicates(out, self.nms_iou);
         Ok(PredictTiming {
@@ -241,8 +244,9 @@ mod tests {
     use crate::infer::map::iou;
 
     /// A det-m whose every level predicts 96-pixel boxes at every cell of a near-flat heat map:
-    /// the peaks of all three levels pile up on the same places.
-    fn overlapping_model() -> Checkpoint {
+    /// the peaks of all three levels pile up on the same places. Each box's centre is
+    /// `shift` cells of its level right of its cell.
+    fn overlapping_model_shifted(shift: f32) -> Checkpoint {
         let model = ModelConfig::named("det-m", 1).unwrap();
         let mut checkpoint = Checkpoint::initial(model, vec!["thing".into()], 7);
         for (name, _, values) in &mut checkpoint.tensors {
@@ -253,10 +257,15 @@ mod tests {
                 _ => continue,
             };
             // Channels: heat, x, y, w, h; the sizes are logarithms in cells of the level.
+            values[1] += shift;
             values[3] = (96.0 / stride).ln();
             values[4] = (96.0 / stride).ln();
         }
         checkpoint
+    }
+
+    fn overlapping_model() -> Checkpoint {
+        overlapping_model_shifted(0.0)
     }
 
     #[test]
@@ -298,5 +307,28 @@ mod tests {
         let mut rest = all.iter();
         assert!(kept.iter().all(|k| rest.any(|a| a == k)));
         assert!(predictor.set_nms_iou(0.0).is_err());
+    }
+
+    #[test]
+    fn boxes_wholly_outside_the_photo_are_dropped_not_clipped_to_lines() {
+        let exec = ExecOptions {
+            engine: EngineChoice::Cpu,
+            threads: 1,
+            ..ExecOptions::default()
+        };
+        let image = RgbImage::from_pixel(256, 192, image::Rgb([90, 120, 60]));
+        let mut found = Vec::new();
+        let mut predict = |checkpoint: &Checkpoint| {
+            let mut predictor = Predictor::new(checkpoint, &exec, 0.01, 100).unwrap();
+            predictor.predict_into(&image, &mut found).unwrap();
+            found.clone()
+        };
+        let inside = predict(&overlapping_model());
+        assert!(!inside.is_empty());
+        assert!(inside.iter().all(Scored::has_area), "{inside:?}");
+        // 50 cells to the right is at least 400 px: every box lies beyond the photo's right
+        // edge, and clipping would make each one a line at x = 256.
+        let outside = predict(&overlapping_model_shifted(50.0));
+        assert!(outside.is_empty(), "{outside:?}");
     }
 }
