@@ -246,6 +246,14 @@ impl Checkpoint {
         let mut tensors = Vec::new();
         let mut names: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
         names.sort();
+        if let Some(name) = foreign_tensor(&model, &names) {
+            return Err(content(format!(
+                "tensor {name:?} belongs to no parameter of {} as this fulcrum builds it: the \
+                 file was written by another version of fulcrum or for another model, and \
+                 its weights would be read into the wrong layers; use the fulcrum that wrote it",
+                model.name
+            )));
+        }
         for name in names {
             let view = st
                 .tensor(&name)
@@ -271,6 +279,24 @@ impl Checkpoint {
             tensors,
         })
     }
+}
+
+/// The first of `names` that is neither a parameter of `model` nor one's AdamW moment or
+/// average (the module doc's naming). A model that gained layers in a later version would
+/// otherwise load here with its extra tensors ignored and run as a different network.
+fn foreign_tensor<'a>(model: &ModelConfig, names: &'a [String]) -> Option<&'a str> {
+    let params: std::collections::HashSet<String> = crate::model::Arch::new(model)
+        .params()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    names.iter().map(String::as_str).find(|name| {
+        let base = ["adam.m.", "adam.v.", "ema."]
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix))
+            .unwrap_or(name);
+        !params.contains(base)
+    })
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -439,6 +465,23 @@ mod tests {
         let foreign = safetensors::serialize([("w", view)], None).unwrap();
         let e = Checkpoint::decode(&path, &foreign).unwrap_err().to_string();
         assert!(e.contains("not a fulcrum checkpoint"), "{e}");
+
+        // Moments and averages of the model's parameters belong; a layer it lacks does not
+        // (a det-s has seven blocks, not ten).
+        let mut c = sample();
+        for name in ["adam.m.stem.bias", "adam.v.stem.bias", "ema.stem.bias"] {
+            c.tensors.push((name.into(), vec![2], vec![1.0, 2.0]));
+        }
+        c.save(&path).unwrap();
+        assert_eq!(Checkpoint::load(&path).unwrap().tensors.len(), 5);
+        c.tensors
+            .push(("ema.b10.dw.bias".into(), vec![2], vec![1.0, 2.0]));
+        c.save(&path).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("x.safetensors") && e.contains("\"ema.b10.dw.bias\"") && e.contains("det-s"),
+            "{e}"
+        );
 
         let e = Checkpoint::load(&dir.path().join("missing"))
             .unwrap_err()
