@@ -401,6 +401,36 @@ fn bench_io_writes_its_figures_as_json() {
 }
 
 #[test]
+fn bench_compute_measures_the_model_it_is_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let args = "bench compute --model det-m --runs 1 --cpu-only --top 3 --batch 2 --json c.json";
+    let run = fulcrum(cwd, &args.split(' ').collect::<Vec<_>>());
+    run.expect(0);
+    assert_mentions(&run.stdout, &["det-m at 256×256", "training step, batch 2"]);
+    let text = std::fs::read_to_string(cwd.join("c.json")).expect("c.json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(
+        (&doc["model"], &doc["input"]),
+        (&"det-m".into(), &256.into())
+    );
+    let cpu = &doc["engines"][0];
+    let det_m = fulcrum::model::ModelConfig::named("det-m", 2).unwrap();
+    assert_eq!(
+        cpu["params"].as_u64(),
+        Some(fulcrum::model::Arch::new(&det_m).param_count() as u64)
+    );
+    for entry in ["forward_batch1", "train_step"] {
+        assert!(cpu[entry]["device_ms"].as_f64().is_some_and(|v| v > 0.0));
+        assert!(!cpu[entry]["per_kernel"].as_array().unwrap().is_empty());
+    }
+
+    let bad = fulcrum(cwd, &["bench", "compute", "--model", "det-x"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["det-x", "det-s, det-m or det-l"]);
+}
+
+#[test]
 fn bench_io_runs_without_io_uring() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();

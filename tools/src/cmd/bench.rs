@@ -82,11 +82,16 @@ pub struct BalanceArgs {
     engine: super::engine::EngineArgs,
 }
 
-/// det-s on every engine present, the CPU engine first as the baseline: forward latency at
-/// batch 1, training step (forward, loss, backward, AdamW) at --batch, time per kernel family,
-/// GFLOP/s, and on Vulkan the split between device time and submission overhead.
+/// A model (det-s by default) on every engine present, the CPU engine first as the baseline:
+/// forward latency at batch 1, training step (forward, loss, backward, AdamW) at --batch, time
+/// per kernel family, GFLOP/s, and on Vulkan the split between device time and submission
+/// overhead.
 #[derive(clap::Args)]
 pub struct ComputeArgs {
+    /// Model to measure, at its usual input size: det-s (128 px), det-m (256 px, three
+    /// output levels; the photos recipe's) or det-l (320 px).
+    #[arg(long, default_value = "det-s", value_parser = model_name)]
+    model: String,
     /// Training batch.
     #[arg(long, default_value_t = 32)]
     batch: u32,
@@ -339,13 +344,18 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A preset's name, refused here with the list when it is none.
+fn model_name(s: &str) -> Result<String, String> {
+    fulcrum::model::ModelConfig::named(s, 1).map(|m| m.name)
+}
+
 pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::compute::bench::{self, ComputeBenchConfig, EntryFigures};
     use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
     let base = ComputeBenchConfig {
-        model: "det-s".into(),
+        model: a.model.clone(),
         classes: 2,
         train_batch: a.batch,
         runs: usize::from(a.runs),
@@ -384,9 +394,12 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let cpu = &reports[0];
+    let input = fulcrum::model::ModelConfig::named(&a.model, base.classes)
+        .map_err(anyhow::Error::msg)?
+        .input;
     println!(
-        "det-s ({} parameters), medians of {} runs",
-        cpu.params, base.runs
+        "{} at {input}×{input} ({} parameters), medians of {} runs",
+        a.model, cpu.params, base.runs
     );
     println!(
         "{:<52} {:>12} {:>12} {:>9} {:>10} {:>8}",
@@ -462,7 +475,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(path) = &a.json {
-        let json = serde_json::json!({ "model": "det-s", "runs": base.runs, "engines": reports });
+        let json = serde_json::json!({ "model": a.model, "input": input, "runs": base.runs, "engines": reports });
         crate::output_file::write_json(path, &json)?;
     }
     Ok(ExitCode::SUCCESS)
