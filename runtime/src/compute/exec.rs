@@ -65,6 +65,8 @@ pub enum Error {
     VulkanExec(String),
     #[error("CPU engine: {0}")]
     Cpu(String),
+    #[error("{0}")]
+    Access(#[from] crate::compute::recording::AccessError),
     #[error(
         "the engine plans {needed} bytes (tensors and working memory), over the memory budget \
          of {budget} bytes; \
@@ -296,8 +298,8 @@ impl Exec {
 
     pub fn run(&mut self, entry: usize) -> Result<RunTiming> {
         match self {
-            Exec::Cpu(c) => c.run(entry).map(RunTiming::from).map_err(Error::Cpu),
-            Exec::Vulkan(v) => v.run(entry).map(RunTiming::from).map_err(Error::VulkanExec),
+            Exec::Cpu(c) => c.run(entry).map(RunTiming::from).map_err(Error::from),
+            Exec::Vulkan(v) => v.run(entry).map(RunTiming::from).map_err(Error::from),
         }
     }
 
@@ -316,11 +318,11 @@ impl Exec {
             Exec::Cpu(c) => c
                 .run_reading(entry, id, input.bytes())
                 .map(RunTiming::from)
-                .map_err(Error::Cpu),
+                .map_err(Error::from),
             Exec::Vulkan(v) => v
                 .run_reading(entry, id, input)
                 .map(RunTiming::from)
-                .map_err(Error::VulkanExec),
+                .map_err(Error::from),
         }
     }
 
@@ -346,29 +348,29 @@ impl Exec {
 
     pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<()> {
         match self {
-            Exec::Cpu(c) => c.write_f32(id, data).map_err(Error::Cpu),
-            Exec::Vulkan(v) => v.write_f32(id, data).map_err(Error::VulkanExec),
+            Exec::Cpu(c) => Ok(c.write_f32(id, data)?),
+            Exec::Vulkan(v) => Ok(v.write_f32(id, data)?),
         }
     }
 
     pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<()> {
         match self {
-            Exec::Cpu(c) => c.read_f32(id, out).map_err(Error::Cpu),
-            Exec::Vulkan(v) => v.read_f32(id, out).map_err(Error::VulkanExec),
+            Exec::Cpu(c) => Ok(c.read_f32(id, out)?),
+            Exec::Vulkan(v) => Ok(v.read_f32(id, out)?),
         }
     }
 
     pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<()> {
         match self {
-            Exec::Cpu(c) => c.write_bytes(id, data).map_err(Error::Cpu),
-            Exec::Vulkan(v) => v.write_bytes(id, data).map_err(Error::VulkanExec),
+            Exec::Cpu(c) => Ok(c.write_bytes(id, data)?),
+            Exec::Vulkan(v) => Ok(v.write_bytes(id, data)?),
         }
     }
 
     pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<()> {
         match self {
-            Exec::Cpu(c) => c.read_bytes(id, out).map_err(Error::Cpu),
-            Exec::Vulkan(v) => v.read_bytes(id, out).map_err(Error::VulkanExec),
+            Exec::Cpu(c) => Ok(c.read_bytes(id, out)?),
+            Exec::Vulkan(v) => Ok(v.read_bytes(id, out)?),
         }
     }
 }

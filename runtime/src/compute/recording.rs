@@ -36,6 +36,43 @@ pub enum Elem {
     Bytes,
 }
 
+impl std::fmt::Display for Elem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Elem::F32 => "floats",
+            Elem::Bytes => "bytes",
+        })
+    }
+}
+
+/// Why the host may not read or write a tensor as it asked: the checks both engines make
+/// ([`Recording::host_access`], and each engine's own for tensors sharing memory).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("tensor {0} does not exist")]
+    NoSuchTensor(u32),
+    #[error("entry {entry} of a recording with {entries}")]
+    NoSuchEntry { entry: usize, entries: usize },
+    #[error("tensor {name:?} holds {held}, not {asked}")]
+    WrongElem {
+        name: String,
+        held: Elem,
+        asked: Elem,
+    },
+    #[error("tensor {name:?} holds {len} {elem}; {given} given")]
+    WrongLength {
+        name: String,
+        elem: Elem,
+        len: usize,
+        given: usize,
+    },
+    #[error(
+        "tensor {name:?} shares its memory with other intermediate tensors: the host cannot \
+         read or write it (set the engine up with `separate`)"
+    )]
+    Shared { name: String },
+}
+
 /// What a tensor is for: decides where an engine puts it and what the host may do with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -538,6 +575,48 @@ impl Recording {
         &self.tensors[id.index()]
     }
 
+    /// The tensor `id`, checked to hold `elem`s and `given` of them: exactly, or with
+    /// `prefix` at most (byte tensors are written and read in part).
+    pub fn host_access(
+        &self,
+        id: TensorId,
+        elem: Elem,
+        given: usize,
+        prefix: bool,
+    ) -> Result<&Tensor, AccessError> {
+        let t = self
+            .tensors
+            .get(id.index())
+            .ok_or(AccessError::NoSuchTensor(id.0))?;
+        if t.elem != elem {
+            return Err(AccessError::WrongElem {
+                name: t.name.clone(),
+                held: t.elem,
+                asked: elem,
+            });
+        }
+        if given > t.len || (!prefix && given != t.len) {
+            return Err(AccessError::WrongLength {
+                name: t.name.clone(),
+                elem,
+                len: t.len,
+                given,
+            });
+        }
+        Ok(t)
+    }
+
+    /// Checks that the recording has entry `entry`.
+    pub fn check_entry(&self, entry: usize) -> Result<(), AccessError> {
+        if entry < self.entries.len() {
+            return Ok(());
+        }
+        Err(AccessError::NoSuchEntry {
+            entry,
+            entries: self.entries.len(),
+        })
+    }
+
     /// The tensor named `name`.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors
@@ -629,6 +708,34 @@ mod tests {
         let y = r.f32("y", op.output_len(), Role::Output);
         r.entry("forward", vec![Step::ConvForward { op, x, w, b, y }]);
         (r, w, y)
+    }
+
+    #[test]
+    fn host_access_checks_the_tensor_its_elements_and_their_count() {
+        let (mut r, w, y) = small();
+        let records = r.tensor("records", 10, Elem::Bytes, Role::Input);
+        let len = r.get(w).len;
+        assert_eq!(r.host_access(w, Elem::F32, len, false).unwrap().name, "w");
+        assert_eq!(
+            r.host_access(TensorId(99), Elem::F32, 1, false),
+            Err(AccessError::NoSuchTensor(99))
+        );
+        let e = r.host_access(y, Elem::Bytes, 1, true).unwrap_err();
+        assert_eq!(e.to_string(), "tensor \"y\" holds floats, not bytes");
+        // f32 tensors whole, byte tensors in part but not beyond their end.
+        let short = r.host_access(w, Elem::F32, len - 1, false).unwrap_err();
+        assert!(matches!(short, AccessError::WrongLength { given, .. } if given == len - 1));
+        assert!(r.host_access(records, Elem::Bytes, 4, true).is_ok());
+        let e = r.host_access(records, Elem::Bytes, 11, true).unwrap_err();
+        assert_eq!(e.to_string(), "tensor \"records\" holds 10 bytes; 11 given");
+        assert!(r.check_entry(0).is_ok());
+        assert_eq!(
+            r.check_entry(1),
+            Err(AccessError::NoSuchEntry {
+                entry: 1,
+                entries: 1
+            })
+        );
     }
 
     #[test]

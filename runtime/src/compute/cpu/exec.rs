@@ -21,7 +21,7 @@ use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::ops::CLIP_SUMS;
 use crate::compute::recording::{
-    Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN,
+    AccessError, Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN,
 };
 use crate::compute::storage::ArenaPlan;
 
@@ -417,7 +417,7 @@ impl CpuExec {
     }
 
     /// Runs entry `entry`.
-    pub fn run(&mut self, entry: usize) -> Result<CpuTiming, String> {
+    pub fn run(&mut self, entry: usize) -> Result<CpuTiming, AccessError> {
         self.run_with(entry, None)
     }
 
@@ -430,8 +430,8 @@ impl CpuExec {
         entry: usize,
         id: TensorId,
         bytes: &[u8],
-    ) -> Result<CpuTiming, String> {
-        self.host_access(id, Elem::Bytes)?;
+    ) -> Result<CpuTiming, AccessError> {
+        self.host_access(id, Elem::Bytes, bytes.len())?;
         if bytes.len() == self.byte_tensors[id.index()].len() {
             self.run_with(entry, Some((id, bytes)))
         } else {
@@ -440,13 +440,12 @@ impl CpuExec {
         }
     }
 
-    fn run_with(&mut self, entry: usize, input: Option<Input<'_>>) -> Result<CpuTiming, String> {
-        if entry >= self.recording.entries.len() {
-            return Err(format!(
-                "entry {entry} of a recording with {}",
-                self.recording.entries.len()
-            ));
-        }
+    fn run_with(
+        &mut self,
+        entry: usize,
+        input: Option<Input<'_>>,
+    ) -> Result<CpuTiming, AccessError> {
+        self.recording.check_entry(entry)?;
         let started = Instant::now();
         self.timings.clear();
         // Small jobs one after another (see `choose_splits`): keep the pool's threads awake.
@@ -909,78 +908,44 @@ impl CpuExec {
         }
     }
 
-    /// Checks that the host may read or write `id` as `elem`s: a tensor that shares its
-    /// memory holds another tensor's values between steps.
-    fn host_access(&self, id: TensorId, elem: Elem) -> Result<&str, String> {
-        let t = self.recording.get(id);
-        if t.elem != elem {
-            return Err(match t.elem {
-                Elem::F32 => format!("tensor {:?} holds floats, not bytes", t.name),
-                Elem::Bytes => format!("tensor {:?} holds bytes, not floats", t.name),
+    /// Checks that the host may read or write `given` of `id`'s `elem`s (all of an `f32`
+    /// tensor, at most all of a byte tensor): a tensor that shares its memory holds another
+    /// tensor's values between steps.
+    fn host_access(&self, id: TensorId, elem: Elem, given: usize) -> Result<(), AccessError> {
+        let t = self
+            .recording
+            .host_access(id, elem, given, elem == Elem::Bytes)?;
+        if elem == Elem::F32 && self.layout.is_shared(id) {
+            return Err(AccessError::Shared {
+                name: t.name.clone(),
             });
         }
-        if elem == Elem::F32 && self.layout.is_shared(id) {
-            return Err(format!(
-                "tensor {:?} shares its memory with other intermediate tensors: the host \
-                 cannot read or write it (use CpuExec::separate)",
-                t.name
-            ));
-        }
-        Ok(&t.name)
+        Ok(())
     }
 
-    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
-        let name = self.host_access(id, Elem::F32)?;
-        let len = self.recording.get(id).len;
-        if len != data.len() {
-            return Err(format!(
-                "tensor {name:?} holds {len} floats, {} given",
-                data.len()
-            ));
-        }
+    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), AccessError> {
+        self.host_access(id, Elem::F32, data.len())?;
         self.take(id).copy_from_slice(data);
         Ok(())
     }
 
-    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
-        let name = self.host_access(id, Elem::F32)?;
-        let len = self.recording.get(id).len;
-        if len != out.len() {
-            return Err(format!(
-                "tensor {name:?} holds {len} floats, {} asked",
-                out.len()
-            ));
-        }
+    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), AccessError> {
+        self.host_access(id, Elem::F32, out.len())?;
         out.copy_from_slice(self.f32s(id));
         Ok(())
     }
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
-    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
-        let name = self.host_access(id, Elem::Bytes)?;
-        let len = self.byte_tensors[id.index()].len();
-        if data.len() > len {
-            return Err(format!(
-                "tensor {name:?} holds {len} bytes, {} given",
-                data.len()
-            ));
-        }
+    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), AccessError> {
+        self.host_access(id, Elem::Bytes, data.len())?;
         self.byte_tensors[id.index()][..data.len()].copy_from_slice(data);
         Ok(())
     }
 
     /// Reads the start of a byte tensor into `out`.
-    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
-        let name = self.host_access(id, Elem::Bytes)?;
-        let v = &self.byte_tensors[id.index()];
-        if out.len() > v.len() {
-            return Err(format!(
-                "tensor {name:?} holds {} bytes, {} asked",
-                v.len(),
-                out.len()
-            ));
-        }
-        out.copy_from_slice(&v[..out.len()]);
+    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), AccessError> {
+        self.host_access(id, Elem::Bytes, out.len())?;
+        out.copy_from_slice(&self.byte_tensors[id.index()][..out.len()]);
         Ok(())
     }
 }
@@ -1043,7 +1008,17 @@ mod tests {
         );
 
         let e = read.run_reading(infer, graph.pred, first).unwrap_err();
-        assert!(e.contains("holds floats, not bytes"), "{e}");
+        assert!(
+            matches!(
+                e,
+                AccessError::WrongElem {
+                    held: Elem::F32,
+                    asked: Elem::Bytes,
+                    ..
+                }
+            ) && e.to_string().contains("holds floats, not bytes"),
+            "{e}"
+        );
     }
 
     /// det-s's inference pass runs its normalisation and stem, its depthwise-separable pairs,

@@ -18,7 +18,7 @@ use super::lower::{joined_steps, lower_with, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
 use crate::balance::MemoryPlan;
-use crate::compute::recording::{Elem, Recording, Role, Step, TensorId};
+use crate::compute::recording::{AccessError, Elem, Recording, Role, Step, TensorId};
 use crate::compute::storage::StoragePlan;
 use crate::ring::SlotBytes;
 
@@ -324,19 +324,9 @@ impl VulkanExec {
     /// The timing has the GPU time of the step (and of each dispatch with timestamps on),
     /// the wall time, and their difference, the submission overhead
     /// ([`Timing::overhead`]).
-    pub fn run(&mut self, entry: usize) -> Result<Timing, String> {
-        self.check_entry(entry)?;
-        self.program.run(entry).map_err(|e| e.to_string())
-    }
-
-    fn check_entry(&self, entry: usize) -> Result<(), String> {
-        if entry < self.recording.entries.len() {
-            return Ok(());
-        }
-        Err(format!(
-            "entry {entry} of a recording with {}",
-            self.recording.entries.len()
-        ))
+    pub fn run(&mut self, entry: usize) -> Result<Timing, super::Error> {
+        self.recording.check_entry(entry)?;
+        self.program.run(entry)
     }
 
     /// Runs entry `entry` with `input` as the start of byte tensor `id` (as
@@ -348,8 +338,8 @@ impl VulkanExec {
         entry: usize,
         id: TensorId,
         input: SlotBytes<'_>,
-    ) -> Result<Timing, String> {
-        self.check_entry(entry)?;
+    ) -> Result<Timing, super::Error> {
+        self.recording.check_entry(entry)?;
         let index = self.check(id, Elem::Bytes, input.len(), true)?;
         let device = std::sync::Arc::clone(self.engine.device());
         let Some(found) = device.host_import.as_ref().and_then(|i| i.find(input)) else {
@@ -368,7 +358,7 @@ impl VulkanExec {
         // `found` keeps the import alive until the submission has been waited for.
         let timing = self.program.run_after_copies(entry, &[copy]);
         drop(found);
-        let timing = timing.map_err(|e| e.to_string())?;
+        let timing = timing?;
         self.engine.count_imported_upload();
         Ok(timing)
     }
@@ -396,58 +386,34 @@ impl VulkanExec {
 
     /// The buffer index of `id`, checked to hold `elem`s and `given` of them (exactly, or
     /// at most with `prefix`: byte tensors may be written and read in part).
-    fn check(&self, id: TensorId, elem: Elem, given: usize, prefix: bool) -> Result<usize, String> {
-        let what = |e: Elem| match e {
-            Elem::F32 => "floats",
-            Elem::Bytes => "bytes",
-        };
-        let t = self
-            .recording
-            .tensors
-            .get(id.index())
-            .ok_or_else(|| format!("tensor {} does not exist", id.0))?;
-        if t.elem != elem {
-            return Err(format!(
-                "tensor {:?} holds {}, not {}",
-                t.name,
-                what(t.elem),
-                what(elem)
-            ));
-        }
-        if given > t.len || (!prefix && given != t.len) {
-            return Err(format!(
-                "tensor {:?} holds {} {}; {given} given",
-                t.name,
-                t.len,
-                what(elem)
-            ));
-        }
+    fn check(
+        &self,
+        id: TensorId,
+        elem: Elem,
+        given: usize,
+        prefix: bool,
+    ) -> Result<usize, AccessError> {
+        let t = self.recording.host_access(id, elem, given, prefix)?;
         if self.storage.is_shared(id) {
-            return Err(format!(
-                "tensor {:?} shares its memory with other intermediate tensors: the host \
-                 cannot read or write it (use VulkanExec::separate)",
-                t.name
-            ));
+            return Err(AccessError::Shared {
+                name: t.name.clone(),
+            });
         }
         Ok(self.storage.buffer_of(id))
     }
 
-    fn upload(&mut self, index: usize, data: &[u8]) -> Result<(), String> {
+    fn upload(&mut self, index: usize, data: &[u8]) -> Result<(), super::Error> {
         let buffer = self.program.buffer_mut(index);
-        self.engine
-            .upload(buffer, 0, data)
-            .map_err(|e| e.to_string())
+        self.engine.upload(buffer, 0, data)
     }
 
-    fn download(&mut self, index: usize, out: &mut [u8]) -> Result<(), String> {
+    fn download(&mut self, index: usize, out: &mut [u8]) -> Result<(), super::Error> {
         let buffer = self.program.buffer_mut(index);
-        self.engine
-            .download(buffer, 0, out)
-            .map_err(|e| e.to_string())
+        self.engine.download(buffer, 0, out)
     }
 
     /// Writes the whole of an `f32` tensor.
-    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), String> {
+    pub fn write_f32(&mut self, id: TensorId, data: &[f32]) -> Result<(), super::Error> {
         let index = self.check(id, Elem::F32, data.len(), false)?;
         // Through the kept byte buffer: after the first steps, no allocation per step.
         let mut bytes = std::mem::take(&mut self.f32_bytes);
@@ -468,7 +434,7 @@ impl VulkanExec {
     }
 
     /// Reads the whole of an `f32` tensor.
-    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), String> {
+    pub fn read_f32(&mut self, id: TensorId, out: &mut [f32]) -> Result<(), super::Error> {
         let index = self.check(id, Elem::F32, out.len(), false)?;
         let mut bytes = std::mem::take(&mut self.f32_bytes);
         bytes.clear();
@@ -484,13 +450,13 @@ impl VulkanExec {
     }
 
     /// Writes `data` at the start of a byte tensor (it may be shorter than the tensor).
-    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), String> {
+    pub fn write_bytes(&mut self, id: TensorId, data: &[u8]) -> Result<(), super::Error> {
         let index = self.check(id, Elem::Bytes, data.len(), true)?;
         self.upload(index, data)
     }
 
     /// Reads the start of a byte tensor into `out` (it may be shorter than the tensor).
-    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), String> {
+    pub fn read_bytes(&mut self, id: TensorId, out: &mut [u8]) -> Result<(), super::Error> {
         let index = self.check(id, Elem::Bytes, out.len(), true)?;
         self.download(index, out)
     }

@@ -124,6 +124,8 @@ pub enum Error {
         what: &'static str,
         result: vk::Result,
     },
+    #[error(transparent)]
+    Access(#[from] crate::compute::recording::AccessError),
     #[error("Vulkan: creating the memory allocator: {0}")]
     Allocator(gpu_allocator::AllocationError),
     #[error("buffer {name:?} ({bytes} bytes, {location}): allocation failed: {source}")]
