@@ -7,9 +7,9 @@
 // boxes in order and taking those whose size assigns them to the cell's level: heat maps
 // combine by maximum (so every cell's value is independent of the others: no atomics), and
 // where two boxes share a centre cell the later box's offset and size win. With a neighbour
-// weight, a cell next to a box's centre cell and inside the box also gets that box's
-// regression, with mask neighbour_weight, unless a centre or an earlier box's neighbour
-// holds it (mask already at least the weight).
+// weight, a cell within neighbour_radius of a box's centre cell and inside the box also gets
+// that box's regression, with mask neighbour_weight, unless a centre or an earlier box's
+// neighbour holds it (mask already at least the weight).
 //
 // A record's metadata is read as little-endian 32-bit words (meta_offset and record_stride
 // are multiples of 4): box count (u16) in the low half of word meta_offset + 4, box i at
@@ -34,6 +34,7 @@ layout(push_constant) uniform Push {
     float min_overlap;
     uint flip;
     float neighbour_weight;
+    uint neighbour_radius;
 } pc;
 
 #include "levels.glsl"
@@ -120,7 +121,8 @@ void main() {
             float mask = 0.0;
             if (dx == 0 && dy == 0) {
                 mask = 1.0;
-            } else if (pc.neighbour_weight > 0.0 && abs(dx) <= 1 && abs(dy) <= 1
+            } else if (pc.neighbour_weight > 0.0 && abs(dx) <= int(pc.neighbour_radius)
+                    && abs(dy) <= int(pc.neighbour_radius)
                     && o[at_mask] < pc.neighbour_weight
                     && abs(cx - float(gx) - 0.5) < bw / 2.0
                     && abs(cy - float(gy) - 0.5) < bh / 2.0) {

@@ -457,12 +457,13 @@ impl Levels {
 /// share a centre cell, the later box's offset and size win. With `flip` the boxes are mirrored
 /// (`x → input_w − x`), to match a flipped [`Normalize`].
 ///
-/// With a `neighbour_weight` `w > 0`, a box also trains the regression of the eight cells
-/// around its centre cell whose centres lie inside it (TTFNet's and FCOS's point: one cell per
-/// box gives a small dataset few regression samples): there the offsets are `cx − x`, `cy − y`
-/// for cell `(x, y)`, the sizes the box's, and the mask is `w` (below 1, so that the loss still
-/// tells centres apart). A centre cell is never taken by a neighbour; where neighbours of two
-/// boxes meet, the earlier box keeps the cell.
+/// With a `neighbour_weight` `w > 0`, a box also trains the regression of the cells within
+/// `neighbour_radius` `R` of its centre cell (`|dx|, |dy| ≤ R`: the eight around it at 1,
+/// 24 at 2) whose centres lie inside it (TTFNet's and FCOS's point: one cell per box gives a
+/// small dataset few regression samples; a large box covers more than the 3×3 block): there
+/// the offsets are `cx − x`, `cy − y` for cell `(x, y)`, the sizes the box's, and the mask is
+/// `w` (below 1, so that the loss still tells centres apart). A centre cell is never taken by
+/// a neighbour; where neighbours of two boxes meet, the earlier box keeps the cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Targets {
     pub n: u32,
@@ -477,7 +478,14 @@ pub struct Targets {
     pub flip: bool,
     /// Regression weight of a centre's neighbour cells, in `[0, 1)`; 0: the centre alone.
     pub neighbour_weight: f32,
+    /// How far the neighbours reach from the centre cell, in cells: 1 to
+    /// [`MAX_NEIGHBOUR_RADIUS`].
+    pub neighbour_radius: u32,
 }
+
+/// The farthest [`Targets::neighbour_radius`]: a 9×9 block, more than the largest box of a
+/// stride-32 level spans at the usual input sizes.
+pub const MAX_NEIGHBOUR_RADIUS: u32 = 4;
 
 impl Targets {
     /// Channels of the target tensor: `classes + 5`.
@@ -523,6 +531,12 @@ impl Targets {
             return Err(format!(
                 "targets neighbour_weight {} must be in [0, 1)",
                 self.neighbour_weight
+            ));
+        }
+        if !(1..=MAX_NEIGHBOUR_RADIUS).contains(&self.neighbour_radius) {
+            return Err(format!(
+                "targets neighbour_radius {} must be 1 to {MAX_NEIGHBOUR_RADIUS}",
+                self.neighbour_radius
             ));
         }
         check_fits("targets input", self.input_bytes() as u64)?;
@@ -1116,9 +1130,19 @@ mod tests {
             min_overlap: 0.7,
             flip: false,
             neighbour_weight: 0.0,
+            neighbour_radius: 1,
         };
         t.validate().unwrap();
         assert_eq!(t.output_len(), 2 * 7 * 256);
+        for radius in [0, MAX_NEIGHBOUR_RADIUS + 1] {
+            let e = Targets {
+                neighbour_radius: radius,
+                ..t
+            }
+            .validate()
+            .unwrap_err();
+            assert!(e.contains("neighbour_radius"), "{e}");
+        }
         assert!(Targets {
             meta_offset: 2,
             ..t

@@ -49,6 +49,8 @@ pub struct GraphOptions {
     /// Regression weight of the cells around each box's centre
     /// ([`Targets::neighbour_weight`]; 0: the centre alone).
     pub neighbour_weight: f32,
+    /// How far, in cells, those neighbours reach ([`Targets::neighbour_radius`]).
+    pub neighbour_radius: u32,
 }
 
 impl Default for GraphOptions {
@@ -64,6 +66,7 @@ impl Default for GraphOptions {
             giou_weight: 0.0,
             clip_norm: None,
             neighbour_weight: 0.0,
+            neighbour_radius: 1,
         }
     }
 }
@@ -369,6 +372,7 @@ impl ModelGraph {
             min_overlap: 0.7,
             flip: false,
             neighbour_weight: options.neighbour_weight,
+            neighbour_radius: options.neighbour_radius,
         };
         let targets = b
             .rec

@@ -102,7 +102,8 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
             };
             regress(t, ix, iy, 1.0);
             if op.neighbour_weight > 0.0 {
-                for (x, y) in cells.neighbours_inside((ix, iy), (gw, gh)) {
+                let reach = op.neighbour_radius as usize;
+                for (x, y) in cells.neighbours_inside((ix, iy), reach, (gw, gh)) {
                     // A centre (mask 1) or an earlier box's neighbour keeps its cell.
                     if t[at(4, x, y)] < op.neighbour_weight {
                         regress(t, x, y, op.neighbour_weight);
@@ -123,15 +124,16 @@ struct CellBox {
 }
 
 impl CellBox {
-    /// The cells of the 3×3 block around the centre cell `centre`, other than it, inside a
-    /// grid of `(width, height)` cells, whose own centres lie inside the box. Tested through
-    /// the offsets, `|cx − x − ½| < w/2`, as the shader does.
+    /// The cells within `reach` of the centre cell (`|dx|, |dy| ≤ reach`), other than it,
+    /// inside a grid of `(width, height)` cells, whose own centres lie inside the box. Tested
+    /// through the offsets, `|cx − x − ½| < w/2`, as the shader does.
     fn neighbours_inside(
         self,
         (ix, iy): (usize, usize),
+        reach: usize,
         (gw, gh): (usize, usize),
     ) -> impl Iterator<Item = (usize, usize)> {
-        let near = |i: usize, n: usize| i.saturating_sub(1)..(i + 2).min(n);
+        let near = move |i: usize, n: usize| i.saturating_sub(reach)..(i + reach + 1).min(n);
         near(iy, gh)
             .flat_map(move |y| near(ix, gw).map(move |x| (x, y)))
             .filter(move |&(x, y)| {
@@ -175,6 +177,7 @@ pub(crate) mod tests {
             min_overlap: 0.7,
             flip,
             neighbour_weight: 0.0,
+            neighbour_radius: 1,
         }
     }
 
@@ -252,6 +255,43 @@ pub(crate) mod tests {
         // A's 8 − 1 (B's centre), C's 8 − 2 (A's), none for B and D; four centres.
         assert_eq!(t[6 * plane..].iter().filter(|&&m| m == 0.25).count(), 13);
         assert_eq!(t[6 * plane..].iter().filter(|&&m| m == 1.0).count(), 4);
+    }
+
+    #[test]
+    fn a_wider_reach_trains_more_cells_of_a_large_box_only() {
+        // A: 8 × 6 cells around cell (4, 3): every cell within 2 lies inside it (24). B: 3 × 3
+        // cells, centre (1.5, 6.5) in cell (1, 6): the cells two away lie outside it, so it
+        // trains its 3×3 block only: eight cells, less (2, 5) when A's reach takes it first.
+        let boxes: &[(u32, [f32; 4])] =
+            &[(0, [4.0, 0.0, 68.0, 48.0]), (1, [0.0, 40.0, 24.0, 64.0])];
+        let recs = records(16, 256, &[boxes]);
+        let masks = |radius| {
+            let o = Targets {
+                neighbour_weight: 0.5,
+                neighbour_radius: radius,
+                ..op(1, 4, 256, false)
+            };
+            let mut t = vec![f32::NAN; o.output_len()];
+            render_targets(&o, &recs, &mut t);
+            let m: Vec<f32> = t[6 * 64..7 * 64].to_vec();
+            let offsets = (t[2 * 64..3 * 64].to_vec(), t[3 * 64..4 * 64].to_vec());
+            (m, offsets)
+        };
+        let count = |m: &[f32], w| m.iter().filter(|&&v| v == w).count();
+        let (near, _) = masks(1);
+        assert_eq!((count(&near, 0.5), count(&near, 1.0)), (8 + 8, 2));
+        let (far, (ox, oy)) = masks(2);
+        assert_eq!((count(&far, 0.5), count(&far, 1.0)), (24 + 7, 2));
+        for y in 1..=5usize {
+            for x in 2..=6usize {
+                assert_eq!(far[y * 8 + x], if (x, y) == (4, 3) { 1.0 } else { 0.5 });
+                assert_eq!(
+                    (ox[y * 8 + x], oy[y * 8 + x]),
+                    (4.5 - x as f32, 3.0 - y as f32)
+                );
+            }
+        }
+        assert_eq!(far[6 * 8 + 3], 0.0, "two from B's centre, outside B");
     }
 
     #[test]

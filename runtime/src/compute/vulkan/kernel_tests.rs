@@ -826,7 +826,9 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         );
         let mut steps = Vec::new();
         let mut outs = Vec::new();
-        // Plain, and flipped with the centres' neighbours (which the loss then reads).
+        // Plain, and flipped with the centres' neighbours (which the loss then reads),
+        // reaching three cells for the three levels' large boxes.
+        let reach = if level_count == 3 { 3 } else { 1 };
         for (flip, neighbour_weight) in [(false, 0.0), (true, NEIGHBOUR_WEIGHT)] {
             let op = Targets {
                 n,
@@ -838,6 +840,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
                 min_overlap: 0.7,
                 flip,
                 neighbour_weight,
+                neighbour_radius: if flip { reach } else { 1 },
             };
             let out = rec.f32(&format!("targets{i}{flip}"), op.output_len(), Role::Output);
             steps.push(Step::Targets { op, records, out });

@@ -105,7 +105,7 @@ pub enum Kernel {
     Normalize,
     /// CenterNet targets from the records' boxes: `records, out (rw)`; push `{ n, classes,
     /// levels (six words), max_boxes, record_stride, meta_offset, min_overlap, flip,
-    /// neighbour_weight }`.
+    /// neighbour_weight, neighbour_radius }`.
     Targets,
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
     /// grid_w, alpha, beta, offset_weight, size_weight, giou_weight, parts, cells_per_part }`.
@@ -274,7 +274,7 @@ const UPSAMPLE_GRAD: KernelInfo =
 const NORMALIZE: KernelInfo =
     kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0);
 const TARGETS: KernelInfo =
-    kernel!("targets", bindings 2, push 56, local LINEAR, x Some(0), shared 0);
+    kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
 const ROW_COPY: KernelInfo =
     kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
 const LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,

@@ -655,6 +655,7 @@ fn lower_step(
                         op.min_overlap.to_bits(),
                         u32::from(op.flip),
                         op.neighbour_weight.to_bits(),
+                        op.neighbour_radius,
                     ],
                 ]
                 .concat(),
