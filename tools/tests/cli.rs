@@ -1383,12 +1383,12 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     assert_mentions(
         &run.stdout,
         &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5, \
-           gradient norm clipped at 10, box neighbours weighted 0.75"],
+           gradient norm clipped at 10, box neighbours weighted 0.75 within 2 cells"],
     );
     // Clipping shows on the epoch lines.
     assert_mentions(&run.stdout, &["grad norm ", " steps)"]);
     let c = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
-    let t = c.train.expect("the run's configuration");
+    let t = c.train.clone().expect("the run's configuration");
     assert_eq!(c.model.name, "det-m");
     assert_eq!(
         (t["epochs"].as_u64(), t["batch"].as_u64()),
@@ -1399,10 +1399,18 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
             t["mosaic"].as_f64(),
             t["lr"].as_f64(),
             t["clip_norm"].as_f64(),
-            t["neighbours"].as_f64()
+            t["neighbours"].as_f64(),
+            t["neighbour_radius"].as_u64()
         ),
-        (Some(0.5), Some(0.01f32 as f64), Some(10.0), Some(0.75))
+        (
+            Some(0.5),
+            Some(0.01f32 as f64),
+            Some(10.0),
+            Some(0.75),
+            Some(2)
+        )
     );
+    assert_eq!(c.neighbour_radius(), 2, "eval and fine-tuning read it back");
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["unknown recipe \"fast\"", "photos"]);
@@ -1418,4 +1426,7 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
         &bad.stderr,
         &["\"1\" is not a neighbour weight from 0 (off) to below 1"],
     );
+    let bad = fulcrum(cwd, &["train", "--data", "d", "--neighbour-radius", "5"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["--neighbour-radius", "1..=4"]);
 }

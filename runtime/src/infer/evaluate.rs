@@ -153,6 +153,7 @@ pub fn evaluate(
         top_k: options.top_k,
         giou_weight: checkpoint.giou_weight(),
         neighbour_weight: checkpoint.neighbour_weight(),
+        neighbour_radius: checkpoint.neighbour_radius(),
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)

@@ -131,6 +131,15 @@ impl Checkpoint {
         self.trained_with("neighbours")
     }
 
+    /// How far those neighbours reached (the training config's `neighbour_radius`; 1, the
+    /// 3×3 block, for runs from before it).
+    pub fn neighbour_radius(&self) -> u32 {
+        match self.trained_with("neighbour_radius") as u32 {
+            0 => 1,
+            r => r,
+        }
+    }
+
     /// A number from the training config (0 where it or the field is absent).
     fn trained_with(&self, field: &str) -> f32 {
         self.train
@@ -402,7 +411,11 @@ mod tests {
     fn the_loss_settings_come_from_the_training_config() {
         let mut c = sample();
         assert_eq!(c.giou_weight(), 0.0, "a config without the field");
-        assert_eq!(c.neighbour_weight(), 0.0);
+        assert_eq!((c.neighbour_weight(), c.neighbour_radius()), (0.0, 1));
+        c.train = Some(serde_json::json!({"batch": 32, "giou": 1.5, "neighbours": 0.25}));
+        assert_eq!(c.neighbour_radius(), 1, "a run from before the radius");
+        c.train = Some(serde_json::json!({"neighbours": 0.25, "neighbour_radius": 2}));
+        assert_eq!(c.neighbour_radius(), 2);
         c.train = Some(serde_json::json!({"batch": 32, "giou": 1.5, "neighbours": 0.25}));
         assert_eq!(c.giou_weight(), 1.5);
         assert_eq!(c.neighbour_weight(), 0.25);

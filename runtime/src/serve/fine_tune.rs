@@ -531,6 +531,7 @@ fn fine_tune(
         // The loss the served weights were trained on.
         giou: weights.giou_weight(),
         neighbours: weights.neighbour_weight(),
+        neighbour_radius: weights.neighbour_radius(),
         ..TrainConfig::default()
     };
     let resume = config.out.join(train::CHECKPOINT_FILE).exists();

@@ -12,8 +12,8 @@
 pub enum Recipe {
     /// Real photos of a few classes, objects small and large, tens to thousands of images:
     /// det-m (three output levels), mosaics, a high learning rate with warm-up and clipping,
-    /// box regression at the centres' neighbours too, and about [`PHOTO_STEPS`] optimizer
-    /// steps.
+    /// box regression at the centres' neighbours too (two cells out), and about
+    /// [`PHOTO_STEPS`] optimizer steps.
     Photos,
 }
 
@@ -25,6 +25,9 @@ pub const PHOTO_CLIP_NORM: f32 = 10.0;
 
 /// The photos recipe's regression weight of the cells around box centres.
 pub const PHOTO_NEIGHBOURS: f32 = 0.75;
+
+/// How far those cells reach in the photos recipe: the 5×5 block, where a box covers it.
+pub const PHOTO_NEIGHBOUR_RADIUS: u32 = 2;
 
 /// What a recipe sets.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +42,8 @@ pub struct RecipeSettings {
     pub clip_norm: f32,
     /// Regression weight of the cells around box centres (0: the centre alone).
     pub neighbours: f32,
+    /// How far, in cells, those cells reach from the centre.
+    pub neighbour_radius: u32,
 }
 
 impl Recipe {
@@ -61,6 +66,7 @@ impl Recipe {
                     mosaic: 0.5,
                     clip_norm: PHOTO_CLIP_NORM,
                     neighbours: PHOTO_NEIGHBOURS,
+                    neighbour_radius: PHOTO_NEIGHBOUR_RADIUS,
                 }
             }
         }
@@ -94,7 +100,7 @@ impl std::fmt::Display for RecipeSettings {
         write!(
             f,
             "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}, gradient norm \
-             clipped at {}, box neighbours weighted {}",
+             clipped at {}, box neighbours weighted {} within {} cells",
             self.model,
             self.batch,
             self.epochs,
@@ -102,7 +108,8 @@ impl std::fmt::Display for RecipeSettings {
             self.warmup,
             self.mosaic,
             self.clip_norm,
-            self.neighbours
+            self.neighbours,
+            self.neighbour_radius
         )
     }
 }
@@ -123,5 +130,9 @@ mod tests {
         let e = "fast".parse::<Recipe>().unwrap_err();
         assert!(e.contains("\"fast\"") && e.contains("photos"), "{e}");
         assert!(s.to_string().contains("det-m, batch 16, 120 epochs"), "{s}");
+        assert!(
+            s.to_string().contains("weighted 0.75 within 2 cells"),
+            "{s}"
+        );
     }
 }

@@ -75,6 +75,10 @@ pub struct TrainConfig {
     /// default; runs from before it read as 0). See [`crate::compute::ops::Targets`].
     #[serde(default)]
     pub neighbours: f32,
+    /// How far those cells reach from the centre, in cells (1: the 3×3 block, the default;
+    /// runs from before it read as 1).
+    #[serde(default = "one_cell")]
+    pub neighbour_radius: u32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -85,6 +89,10 @@ pub struct TrainConfig {
     /// the checkpoint then stores what it chose.
     #[serde(default)]
     pub autotune: bool,
+}
+
+fn one_cell() -> u32 {
+    1
 }
 
 fn default_io_depth() -> u32 {
@@ -133,6 +141,7 @@ impl Default for TrainConfig {
             giou: 0.0,
             clip_norm: 0.0,
             neighbours: 0.0,
+            neighbour_radius: 1,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -359,6 +368,7 @@ pub fn train(
         giou_weight: config.giou,
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         neighbour_weight: config.neighbours,
+        neighbour_radius: config.neighbour_radius,
         ..GraphOptions::default()
     };
     let mut loader_config = loader_config_of(config, options);

@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fulcrum::balance::human;
+use fulcrum::compute::ops::MAX_NEIGHBOUR_RADIUS;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
 use fulcrum::model::Progress;
@@ -35,9 +36,9 @@ pub struct Args {
     data: PathBuf,
     /// Settings for a kind of data, so that you need not tune them. photos: real photos of
     /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
-    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75, epochs
-    /// for about 1200 steps: at least 30, at most 300). Options you give explicitly win over
-    /// the recipe's.
+    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75 within 2
+    /// cells, epochs for about 1200 steps: at least 30, at most 300). Options you give
+    /// explicitly win over the recipe's.
     #[arg(long, value_name = "photos")]
     recipe: Option<Recipe>,
     /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
@@ -113,6 +114,12 @@ pub struct Args {
     /// centre alone. [default: 0; recipe photos: 0.75]
     #[arg(long, value_parser = crate::args::neighbour_weight, value_name = "W")]
     neighbours: Option<f32>,
+    /// How far those neighbours reach from the centre cell, in cells: 1 is the 3×3 block
+    /// around it, 2 the 5×5 (only cells whose centres lie inside the box count, so a wider
+    /// reach changes only boxes wider than three cells of their level), up to 4. [default:
+    /// 1; recipe photos: 2]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
+    neighbour_radius: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1)]
     checkpoint_every: u64,
@@ -250,6 +257,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
             mosaic: d.mosaic,
             clip_norm: d.clip_norm,
             neighbours: d.neighbours,
+            neighbour_radius: d.neighbour_radius,
         },
     };
     let settings = RecipeSettings {
@@ -261,6 +269,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         mosaic: a.mosaic.unwrap_or(base.mosaic),
         clip_norm: a.clip_norm.unwrap_or(base.clip_norm),
         neighbours: a.neighbours.unwrap_or(base.neighbours),
+        neighbour_radius: a.neighbour_radius.unwrap_or(base.neighbour_radius),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
         println!("recipe {recipe}: {settings} (for {records} records)");
@@ -289,6 +298,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         giou: a.giou,
         clip_norm: r.clip_norm,
         neighbours: r.neighbours,
+        neighbour_radius: r.neighbour_radius,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()
