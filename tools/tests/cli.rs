@@ -1383,7 +1383,7 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     assert_mentions(
         &run.stdout,
         &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5, \
-           gradient norm clipped at 10, box neighbours weighted 0.75 within 2 cells"],
+           gradient norm clipped at 10, box neighbours weighted 0.75 within 3 cells"],
     );
     // Clipping shows on the epoch lines.
     assert_mentions(&run.stdout, &["grad norm ", " steps)"]);
@@ -1407,10 +1407,10 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
             Some(0.01f32 as f64),
             Some(10.0),
             Some(0.75),
-            Some(2)
+            Some(3)
         )
     );
-    assert_eq!(c.neighbour_radius(), 2, "eval and fine-tuning read it back");
+    assert_eq!(c.neighbour_radius(), 3, "eval and fine-tuning read it back");
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["unknown recipe \"fast\"", "photos"]);

@@ -36,7 +36,7 @@ pub struct Args {
     data: PathBuf,
     /// Settings for a kind of data, so that you need not tune them. photos: real photos of
     /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
-    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75 within 2
+    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75 within 3
     /// cells, epochs for about 1200 steps: at least 30, at most 300). Options you give
     /// explicitly win over the recipe's.
     #[arg(long, value_name = "photos")]
@@ -117,7 +117,7 @@ pub struct Args {
     /// How far those neighbours reach from the centre cell, in cells: 1 is the 3×3 block
     /// around it, 2 the 5×5 (only cells whose centres lie inside the box count, so a wider
     /// reach changes only boxes wider than three cells of their level), up to 4. [default:
-    /// 1; recipe photos: 2]
+    /// 1; recipe photos: 3]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
     neighbour_radius: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
