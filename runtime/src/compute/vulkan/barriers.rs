@@ -63,6 +63,7 @@ pub fn needed<B: Copy + Eq + std::hash::Hash>(dispatches: &[(Vec<B>, u32)]) -> V
     out
 }
 
+const OP_TYPE_SAMPLED_IMAGE: u32 = 27;
 const OP_TYPE_POINTER: u32 = 32;
 const OP_VARIABLE: u32 = 59;
 const OP_DECORATE: u32 = 71;
@@ -91,6 +92,7 @@ pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
     let mut members = std::collections::HashMap::<u32, (u32, u32)>::new(); // struct → (members marked, highest member + 1)
     let mut pointee = std::collections::HashMap::new(); // pointer type → pointed-to type
     let mut var_type = std::collections::HashMap::new(); // variable → its pointer type
+    let mut sampled = HashSet::new(); // sampled-image types (texel buffers): never written
     let mut at = 5;
     while at < words.len() {
         let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
@@ -118,6 +120,9 @@ pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
                     entry.0 += 1;
                 }
             }
+            OP_TYPE_SAMPLED_IMAGE if count >= 3 => {
+                sampled.insert(w[1]);
+            }
             OP_TYPE_POINTER if count >= 4 => {
                 pointee.insert(w[1], w[3]);
             }
@@ -142,7 +147,8 @@ pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
         let readonly_block = block
             .and_then(|s| members.get(s))
             .is_some_and(|&(marked, len)| marked >= len && len > 0);
-        if !(non_writable.contains(&var) || readonly_block) {
+        let texels = block.is_some_and(|t| sampled.contains(t));
+        if !(non_writable.contains(&var) || readonly_block || texels) {
             mask |= 1 << b;
         }
     }
@@ -159,6 +165,7 @@ mod tests {
         let cases = [
             (Kernel::Saxpy, 0b10),
             (Kernel::Pointwise, 0b1000),
+            (Kernel::PointwiseDirect4, 0b1000),
             (Kernel::Conv2dGradWeight, 0b11_1000),
             (Kernel::Conv2dGradReduce, 0b110),
             (Kernel::Conv2dGradReduceDirect, 0b110),

@@ -486,6 +486,7 @@ impl Instance {
                 max_compute_work_group_count: limits.max_compute_work_group_count,
                 max_push_constants_size: limits.max_push_constants_size,
                 max_storage_buffer_range: limits.max_storage_buffer_range,
+                max_texel_buffer_elements: limits.max_texel_buffer_elements,
                 timestamp_period_ns: limits.timestamp_period,
                 timestamp_valid_bits,
             },
@@ -625,6 +626,8 @@ pub struct Limits {
     pub max_compute_work_group_count: [u32; 3],
     pub max_push_constants_size: u32,
     pub max_storage_buffer_range: u32,
+    /// Texels a uniform texel buffer's view may cover.
+    pub max_texel_buffer_elements: u32,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period_ns: f32,
     /// Valid timestamp bits of the compute family the engine would use (0: no timestamps).

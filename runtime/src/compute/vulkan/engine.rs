@@ -26,7 +26,7 @@ use ash::vk;
 use super::buffer::{AllocationReport, Buffer, Location};
 use super::cache::{CacheLoad, PipelineCache};
 use super::context::{Device, DeviceInfo, Options, Queue, ValidationLog};
-use super::kernels::Kernel;
+use super::kernels::{Kernel, TexelFormat};
 use super::lower::Variants;
 use super::pipeline::{Pipeline, SpecConstant};
 use super::{Error, Result};
@@ -145,20 +145,32 @@ impl RawDispatch {
     }
 }
 
-/// Descriptor sets for a list of dispatches: one pool, one set per dispatch, written once.
+/// Descriptor sets for a list of dispatches: one pool, one set per dispatch, written once,
+/// and the buffer views of the kernels' texel bindings ([`KernelInfo::texels`]).
 pub(crate) struct DescriptorSets {
     pool: vk::DescriptorPool,
     pub(crate) sets: Vec<vk::DescriptorSet>,
+    views: Vec<vk::BufferView>,
     device: Arc<Device>,
 }
 
 impl DescriptorSets {
     pub(crate) fn new(device: &Arc<Device>, dispatches: &[RawDispatch]) -> Result<DescriptorSets> {
+        let texels: u32 = dispatches
+            .iter()
+            .map(|d| d.kernel.info().texels.count_ones())
+            .sum();
         let descriptors: u32 = dispatches.iter().map(|d| d.buffers.len() as u32).sum();
-        let sizes = [vk::DescriptorPoolSize {
-            ty: vk::DescriptorType::STORAGE_BUFFER,
-            descriptor_count: descriptors.max(1),
-        }];
+        let sizes = [
+            vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                descriptor_count: (descriptors - texels).max(1),
+            },
+            vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::UNIFORM_TEXEL_BUFFER,
+                descriptor_count: texels.max(1),
+            },
+        ];
         let info = vk::DescriptorPoolCreateInfo::default()
             .max_sets(dispatches.len().max(1) as u32)
             .pool_sizes(&sizes);
@@ -168,6 +180,7 @@ impl DescriptorSets {
         let mut made = DescriptorSets {
             pool,
             sets: Vec::new(),
+            views: Vec::new(),
             device: Arc::clone(device),
         };
         if dispatches.is_empty() {
@@ -181,45 +194,106 @@ impl DescriptorSets {
         // from live pipelines of this device.
         made.sets = unsafe { device.raw.allocate_descriptor_sets(&alloc) }
             .map_err(Error::vk("vkAllocateDescriptorSets"))?;
-        let infos: Vec<Vec<vk::DescriptorBufferInfo>> = dispatches
-            .iter()
-            .map(|d| {
-                d.buffers
-                    .iter()
-                    .map(|&(buffer, _)| vk::DescriptorBufferInfo {
-                        buffer,
-                        offset: 0,
-                        range: vk::WHOLE_SIZE,
-                    })
-                    .collect()
-            })
-            .collect();
+        // One entry per binding: a whole-buffer range, or the view of a texel binding.
+        let mut infos: Vec<Vec<vk::DescriptorBufferInfo>> = Vec::with_capacity(dispatches.len());
+        let mut views: Vec<Vec<vk::BufferView>> = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            let info = d.kernel.info();
+            let mut buffer_infos = Vec::with_capacity(d.buffers.len());
+            let mut texel_views = Vec::with_capacity(d.buffers.len());
+            for (b, &(buffer, size)) in d.buffers.iter().enumerate() {
+                buffer_infos.push(vk::DescriptorBufferInfo {
+                    buffer,
+                    offset: 0,
+                    range: vk::WHOLE_SIZE,
+                });
+                texel_views.push(if info.texels & (1 << b) != 0 {
+                    made.texel_view(buffer, size, info.texel_format)?
+                } else {
+                    vk::BufferView::null()
+                });
+            }
+            infos.push(buffer_infos);
+            views.push(texel_views);
+        }
         let writes: Vec<vk::WriteDescriptorSet> = made
             .sets
             .iter()
-            .zip(&infos)
-            .flat_map(|(&set, infos)| {
-                infos.iter().enumerate().map(move |(b, info)| {
-                    vk::WriteDescriptorSet::default()
-                        .dst_set(set)
-                        .dst_binding(b as u32)
-                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                        .buffer_info(std::slice::from_ref(info))
-                })
+            .zip(infos.iter().zip(&views))
+            .flat_map(|(&set, (infos, views))| {
+                infos
+                    .iter()
+                    .zip(views)
+                    .enumerate()
+                    .map(move |(b, (info, view))| {
+                        let write = vk::WriteDescriptorSet::default()
+                            .dst_set(set)
+                            .dst_binding(b as u32);
+                        if *view == vk::BufferView::null() {
+                            write
+                                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                                .buffer_info(std::slice::from_ref(info))
+                        } else {
+                            write
+                                .descriptor_type(vk::DescriptorType::UNIFORM_TEXEL_BUFFER)
+                                .texel_buffer_view(std::slice::from_ref(view))
+                        }
+                    })
             })
             .collect();
         // SAFETY: the sets were just allocated and are not in use; every buffer is alive (the
-        // caller holds it) and was made with STORAGE_BUFFER usage.
+        // caller holds it) and was made with STORAGE_BUFFER and UNIFORM_TEXEL_BUFFER usage;
+        // every view is alive (held by `made`).
         unsafe { device.raw.update_descriptor_sets(&writes, &[]) };
         Ok(made)
+    }
+
+    /// A view of the whole texels of `buffer` (its trailing bytes short of a texel are out of
+    /// the view's reach: the kernels that read through views never need them), kept until
+    /// the sets are dropped.
+    fn texel_view(
+        &mut self,
+        buffer: vk::Buffer,
+        size: u64,
+        format: TexelFormat,
+    ) -> Result<vk::BufferView> {
+        let texel = format.bytes();
+        let limit = u64::from(self.device.info.limits.max_texel_buffer_elements);
+        let texels = size / texel;
+        if texels == 0 || texels > limit {
+            return Err(Error::Buffer {
+                name: format!("{buffer:?}"),
+                detail: format!(
+                    "{size} bytes as {texel}-byte texels: a texel view holds 1 to {limit} of \
+                     them on this device"
+                ),
+            });
+        }
+        let info = vk::BufferViewCreateInfo::default()
+            .buffer(buffer)
+            .format(format.vk())
+            .offset(0)
+            .range(texels * texel);
+        // SAFETY: a live buffer of this device made with UNIFORM_TEXEL_BUFFER usage; the
+        // range lies within it and within the device's texel limit; the format is one every
+        // Vulkan device supports for uniform texel buffers.
+        let view = unsafe { self.device.raw.create_buffer_view(&info, None) }
+            .map_err(Error::vk("vkCreateBufferView"))?;
+        self.views.push(view);
+        Ok(view)
     }
 }
 
 impl Drop for DescriptorSets {
     fn drop(&mut self) {
-        // SAFETY: made from this device; no command buffer using the sets is pending (every
-        // submission is waited for); destroying the pool frees its sets.
-        unsafe { self.device.raw.destroy_descriptor_pool(self.pool, None) };
+        // SAFETY: made from this device; no command buffer using the sets or views is pending
+        // (every submission is waited for); destroying the pool frees its sets.
+        unsafe {
+            for &view in &self.views {
+                self.device.raw.destroy_buffer_view(view, None);
+            }
+            self.device.raw.destroy_descriptor_pool(self.pool, None);
+        }
     }
 }
 

@@ -123,6 +123,9 @@ fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
         direct,
         tiles * u64::from(op.n) <= super::lower::THIN_MAX_TILES,
     ) {
+        (true, _) if super::kernels::pointwise_direct4_fits(op.c_in, u64::from(op.h * op.w)) => {
+            "pointwise_direct4"
+        }
         (true, _) => "pointwise_direct",
         (false, true) => "pointwise_thin",
         (false, false) => "pointwise",
@@ -303,6 +306,8 @@ fn a_residual_add_in_the_pointwise_store_matches_the_cpu_twin() {
     let cases = [
         Conv2d::pointwise(2, 33, 5, 7, 40, true),
         Conv2d::pointwise(2, 20, 30, 31, 40, false),
+        // Input channels and plane in fours: the direct kernel in vec4s.
+        Conv2d::pointwise(2, 12, 6, 10, 40, true),
     ];
     for (op, direct) in cases.into_iter().flat_map(|op| [(op, false), (op, true)]) {
         let mut rng = SplitMix64::new(13);
@@ -1791,6 +1796,8 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         Conv2d::pointwise(2, 64, 16, 16, 48, false),
         Conv2d::pointwise(1, 16, 1, 3, 7, true),
         Conv2d::pointwise(2, 20, 30, 31, 40, false),
+        // In vec4s on the direct path: a ragged last workgroup of pixels and of channels.
+        Conv2d::pointwise(3, 8, 5, 4, 37, true),
     ];
     let (rec, ids) = pointwise_entries(&cases);
     for direct in [false, true] {

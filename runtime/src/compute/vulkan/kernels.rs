@@ -55,6 +55,11 @@ pub enum Kernel {
     /// [`POINTWISE_DIRECT_PIXELS`] pixels (twice the tiled kernel's) with a quarter of its
     /// invocations, each with 64 outputs.
     PointwiseDirect,
+    /// [`Kernel::PointwiseDirect`] loading and storing four floats at a time, where the plane
+    /// and the input channels are multiples of four ([`pointwise_direct4_fits`]): the same
+    /// bindings, push block and grid. llvmpipe walks the lanes once per storage-buffer access,
+    /// so a vec4 access costs about what a float one does.
+    PointwiseDirect4,
     /// [`Kernel::Pointwise`] with one output per invocation, for layers whose tiled grid is
     /// too small to fill a GPU (batch-1 inference): the same bindings and push block; grid
     /// (⌈N/64⌉, ⌈M/4⌉, n) ([`POINTWISE_THIN_GROUP`]).
@@ -136,14 +141,57 @@ pub enum Kernel {
     Decode,
 }
 
+/// How a kernel's texel bindings are viewed ([`KernelInfo::texels`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TexelFormat {
+    /// One float a texel (`R32_SFLOAT`).
+    F32,
+    /// Four floats a texel (`R32G32B32A32_SFLOAT`): `texelFetch` returns a vec4; the views
+    /// cover whole texels, so a buffer's last `len % 4` floats are out of its reach.
+    F32x4,
+}
+
+impl TexelFormat {
+    pub fn vk(self) -> ash::vk::Format {
+        match self {
+            TexelFormat::F32 => ash::vk::Format::R32_SFLOAT,
+            TexelFormat::F32x4 => ash::vk::Format::R32G32B32A32_SFLOAT,
+        }
+    }
+
+    /// Bytes a texel.
+    pub fn bytes(self) -> u64 {
+        match self {
+            TexelFormat::F32 => 4,
+            TexelFormat::F32x4 => 16,
+        }
+    }
+}
+
+/// The descriptor type of `binding` of the kernel.
+pub fn descriptor_type(info: &KernelInfo, binding: u32) -> ash::vk::DescriptorType {
+    if info.texels & (1 << binding) != 0 {
+        ash::vk::DescriptorType::UNIFORM_TEXEL_BUFFER
+    } else {
+        ash::vk::DescriptorType::STORAGE_BUFFER
+    }
+}
+
 /// What the pipeline needs to know about a kernel.
 #[derive(Debug)]
 pub struct KernelInfo {
     pub name: &'static str,
     /// The SPIR-V, as committed in `shaders/NAME.spv`.
     pub spirv: &'static [u8],
-    /// Storage buffers at set 0, bindings `0..bindings`.
+    /// Buffers at set 0, bindings `0..bindings`: storage buffers, except those in
+    /// [`KernelInfo::texels`].
     pub bindings: u32,
+    /// The bindings (a mask) the kernel reads as uniform texel buffers (`samplerBuffer`) rather
+    /// than storage buffers, through a view of the whole buffer in [`TexelFormat`]. On llvmpipe
+    /// a texel fetch is a vector gather, where a storage-buffer load walks the lanes one by one.
+    pub texels: u32,
+    /// The view format of the texel bindings.
+    pub texel_format: TexelFormat,
     /// Size of the push-constant block (0: none).
     pub push_bytes: u32,
     /// The workgroup size compiled into the shader.
@@ -178,6 +226,8 @@ macro_rules! kernel {
             local_size: $l,
             local_size_ids: [$x, None, None],
             shared_bytes: $s,
+            texels: 0,
+            texel_format: TexelFormat::F32,
             fp16: false,
         }
     };
@@ -188,6 +238,11 @@ pub const CONV_PUSH_BYTES: u32 = 72;
 /// Pixels of a `pointwise_direct` workgroup (16 lanes × `PX` in its shader; its channels are
 /// the tiled kernel's 32).
 pub const POINTWISE_DIRECT_PIXELS: u32 = 128;
+/// Whether a pointwise conv of `c_in` input channels over `plane` pixels can use the vec4
+/// kernels (`*_direct4`): whole vec4s along the pixels and along a weight row.
+pub fn pointwise_direct4_fits(c_in: u32, plane: u64) -> bool {
+    c_in % 4 == 0 && plane % 4 == 0
+}
 /// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
@@ -233,6 +288,12 @@ const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BY
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
+const POINTWISE_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b11,
+    texel_format: TexelFormat::F32x4,
+    ..kernel!("pointwise_direct4", bindings 5, push CONV_PUSH_BYTES, local [16, 4, 1], x None,
+        shared 0)
+};
 const POINTWISE_THIN: KernelInfo = kernel!("pointwise_thin", bindings 5,
     push CONV_PUSH_BYTES, local [POINTWISE_THIN_GROUP[0], POINTWISE_THIN_GROUP[1], 1], x None,
     shared 0);
@@ -297,7 +358,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 36] = [
+    pub const ALL: [Kernel; 37] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -306,6 +367,7 @@ impl Kernel {
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
+        Kernel::PointwiseDirect4,
         Kernel::PointwiseThin,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradInputDirect,
@@ -346,6 +408,7 @@ impl Kernel {
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,
+            Kernel::PointwiseDirect4 => &POINTWISE_DIRECT4,
             Kernel::PointwiseThin => &POINTWISE_THIN,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,

@@ -25,9 +25,9 @@
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
 use super::kernels::{
-    Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK, CONV_GRAD_WEIGHT_DIRECT_TILE,
-    CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS, GEMM_TILE, LOSS_PUSH_BYTES,
-    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
+    CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS,
+    GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use crate::compute::fusion::{self, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize, SumSquares};
@@ -458,7 +458,12 @@ fn lower_step(
                             ],
                             "pointwise conv",
                         )?;
-                        push(Kernel::PointwiseDirect, bindings, push_block, grid);
+                        let kernel = if pointwise_direct4_fits(op.c_in, plane) {
+                            Kernel::PointwiseDirect4
+                        } else {
+                            Kernel::PointwiseDirect
+                        };
+                        push(kernel, bindings, push_block, grid);
                     } else if tiles <= THIN_MAX_TILES {
                         let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
                         let grid = checked(
@@ -1060,10 +1065,16 @@ mod tests {
             direct: true,
             ..gpu
         };
-        // Direct: 128 pixels and 32 channels a workgroup.
+        // Direct: 128 pixels and 32 channels a workgroup, in vec4s where the input channels
+        // and the plane allow.
         assert_eq!(
             kernel_and_grid(small, direct),
-            (Kernel::PointwiseDirect, [2, 2, 1])
+            (Kernel::PointwiseDirect4, [2, 2, 1])
+        );
+        let odd = Conv2d::pointwise(1, 33, 5, 7, 65, true);
+        assert_eq!(
+            kernel_and_grid(odd, direct),
+            (Kernel::PointwiseDirect, [1, 3, 1])
         );
     }
 

@@ -1,0 +1,92 @@
+#version 450
+// pointwise_direct4: pointwise_direct.comp with every load and store four floats wide, for
+// layers whose plane and input channels are multiples of four (every pointwise conv of the
+// det presets). llvmpipe walks the lanes one by one for each storage-buffer access whose
+// address is not a constant (a loop with a branch per lane); a vec4 access walks them once
+// for four values, so this kernel makes a quarter of pointwise_direct's walks for the same
+// multiply-adds.
+//
+// A workgroup covers 32 output channels × 128 pixels of one image, with 16 × 4 invocations:
+// invocation (tx, ty) channels m0 + ty + 4·i (i < 8) and the four-pixel groups
+// q0 + tx + 16·j (j < 2). Each step loads, for four input channels, one vec4 of weights per
+// output channel (the channels are contiguous in a weight row) and one vec4 of pixels per
+// group and channel. The sums run over the input channels in order, as in pointwise_direct.
+//
+// Grid: (⌈N/128⌉, ⌈M/32⌉, n), N = h·w, M = c_out (lower.rs: POINTWISE_DIRECT_PIXELS).
+
+layout(local_size_x = 16, local_size_y = 4, local_size_z = 1) in;
+
+#define CH 8
+#define QX 2u
+
+// The input and the weights are read as uniform texel buffers of vec4s (kernels.rs:
+// TexelFormat::F32x4): on llvmpipe a texel fetch is one vector gather, where a storage-buffer
+// load walks the lanes one by one.
+layout(set = 0, binding = 0) uniform samplerBuffer x;
+layout(set = 0, binding = 1) uniform samplerBuffer wt;
+layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { vec4 y[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Skip { vec4 skip[]; };
+
+#include "conv_push.glsl"
+
+void main() {
+    uint img = gl_WorkGroupID.z;
+    uint quads = pc.h * pc.w / 4u;
+    uint c_quads = pc.c_in / 4u;
+    uint x_base = img * pc.c_in * quads;
+    uint m0 = gl_WorkGroupID.y * 32u + gl_LocalInvocationID.y;
+    uint q0 = gl_WorkGroupID.x * (16u * QX) + gl_LocalInvocationID.x;
+    // Out-of-range channels and groups read a valid element (clamped) and are not stored, so
+    // the loop has no branch.
+    uint w_row[CH];
+    uint q[QX];
+    for (uint i = 0u; i < CH; i++) {
+        w_row[i] = min(m0 + 4u * i, pc.c_out - 1u) * c_quads;
+    }
+    for (uint j = 0u; j < QX; j++) {
+        q[j] = min(q0 + 16u * j, quads - 1u);
+    }
+    vec4 acc[CH][QX];
+    for (uint i = 0u; i < CH; i++) {
+        for (uint j = 0u; j < QX; j++) {
+            acc[i][j] = vec4(0.0);
+        }
+    }
+    for (uint c = 0u; c < c_quads; c++) {
+        vec4 a[CH];
+        for (uint i = 0u; i < CH; i++) {
+            a[i] = texelFetch(wt, int(w_row[i] + c));
+        }
+        uint row = x_base + 4u * c * quads;
+        for (uint k = 0u; k < 4u; k++) {
+            for (uint j = 0u; j < QX; j++) {
+                vec4 b = texelFetch(x, int(row + k * quads + q[j]));
+                for (uint i = 0u; i < CH; i++) {
+                    acc[i][j] += a[i][k] * b;
+                }
+            }
+        }
+    }
+    for (uint i = 0u; i < CH; i++) {
+        uint oi = m0 + 4u * i;
+        if (oi >= pc.c_out) {
+            continue;
+        }
+        float b = bias[oi];
+        for (uint j = 0u; j < QX; j++) {
+            uint qj = q0 + 16u * j;
+            if (qj < quads) {
+                vec4 v = acc[i][j] + b;
+                if (pc.relu != 0u) {
+                    v = max(v, vec4(0.0));
+                }
+                uint at = (img * pc.c_out + oi) * quads + qj;
+                if (pc.skip != 0u) {
+                    v += skip[at];
+                }
+                y[at] = v;
+            }
+        }
+    }
+}
