@@ -17,9 +17,11 @@ layout(local_size_x = 16, local_size_y = 4, local_size_z = 1) in;
 
 #define CH 8
 
-layout(std430, set = 0, binding = 0) readonly buffer Wt { float wt[]; };
-layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer GY { float gy[]; };
+// The inputs are read as uniform texel buffers (kernels.rs: KernelInfo::texels): on llvmpipe
+// a texel fetch is one vector gather, where a storage-buffer load walks the lanes one by one.
+layout(set = 0, binding = 0) uniform samplerBuffer wt;
+layout(set = 0, binding = 1) uniform samplerBuffer y;
+layout(set = 0, binding = 2) uniform samplerBuffer gy;
 layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
 
 #include "conv_push.glsl"
@@ -36,8 +38,8 @@ uint on_grid(int s, uint limit) {
 
 // The output gradient at idx, masked by the ReLU.
 float grad_at(uint idx) {
-    float g = gy[idx];
-    if (pc.relu != 0u && !(y[idx] > 0.0)) {
+    float g = texelFetch(gy, int(idx)).x;
+    if (pc.relu != 0u && !(texelFetch(y, int(idx)).x > 0.0)) {
         g = 0.0;
     }
     return g;
@@ -76,7 +78,7 @@ void main() {
             uint w_at = (grp * cog + o) * w_row;
             float a[CH];
             for (uint i = 0u; i < CH; i++) {
-                a[i] = wt[w_at + c[i]];
+                a[i] = texelFetch(wt, int(w_at + c[i])).x;
             }
             uint row = g_base + o * plane_out;
             for (uint j = 0u; j < 4u; j++) {
@@ -102,7 +104,7 @@ void main() {
                 uint kx = t - ky * pc.k;
                 float a[CH];
                 for (uint i = 0u; i < CH; i++) {
-                    a[i] = wt[w_at + c[i] * taps + t];
+                    a[i] = texelFetch(wt, int(w_at + c[i] * taps + t)).x;
                 }
                 for (uint j = 0u; j < 4u; j++) {
                     uint oy = on_grid(sy[j] - int(ky), pc.out_h);

@@ -8,7 +8,9 @@
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer Partial { float partial[]; };
+// The inputs are read as uniform texel buffers (kernels.rs: KernelInfo::texels): on llvmpipe
+// a texel fetch is one vector gather, where a storage-buffer load walks the lanes one by one.
+layout(set = 0, binding = 0) uniform samplerBuffer partial;
 layout(std430, set = 0, binding = 1) writeonly buffer GW { float gw[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer GB { float gb[]; };
 
@@ -22,7 +24,7 @@ void main() {
     for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
         float s = 0.0;
         for (uint sp = 0u; sp < pc.splits; sp++) {
-            s += partial[sp * len + i];
+            s += texelFetch(partial, int(sp * len + i)).x;
         }
         uint o = i / row;
         uint r = i - o * row;

@@ -25,9 +25,11 @@
 
 layout(local_size_x = LANES, local_size_y = 1, local_size_z = 1) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer GY { float gy[]; };
+// The inputs are read as uniform texel buffers (kernels.rs: KernelInfo::texels): on llvmpipe
+// a texel fetch is one vector gather, where a storage-buffer load walks the lanes one by one.
+layout(set = 0, binding = 0) uniform samplerBuffer x;
+layout(set = 0, binding = 1) uniform samplerBuffer y;
+layout(set = 0, binding = 2) uniform samplerBuffer gy;
 layout(std430, set = 0, binding = 3) writeonly buffer Partial { float partial[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer GW { float gw[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer GB { float gb[]; };
@@ -89,8 +91,8 @@ void main() {
         float g[TM];
         for (uint i = 0u; i < TM; i++) {
             uint idx = g_base + g_row[i];
-            g[i] = gy[idx];
-            if (pc.relu != 0u && !(y[idx] > 0.0)) {
+            g[i] = texelFetch(gy, int(idx)).x;
+            if (pc.relu != 0u && !(texelFetch(y, int(idx)).x > 0.0)) {
                 g[i] = 0.0;
             }
             bias_sum[i] += g[i];
@@ -103,7 +105,7 @@ void main() {
             int ix = ix0 + col_kx[j];
             float v = 0.0;
             if (uint(iy) < pc.h && uint(ix) < pc.w) {
-                v = x[x_base + col_off[j] + uint(iy) * pc.w + uint(ix)];
+                v = texelFetch(x, int(x_base + col_off[j] + uint(iy) * pc.w + uint(ix))).x;
             }
             for (uint i = 0u; i < TM; i++) {
                 acc[i][j] += g[i] * v;

@@ -1,6 +1,6 @@
 #version 450
 // depthwise_grad_weight_direct: depthwise_grad_weight's sums (gw and gb of a depthwise conv:
-// over the batch·pixel terms of a part, G[b][c][p] · x[b][c][tap t of p] for each tap t and
+// over the batch·pixel terms of a part, G[b][c][p] · texelFetch(x, int(b)).x[c][tap t of p] for each tap t and
 // G[b][c][p] alone for the bias; G the output gradient masked by y > 0 with a ReLU) for
 // CPU-type devices (lavapipe). A workgroup takes one channel and every tap, so each gradient
 // value is loaded once rather than once per tap, and adds its invocations' sums with one
@@ -15,9 +15,11 @@
 
 layout(local_size_x = LANES) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer GY { float gy[]; };
+// The inputs are read as uniform texel buffers (kernels.rs: KernelInfo::texels): on llvmpipe
+// a texel fetch is one vector gather, where a storage-buffer load walks the lanes one by one.
+layout(set = 0, binding = 0) uniform samplerBuffer x;
+layout(set = 0, binding = 1) uniform samplerBuffer y;
+layout(set = 0, binding = 2) uniform samplerBuffer gy;
 layout(std430, set = 0, binding = 3) writeonly buffer Partial { float partial[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer GW { float gw[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer GB { float gb[]; };
@@ -47,8 +49,8 @@ void main() {
         uint oy = p / pc.out_w;
         uint ox = p - oy * pc.out_w;
         uint idx = (b * pc.c_out + c) * plane_out + p;
-        float g = gy[idx];
-        if (pc.relu != 0u && !(y[idx] > 0.0)) {
+        float g = texelFetch(gy, int(idx)).x;
+        if (pc.relu != 0u && !(texelFetch(y, int(idx)).x > 0.0)) {
             g = 0.0;
         }
         bias_sum += g;
@@ -61,7 +63,7 @@ void main() {
                 int ix = ix0 + int(kx);
                 float v = 0.0;
                 if (uint(iy) < pc.h && uint(ix) < pc.w) {
-                    v = x[x_base + uint(iy) * pc.w + uint(ix)];
+                    v = texelFetch(x, int(x_base + uint(iy) * pc.w + uint(ix))).x;
                 }
                 acc[ky * pc.k + kx] += g * v;
             }

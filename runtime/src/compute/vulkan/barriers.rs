@@ -169,6 +169,7 @@ mod tests {
             (Kernel::Conv2dGradWeight, 0b11_1000),
             (Kernel::Conv2dGradReduce, 0b110),
             (Kernel::Conv2dGradReduceDirect, 0b110),
+            (Kernel::Conv2dGradWeightDirect, 0b11_1000),
             (Kernel::AddAssign, 0b1),
             (Kernel::AdamW, 0b1101),
             (Kernel::AdamWEma, 0b10_1101),

@@ -304,27 +304,38 @@ const POINTWISE_F16: KernelInfo = KernelInfo {
 };
 const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const CONV2D_GRAD_INPUT_DIRECT: KernelInfo = kernel!("conv2d_grad_input_direct", bindings 4,
-    push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
+const CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b111,
+    ..kernel!("conv2d_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
+        x None, shared 0)
+};
 const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = kernel!("conv2d_grad_weight_direct", bindings 6,
-    push CONV_PUSH_BYTES, local [64, 1, 1], x None,
-    shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)));
+const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b111,
+    ..kernel!("conv2d_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
+        x None,
+        shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
+};
 const CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
     push CONV_PUSH_BYTES, local [CONV_GRAD_REDUCE_BLOCK, 8, 1], x None,
     shared 4 * 8 * CONV_GRAD_REDUCE_BLOCK);
-const CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = kernel!("conv2d_grad_reduce_direct", bindings 3,
-    push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b1,
+    ..kernel!("conv2d_grad_reduce_direct", bindings 3, push CONV_PUSH_BYTES, local LINEAR,
+        x Some(0), shared 0)
+};
 const DEPTHWISE: KernelInfo =
     kernel!("depthwise", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 const DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
-const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = kernel!("depthwise_grad_weight_direct",
-    bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1], x None,
-    shared 4 * 64 * (DEPTHWISE_DIRECT_MAX_TAPS + 1));
+const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b111,
+    ..kernel!("depthwise_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES,
+        local [64, 1, 1], x None, shared 4 * 64 * (DEPTHWISE_DIRECT_MAX_TAPS + 1))
+};
 const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 const ADD_ASSIGN: KernelInfo =
     kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
