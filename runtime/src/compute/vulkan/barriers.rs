@@ -170,6 +170,8 @@ mod tests {
             (Kernel::Conv2dGradReduce, 0b110),
             (Kernel::Conv2dGradReduceDirect, 0b110),
             (Kernel::Conv2dGradWeightDirect, 0b11_1000),
+            (Kernel::DepthwiseDirect, 0b1000),
+            (Kernel::DepthwiseGradInputDirect, 0b1000),
             (Kernel::AddAssign, 0b1),
             (Kernel::AdamW, 0b1101),
             (Kernel::AdamWEma, 0b10_1101),

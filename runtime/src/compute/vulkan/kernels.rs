@@ -85,8 +85,14 @@ pub enum Kernel {
     Conv2dGradReduceDirect,
     /// Depthwise conv + bias + ReLU, direct: `x, w, b, y (w)`.
     Depthwise,
+    /// [`Kernel::Depthwise`] for CPU-type devices, reading its inputs as texel buffers: the
+    /// same bindings, push block and grid.
+    DepthwiseDirect,
     /// Input gradient of a depthwise conv: `w, y, gy, gx (w)`.
     DepthwiseGradInput,
+    /// [`Kernel::DepthwiseGradInput`] for CPU-type devices, reading its inputs as texel
+    /// buffers: the same bindings, push block and grid.
+    DepthwiseGradInputDirect,
     /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
     DepthwiseGradWeight,
     /// [`Kernel::DepthwiseGradWeight`] for CPU-type devices: a workgroup per channel and part,
@@ -327,8 +333,18 @@ const CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = KernelInfo {
 };
 const DEPTHWISE: KernelInfo =
     kernel!("depthwise", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const DEPTHWISE_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b111,
+    ..kernel!("depthwise_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0),
+        shared 0)
+};
 const DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+const DEPTHWISE_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b111,
+    ..kernel!("depthwise_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR,
+        x Some(0), shared 0)
+};
 const DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
 const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
@@ -369,7 +385,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 37] = [
+    pub const ALL: [Kernel; 39] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -387,7 +403,9 @@ impl Kernel {
         Kernel::Conv2dGradReduce,
         Kernel::Conv2dGradReduceDirect,
         Kernel::Depthwise,
+        Kernel::DepthwiseDirect,
         Kernel::DepthwiseGradInput,
+        Kernel::DepthwiseGradInputDirect,
         Kernel::DepthwiseGradWeight,
         Kernel::DepthwiseGradWeightDirect,
         Kernel::Add,
@@ -428,7 +446,9 @@ impl Kernel {
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
             Kernel::Conv2dGradReduceDirect => &CONV2D_GRAD_REDUCE_DIRECT,
             Kernel::Depthwise => &DEPTHWISE,
+            Kernel::DepthwiseDirect => &DEPTHWISE_DIRECT,
             Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
+            Kernel::DepthwiseGradInputDirect => &DEPTHWISE_GRAD_INPUT_DIRECT,
             Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,
             Kernel::DepthwiseGradWeightDirect => &DEPTHWISE_GRAD_WEIGHT_DIRECT,
             Kernel::Add => &ADD,

@@ -426,7 +426,12 @@ fn lower_step(
                     // An invocation per four outputs of a row (depthwise.comp).
                     let rows = op.output_len() as u64 / u64::from(op.out_w());
                     let groups = linear_groups(rows * u64::from(op.out_w()).div_ceil(4));
-                    push(Kernel::Depthwise, bindings, conv_push(&op, 1, 0), groups);
+                    let kernel = if variants.direct {
+                        Kernel::DepthwiseDirect
+                    } else {
+                        Kernel::Depthwise
+                    };
+                    push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {
                     // Binding 4 is the residual the store adds; unread (x stands in) without.
@@ -520,12 +525,12 @@ fn lower_step(
                     // An invocation per four inputs of a row (depthwise_grad_input.comp).
                     let rows = op.input_len() as u64 / u64::from(op.w);
                     let groups = linear_groups(rows * u64::from(op.w).div_ceil(4));
-                    push(
-                        Kernel::DepthwiseGradInput,
-                        bindings,
-                        conv_push(&op, 1, 0),
-                        groups,
-                    );
+                    let kernel = if variants.direct {
+                        Kernel::DepthwiseGradInputDirect
+                    } else {
+                        Kernel::DepthwiseGradInput
+                    };
+                    push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
                     let plane = u64::from(op.h) * u64::from(op.w);
                     let grid = checked(

@@ -1,0 +1,19 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// depthwise_direct: depthwise.comp for CPU-type devices, its inputs read as uniform texel
+// buffers (kernels.rs: KernelInfo::texels): on llvmpipe a texel fetch is one vector gather,
+// where a storage-buffer load walks the lanes one by one. The same grid and push block.
+
+layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+
+layout(set = 0, binding = 0) uniform samplerBuffer x;
+layout(set = 0, binding = 1) uniform samplerBuffer wt;
+layout(set = 0, binding = 2) uniform samplerBuffer bias;
+layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+#define X_AT(i) texelFetch(x, int(i)).x
+#define WT_AT(i) texelFetch(wt, int(i)).x
+#define BIAS_AT(i) texelFetch(bias, int(i)).x
+
+#include "conv_push.glsl"
+#include "depthwise.glsl"
