@@ -207,10 +207,9 @@ impl DescriptorSets {
                     offset: 0,
                     range: vk::WHOLE_SIZE,
                 });
-                texel_views.push(if info.texels & (1 << b) != 0 {
-                    made.texel_view(buffer, size, info.texel_format)?
-                } else {
-                    vk::BufferView::null()
+                texel_views.push(match info.texel_format(b as u32) {
+                    Some(format) => made.texel_view(buffer, size, format)?,
+                    None => vk::BufferView::null(),
                 });
             }
             infos.push(buffer_infos);

@@ -77,6 +77,10 @@ pub enum Kernel {
     /// summing a block of outputs in registers, one barrier at the end. The same bindings and
     /// push block; its own grid ([`CONV_GRAD_WEIGHT_DIRECT_TILE`]) and parts.
     Conv2dGradWeightDirect,
+    /// [`Kernel::Conv2dGradWeightDirect`] for pointwise convs whose plane is a multiple of
+    /// four, reading four terms a fetch (vec4 texels): the same bindings, push block, grid
+    /// and parts.
+    Conv2dGradWeightDirect4,
     /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`. A
     /// workgroup per [`CONV_GRAD_REDUCE_BLOCK`] sums, eight lanes sharing the splits.
     Conv2dGradReduce,
@@ -174,6 +178,19 @@ impl TexelFormat {
     }
 }
 
+impl KernelInfo {
+    /// How `binding` is viewed, if it is a texel binding.
+    pub fn texel_format(&self, binding: u32) -> Option<TexelFormat> {
+        if self.texels & (1 << binding) == 0 {
+            None
+        } else if self.texels4 & (1 << binding) != 0 {
+            Some(TexelFormat::F32x4)
+        } else {
+            Some(TexelFormat::F32)
+        }
+    }
+}
+
 /// The descriptor type of `binding` of the kernel.
 pub fn descriptor_type(info: &KernelInfo, binding: u32) -> ash::vk::DescriptorType {
     if info.texels & (1 << binding) != 0 {
@@ -196,8 +213,9 @@ pub struct KernelInfo {
     /// than storage buffers, through a view of the whole buffer in [`TexelFormat`]. On llvmpipe
     /// a texel fetch is a vector gather, where a storage-buffer load walks the lanes one by one.
     pub texels: u32,
-    /// The view format of the texel bindings.
-    pub texel_format: TexelFormat,
+    /// The texel bindings (a mask within `texels`) viewed as [`TexelFormat::F32x4`]; the
+    /// others are [`TexelFormat::F32`].
+    pub texels4: u32,
     /// Size of the push-constant block (0: none).
     pub push_bytes: u32,
     /// The workgroup size compiled into the shader.
@@ -233,7 +251,7 @@ macro_rules! kernel {
             local_size_ids: [$x, None, None],
             shared_bytes: $s,
             texels: 0,
-            texel_format: TexelFormat::F32,
+            texels4: 0,
             fp16: false,
         }
     };
@@ -296,7 +314,7 @@ const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
 const POINTWISE_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b11,
-    texel_format: TexelFormat::F32x4,
+    texels4: 0b11,
     ..kernel!("pointwise_direct4", bindings 5, push CONV_PUSH_BYTES, local [16, 4, 1], x None,
         shared 0)
 };
@@ -320,6 +338,13 @@ const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
 const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
+        x None,
+        shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
+};
+const CONV2D_GRAD_WEIGHT_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b111,
+    texels4: 0b111,
+    ..kernel!("conv2d_grad_weight_direct4", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
         x None,
         shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
 };
@@ -385,7 +410,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 39] = [
+    pub const ALL: [Kernel; 40] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -400,6 +425,7 @@ impl Kernel {
         Kernel::Conv2dGradInputDirect,
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradWeightDirect,
+        Kernel::Conv2dGradWeightDirect4,
         Kernel::Conv2dGradReduce,
         Kernel::Conv2dGradReduceDirect,
         Kernel::Depthwise,
@@ -443,6 +469,7 @@ impl Kernel {
             Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradWeightDirect => &CONV2D_GRAD_WEIGHT_DIRECT,
+            Kernel::Conv2dGradWeightDirect4 => &CONV2D_GRAD_WEIGHT_DIRECT4,
             Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
             Kernel::Conv2dGradReduceDirect => &CONV2D_GRAD_REDUCE_DIRECT,
             Kernel::Depthwise => &DEPTHWISE,

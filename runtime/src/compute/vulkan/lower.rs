@@ -578,7 +578,14 @@ fn lower_step(
             } else {
                 let (kernel, [tm, tn], rule) = if variants.direct {
                     let [tm, tn] = CONV_GRAD_WEIGHT_DIRECT_TILE.map(u64::from);
-                    (Kernel::Conv2dGradWeightDirect, [tm, tn], DIRECT_SPLIT)
+                    let plane = u64::from(op.h) * u64::from(op.w);
+                    // Pointwise over whole vec4s of pixels: four terms a fetch.
+                    let kernel = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
+                        Kernel::Conv2dGradWeightDirect4
+                    } else {
+                        Kernel::Conv2dGradWeightDirect
+                    };
+                    (kernel, [tm, tn], DIRECT_SPLIT)
                 } else {
                     (Kernel::Conv2dGradWeight, [bm, bn], TILED_SPLIT)
                 };
