@@ -1,5 +1,5 @@
-// The body of depthwise_grad_input.comp and depthwise_grad_input_direct.comp, which declare the bindings and how
-// a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel).
+// The body of depthwise_grad_input.comp and depthwise_grad_input_direct.comp, which declare
+// the bindings and how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel).
 // s / stride where s is a multiple of the stride, else a value ≥ limit (no term); s wraps
 // to a huge value when the difference it came from is negative. Strides 1 and 2 (det-s's)
 // avoid the integer division, slow on GPUs and worse on CPU SIMD.
@@ -12,6 +12,50 @@ uint on_grid(uint s, uint limit) {
     }
     uint d = s / pc.stride;
     return d * pc.stride == s ? d : limit;
+}
+
+// The masked output gradient at (row start grow, column s), or 0 where s is off the stride
+// grid or outside the row.
+float grad_at(uint grow, uint s) {
+    uint ox = on_grid(s, pc.out_w);
+    if (ox >= pc.out_w) {
+        return 0.0;
+    }
+    float g = GY_AT(grow + ox);
+    if (pc.relu != 0u && !(Y_AT(grow + ox) > 0.0)) {
+        g = 0.0;
+    }
+    return g;
+}
+
+// The 3×3 sums of inputs ix0 .. ix0 + 3 of row iy, stride 1 or 2: each output-gradient row's
+// window (the six columns ix0 + pad − 2 .. ix0 + pad + 3 reach, of which stride 2 keeps the
+// even ones) loaded once, where the generic loop loads a value per tap and input. The taps
+// are added in the generic loop's order (a window's zeros add nothing).
+vec4 window3(uint gbase, uint c, uint iy, uint ix0) {
+    vec4 s = vec4(0.0);
+    uint base = ix0 + pc.pad - 2u; // wraps when negative: off the grid or the row
+    for (uint ky = 0u; ky < 3u; ky++) {
+        uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
+        if (oy >= pc.out_h) {
+            continue;
+        }
+        uint grow = gbase + oy * pc.out_w;
+        float win[6];
+        for (uint t = 0u; t < 6u; t++) {
+            win[t] = grad_at(grow, base + t);
+        }
+        float w0 = WT_AT(c * 9u + ky * 3u);
+        float w1 = WT_AT(c * 9u + ky * 3u + 1u);
+        float w2 = WT_AT(c * 9u + ky * 3u + 2u);
+        for (uint j = 0u; j < 4u; j++) {
+            // Input ix0 + j takes column ix0 + j + pad − kx: window slot j + 2 − kx.
+            s[j] += w0 * win[j + 2u];
+            s[j] += w1 * win[j + 1u];
+            s[j] += w2 * win[j];
+        }
+    }
+    return s;
 }
 
 void main() {
@@ -28,7 +72,9 @@ void main() {
         uint c = bc % pc.c_in;
         uint gbase = bc * pc.out_h * pc.out_w;
         vec4 s = vec4(0.0);
-        for (uint ky = 0u; ky < pc.k; ky++) {
+        if (pc.k == 3u && pc.stride <= 2u) {
+            s = window3(gbase, c, iy, ix0);
+        } else for (uint ky = 0u; ky < pc.k; ky++) {
             uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
             if (oy >= pc.out_h) {
                 continue;
