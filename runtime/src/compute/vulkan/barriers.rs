@@ -171,6 +171,7 @@ mod tests {
             (Kernel::Conv2dGradReduceDirect, 0b110),
             (Kernel::Conv2dGradWeightDirect, 0b11_1000),
             (Kernel::Conv2dGradWeightDirect4, 0b11_1000),
+            (Kernel::Conv2dGradInputDirect4, 0b1000),
             (Kernel::DepthwiseDirect, 0b1000),
             (Kernel::DepthwiseGradInputDirect, 0b1000),
             (Kernel::AddAssign, 0b1),

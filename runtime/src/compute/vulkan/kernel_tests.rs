@@ -104,6 +104,10 @@ fn conv_cases() -> Vec<Conv2d> {
         // Pointwise: more channels than a tile, odd planes; a split weight gradient.
         Conv2d::pointwise(3, 33, 5, 7, 65, true),
         Conv2d::pointwise(2, 4, 50, 51, 4, false),
+        // Pointwise with input channels and plane in fours (the direct kernels in vec4s): a
+        // ReLU and more output channels than a tile; channels that end mid-vec4 block.
+        Conv2d::pointwise(2, 12, 6, 10, 40, true),
+        Conv2d::pointwise(1, 20, 4, 8, 9, false),
         // Depthwise: strides 1 and 2, a 5×5 kernel, no padding, a split weight gradient.
         Conv2d::depthwise(2, 5, 9, 7, 3, 2, true),
         Conv2d::depthwise(1, 3, 6, 11, 5, 1, false),
@@ -262,8 +266,16 @@ fn conv_forward_and_backward_with(direct: bool) {
                 "{what}: {want} is lowered"
             );
         } else {
-            for kernel in ["conv2d_grad_input", "conv2d_grad_weight"] {
-                let want = format!("{kernel}{suffix}");
+            // Pointwise convs over whole vec4s take the vec4 kernels on the direct path.
+            let plane = u64::from(op.h * op.w);
+            let pointwise = op.kind() == ConvKind::Pointwise;
+            let vec4_input = pointwise && super::kernels::pointwise_direct4_fits(op.c_in, plane);
+            let vec4_weight = pointwise && plane % 4 == 0;
+            for (kernel, vec4) in [
+                ("conv2d_grad_input", vec4_input),
+                ("conv2d_grad_weight", vec4_weight),
+            ] {
+                let want = format!("{kernel}{suffix}{}", if direct && vec4 { "4" } else { "" });
                 assert!(
                     exec.kernels(i).iter().any(|k| k.0 == want),
                     "{what}: {want} is lowered"

@@ -70,6 +70,10 @@ pub enum Kernel {
     /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
     /// invocations, each with four times the outputs).
     Conv2dGradInputDirect,
+    /// [`Kernel::Conv2dGradInputDirect`] for pointwise convs whose plane and input channels
+    /// are multiples of four ([`pointwise_direct4_fits`]), reading vec4 texels: the same
+    /// bindings, push block and grid.
+    Conv2dGradInputDirect4,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
     /// `x, y, gy, partial (w), gw (w), gb (w)`.
     Conv2dGradWeight,
@@ -333,6 +337,12 @@ const CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
     ..kernel!("conv2d_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
         x None, shared 0)
 };
+const CONV2D_GRAD_INPUT_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b111,
+    texels4: 0b111,
+    ..kernel!("conv2d_grad_input_direct4", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
+        x None, shared 0)
+};
 const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
@@ -410,7 +420,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 40] = [
+    pub const ALL: [Kernel; 41] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -423,6 +433,7 @@ impl Kernel {
         Kernel::PointwiseThin,
         Kernel::Conv2dGradInput,
         Kernel::Conv2dGradInputDirect,
+        Kernel::Conv2dGradInputDirect4,
         Kernel::Conv2dGradWeight,
         Kernel::Conv2dGradWeightDirect,
         Kernel::Conv2dGradWeightDirect4,
@@ -467,6 +478,7 @@ impl Kernel {
             Kernel::PointwiseThin => &POINTWISE_THIN,
             Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
             Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,
+            Kernel::Conv2dGradInputDirect4 => &CONV2D_GRAD_INPUT_DIRECT4,
             Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
             Kernel::Conv2dGradWeightDirect => &CONV2D_GRAD_WEIGHT_DIRECT,
             Kernel::Conv2dGradWeightDirect4 => &CONV2D_GRAD_WEIGHT_DIRECT4,

@@ -541,7 +541,12 @@ fn lower_step(
                         ],
                         "conv input gradient",
                     )?;
-                    let kernel = if variants.direct {
+                    let kernel = if variants.direct
+                        && op.kind() == ConvKind::Pointwise
+                        && pointwise_direct4_fits(op.c_in, plane)
+                    {
+                        Kernel::Conv2dGradInputDirect4
+                    } else if variants.direct {
                         Kernel::Conv2dGradInputDirect
                     } else {
                         Kernel::Conv2dGradInput
