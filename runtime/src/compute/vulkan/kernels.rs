@@ -2,8 +2,9 @@
 //!
 //! A kernel is one GLSL file `shaders/NAME.comp`, compiled by `tools/scripts/build-shaders.sh`
 //! into the committed `shaders/NAME.spv` and embedded with `include_bytes!` (building fulcrum
-//! needs no shader compiler). Its entry says what the pipeline needs to know: the storage
-//! buffers it binds (set 0, bindings `0..bindings`), its push-constant bytes, its workgroup
+//! needs no shader compiler). Its entry says what the pipeline needs to know: the buffers it
+//! binds (set 0, bindings `0..bindings`: storage buffers, or uniform texel buffers where
+//! [`KernelInfo::texels`] says so), its push-constant bytes, its workgroup
 //! size and which specialisation constants override it, and its shared memory.
 //!
 //! Kernels respect the weakest target fulcrum runs on: at most [`MAX_INVOCATIONS`]
