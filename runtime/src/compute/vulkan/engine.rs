@@ -197,7 +197,7 @@ impl DescriptorSets {
         // One entry per binding: a whole-buffer range, or the view of a texel binding.
         let mut infos: Vec<Vec<vk::DescriptorBufferInfo>> = Vec::with_capacity(dispatches.len());
         let mut views: Vec<Vec<vk::BufferView>> = Vec::with_capacity(dispatches.len());
-        for d in dispatches {
+        for (index, d) in dispatches.iter().enumerate() {
             let info = d.kernel.info();
             let mut buffer_infos = Vec::with_capacity(d.buffers.len());
             let mut texel_views = Vec::with_capacity(d.buffers.len());
@@ -208,7 +208,7 @@ impl DescriptorSets {
                     range: vk::WHOLE_SIZE,
                 });
                 texel_views.push(match info.texel_format(b as u32) {
-                    Some(format) => made.texel_view(buffer, size, format)?,
+                    Some(format) => made.texel_view(buffer, size, format, (index, info.name, b))?,
                     None => vk::BufferView::null(),
                 });
             }
@@ -255,16 +255,19 @@ impl DescriptorSets {
         buffer: vk::Buffer,
         size: u64,
         format: TexelFormat,
+        (index, kernel, binding): (usize, &'static str, usize),
     ) -> Result<vk::BufferView> {
         let texel = format.bytes();
         let limit = u64::from(self.device.info.limits.max_texel_buffer_elements);
         let texels = size / texel;
         if texels == 0 || texels > limit {
-            return Err(Error::Buffer {
-                name: format!("{buffer:?}"),
+            return Err(Error::Dispatch {
+                index,
+                kernel,
                 detail: format!(
-                    "{size} bytes as {texel}-byte texels: a texel view holds 1 to {limit} of \
-                     them on this device"
+                    "binding {binding}: {size} bytes as {texel}-byte texels, where a texel view \
+                     on this device holds 1 to {limit}: the tensor is too large for the \
+                     CPU-type device's kernels; use --engine cpu"
                 ),
             });
         }
