@@ -115,7 +115,8 @@ impl Checkpoint {
     /// The weights of parameter `name` to evaluate, serve or export: the average `ema.NAME`
     /// where the checkpoint has one, else `NAME`.
     pub fn weight(&self, name: &str) -> Option<&[f32]> {
-        self.get(&format!("ema.{name}")).or_else(|| self.get(name))
+        self.get(&StateTensor::Ema.name(name))
+            .or_else(|| self.get(name))
     }
 
     /// The weight of the GIoU term the model was trained with (the training config's `giou`;
@@ -290,6 +291,43 @@ impl Checkpoint {
     }
 }
 
+/// Training state kept beside a parameter, named after it with a prefix (`adam.m.stem.bias`).
+/// The graph's tensors, the checkpoint and the trainer's snapshot all spell the names here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateTensor {
+    /// AdamW's first moment.
+    AdamM,
+    /// AdamW's second moment.
+    AdamV,
+    /// The weight average that evaluation, serving and export use.
+    Ema,
+}
+
+impl StateTensor {
+    pub const ALL: [StateTensor; 3] = [StateTensor::AdamM, StateTensor::AdamV, StateTensor::Ema];
+
+    pub fn prefix(self) -> &'static str {
+        match self {
+            StateTensor::AdamM => "adam.m.",
+            StateTensor::AdamV => "adam.v.",
+            StateTensor::Ema => "ema.",
+        }
+    }
+
+    /// The state tensor's name for parameter `param`.
+    pub fn name(self, param: &str) -> String {
+        format!("{}{param}", self.prefix())
+    }
+
+    /// The parameter a tensor named `name` belongs to: `name` less a state prefix, or `name`.
+    pub fn param_of(name: &str) -> &str {
+        StateTensor::ALL
+            .iter()
+            .find_map(|state| name.strip_prefix(state.prefix()))
+            .unwrap_or(name)
+    }
+}
+
 /// The first of `names` that is neither a parameter of `model` nor one's AdamW moment or
 /// average (the module doc's naming). A model that gained layers in a later version would
 /// otherwise load here with its extra tensors ignored and run as a different network.
@@ -299,13 +337,10 @@ fn foreign_tensor<'a>(model: &ModelConfig, names: &'a [String]) -> Option<&'a st
         .into_iter()
         .map(|p| p.name)
         .collect();
-    names.iter().map(String::as_str).find(|name| {
-        let base = ["adam.m.", "adam.v.", "ema."]
-            .iter()
-            .find_map(|prefix| name.strip_prefix(prefix))
-            .unwrap_or(name);
-        !params.contains(base)
-    })
+    names
+        .iter()
+        .map(String::as_str)
+        .find(|name| !params.contains(StateTensor::param_of(name)))
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -344,12 +379,12 @@ impl Checkpoint {
             put(&spec.name, p.value)?;
             if optimizer {
                 if let (Some(m), Some(v)) = (p.m, p.v) {
-                    put(&format!("adam.m.{}", spec.name), m)?;
-                    put(&format!("adam.v.{}", spec.name), v)?;
+                    put(&StateTensor::AdamM.name(&spec.name), m)?;
+                    put(&StateTensor::AdamV.name(&spec.name), v)?;
                 }
             }
             if let Some(ema) = p.ema {
-                let average = format!("ema.{}", spec.name);
+                let average = StateTensor::Ema.name(&spec.name);
                 let has_average = self.get(&average).is_some();
                 put(
                     if optimizer && has_average {

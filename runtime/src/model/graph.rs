@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 
 use super::arch::{Arch, SepBlock};
+use super::checkpoint::StateTensor;
 use crate::compute::ops::{self, AdamW, CenterLoss, Conv2d, Decode, Normalize, RowCopy, Targets};
 use crate::compute::recording::{Elem, Recording, Role, Step, TensorId, HYPER_LEN, LOSS_LEN};
 use crate::format::RecordLayout;
@@ -563,8 +564,8 @@ impl ModelGraph {
                 let p = &b.params[i];
                 let len = b.rec.get(p.value).len;
                 let name = p.name.clone();
-                let m = b.rec.f32(&format!("adam.m.{name}"), len, Role::State);
-                let v = b.rec.f32(&format!("adam.v.{name}"), len, Role::State);
+                let m = b.rec.f32(&StateTensor::AdamM.name(&name), len, Role::State);
+                let v = b.rec.f32(&StateTensor::AdamV.name(&name), len, Role::State);
                 let grad = b.params[i].grad.expect("every parameter has a gradient");
                 b.params[i].m = Some(m);
                 b.params[i].v = Some(v);
@@ -591,7 +592,7 @@ impl ModelGraph {
                     v,
                     hyper,
                 });
-                let ema = b.rec.f32(&format!("ema.{name}"), len, Role::State);
+                let ema = b.rec.f32(&StateTensor::Ema.name(&name), len, Role::State);
                 b.params[i].ema = Some(ema);
                 train.push(Step::Ema {
                     op: ops::Ema { len: len as u32 },

@@ -34,7 +34,7 @@ use crate::compute::ops::{AdamW, CLIP_NORM, CLIP_SCALE};
 use crate::compute::recording::{Role, LOSS_LEN};
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
-use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress};
+use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress, StateTensor};
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
 use crate::ring::RingMemory;
 
@@ -1193,11 +1193,11 @@ fn snapshot(
         };
         read(spec.name.clone(), p.value)?;
         if let (Some(m), Some(v)) = (p.m, p.v) {
-            read(format!("adam.m.{}", spec.name), m)?;
-            read(format!("adam.v.{}", spec.name), v)?;
+            read(StateTensor::AdamM.name(&spec.name), m)?;
+            read(StateTensor::AdamV.name(&spec.name), v)?;
         }
         if let Some(ema) = p.ema {
-            read(format!("ema.{}", spec.name), ema)?;
+            read(StateTensor::Ema.name(&spec.name), ema)?;
         }
     }
     Ok(Checkpoint {
