@@ -76,6 +76,20 @@ const SPIRV_MAGIC: u32 = 0x0723_0203;
 /// The bindings of descriptor set 0 that `spirv` does not mark `NonWritable` (on the
 /// variable or on every member of its block), as a mask.
 pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
+    reflect_bindings(spirv).map(|b| b.writable)
+}
+
+/// Masks of descriptor set 0's bindings, read from a kernel's SPIR-V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShaderBindings {
+    /// Bindings the shader may write.
+    pub writable: u32,
+    /// Bindings declared as sampled images (`samplerBuffer`: uniform texel buffers).
+    pub texels: u32,
+}
+
+/// The bindings of descriptor set 0 of `spirv`: which it may write, which are texel buffers.
+pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
     if spirv.len() % 4 != 0 || spirv.len() < 20 {
         return Err(format!("{} bytes is not a SPIR-V module", spirv.len()));
     }
@@ -133,7 +147,10 @@ pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
         }
         at += count;
     }
-    let mut mask = 0u32;
+    let mut found = ShaderBindings {
+        writable: 0,
+        texels: 0,
+    };
     for (&var, &b) in &binding {
         if set.get(&var).copied().unwrap_or(0) != 0 {
             continue;
@@ -148,11 +165,13 @@ pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
             .and_then(|s| members.get(s))
             .is_some_and(|&(marked, len)| marked >= len && len > 0);
         let texels = block.is_some_and(|t| sampled.contains(t));
-        if !(non_writable.contains(&var) || readonly_block || texels) {
-            mask |= 1 << b;
+        if texels {
+            found.texels |= 1 << b;
+        } else if !(non_writable.contains(&var) || readonly_block) {
+            found.writable |= 1 << b;
         }
     }
-    Ok(mask)
+    Ok(found)
 }
 
 #[cfg(test)]

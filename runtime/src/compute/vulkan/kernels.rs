@@ -56,10 +56,9 @@ pub enum Kernel {
     /// [`POINTWISE_DIRECT_PIXELS`] pixels (twice the tiled kernel's) with a quarter of its
     /// invocations, each with 64 outputs.
     PointwiseDirect,
-    /// [`Kernel::PointwiseDirect`] loading and storing four floats at a time, where the plane
-    /// and the input channels are multiples of four ([`pointwise_direct4_fits`]): the same
-    /// bindings, push block and grid. llvmpipe walks the lanes once per storage-buffer access,
-    /// so a vec4 access costs about what a float one does.
+    /// [`Kernel::PointwiseDirect`] reading its input and weights as vec4 texels and storing
+    /// vec4s, where the plane and the input channels are multiples of four
+    /// ([`pointwise_direct4_fits`]): the same bindings, push block and grid.
     PointwiseDirect4,
     /// [`Kernel::Pointwise`] with one output per invocation, for layers whose tiled grid is
     /// too small to fill a GPU (batch-1 inference): the same bindings and push block; grid
@@ -194,14 +193,14 @@ impl KernelInfo {
             Some(TexelFormat::F32)
         }
     }
-}
 
-/// The descriptor type of `binding` of the kernel.
-pub fn descriptor_type(info: &KernelInfo, binding: u32) -> ash::vk::DescriptorType {
-    if info.texels & (1 << binding) != 0 {
-        ash::vk::DescriptorType::UNIFORM_TEXEL_BUFFER
-    } else {
-        ash::vk::DescriptorType::STORAGE_BUFFER
+    /// The descriptor type of `binding`.
+    pub fn descriptor_type(&self, binding: u32) -> ash::vk::DescriptorType {
+        if self.texels & (1 << binding) != 0 {
+            ash::vk::DescriptorType::UNIFORM_TEXEL_BUFFER
+        } else {
+            ash::vk::DescriptorType::STORAGE_BUFFER
+        }
     }
 }
 
@@ -580,6 +579,32 @@ mod tests {
             );
             assert!(info.bindings >= 1, "{k}: bindings");
         }
+    }
+
+    /// The table's texel bindings are the shader's `samplerBuffer`s, never written, and its
+    /// vec4 views are among them.
+    #[test]
+    fn texel_bindings_agree_with_the_shaders() {
+        for k in Kernel::ALL {
+            let info = k.info();
+            let shader = super::super::barriers::reflect_bindings(info.spirv).unwrap();
+            assert_eq!(shader.texels, info.texels, "{k}: texel bindings");
+            assert_eq!(
+                shader.writable & info.texels,
+                0,
+                "{k}: a texel binding is written"
+            );
+            assert_eq!(
+                info.texels4 & !info.texels,
+                0,
+                "{k}: vec4 view of a storage binding"
+            );
+            assert!(
+                info.texels < 1 << info.bindings,
+                "{k}: texel binding out of range"
+            );
+        }
+        assert_eq!(Kernel::PointwiseDirect4.info().texels, 0b11);
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl Pipeline {
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
-                    .descriptor_type(super::kernels::descriptor_type(info, b))
+                    .descriptor_type(info.descriptor_type(b))
                     .descriptor_count(1)
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
