@@ -218,24 +218,25 @@ impl DescriptorSets {
         let writes: Vec<vk::WriteDescriptorSet> = made
             .sets
             .iter()
+            .zip(dispatches)
             .zip(infos.iter().zip(&views))
-            .flat_map(|(&set, (infos, views))| {
+            .flat_map(|((&set, d), (infos, views))| {
+                let kernel = d.kernel.info();
                 infos
                     .iter()
                     .zip(views)
                     .enumerate()
                     .map(move |(b, (info, view))| {
+                        // The type the pipeline's set layout declared for the binding.
+                        let ty = kernel.descriptor_type(b as u32);
                         let write = vk::WriteDescriptorSet::default()
                             .dst_set(set)
-                            .dst_binding(b as u32);
-                        if *view == vk::BufferView::null() {
-                            write
-                                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                                .buffer_info(std::slice::from_ref(info))
+                            .dst_binding(b as u32)
+                            .descriptor_type(ty);
+                        if ty == vk::DescriptorType::UNIFORM_TEXEL_BUFFER {
+                            write.texel_buffer_view(std::slice::from_ref(view))
                         } else {
-                            write
-                                .descriptor_type(vk::DescriptorType::UNIFORM_TEXEL_BUFFER)
-                                .texel_buffer_view(std::slice::from_ref(view))
+                            write.buffer_info(std::slice::from_ref(info))
                         }
                     })
             })

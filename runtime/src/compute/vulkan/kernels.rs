@@ -196,10 +196,9 @@ impl KernelInfo {
 
     /// The descriptor type of `binding`.
     pub fn descriptor_type(&self, binding: u32) -> ash::vk::DescriptorType {
-        if self.texels & (1 << binding) != 0 {
-            ash::vk::DescriptorType::UNIFORM_TEXEL_BUFFER
-        } else {
-            ash::vk::DescriptorType::STORAGE_BUFFER
+        match self.texel_format(binding) {
+            Some(_) => ash::vk::DescriptorType::UNIFORM_TEXEL_BUFFER,
+            None => ash::vk::DescriptorType::STORAGE_BUFFER,
         }
     }
 }
