@@ -100,7 +100,7 @@ fn mosaics_are_identical_whatever_the_threads_and_units_of_work() {
         };
         let part = config.part_records();
         assert!(
-            part % 4 == 0 || part == 10,
+            part.is_multiple_of(4) || part == 10,
             "part {part_records} became {part}"
         );
         let run = load_all(&dir, DirectMode::Auto, &config);

@@ -65,7 +65,7 @@ impl PixelFormat {
             return Err(WireError::BadFrameSize);
         }
         let subsampled_x = matches!(self, PixelFormat::Yuyv | PixelFormat::Nv12);
-        if (subsampled_x && width % 2 != 0) || (self == PixelFormat::Nv12 && height % 2 != 0) {
+        if (subsampled_x && !width.is_multiple_of(2)) || (self == PixelFormat::Nv12 && !height.is_multiple_of(2)) {
             return Err(WireError::BadFrameSize);
         }
         let row = self.row_bytes(width);

@@ -195,7 +195,7 @@ impl Conv2d {
             ("conv stride", self.stride),
             ("conv groups", self.groups),
         ])?;
-        if self.c_in % self.groups != 0 || self.c_out % self.groups != 0 {
+        if !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
             return Err(format!(
                 "conv groups {} must divide c_in {} and c_out {}",
                 self.groups, self.c_in, self.c_out
@@ -418,7 +418,7 @@ impl Levels {
         }
         for l in 0..self.len() {
             let s = self.strides[l];
-            if s == 0 || self.input_h % s != 0 || self.input_w % s != 0 {
+            if s == 0 || !self.input_h.is_multiple_of(s) || !self.input_w.is_multiple_of(s) {
                 return Err(format!(
                     "{what}: stride {s} of level {l} does not divide the {}×{} input",
                     self.input_w, self.input_h
@@ -508,7 +508,7 @@ impl Targets {
     pub fn validate(&self) -> Result<(), String> {
         check_nonzero(&[("targets n", self.n), ("targets classes", self.classes)])?;
         self.levels.validate("targets")?;
-        if self.meta_offset % 4 != 0 || self.record_stride % 4 != 0 {
+        if !self.meta_offset.is_multiple_of(4) || !self.record_stride.is_multiple_of(4) {
             return Err(format!(
                 "targets meta_offset {} and record_stride {} must be multiples of 4",
                 self.meta_offset, self.record_stride

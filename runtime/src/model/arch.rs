@@ -85,7 +85,7 @@ impl ModelConfig {
     /// The variant `name` at input size `input` (the side of the packed records it trains on),
     /// which must be a multiple of 32 from [`Self::MIN_INPUT`] to [`Self::MAX_INPUT`].
     pub fn named_at(name: &str, classes: u32, input: u32) -> Result<ModelConfig, String> {
-        if input % 32 != 0 || !(Self::MIN_INPUT..=Self::MAX_INPUT).contains(&input) {
+        if !input.is_multiple_of(32) || !(Self::MIN_INPUT..=Self::MAX_INPUT).contains(&input) {
             return Err(format!(
                 "input size {input}: a model trains at a multiple of 32 from {} to {}",
                 Self::MIN_INPUT,
@@ -104,7 +104,7 @@ impl ModelConfig {
         if self.classes == 0 || self.classes > 1000 {
             return Err(format!("{} classes: a model needs 1 to 1000", self.classes));
         }
-        if self.input == 0 || self.input % 32 != 0 || self.input > 1024 {
+        if self.input == 0 || !self.input.is_multiple_of(32) || self.input > 1024 {
             return Err(format!(
                 "input size {}: it must be a multiple of 32, at most 1024",
                 self.input

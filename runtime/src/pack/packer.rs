@@ -430,7 +430,7 @@ fn write_dataset(
                     }
                     *results[i].lock().unwrap() = Some(outcome);
                     let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if d % 64 == 0 || d as u64 == count {
+                    if d.is_multiple_of(64) || d as u64 == count {
                         progress(d as u64, count);
                     }
                 }

@@ -69,7 +69,7 @@ impl Observer for Lines {
     fn step(&mut self, r: &StepReport) {
         if let Some(bar) = &self.bar {
             bar.set_position(r.step);
-            if r.step % 10 == 0 {
+            if r.step.is_multiple_of(10) {
                 bar.set_message(format!("loss {:.3}", r.loss[0]));
             }
         }

@@ -111,7 +111,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("creating {}", parent.display()))?;
     }
     let trainable = fulcrum::model::ModelConfig::MIN_INPUT..=fulcrum::model::ModelConfig::MAX_INPUT;
-    if a.size % 32 != 0 || !trainable.contains(&a.size) {
+    if !a.size.is_multiple_of(32) || !trainable.contains(&a.size) {
         log::warn!(
             "--size {}: no model trains at this size (a multiple of 32 from {} to {}); the pack \
              serves the loader and I/O tools only",

@@ -197,7 +197,7 @@ impl Observer for Printer {
     fn step(&mut self, r: &StepReport) {
         if let Some(bar) = &self.bar {
             bar.set_position(r.step);
-            if r.step % 10 == 0 || r.step == 1 {
+            if r.step.is_multiple_of(10) || r.step == 1 {
                 bar.set_message(format!("loss {:.3}", r.loss[0]));
             }
         }

@@ -18,7 +18,7 @@ pub(super) fn conv(
     ow: usize,
 ) {
     assert!(
-        ow > 0 && out.len() % ow == 0,
+        ow > 0 && out.len().is_multiple_of(ow),
         "depthwise plane of {} for rows of {ow}",
         out.len()
     );
@@ -53,7 +53,7 @@ pub(super) fn in_place(
     };
     assert!(
         ow > 0
-            && out.len() % ow == 0
+            && out.len().is_multiple_of(ow)
             && oy0 + out.len() / ow <= oh
             && x.len() == stride * stride * oh * ow,
         "stride-{stride} depthwise rows {oy0}.. ({}) of {oh} from {} for rows of {ow}",
@@ -73,7 +73,7 @@ pub(super) fn weight_grad(
     ow: usize,
 ) -> ([f32; 9], f32) {
     assert!(
-        ow > 0 && wg.gy.len() % ow == 0,
+        ow > 0 && wg.gy.len().is_multiple_of(ow),
         "depthwise gradient of {} for rows of {ow}",
         wg.gy.len()
     );

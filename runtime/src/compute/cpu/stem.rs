@@ -21,8 +21,8 @@ pub fn reads_in_place(op: &Conv2d) -> bool {
     kernels::active().dense3x3_half.is_some()
         && op.kind() == ConvKind::Dense
         && (op.kernel, op.stride, op.pad) == (3, 2, 1)
-        && op.h % 2 == 0
-        && op.w % 2 == 0
+        && op.h.is_multiple_of(2)
+        && op.w.is_multiple_of(2)
         && op.c_in as usize * 9 <= DENSE3X3_MAX_TAPS
 }
 

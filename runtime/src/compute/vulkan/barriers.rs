@@ -90,7 +90,7 @@ pub struct ShaderBindings {
 
 /// The bindings of descriptor set 0 of `spirv`: which it may write, which are texel buffers.
 pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
-    if spirv.len() % 4 != 0 || spirv.len() < 20 {
+    if !spirv.len().is_multiple_of(4) || spirv.len() < 20 {
         return Err(format!("{} bytes is not a SPIR-V module", spirv.len()));
     }
     let words: Vec<u32> = spirv

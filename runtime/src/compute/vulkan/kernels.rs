@@ -268,7 +268,7 @@ pub const POINTWISE_DIRECT_PIXELS: u32 = 128;
 /// Whether a pointwise conv of `c_in` input channels over `plane` pixels can use the vec4
 /// kernels (`*_direct4`): whole vec4s along the pixels and along a weight row.
 pub fn pointwise_direct4_fits(c_in: u32, plane: u64) -> bool {
-    c_in % 4 == 0 && plane % 4 == 0
+    c_in.is_multiple_of(4) && plane.is_multiple_of(4)
 }
 /// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];

@@ -134,7 +134,7 @@ fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: us
             let d = &mut panel[(q * kl + p) * 16..][..16];
             d.copy_from_slice(s);
         }
-        if cols % 16 != 0 {
+        if !cols.is_multiple_of(16) {
             let d = &mut panel[(full * kl + p) * 16..][..16];
             d[..cols % 16].copy_from_slice(&src[full * 16..]);
             d[cols % 16..].fill(0.0);
