@@ -317,7 +317,8 @@ mod tests {
         let sgemm_ep = |m, k, n, alpha, a, b, beta, c: &mut [f32], ldc, ep| {
             sgemm_with(kern, m, k, n, alpha, a, b, beta, c, ldc, ep)
         };
-        let (m, k, n) = (7, 5, 21);
+        // 11 rows: a whole tile of every set's height (4 and 8) and a ragged one.
+        let (m, k, n) = (11, 5, 21);
         let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.73).cos()).collect();
         let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.3 - 1.0).collect();

@@ -9,9 +9,10 @@
 //! |-----|-------|------|
 //! | `portable` | everywhere | plain loops at the compiler's baseline (SSE2 on x86-64, NEON on aarch64) |
 //! | `avx2` | x86-64 with AVX2 and FMA | register tiles with explicit FMA |
+//! | `avx512` | x86-64 with AVX-512F | 16-lane GEMM tiles under lane masks; the AVX2 depthwise |
 //! | `neon` | aarch64 (NEON is baseline there) | register tiles with explicit FMA |
 //!
-//! `FULCRUM_CPU_KERNELS=portable|avx2|neon` forces a set for A/B runs; without it the best
+//! `FULCRUM_CPU_KERNELS=portable|avx2|avx512|neon` forces a set for A/B runs; without it the best
 //! set the CPU has runs.
 
 mod operands;
@@ -23,6 +24,8 @@ mod portable;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
@@ -40,18 +43,25 @@ pub const ENV: &str = "FULCRUM_CPU_KERNELS";
 pub enum KernelSet {
     Portable,
     Avx2,
+    Avx512,
     Neon,
 }
 
 impl KernelSet {
     /// Every set fulcrum has, best last.
-    pub const ALL: [KernelSet; 3] = [KernelSet::Portable, KernelSet::Avx2, KernelSet::Neon];
+    pub const ALL: [KernelSet; 4] = [
+        KernelSet::Portable,
+        KernelSet::Avx2,
+        KernelSet::Avx512,
+        KernelSet::Neon,
+    ];
 
     /// The name `FULCRUM_CPU_KERNELS` takes and the reports print.
     pub fn name(self) -> &'static str {
         match self {
             KernelSet::Portable => "portable",
             KernelSet::Avx2 => "avx2",
+            KernelSet::Avx512 => "avx512",
             KernelSet::Neon => "neon",
         }
     }
@@ -61,6 +71,7 @@ impl KernelSet {
         match self {
             KernelSet::Portable => "plain loops at the compiler's baseline",
             KernelSet::Avx2 => "AVX2 + FMA register tiles",
+            KernelSet::Avx512 => "AVX-512 register tiles (AVX2 depthwise)",
             KernelSet::Neon => "NEON register tiles",
         }
     }
@@ -271,6 +282,8 @@ pub(crate) fn table(set: KernelSet) -> Option<&'static Kernels> {
         KernelSet::Portable => Some(&portable::KERNELS),
         #[cfg(target_arch = "x86_64")]
         KernelSet::Avx2 => avx2::kernels(),
+        #[cfg(target_arch = "x86_64")]
+        KernelSet::Avx512 => avx512::kernels(),
         #[cfg(target_arch = "aarch64")]
         KernelSet::Neon => Some(&neon::KERNELS),
         #[allow(unreachable_patterns)]

@@ -34,9 +34,15 @@ fn the_best_set_for_this_architecture_is_the_one_that_runs() {
     #[cfg(target_arch = "aarch64")]
     let expected = Some(KernelSet::Neon);
     #[cfg(target_arch = "x86_64")]
-    let expected = (std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma"))
-    .then_some(KernelSet::Avx2);
+    let expected = {
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma");
+        if avx2 && has!("avx512f") {
+            Some(KernelSet::Avx512)
+        } else {
+            avx2.then_some(KernelSet::Avx2)
+        }
+    };
     #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
     let expected: Option<KernelSet> = None;
     if let Some(set) = expected {

@@ -23,7 +23,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// See [`super::super::Dw3x3Conv`] (and its safety).
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn conv(
+pub(in super::super) unsafe fn conv(
     taps: Taps<'_>,
     w: &[f32; 9],
     bias: f32,
@@ -71,7 +71,7 @@ pub(super) unsafe fn conv(
 /// [`Plane::chunk`], so the loop over a row's middle has no branch.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn same(
+pub(in super::super) unsafe fn same(
     x: &[f32],
     w: &[f32; 9],
     bias: f32,
@@ -103,7 +103,7 @@ pub(super) unsafe fn same(
 /// right edge and no bottom one: only the top row and the left column are special.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn half(
+pub(in super::super) unsafe fn half(
     x: &[f32],
     w: &[f32; 9],
     bias: f32,
@@ -322,7 +322,11 @@ pub(super) unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__
 
 /// See [`super::super::Dw3x3WeightGrad`] (and its safety).
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn weight_grad(taps: Taps<'_>, wg: WeightGrad<'_>, ow: usize) -> ([f32; 9], f32) {
+pub(in super::super) unsafe fn weight_grad(
+    taps: Taps<'_>,
+    wg: WeightGrad<'_>,
+    ow: usize,
+) -> ([f32; 9], f32) {
     let ow8 = ow - ow % 8;
     let zero = _mm256_setzero_ps();
     let mut acc = [zero; 9];
@@ -370,7 +374,7 @@ pub(super) unsafe fn weight_grad(taps: Taps<'_>, wg: WeightGrad<'_>, ow: usize) 
 
 /// See [`super::super::Dw3x3InputGradS2`] (and its safety).
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn input_grad_s2(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize) {
+pub(in super::super) unsafe fn input_grad_s2(g: &[f32], w: &[f32; 9], gx: &mut [f32], ow: usize) {
     let oh = gx.len() / (4 * ow);
     let ld = ow + 1;
     let ow8 = ow - ow % 8;

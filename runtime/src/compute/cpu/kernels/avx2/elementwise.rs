@@ -10,7 +10,7 @@ use std::arch::x86_64::{
 /// See [`super::super::RgbRow`] (and its safety). Eight pixels at a time: two overlapping
 /// 16-byte loads cover their 24 bytes, and one byte shuffle of each gathers a channel.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn rgb_row(src: &[u8], flip: bool, dst: [&mut [f32]; 3]) {
+pub(in super::super) unsafe fn rgb_row(src: &[u8], flip: bool, dst: [&mut [f32]; 3]) {
     let w = src.len() / 3;
     let w8 = w - w % 8;
     // Channel c of pixel i is byte 3i + c: in the first load while 3i + c < 16, else byte

@@ -1,7 +1,8 @@
 //! The AVX2 + FMA set (x86-64 CPUs since Haswell and Zen).
 
-mod dw3x3;
-mod elementwise;
+// The AVX-512 set shares these two.
+pub(super) mod dw3x3;
+pub(super) mod elementwise;
 mod gemm;
 
 use super::{KernelSet, Kernels};

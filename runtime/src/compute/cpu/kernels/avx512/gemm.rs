@@ -1,0 +1,332 @@
+//! The GEMM panels in AVX-512: a panel row of 16 columns is one register.
+
+use super::super::operands::{Epilogue, Mat};
+use super::super::panel::{self, drive, RowTiles};
+use super::super::portable;
+use super::super::Dense3x3Input;
+use std::arch::x86_64::{
+    __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_ps, _mm512_set1_ps,
+    _mm512_setr_epi32, _mm512_setzero_ps, _mm512_storeu_ps,
+};
+
+/// Rows of C in one register tile of [`fused`]: eight accumulators of the 32 registers,
+/// leaving room for the panel row and the broadcasts in flight.
+const TILE_ROWS: usize = 8;
+
+/// The lanes below `w` (`w ≤ 16`).
+#[inline(always)]
+fn live(w: usize) -> __mmask16 {
+    ((1u32 << w) - 1) as __mmask16
+}
+
+/// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
+/// loops compiled for AVX-512 elsewhere. Safety: see [`super::super::GemmAccumulate`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accumulate(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if a.cs == 1 && b.rs == 1 {
+        // SAFETY: AVX-512F as for this function.
+        unsafe { dots(m, k, n, alpha, a, b, c, ldc) };
+    } else {
+        portable::gemm_body(m, k, n, alpha, a, b, c, ldc);
+    }
+}
+
+/// `C ← ep(alpha·A·B + beta·C)` with the epilogue fused: C in register tiles of up to
+/// [`TILE_ROWS`] rows × 16 columns, each panel row loaded once per row set, each A element
+/// broadcast once (into the FMA), each result stored once. The sums are the AVX2 set's, in
+/// the same order: each lane adds its products over k one at a time.
+///
+/// The loops around the tiles (B's packed panels, k blocks) are [`drive`]'s.
+///
+/// Safety: see [`super::super::GemmFused`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn fused(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    drive(
+        (m, k, n),
+        alpha,
+        a,
+        b,
+        beta,
+        c,
+        ldc,
+        ep,
+        TILE_ROWS,
+        |t, i, j, w, rows| {
+            // SAFETY: AVX-512F as for this function; the tile (rows i.., columns j..j + w)
+            // lies inside A, whose last element the caller checked, and among the elements
+            // of C it vouched for.
+            unsafe { tile_any(t, i, j, w, rows, t.ep.residual.is_some()) }
+        },
+    );
+}
+
+/// [`RowTiles::tile512`] for `rows ≤ TILE_ROWS` chosen at run time.
+///
+/// Safety: as [`RowTiles::tile512`]'s.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn tile_any(t: &RowTiles<'_>, i: usize, j: usize, w: usize, rows: usize, res: bool) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match (rows, res) {
+            (8, false) => t.tile512::<8, false>(i, j, w),
+            (7, false) => t.tile512::<7, false>(i, j, w),
+            (6, false) => t.tile512::<6, false>(i, j, w),
+            (5, false) => t.tile512::<5, false>(i, j, w),
+            (4, false) => t.tile512::<4, false>(i, j, w),
+            (3, false) => t.tile512::<3, false>(i, j, w),
+            (2, false) => t.tile512::<2, false>(i, j, w),
+            (_, false) => t.tile512::<1, false>(i, j, w),
+            (8, true) => t.tile512::<8, true>(i, j, w),
+            (7, true) => t.tile512::<7, true>(i, j, w),
+            (6, true) => t.tile512::<6, true>(i, j, w),
+            (5, true) => t.tile512::<5, true>(i, j, w),
+            (4, true) => t.tile512::<4, true>(i, j, w),
+            (3, true) => t.tile512::<3, true>(i, j, w),
+            (2, true) => t.tile512::<2, true>(i, j, w),
+            (_, true) => t.tile512::<1, true>(i, j, w),
+        }
+    }
+}
+
+/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
+/// taps of 16 output columns split from 32 input columns by two lane permutations, the tiles
+/// of [`fused`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn dense3x3_half(
+    x: Dense3x3Input<'_>,
+    c_in: usize,
+    weight: &[f32],
+    m: usize,
+    ep: Epilogue<'_>,
+    out: *mut f32,
+    (oh, ow): (usize, usize),
+    rows: std::ops::Range<usize>,
+) {
+    // Even input columns (tap kx = 1), odd ones (kx = 2), and the odd ones one output column
+    // later with the column left of the run in lane 0 (kx = 0): indices into (a, b) pairs,
+    // b's lanes numbered from 16.
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let shifted = _mm512_setr_epi32(16, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
+    panel::dense3x3_half(
+        x,
+        c_in,
+        weight,
+        m,
+        ep,
+        out,
+        (oh, ow),
+        rows,
+        16,
+        TILE_ROWS,
+        super::avx2::elementwise::rgb_row,
+        |row, c, left, dst| {
+            // SAFETY: AVX-512F as for this function; `panel::dense3x3_half` hands over a row
+            // holding columns 2c .. 2c + 32 (and 2c − 1 unless `left`) and three runs of 16
+            // floats inside its panel.
+            unsafe {
+                let lo = _mm512_loadu_ps(row.add(2 * c));
+                let hi = _mm512_loadu_ps(row.add(2 * c + 16));
+                let e = _mm512_permutex2var_ps(lo, even, hi);
+                let o = _mm512_permutex2var_ps(lo, odd, hi);
+                let before = if left { 0.0 } else { *row.add(2 * c - 1) };
+                let l = _mm512_permutex2var_ps(o, shifted, _mm512_set1_ps(before));
+                for (d, v) in dst.into_iter().zip([l, e, o]) {
+                    _mm512_storeu_ps(d, v);
+                }
+            }
+        },
+        |t, i, j, w, rows| {
+            // SAFETY: AVX-512F as for this function; the tile (rows i.., columns
+            // j..j + w) lies inside the weights and the output, as the contract says.
+            unsafe { tile_any(t, i, j, w, rows, false) }
+        },
+    );
+}
+
+impl RowTiles<'_> {
+    /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
+    /// residual added (which must then be given).
+    ///
+    /// Safety: the CPU has AVX-512F; rows `i .. i + R` and columns `k0 .. k0 + kl` are
+    /// inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last elements
+    /// the caller checked against their slices).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn tile512<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
+        let a = &self.a;
+        let mask = live(w);
+        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
+        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // (i + r)·ldc + j .. + w, and the residual the same elements, under the mask of the
+        // live lanes (masked-off lanes are never touched, so cannot fault); all inside the
+        // checked views. Pointers that may point past them are formed with wrapping
+        // arithmetic.
+        unsafe {
+            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
+                a.data
+                    .as_ptr()
+                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
+            });
+            let mut acc = [_mm512_setzero_ps(); R];
+            for row in self.panel.chunks_exact(16) {
+                let bv = _mm512_loadu_ps(row.as_ptr());
+                for r in 0..R {
+                    let av = _mm512_set1_ps(*ap[r]);
+                    ap[r] = ap[r].wrapping_add(a.cs);
+                    acc[r] = _mm512_fmadd_ps(av, bv, acc[r]);
+                }
+            }
+            let (al, be) = (_mm512_set1_ps(self.alpha), _mm512_set1_ps(self.beta));
+            // With a residual, every value first, then every store (4K aliasing: see the
+            // AVX2 tile); without one, each row is stored as soon as it is done.
+            for r in 0..R {
+                let o = self.c.wrapping_add((i + r) * self.ldc + j);
+                let mut v = _mm512_mul_ps(al, acc[r]);
+                if self.beta != 0.0 {
+                    v = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mask, o), v);
+                }
+                if let Some(bs) = self.ep.bias {
+                    v = _mm512_add_ps(v, _mm512_set1_ps(bs[i + r]));
+                }
+                if self.ep.relu {
+                    v = _mm512_max_ps(v, _mm512_setzero_ps());
+                }
+                if let (true, Some(res)) = (RES, self.ep.residual) {
+                    let rp = res.as_ptr().wrapping_add((i + r) * self.ldc + j);
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
+                }
+                if RES {
+                    acc[r] = v;
+                } else {
+                    _mm512_mask_storeu_ps(o, mask, v);
+                }
+            }
+            if RES {
+                for (r, v) in acc.iter().enumerate() {
+                    let o = self.c.wrapping_add((i + r) * self.ldc + j);
+                    _mm512_mask_storeu_ps(o, mask, *v);
+                }
+            }
+        }
+    }
+}
+
+/// The dot path of [`portable::gemm_body`] (both operands contiguous along k, as in
+/// `dW += G·Xᵀ`): tiles of 4 rows × 2 columns of C share their loads, k in blocks that stay
+/// in cache while every row tile passes over them, the last 16 floats of a row under a mask
+/// instead of a scalar loop.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dots(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    const KC: usize = 512;
+    let (m4, n2) = (m - m % 4, n - n % 2);
+    for k0 in (0..k).step_by(KC) {
+        let kl = KC.min(k - k0);
+        let arow = |i: usize| &a.data[i * a.rs + k0..][..kl];
+        let bcol = |j: usize| &b.data[j * b.cs + k0..][..kl];
+        for i in (0..m4).step_by(4) {
+            let ar = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
+            for j in (0..n2).step_by(2) {
+                // SAFETY: dots runs only on CPUs with AVX-512F.
+                let s = unsafe { dot_tile(ar, [bcol(j), bcol(j + 1)]) };
+                for (r, sr) in s.iter().enumerate() {
+                    for (q, v) in sr.iter().enumerate() {
+                        c[(i + r) * ldc + j + q] += alpha * v;
+                    }
+                }
+            }
+            for j in n2..n {
+                // SAFETY: as above.
+                let s = unsafe { dot_tile(ar, [bcol(j)]) };
+                for (r, sr) in s.iter().enumerate() {
+                    c[(i + r) * ldc + j] += alpha * sr[0];
+                }
+            }
+        }
+        for i in m4..m {
+            for j in 0..n {
+                // SAFETY: as above.
+                let s = unsafe { dot_tile([arow(i)], [bcol(j)]) };
+                c[i * ldc + j] += alpha * s[0][0];
+            }
+        }
+    }
+}
+
+/// `R × Q` dot products of equally long rows; every loaded vector of `a` serves `Q`
+/// products and every one of `b` serves `R`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn dot_tile<const R: usize, const Q: usize>(
+    a: [&[f32]; R],
+    b: [&[f32]; Q],
+) -> [[f32; Q]; R] {
+    let kl = a[0].len();
+    // Cut every row to kl first (panics if one is shorter), so that the live lanes of a
+    // load at 16·p stay inside each of them.
+    let ap = a.map(|s| s[..kl].as_ptr());
+    let bp = b.map(|s| s[..kl].as_ptr());
+    let mut out = [[0f32; Q]; R];
+    // SAFETY: the CPU has AVX-512F (the caller's contract); every load reads the lanes of
+    // 16·p .. 16·p + 16 below kl (the rest masked off, never touched) of a row checked
+    // above; loadu/storeu need no alignment.
+    unsafe {
+        let mut acc: [[__m512; Q]; R] = [[_mm512_setzero_ps(); Q]; R];
+        for p in (0..kl).step_by(16) {
+            let mask = live((kl - p).min(16));
+            let bv: [__m512; Q] =
+                std::array::from_fn(|q| _mm512_maskz_loadu_ps(mask, bp[q].add(p)));
+            for r in 0..R {
+                let av = _mm512_maskz_loadu_ps(mask, ap[r].add(p));
+                for q in 0..Q {
+                    acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+                }
+            }
+        }
+        for r in 0..R {
+            for q in 0..Q {
+                // Halves added lane by lane, then the eight lanes pairwise.
+                let mut v = [0f32; 16];
+                _mm512_storeu_ps(v.as_mut_ptr(), acc[r][q]);
+                let l: [f32; 8] = std::array::from_fn(|x| v[x] + v[x + 8]);
+                out[r][q] = portable::hsum(&l);
+            }
+        }
+    }
+    out
+}
