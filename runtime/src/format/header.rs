@@ -108,7 +108,9 @@ impl ShardHeader {
         };
         let layout = super::RecordLayout::new(h.width, h.height, h.channels, h.max_boxes)
             .map_err(|what| bad(&what))?;
-        if h.record_size as usize != layout.record_size || !(h.record_size as usize).is_multiple_of(PAGE_SIZE) {
+        if h.record_size as usize != layout.record_size
+            || !(h.record_size as usize).is_multiple_of(PAGE_SIZE)
+        {
             return Err(bad("record size does not match the image and box layout"));
         }
         debug_assert_eq!(page_align(h.record_size as usize), h.record_size as usize);

@@ -10,7 +10,7 @@ use super::dw3x3::half_taps;
 /// loops compiled for AVX2 + FMA elsewhere. Safety: see [`super::super::GemmAccumulate`].
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accumulate(
+pub(in super::super) unsafe fn accumulate(
     m: usize,
     k: usize,
     n: usize,

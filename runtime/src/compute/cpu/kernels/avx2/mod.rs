@@ -1,9 +1,9 @@
 //! The AVX2 + FMA set (x86-64 CPUs since Haswell and Zen).
 
-// The AVX-512 set shares these two.
+// The AVX-512 set shares some of these kernels.
 pub(super) mod dw3x3;
 pub(super) mod elementwise;
-mod gemm;
+pub(super) mod gemm;
 
 use super::{KernelSet, Kernels};
 

@@ -2,10 +2,9 @@
 
 use super::super::operands::{Epilogue, Mat};
 use super::super::panel::{self, drive, RowTiles};
-use super::super::portable;
 use super::super::Dense3x3Input;
 use std::arch::x86_64::{
-    __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
     _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_ps, _mm512_set1_ps,
     _mm512_setr_epi32, _mm512_setzero_ps, _mm512_storeu_ps,
 };
@@ -18,28 +17,6 @@ const TILE_ROWS: usize = 8;
 #[inline(always)]
 fn live(w: usize) -> __mmask16 {
     ((1u32 << w) - 1) as __mmask16
-}
-
-/// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
-/// loops compiled for AVX-512 elsewhere. Safety: see [`super::super::GemmAccumulate`].
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accumulate(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    if a.cs == 1 && b.rs == 1 {
-        // SAFETY: AVX-512F as for this function.
-        unsafe { dots(m, k, n, alpha, a, b, c, ldc) };
-    } else {
-        portable::gemm_body(m, k, n, alpha, a, b, c, ldc);
-    }
 }
 
 /// `C ← ep(alpha·A·B + beta·C)` with the epilogue fused: C in register tiles of up to
@@ -235,98 +212,4 @@ impl RowTiles<'_> {
             }
         }
     }
-}
-
-/// The dot path of [`portable::gemm_body`] (both operands contiguous along k, as in
-/// `dW += G·Xᵀ`): tiles of 4 rows × 2 columns of C share their loads, k in blocks that stay
-/// in cache while every row tile passes over them, the last 16 floats of a row under a mask
-/// instead of a scalar loop.
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn dots(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    const KC: usize = 512;
-    let (m4, n2) = (m - m % 4, n - n % 2);
-    for k0 in (0..k).step_by(KC) {
-        let kl = KC.min(k - k0);
-        let arow = |i: usize| &a.data[i * a.rs + k0..][..kl];
-        let bcol = |j: usize| &b.data[j * b.cs + k0..][..kl];
-        for i in (0..m4).step_by(4) {
-            let ar = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
-            for j in (0..n2).step_by(2) {
-                // SAFETY: dots runs only on CPUs with AVX-512F.
-                let s = unsafe { dot_tile(ar, [bcol(j), bcol(j + 1)]) };
-                for (r, sr) in s.iter().enumerate() {
-                    for (q, v) in sr.iter().enumerate() {
-                        c[(i + r) * ldc + j + q] += alpha * v;
-                    }
-                }
-            }
-            for j in n2..n {
-                // SAFETY: as above.
-                let s = unsafe { dot_tile(ar, [bcol(j)]) };
-                for (r, sr) in s.iter().enumerate() {
-                    c[(i + r) * ldc + j] += alpha * sr[0];
-                }
-            }
-        }
-        for i in m4..m {
-            for j in 0..n {
-                // SAFETY: as above.
-                let s = unsafe { dot_tile([arow(i)], [bcol(j)]) };
-                c[i * ldc + j] += alpha * s[0][0];
-            }
-        }
-    }
-}
-
-/// `R × Q` dot products of equally long rows; every loaded vector of `a` serves `Q`
-/// products and every one of `b` serves `R`.
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[inline]
-unsafe fn dot_tile<const R: usize, const Q: usize>(
-    a: [&[f32]; R],
-    b: [&[f32]; Q],
-) -> [[f32; Q]; R] {
-    let kl = a[0].len();
-    // Cut every row to kl first (panics if one is shorter), so that the live lanes of a
-    // load at 16·p stay inside each of them.
-    let ap = a.map(|s| s[..kl].as_ptr());
-    let bp = b.map(|s| s[..kl].as_ptr());
-    let mut out = [[0f32; Q]; R];
-    // SAFETY: the CPU has AVX-512F (the caller's contract); every load reads the lanes of
-    // 16·p .. 16·p + 16 below kl (the rest masked off, never touched) of a row checked
-    // above; loadu/storeu need no alignment.
-    unsafe {
-        let mut acc: [[__m512; Q]; R] = [[_mm512_setzero_ps(); Q]; R];
-        for p in (0..kl).step_by(16) {
-            let mask = live((kl - p).min(16));
-            let bv: [__m512; Q] =
-                std::array::from_fn(|q| _mm512_maskz_loadu_ps(mask, bp[q].add(p)));
-            for r in 0..R {
-                let av = _mm512_maskz_loadu_ps(mask, ap[r].add(p));
-                for q in 0..Q {
-                    acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
-                }
-            }
-        }
-        for r in 0..R {
-            for q in 0..Q {
-                // Halves added lane by lane, then the eight lanes pairwise.
-                let mut v = [0f32; 16];
-                _mm512_storeu_ps(v.as_mut_ptr(), acc[r][q]);
-                let l: [f32; 8] = std::array::from_fn(|x| v[x] + v[x + 8]);
-                out[r][q] = portable::hsum(&l);
-            }
-        }
-    }
-    out
 }
