@@ -65,7 +65,9 @@ impl PixelFormat {
             return Err(WireError::BadFrameSize);
         }
         let subsampled_x = matches!(self, PixelFormat::Yuyv | PixelFormat::Nv12);
-        if (subsampled_x && !width.is_multiple_of(2)) || (self == PixelFormat::Nv12 && !height.is_multiple_of(2)) {
+        if (subsampled_x && !width.is_multiple_of(2))
+            || (self == PixelFormat::Nv12 && !height.is_multiple_of(2))
+        {
             return Err(WireError::BadFrameSize);
         }
         let row = self.row_bytes(width);
