@@ -472,7 +472,13 @@ impl CpuExec {
                         unreachable!("fusion: an upsampling with its add");
                     };
                     let mut out = self.take(add.out);
-                    upsampled::upsample_add(&op, self.f32s(x), self.f32s(add.residual), &mut out);
+                    let (x, residual) = (self.f32s(x), self.f32s(add.residual));
+                    match self.scratch.pool() {
+                        Some(pool) => {
+                            upsampled::upsample_add_split(&pool, &op, x, residual, &mut out)
+                        }
+                        None => upsampled::upsample_add(&op, x, residual, &mut out),
+                    }
                     self.put(add.out, out);
                 }
                 Kernel::Separable { i, add, bands } => {
