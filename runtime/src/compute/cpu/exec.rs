@@ -521,36 +521,38 @@ impl CpuExec {
             return;
         };
         pool.set_spinning(true);
-        for e in 0..self.recording.entries.len() {
-            for i in 0..self.recording.entries[e].steps.len() {
-                let step = self.recording.entries[e].steps[i].clone();
-                let Step::ConvForward { op, .. } = step else {
-                    continue;
-                };
-                if !self.split_candidate(&op) {
-                    continue;
-                }
-                let (mut whole, mut split) = (Vec::new(), Vec::new());
-                for _ in 0..7 {
-                    for (times, how) in [(&mut whole, false), (&mut split, true)] {
-                        let t = Instant::now();
-                        for _ in 0..3 {
-                            self.step(&step, how, None);
-                        }
-                        times.push(t.elapsed());
+        // Each candidate layer: its entry, its step, and the fastest time of each way.
+        let mut layers = Vec::new();
+        for (e, entry) in self.recording.entries.iter().enumerate() {
+            for (i, step) in entry.steps.iter().enumerate() {
+                if let Step::ConvForward { op, .. } = step {
+                    if self.split_candidate(op) {
+                        layers.push((e, i, Duration::MAX, Duration::MAX));
                     }
                 }
-                // The fastest of each: time taken from this process (another one running, a
-                // VM's core lent elsewhere) only ever adds, and it had flipped medians, and
-                // so the choice, from one run to the next (4 of 19 layers at 2 threads on a
-                // shared VM, forward 0.24–0.30 ms where every layer split gives 0.195). The
-                // split must still win clearly, as it costs the other threads' time.
-                let (whole, split) = (whole.iter().min(), split.iter().min());
-                self.thread_split[e][i] = match (whole, split) {
-                    (Some(w), Some(s)) => s.as_secs_f64() < 0.9 * w.as_secs_f64(),
-                    _ => false,
-                };
             }
+        }
+        // Rounds over every layer, so that a layer's timings are spread over the whole
+        // set-up, not one stretch of it that a busy moment of the host can cover; and the
+        // fastest of each way, as time taken from this process (another one running, a VM's
+        // core lent elsewhere) only ever adds. Medians of one stretch per layer had flipped
+        // the choice from one run to the next (3 to 9 of det-s's 19 layers at 2 threads on
+        // a shared VM, forward 0.24–0.30 ms where every layer split gives 0.19).
+        for _ in 0..7 {
+            for (e, i, whole, split) in layers.iter_mut() {
+                let step = self.recording.entries[*e].steps[*i].clone();
+                for (best, how) in [(whole, false), (split, true)] {
+                    let t = Instant::now();
+                    for _ in 0..3 {
+                        self.step(&step, how, None);
+                    }
+                    *best = (*best).min(t.elapsed());
+                }
+            }
+        }
+        // The split must win clearly, as it costs the other threads' time.
+        for (e, i, whole, split) in layers {
+            self.thread_split[e][i] = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
         }
     }
 
