@@ -56,6 +56,13 @@ fn im2col_block_rows(op: &Conv2d) -> usize {
     (4096 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
 }
 
+/// Output rows per band of a weight-only backward pass (see `backward_image`): about 8192
+/// floats of `im2col`, 32 KiB.
+fn backward_band_rows(op: &Conv2d) -> usize {
+    let (_, _, _, cols) = image_sizes(op);
+    (8192 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
+}
+
 /// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
 pub fn conv2d_backward_scratch_len(op: &Conv2d) -> usize {
     let (_, out_img, plane_out, cols) = image_sizes(op);
@@ -475,6 +482,37 @@ fn backward_image(
     }
     let groups = op.groups as usize;
     let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
+    if gx.is_none() {
+        // Only dW (the stem, whose input needs no gradient): `im2col` a band of output rows
+        // at a time, small enough to stay in cache while the GEMM reads it back, where the
+        // whole image's would be written out and read again (27 × 4096 floats, 442 KB an
+        // image, for det-s's stem).
+        let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
+        let band = backward_band_rows(op);
+        for grp in 0..groups {
+            let gg = &g[grp * cog * plane_out..][..cog * plane_out];
+            let xg = &x[grp * in_img / groups..][..in_img / groups];
+            for r0 in (0..oh).step_by(band) {
+                let rows = r0..(r0 + band).min(oh);
+                let px = rows.len() * ow;
+                let col = &mut col[..cols * px];
+                im2col(op, cig, xg, col, rows);
+                // dW_g (cog × cols) += G_g's band (cog × px) · colᵀ (px × cols)
+                sgemm(
+                    cog,
+                    px,
+                    cols,
+                    1.0,
+                    rm(&gg[r0 * ow..], plane_out),
+                    tr(col, px),
+                    1.0,
+                    &mut gw[grp * cog * cols..],
+                    cols,
+                );
+            }
+        }
+        return;
+    }
     let col = &mut col[..cols * plane_out];
     let mut gx = gx;
     if let Some(gx) = gx.as_deref_mut() {
@@ -706,6 +744,50 @@ mod tests {
             assert_close(&format!("{name} grad weight"), &gw, &want, 1e-4);
             let want = numeric_grad_f64(&b64, 1e-6, |v| reference(&op, &x64, &w64, v, &r));
             assert_close(&format!("{name} grad bias"), &gb, &want, 1e-4);
+        }
+    }
+
+    /// Without an input gradient (the stem), the weight gradient is summed over bands of
+    /// output rows: the same gradients as with one (which the test above checks against
+    /// central differences), to rounding, on planes that take two bands, the last ragged.
+    #[test]
+    fn the_weight_gradient_alone_is_summed_band_by_band() {
+        let mut rng = SplitMix64::new(8);
+        let cases = [
+            Conv2d::dense(2, 3, 50, 46, 4, 3, 2, true),
+            Conv2d {
+                groups: 2,
+                ..Conv2d::dense(1, 4, 30, 58, 6, 3, 1, false)
+            },
+        ];
+        for op in cases {
+            assert!(
+                backward_band_rows(&op) < op.out_h() as usize,
+                "{op:?}: one band"
+            );
+            let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+            let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+            let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+            let r = random_vec(&mut rng, op.output_len(), -1.0, 1.0);
+            let mut scratch = Scratch::new(2);
+            scratch.reserve(conv2d_forward_scratch_len(&op).max(conv2d_backward_scratch_len(&op)));
+            let mut y = vec![0.0; op.output_len()];
+            conv2d_forward(&op, &x, &w, &b, &mut y, &mut scratch);
+            let mut grads = |gx: Option<&mut [f32]>| {
+                let (mut gw, mut gb) = (vec![0.0; op.weight_len()], vec![0.0; op.bias_len()]);
+                conv2d_backward(&op, &x, &w, &y, &r, gx, &mut gw, &mut gb, &mut scratch);
+                (gw, gb)
+            };
+            let mut gx = vec![f32::NAN; op.input_len()];
+            let (want_w, want_b) = grads(Some(&mut gx));
+            let (gw, gb) = grads(None);
+            assert_eq!(gb, want_b, "{op:?}: bias gradient");
+            for (i, (g, want)) in gw.iter().zip(&want_w).enumerate() {
+                assert!(
+                    (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{op:?}: weight gradient [{i}] {g} vs {want}"
+                );
+            }
         }
     }
 
