@@ -473,12 +473,8 @@ impl CpuExec {
                     };
                     let mut out = self.take(add.out);
                     let (x, residual) = (self.f32s(x), self.f32s(add.residual));
-                    match self.scratch.pool() {
-                        Some(pool) => {
-                            upsampled::upsample_add_split(&pool, &op, x, residual, &mut out)
-                        }
-                        None => upsampled::upsample_add(&op, x, residual, &mut out),
-                    }
+                    let pool = self.scratch.pool();
+                    upsampled::upsample_add_split(pool.as_deref(), &op, x, residual, &mut out);
                     self.put(add.out, out);
                 }
                 Kernel::Separable { i, add, bands } => {

@@ -71,18 +71,20 @@ pub(crate) fn forward(
     }
     // The conv's output channels, upsampled as `up` would have its input's.
     let up_out = Upsample2x { c: pw.c_out, ..*up };
-    match (residual, scratch.pool().filter(|_| split)) {
-        (Some(residual), Some(pool)) => upsample_add_split(&pool, &up_out, low, residual, out),
-        (Some(residual), None) => upsample_add(&up_out, low, residual, out),
-        (None, _) => upsample2x_forward(&up_out, low, out),
+    match residual {
+        Some(residual) => {
+            let pool = scratch.pool().filter(|_| split);
+            upsample_add_split(pool.as_deref(), &up_out, low, residual, out)
+        }
+        None => upsample2x_forward(&up_out, low, out),
     }
 }
 
-/// [`upsample_add`] with the planes shared out over `pool`'s threads: the same values. At
-/// batch 1 the add had been the longest stretch of det-s's forward pass with one thread
-/// idle (5 µs of 195 at two threads).
+/// [`upsample_add`] with the planes shared out over `pool`'s threads (all on this thread
+/// without one): the same values. At batch 1 the add had been the longest stretch of det-s's
+/// forward pass with one thread idle (5 µs of 195 at two threads).
 pub(crate) fn upsample_add_split(
-    pool: &Pool,
+    pool: Option<&Pool>,
     up: &Upsample2x,
     x: &[f32],
     residual: &[f32],
@@ -93,9 +95,9 @@ pub(crate) fn upsample_add_split(
         "upsample + add: tensor lengths do not match {up:?}"
     );
     let (planes, plane) = ((up.n * up.c) as usize, (up.h * up.w) as usize);
-    let parts = pool.threads().min(planes);
+    let parts = pool.map_or(1, Pool::threads).min(planes).max(1);
     run_parts(
-        Some(pool),
+        pool,
         split_parts(out, planes, 4 * plane, parts),
         |(range, out)| {
             let part = Upsample2x {
@@ -161,8 +163,11 @@ mod tests {
         for threads in [2, 3, 4] {
             let pool = Pool::new(threads);
             let mut got = vec![f32::NAN; up.output_len()];
-            upsample_add_split(&pool, &up, &x, &residual, &mut got);
+            upsample_add_split(Some(&pool), &up, &x, &residual, &mut got);
             assert_eq!(got, want, "{threads} threads");
         }
+        let mut got = vec![f32::NAN; up.output_len()];
+        upsample_add_split(None, &up, &x, &residual, &mut got);
+        assert_eq!(got, want, "no pool");
     }
 }
