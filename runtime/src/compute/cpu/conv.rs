@@ -49,18 +49,21 @@ pub fn conv2d_forward_scratch_len(op: &Conv2d) -> usize {
     }
 }
 
-/// Output rows the forward pass's `im2col` fills at a time: blocks whose columns (~16 KiB)
-/// stay in L1 between `im2col` and the product.
-fn im2col_block_rows(op: &Conv2d) -> usize {
+/// Output rows whose `im2col` columns take about `floats` floats (at least one row, at most
+/// the plane): a band that stays in cache between `im2col` and the product.
+fn im2col_band_rows(op: &Conv2d, floats: usize) -> usize {
     let (_, _, _, cols) = image_sizes(op);
-    (4096 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
+    (floats / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
 }
 
-/// Output rows per band of a weight-only backward pass (see `backward_image`): about 8192
-/// floats of `im2col`, 32 KiB.
+/// Output rows the forward pass's `im2col` fills at a time (~16 KiB of columns, in L1).
+fn im2col_block_rows(op: &Conv2d) -> usize {
+    im2col_band_rows(op, 4096)
+}
+
+/// Output rows per band of a weight-only backward pass (see `backward_image`; ~32 KiB).
 fn backward_band_rows(op: &Conv2d) -> usize {
-    let (_, _, _, cols) = image_sizes(op);
-    (8192 / (cols * op.out_w() as usize)).clamp(1, op.out_h() as usize)
+    im2col_band_rows(op, 8192)
 }
 
 /// Floats of [`Scratch`] one thread needs for [`conv2d_backward`].
