@@ -6,9 +6,10 @@
 //! 5–13 % faster than the AVX2 tiles on a Zen 4 core) and the stem's tap split. The rest is
 //! the AVX2 set's: the dot kernel of the weight gradients ran no faster in 16 lanes, even
 //! in the 4×4 tiles the registers allow (14.0 µs against 13.9 for a 32×1024×16 product;
-//! Zen 4 executes a 512-bit FMA as two 256-bit halves). The 3×3 depthwise plane kernels (det-s's planes are 8 to 64 columns wide) and
-//! the byte-to-float row have no 16-lane version yet. Every CPU with AVX-512F has AVX2 and
-//! FMA (checked with it), so calling the AVX2 kernels is sound.
+//! Zen 4 executes a 512-bit FMA as two 256-bit halves). The 3×3 depthwise plane kernels
+//! (det-s's planes are 8 to 64 columns wide) and the byte-to-float row have no 16-lane
+//! version yet. Every CPU with AVX-512F has AVX2 and FMA (checked with it), so calling the
+//! AVX2 kernels is sound.
 
 mod gemm;
 
