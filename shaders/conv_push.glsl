@@ -2,6 +2,12 @@
 // The op's integer fields (ops::Conv2d) plus what the lowering derives: the output size, and
 // for the weight-gradient kernels the split of the reduction (splits × chunk), and for the
 // kernels that read the records (conv2d.glsl with RGB_INPUT) the normalisation's record layout.
+//
+// Kernels read them through `pc`, which takes them from specialisation constants instead
+// where constant 1 (SHAPE_SPECIALISED) is set: word i of the block is constant 2 + i
+// (lower.rs: shape_constants; one pipeline per kernel and shape). The compiler then folds
+// the shape into the code: index divisions by constants, loop bounds, the stride's branches.
+// The dispatch pushes the same block either way.
 layout(push_constant) uniform Push {
     uint n;
     uint c_in;
@@ -21,4 +27,70 @@ layout(push_constant) uniform Push {
     uint pad_;
     uint record_stride; // RGB input: bytes from one record to the next (ops::Normalize)
     uint flip;          // RGB input: 1 mirrors the images horizontally
-} pc;
+} push_;
+
+layout(constant_id = 1) const bool SHAPE_SPECIALISED = false;
+layout(constant_id = 2) const uint SHAPE_N = 0u;
+layout(constant_id = 3) const uint SHAPE_C_IN = 0u;
+layout(constant_id = 4) const uint SHAPE_H = 0u;
+layout(constant_id = 5) const uint SHAPE_W = 0u;
+layout(constant_id = 6) const uint SHAPE_C_OUT = 0u;
+layout(constant_id = 7) const uint SHAPE_K = 0u;
+layout(constant_id = 8) const uint SHAPE_STRIDE = 0u;
+layout(constant_id = 9) const uint SHAPE_PAD = 0u;
+layout(constant_id = 10) const uint SHAPE_GROUPS = 0u;
+layout(constant_id = 11) const uint SHAPE_RELU = 0u;
+layout(constant_id = 12) const uint SHAPE_OUT_H = 0u;
+layout(constant_id = 13) const uint SHAPE_OUT_W = 0u;
+layout(constant_id = 14) const uint SHAPE_SPLITS = 0u;
+layout(constant_id = 15) const uint SHAPE_CHUNK = 0u;
+layout(constant_id = 16) const uint SHAPE_SKIP = 0u;
+layout(constant_id = 17) const uint SHAPE_PAD_ = 0u;
+layout(constant_id = 18) const uint SHAPE_RECORD_STRIDE = 0u;
+layout(constant_id = 19) const uint SHAPE_FLIP = 0u;
+
+struct ConvShape {
+    uint n;
+    uint c_in;
+    uint h;
+    uint w;
+    uint c_out;
+    uint k;
+    uint stride;
+    uint pad;
+    uint groups;
+    uint relu;
+    uint out_h;
+    uint out_w;
+    uint splits;
+    uint chunk;
+    uint skip;
+    uint pad_;
+    uint record_stride;
+    uint flip;
+};
+
+ConvShape conv_shape() {
+    ConvShape s;
+    s.n = SHAPE_SPECIALISED ? SHAPE_N : push_.n;
+    s.c_in = SHAPE_SPECIALISED ? SHAPE_C_IN : push_.c_in;
+    s.h = SHAPE_SPECIALISED ? SHAPE_H : push_.h;
+    s.w = SHAPE_SPECIALISED ? SHAPE_W : push_.w;
+    s.c_out = SHAPE_SPECIALISED ? SHAPE_C_OUT : push_.c_out;
+    s.k = SHAPE_SPECIALISED ? SHAPE_K : push_.k;
+    s.stride = SHAPE_SPECIALISED ? SHAPE_STRIDE : push_.stride;
+    s.pad = SHAPE_SPECIALISED ? SHAPE_PAD : push_.pad;
+    s.groups = SHAPE_SPECIALISED ? SHAPE_GROUPS : push_.groups;
+    s.relu = SHAPE_SPECIALISED ? SHAPE_RELU : push_.relu;
+    s.out_h = SHAPE_SPECIALISED ? SHAPE_OUT_H : push_.out_h;
+    s.out_w = SHAPE_SPECIALISED ? SHAPE_OUT_W : push_.out_w;
+    s.splits = SHAPE_SPECIALISED ? SHAPE_SPLITS : push_.splits;
+    s.chunk = SHAPE_SPECIALISED ? SHAPE_CHUNK : push_.chunk;
+    s.skip = SHAPE_SPECIALISED ? SHAPE_SKIP : push_.skip;
+    s.pad_ = SHAPE_SPECIALISED ? SHAPE_PAD_ : push_.pad_;
+    s.record_stride = SHAPE_SPECIALISED ? SHAPE_RECORD_STRIDE : push_.record_stride;
+    s.flip = SHAPE_SPECIALISED ? SHAPE_FLIP : push_.flip;
+    return s;
+}
+
+#define pc conv_shape()

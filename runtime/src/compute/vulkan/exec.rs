@@ -234,7 +234,9 @@ impl VulkanExec {
             .fill_zero(&buffers.iter().collect::<Vec<&Buffer>>())
             .map_err(err)?;
 
-        // One pipeline per kernel, shared by every dispatch of it (shapes are push constants).
+        // One pipeline per kernel and specialisation (per shape where the lowering
+        // specialises one, else per kernel: the shapes are push constants), shared by every
+        // dispatch of it.
         let mut pipelines: Vec<Pipeline> = Vec::new();
         let mut pipeline_of = HashMap::new();
         let mut entries = Vec::with_capacity(lowered.entries.len());
@@ -242,11 +244,11 @@ impl VulkanExec {
         for dispatches in &lowered.entries {
             let mut program_dispatches = Vec::with_capacity(dispatches.len());
             for d in dispatches {
-                let pipeline = match pipeline_of.get(&d.kernel) {
+                let pipeline = match pipeline_of.get(&(d.kernel, &d.spec)) {
                     Some(&i) => i,
                     None => {
-                        pipelines.push(engine.pipeline(d.kernel, &[]).map_err(err)?);
-                        pipeline_of.insert(d.kernel, pipelines.len() - 1);
+                        pipelines.push(engine.pipeline(d.kernel, &d.spec).map_err(err)?);
+                        pipeline_of.insert((d.kernel, &d.spec), pipelines.len() - 1);
                         pipelines.len() - 1
                     }
                 };
@@ -368,6 +370,12 @@ impl VulkanExec {
     /// Empty for an entry the recording does not have.
     pub fn kernels(&self, entry: usize) -> Vec<(&'static str, usize)> {
         self.kernels.get(entry).cloned().unwrap_or_default()
+    }
+
+    /// The pipelines its entries run: one per kernel, or per kernel and shape where the
+    /// engine specialises convolutions ([`super::Options::specialise`]).
+    pub fn pipelines(&self) -> &[Pipeline] {
+        self.program.pipelines()
     }
 
     /// The engine (device, validation messages, allocation report).

@@ -137,15 +137,19 @@ fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
 }
 
 /// Every conv kernel against the CPU twin, with the tiled weight-gradient kernel and with
-/// the direct one (each forced whatever the device's own choice, [`super::Options::direct`]).
+/// the direct one (each forced whatever the device's own choice, [`super::Options::direct`]),
+/// each compiled per shape and with the shape in push constants
+/// ([`super::Options::specialise`]).
 #[test]
 fn conv_forward_and_backward_match_the_cpu_twin() {
     for direct in [false, true] {
-        conv_forward_and_backward_with(direct);
+        for specialise in [true, false] {
+            conv_forward_and_backward_with(direct, specialise);
+        }
     }
 }
 
-fn conv_forward_and_backward_with(direct: bool) {
+fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
     let mut rng = SplitMix64::new(11);
     let cases = conv_cases();
     let mut rec = Recording::new();
@@ -206,6 +210,7 @@ fn conv_forward_and_backward_with(direct: bool) {
         validation: true,
         pipeline_cache: super::CacheDir::Off,
         direct: Some(direct),
+        specialise,
         ..super::Options::default()
     };
     let Some(engine) = super::testing::engine_with_options("conv_forward_and_backward", &options)
@@ -249,7 +254,10 @@ fn conv_forward_and_backward_with(direct: bool) {
             exec.write_f32(t, v).unwrap();
         }
         exec.run(i).unwrap();
-        let what = format!("{:?} {op:?}, direct {direct}", op.kind());
+        let what = format!(
+            "{:?} {op:?}, direct {direct}, specialised {specialise}",
+            op.kind()
+        );
         let suffix = if direct { "_direct" } else { "" };
         if op.kind() == ConvKind::Pointwise {
             assert_eq!(exec.kernels(i)[0].0, pointwise_kernel(op, direct), "{what}");
@@ -306,6 +314,29 @@ fn conv_forward_and_backward_with(direct: bool) {
         .filter(|&e| exec.kernels(e).iter().any(|k| k.0 == reduce))
         .count();
     assert!(reduces >= 3, "{reduces} cases split their weight gradient");
+    // Compiled per shape: several pipelines of a kernel, each with its shape's constants;
+    // else one pipeline a kernel, with none.
+    let pipelines = exec.pipelines();
+    let kernels: std::collections::HashSet<_> = pipelines.iter().map(|p| p.kernel()).collect();
+    for p in pipelines {
+        let spec = p.spec_constants();
+        if specialise {
+            assert_eq!(
+                spec[0],
+                super::SpecConstant::bool(1, true),
+                "{}",
+                p.kernel()
+            );
+            assert_eq!(spec.len(), 1 + super::kernels::CONV_PUSH_BYTES as usize / 4);
+        } else {
+            assert!(spec.is_empty(), "{}", p.kernel());
+        }
+    }
+    if specialise {
+        assert!(pipelines.len() > kernels.len() + cases.len());
+    } else {
+        assert_eq!(pipelines.len(), kernels.len());
+    }
     assert_clean(exec.engine());
 }
 

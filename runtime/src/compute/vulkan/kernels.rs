@@ -606,6 +606,56 @@ mod tests {
         assert_eq!(Kernel::PointwiseDirect4.info().texels, 0b11);
     }
 
+    /// The specialisation constant ids `spirv` declares (`OpDecorate … SpecId`).
+    fn spec_ids(spirv: &[u8]) -> Vec<u32> {
+        const OP_DECORATE: u32 = 71;
+        const DECORATION_SPEC_ID: u32 = 1;
+        let words: Vec<u32> = spirv
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let (mut ids, mut at) = (Vec::new(), 5);
+        while at < words.len() {
+            let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+            let w = &words[at..at + count.max(1)];
+            if op == OP_DECORATE && count == 4 && w[2] == DECORATION_SPEC_ID {
+                ids.push(w[3]);
+            }
+            at += count.max(1);
+        }
+        ids
+    }
+
+    /// Every kernel with the convolutions' push block declares the switch that compiles it
+    /// per shape (`shaders/conv_push.glsl`, [`super::super::lower::shape_constants`]) and
+    /// the constants of the push words it reads (the compiler drops the others); no other
+    /// kernel declares any of them.
+    #[test]
+    fn convolution_kernels_take_their_shape_as_specialisation_constants() {
+        use super::super::lower::SHAPE_SPECIALISED_ID;
+        let shape_ids: Vec<u32> =
+            (SHAPE_SPECIALISED_ID..=SHAPE_SPECIALISED_ID + CONV_PUSH_BYTES / 4).collect();
+        let mut convs = 0;
+        for k in Kernel::ALL {
+            let info = k.info();
+            let ids = spec_ids(info.spirv);
+            if info.push_bytes == CONV_PUSH_BYTES {
+                convs += 1;
+                assert!(ids.contains(&SHAPE_SPECIALISED_ID), "{k}: {ids:?}");
+                // The output size, at least, is in every conv kernel's index arithmetic.
+                assert!(ids.len() > 2, "{k}: {ids:?}");
+                assert!(
+                    ids.iter().all(|id| *id == 0 || shape_ids.contains(id)),
+                    "{k}: {ids:?}"
+                );
+            } else {
+                assert!(!ids.iter().any(|id| shape_ids.contains(id)), "{k}: {ids:?}");
+            }
+        }
+        assert_eq!(convs, 23);
+        assert_eq!(spec_ids(Kernel::Saxpy.info().spirv), [0]);
+    }
+
     #[test]
     fn table_is_in_variant_order_and_names_are_unique() {
         let mut names: Vec<_> = Kernel::ALL.iter().map(|k| k.name()).collect();

@@ -29,6 +29,7 @@ use super::kernels::{
     CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS,
     GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
+use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize, SumSquares};
 use crate::compute::recording::{Recording, Step, TensorId};
@@ -110,6 +111,10 @@ pub struct LoweredDispatch {
     pub groups: [u32; 3],
     /// Index of the step (in its entry) this dispatch belongs to.
     pub step: usize,
+    /// The specialisation constants of its pipeline ([`shape_constants`] where
+    /// [`Variants::shapes`], else none): dispatches of one kernel share a pipeline where
+    /// these are equal.
+    pub spec: Vec<SpecConstant>,
 }
 
 /// A whole recording, lowered.
@@ -132,6 +137,9 @@ pub struct Variants {
     pub fp16: bool,
     /// The direct variants, without shared memory or barriers (for CPU-type devices).
     pub direct: bool,
+    /// The convolution kernels compiled per shape: each dispatch's push block also as
+    /// specialisation constants ([`shape_constants`]), which the compiler folds into the code.
+    pub shapes: bool,
 }
 
 /// Lowers every entry of `recording` (which must validate) to the f32 tiled kernels.
@@ -195,6 +203,14 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
             }
             lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
+        }
+        if variants.shapes {
+            // After every push block is final (a stem's is patched to read the records).
+            for d in &mut dispatches {
+                if d.kernel.info().push_bytes == CONV_PUSH_BYTES {
+                    d.spec = shape_constants(&d.push);
+                }
+            }
         }
         lowered.entries.push(dispatches);
     }
@@ -272,6 +288,7 @@ fn adamw_ema(step: &Step, next: &Step, i: usize) -> Option<LoweredDispatch> {
         push: adamw_push(op),
         groups: linear_groups(u64::from(op.len)),
         step: i,
+        spec: Vec::new(),
     })
 }
 
@@ -294,6 +311,7 @@ fn sum_squares(group: &[(TensorId, SumSquares)], sums: TensorId, i: usize) -> Lo
         push: words(&push),
         groups: [group.len() as u32, 1, 1],
         step: i,
+        spec: Vec::new(),
     }
 }
 
@@ -336,6 +354,27 @@ pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
     ]);
     debug_assert_eq!(push.len(), CONV_PUSH_BYTES as usize);
     push
+}
+
+/// The specialisation constant that makes a convolution kernel read its shape from the
+/// constants after it rather than from the push block (`shaders/conv_push.glsl`).
+pub const SHAPE_SPECIALISED_ID: u32 = 1;
+
+/// A convolution's push block (`push`, from [`conv_push`]) as the specialisation constants
+/// of a pipeline compiled for that shape: [`SHAPE_SPECIALISED_ID`] set, then word `i` as
+/// constant `SHAPE_SPECIALISED_ID + 1 + i`. The dispatch still pushes the same block.
+pub fn shape_constants(push: &[u8]) -> Vec<SpecConstant> {
+    debug_assert_eq!(push.len(), CONV_PUSH_BYTES as usize);
+    let words = push
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    std::iter::once(SpecConstant::bool(SHAPE_SPECIALISED_ID, true))
+        .chain(
+            (SHAPE_SPECIALISED_ID + 1..)
+                .zip(words)
+                .map(|(id, v)| SpecConstant::u32(id, v)),
+        )
+        .collect()
 }
 
 /// A pointwise conv's push block with `skip` set: its store adds binding 4.
@@ -415,6 +454,7 @@ fn lower_step(
             push,
             groups,
             step: index,
+            spec: Vec::new(),
         });
     };
     let [bm, bn, _] = GEMM_TILE.map(u64::from);
@@ -1016,17 +1056,35 @@ mod tests {
         r.entry("fused", stem(x));
         // The same where the normalised input is an output of its own: not fused.
         r.entry("kept", stem(x2));
-        for direct in [false, true] {
+        for (direct, shapes) in [(false, false), (true, false), (false, true), (true, true)] {
             let l = lower_with(
                 &r,
                 Variants {
                     direct,
+                    shapes,
                     ..Variants::default()
                 },
             )
             .unwrap();
             use Slot::Tensor as T;
             let fused = &l.entries[0];
+            // Compiled per shape, the stem's constants are its final push block, the records'
+            // layout included; the normalisation (not a conv) has none.
+            if shapes {
+                let spec = &fused[0].spec;
+                assert_eq!(*spec, shape_constants(&fused[0].push));
+                let stride = spec[1 + CONV_RECORD_STRIDE_WORD];
+                assert_eq!(
+                    (stride.id, stride.bits),
+                    (
+                        SHAPE_SPECIALISED_ID + 1 + CONV_RECORD_STRIDE_WORD as u32,
+                        norm.record_stride
+                    )
+                );
+                assert!(l.entries[1][0].spec.is_empty());
+            } else {
+                assert!(l.entries.iter().flatten().all(|d| d.spec.is_empty()));
+            }
             assert_eq!(fused.len(), 1, "{fused:?}");
             let want = if direct {
                 Kernel::Conv2dQuadRgb

@@ -212,6 +212,11 @@ impl Program {
         &self.entries[entry].kernels
     }
 
+    /// The pipelines the entries' dispatches use.
+    pub fn pipelines(&self) -> &[Pipeline] {
+        &self.pipelines
+    }
+
     pub fn buffer(&self, index: usize) -> &Buffer {
         &self.buffers[index]
     }
