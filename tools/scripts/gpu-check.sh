@@ -11,6 +11,9 @@
 #   # ring_memory, no_alloc
 #   BIN=bin OUT=results bash tools/scripts/gpu-check.sh
 #
+# With BASE=path/to/an/older/fulcrum, det-s is benched with it and with BIN's in alternating
+# rounds first (a before/after on the same GPU in the same run).
+#
 # Each part has its own time limit, so one that hangs does not cost the rest. Figures go to
 # $OUT (bench JSON, PyTorch JSON, demo reports) and the log to stdout.
 set -u
@@ -22,6 +25,16 @@ section() { printf '\n=== %s (%s)\n' "$1" "$(date +%T)"; }
 section "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>/dev/null
 "$BIN/fulcrum" devices
+
+if [ -n "${BASE:-}" ]; then
+    section "bench compute det-s, BASE then BIN, twice"
+    for round in 1 2; do
+        for bin in "$BASE" "$BIN/fulcrum"; do
+            echo "--- $bin (round $round)"
+            timeout 60 "$bin" bench compute --runs 30 --top 12 | tail -22
+        done
+    done
+fi
 
 section "bench compute det-s"
 timeout 90 "$BIN/fulcrum" bench compute --runs 30 --top 12 --json "$OUT/bench-s.json"
