@@ -657,6 +657,12 @@ fn elementwise_kernels_match_the_reference() {
     let b = rec.f32("b", 1001, Role::Input);
     let sum = rec.f32("sum", 1001, Role::Output);
     let acc = rec.f32("acc", 1001, Role::Output);
+    // Whole vec4s: the direct kernels' vec4 variants on CPU-type devices.
+    let add4 = Add { len: 1000 };
+    let a4 = rec.f32("a4", 1000, Role::Input);
+    let b4 = rec.f32("b4", 1000, Role::Input);
+    let sum4 = rec.f32("sum4", 1000, Role::Output);
+    let acc4 = rec.f32("acc4", 1000, Role::Output);
     let up = Upsample2x {
         n: 2,
         c: 3,
@@ -722,6 +728,23 @@ fn elementwise_kernels_match_the_reference() {
             dst: acc,
             src: sum,
         },
+        Step::Add {
+            op: add4,
+            a: a4,
+            b: b4,
+            out: sum4,
+        },
+        Step::Add {
+            op: add4,
+            a: b4,
+            b: a4,
+            out: acc4,
+        },
+        Step::AddAssign {
+            op: add4,
+            dst: acc4,
+            src: sum4,
+        },
         Step::UpsampleForward {
             op: up,
             x: ux,
@@ -765,8 +788,24 @@ fn elementwise_kernels_match_the_reference() {
     let Some(mut exec) = gpu("elementwise_kernels", &rec) else {
         return;
     };
+    // The adds of whole vec4s take the vec4 kernels where the device takes direct ones.
+    let kernels: Vec<&str> = exec.kernels(0).iter().map(|k| k.0).collect();
+    let vec4 = exec.engine().variants().direct;
+    let adds = if vec4 {
+        [
+            "add",
+            "add",
+            "add_assign",
+            "add_direct4",
+            "add_direct4",
+            "add_assign_direct4",
+        ]
+    } else {
+        ["add", "add", "add_assign", "add", "add", "add_assign"]
+    };
+    assert_eq!(kernels[..6], adds);
     let mut cpu = cpu(&rec);
-    for t in [a, b, ux, ugy, param, sparam, grad, average] {
+    for t in [a, b, a4, b4, ux, ugy, param, sparam, grad, average] {
         let len = rec.get(t).len;
         let data = random_vec(&mut rng, len, -2.0, 2.0);
         exec.write_f32(t, &data).unwrap();
@@ -791,7 +830,7 @@ fn elementwise_kernels_match_the_reference() {
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
         for t in [
-            sum, acc, uy, ugx, outs[0], outs[1], param, m, v, average, sparam, vel,
+            sum, acc, sum4, acc4, uy, ugx, outs[0], outs[1], param, m, v, average, sparam, vel,
         ] {
             let name = &rec.get(t).name;
             let got = read(&mut exec, t, rec.get(t).len);

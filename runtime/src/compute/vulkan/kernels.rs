@@ -109,8 +109,15 @@ pub enum Kernel {
     DepthwiseGradWeightDirect,
     /// `out = a + b`: `a, b, out (w)`; push `{ len }`.
     Add,
+    /// [`Kernel::Add`] for CPU-type devices where `len` is a multiple of four
+    /// ([`add_direct4_fits`]): the inputs read as vec4 texels, four sums an invocation. The
+    /// same bindings and push block; grid over `len / 4`.
+    AddDirect4,
     /// `dst += src`: `dst (rw), src`; push `{ len }`.
     AddAssign,
+    /// [`Kernel::AddAssign`] as [`Kernel::AddDirect4`]: `dst (w), src, dst` (the first read
+    /// as vec4 texels through binding 2); the same push block; grid over `len / 4`.
+    AddAssignDirect4,
     /// Nearest ×2 upsample (+ a residual where `skip` is 1): `x, y (w), skip`; push `{ n, c,
     /// h, w, skip }`.
     Upsample,
@@ -270,6 +277,11 @@ pub const POINTWISE_DIRECT_PIXELS: u32 = 128;
 pub fn pointwise_direct4_fits(c_in: u32, plane: u64) -> bool {
     c_in.is_multiple_of(4) && plane.is_multiple_of(4)
 }
+/// Whether an add of `len` elements can use the vec4 kernels (`add_direct4`,
+/// `add_assign_direct4`): whole vec4s.
+pub fn add_direct4_fits(len: u32) -> bool {
+    len.is_multiple_of(4)
+}
 /// Pixels and output channels of a `pointwise_thin` workgroup (its local size).
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
@@ -389,6 +401,16 @@ const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
 const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 const ADD_ASSIGN: KernelInfo =
     kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
+const ADD_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b11,
+    texels4: 0b11,
+    ..kernel!("add_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
+};
+const ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b110,
+    texels4: 0b110,
+    ..kernel!("add_assign_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
+};
 const UPSAMPLE: KernelInfo =
     kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0);
 const UPSAMPLE_GRAD: KernelInfo =
@@ -419,7 +441,7 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 41] = [
+    pub const ALL: [Kernel; 43] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -445,7 +467,9 @@ impl Kernel {
         Kernel::DepthwiseGradWeight,
         Kernel::DepthwiseGradWeightDirect,
         Kernel::Add,
+        Kernel::AddDirect4,
         Kernel::AddAssign,
+        Kernel::AddAssignDirect4,
         Kernel::Upsample,
         Kernel::UpsampleGrad,
         Kernel::RowCopy,
@@ -491,6 +515,8 @@ impl Kernel {
             Kernel::DepthwiseGradWeightDirect => &DEPTHWISE_GRAD_WEIGHT_DIRECT,
             Kernel::Add => &ADD,
             Kernel::AddAssign => &ADD_ASSIGN,
+            Kernel::AddDirect4 => &ADD_DIRECT4,
+            Kernel::AddAssignDirect4 => &ADD_ASSIGN_DIRECT4,
             Kernel::Upsample => &UPSAMPLE,
             Kernel::UpsampleGrad => &UPSAMPLE_GRAD,
             Kernel::RowCopy => &ROW_COPY,

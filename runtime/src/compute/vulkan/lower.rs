@@ -25,7 +25,7 @@
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
 use super::kernels::{
-    pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
+    add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS,
     GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
@@ -669,11 +669,23 @@ fn lower_step(
                 );
             }
         }
+        Step::Add { op, a, b, out } if variants.direct && add_direct4_fits(op.len) => push(
+            Kernel::AddDirect4,
+            vec![T(a), T(b), T(out)],
+            words(&[op.len]),
+            linear_groups(u64::from(op.len / 4)),
+        ),
         Step::Add { op, a, b, out } => push(
             Kernel::Add,
             vec![T(a), T(b), T(out)],
             words(&[op.len]),
             linear_groups(u64::from(op.len)),
+        ),
+        Step::AddAssign { op, dst, src } if variants.direct && add_direct4_fits(op.len) => push(
+            Kernel::AddAssignDirect4,
+            vec![T(dst), T(src), T(dst)],
+            words(&[op.len]),
+            linear_groups(u64::from(op.len / 4)),
         ),
         Step::AddAssign { op, dst, src } => push(
             Kernel::AddAssign,
