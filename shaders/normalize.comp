@@ -15,7 +15,37 @@ layout(push_constant) uniform Push {
     uint w;
     uint record_stride;
     uint flip;
-} pc;
+} push_;
+
+// Compiled per shape where constant 1 is set (compute/vulkan/lower.rs: shape_constants): word
+// i of the push block is then constant 2 + i, which the compiler folds into the index
+// arithmetic. `pc` reads whichever holds the values.
+layout(constant_id = 1) const bool SHAPE_SPECIALISED = false;
+layout(constant_id = 2) const uint SHAPE_N = 0u;
+layout(constant_id = 3) const uint SHAPE_H = 0u;
+layout(constant_id = 4) const uint SHAPE_W = 0u;
+layout(constant_id = 5) const uint SHAPE_RECORD_STRIDE = 0u;
+layout(constant_id = 6) const uint SHAPE_FLIP = 0u;
+
+struct NormalizeShape {
+    uint n;
+    uint h;
+    uint w;
+    uint record_stride;
+    uint flip;
+};
+
+NormalizeShape shape() {
+    NormalizeShape s;
+    s.n = SHAPE_SPECIALISED ? SHAPE_N : push_.n;
+    s.h = SHAPE_SPECIALISED ? SHAPE_H : push_.h;
+    s.w = SHAPE_SPECIALISED ? SHAPE_W : push_.w;
+    s.record_stride = SHAPE_SPECIALISED ? SHAPE_RECORD_STRIDE : push_.record_stride;
+    s.flip = SHAPE_SPECIALISED ? SHAPE_FLIP : push_.flip;
+    return s;
+}
+
+#define pc shape()
 
 void main() {
     uint plane = pc.h * pc.w;

@@ -16,7 +16,37 @@ layout(push_constant) uniform Push {
     uint h;
     uint w;
     uint skip; // 1: add binding 2
-} pc;
+} push_;
+
+// Compiled per shape where constant 1 is set (compute/vulkan/lower.rs: shape_constants): word
+// i of the push block is then constant 2 + i, which the compiler folds into the index
+// arithmetic. `pc` reads whichever holds the values.
+layout(constant_id = 1) const bool SHAPE_SPECIALISED = false;
+layout(constant_id = 2) const uint SHAPE_N = 0u;
+layout(constant_id = 3) const uint SHAPE_C = 0u;
+layout(constant_id = 4) const uint SHAPE_H = 0u;
+layout(constant_id = 5) const uint SHAPE_W = 0u;
+layout(constant_id = 6) const uint SHAPE_SKIP = 0u;
+
+struct UpsampleShape {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+    uint skip;
+};
+
+UpsampleShape shape() {
+    UpsampleShape s;
+    s.n = SHAPE_SPECIALISED ? SHAPE_N : push_.n;
+    s.c = SHAPE_SPECIALISED ? SHAPE_C : push_.c;
+    s.h = SHAPE_SPECIALISED ? SHAPE_H : push_.h;
+    s.w = SHAPE_SPECIALISED ? SHAPE_W : push_.w;
+    s.skip = SHAPE_SPECIALISED ? SHAPE_SKIP : push_.skip;
+    return s;
+}
+
+#define pc shape()
 
 void main() {
     uint ow = 2u * pc.w;

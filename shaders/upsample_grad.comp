@@ -14,7 +14,34 @@ layout(push_constant) uniform Push {
     uint c;
     uint h;
     uint w;
-} pc;
+} push_;
+
+// Compiled per shape where constant 1 is set (compute/vulkan/lower.rs: shape_constants): word
+// i of the push block is then constant 2 + i, which the compiler folds into the index
+// arithmetic. `pc` reads whichever holds the values.
+layout(constant_id = 1) const bool SHAPE_SPECIALISED = false;
+layout(constant_id = 2) const uint SHAPE_N = 0u;
+layout(constant_id = 3) const uint SHAPE_C = 0u;
+layout(constant_id = 4) const uint SHAPE_H = 0u;
+layout(constant_id = 5) const uint SHAPE_W = 0u;
+
+struct UpsampleShape {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+};
+
+UpsampleShape shape() {
+    UpsampleShape s;
+    s.n = SHAPE_SPECIALISED ? SHAPE_N : push_.n;
+    s.c = SHAPE_SPECIALISED ? SHAPE_C : push_.c;
+    s.h = SHAPE_SPECIALISED ? SHAPE_H : push_.h;
+    s.w = SHAPE_SPECIALISED ? SHAPE_W : push_.w;
+    return s;
+}
+
+#define pc shape()
 
 void main() {
     uint plane = pc.h * pc.w;

@@ -52,10 +52,11 @@ pub struct Options {
     /// `None`: on CPU-type devices (lavapipe), which pay for every workgroup barrier by
     /// switching between all the groups of lanes.
     pub direct: Option<bool>,
-    /// Compile each convolution kernel once per shape, the shape as specialisation constants
-    /// (`shaders/conv_push.glsl`), rather than once with the shape in push constants: the
-    /// compiler folds the shape in (det-s's training step on lavapipe: 1.4× faster), at the
-    /// cost of more pipelines to create (kept in the pipeline cache).
+    /// Compile each convolution kernel (and the few others whose table entry allows it)
+    /// once per shape, the shape as specialisation constants (`shaders/conv_push.glsl`),
+    /// rather than once with the shape in push constants: the compiler folds the shape in
+    /// (det-s's training step on lavapipe: 1.4× faster), at the cost of more pipelines to
+    /// create (kept in the pipeline cache).
     pub specialise: bool,
 }
 

@@ -648,8 +648,16 @@ fn gradient_clipping_matches_the_cpu_twin() {
     }
 }
 
+/// The elementwise and optimizer kernels against the CPU engine, those that allow it compiled
+/// per shape and with the shape in push constants ([`super::Options::specialise`]).
 #[test]
 fn elementwise_kernels_match_the_reference() {
+    for specialise in [true, false] {
+        elementwise_kernels_with(specialise);
+    }
+}
+
+fn elementwise_kernels_with(specialise: bool) {
     let mut rng = SplitMix64::new(12);
     let mut rec = Recording::new();
     let add = Add { len: 1001 };
@@ -785,9 +793,22 @@ fn elementwise_kernels_match_the_reference() {
         hyper,
     });
     rec.entry("all", steps);
-    let Some(mut exec) = gpu("elementwise_kernels", &rec) else {
+    let options = super::Options {
+        validation: true,
+        pipeline_cache: super::CacheDir::Off,
+        specialise,
+        ..super::Options::default()
+    };
+    let Some(engine) = super::testing::engine_with_options("elementwise_kernels", &options) else {
         return;
     };
+    let mut exec = VulkanExec::separate(engine, &rec, false).unwrap();
+    // Per shape: the upsampling, its gradient and the two normalisations (mirrored or not).
+    let shaped = exec
+        .pipelines()
+        .iter()
+        .filter(|p| !p.spec_constants().is_empty());
+    assert_eq!(shaped.count(), if specialise { 4 } else { 0 });
     // The adds of whole vec4s take the vec4 kernels where the device takes direct ones.
     let kernels: Vec<&str> = exec.kernels(0).iter().map(|k| k.0).collect();
     let vec4 = exec.engine().variants().direct;

@@ -236,6 +236,10 @@ pub struct KernelInfo {
     pub shared_bytes: u32,
     /// Needs the device's `shaderFloat16` (a variant; never the only kernel for a step).
     pub fp16: bool,
+    /// Takes its push block's words also as specialisation constants, where constant 1 is
+    /// set, to be compiled per shape ([`super::lower::shape_constants`]): every convolution
+    /// kernel (`shaders/conv_push.glsl`) and the index-heavy elementwise ones.
+    pub shapes: bool,
 }
 
 macro_rules! spirv {
@@ -263,6 +267,7 @@ macro_rules! kernel {
             texels: 0,
             texels4: 0,
             fp16: false,
+            shapes: $p == CONV_PUSH_BYTES,
         }
     };
 }
@@ -411,12 +416,18 @@ const ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
     texels4: 0b110,
     ..kernel!("add_assign_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
 };
-const UPSAMPLE: KernelInfo =
-    kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0);
-const UPSAMPLE_GRAD: KernelInfo =
-    kernel!("upsample_grad", bindings 2, push 16, local LINEAR, x Some(0), shared 0);
-const NORMALIZE: KernelInfo =
-    kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0);
+const UPSAMPLE: KernelInfo = KernelInfo {
+    shapes: true,
+    ..kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0)
+};
+const UPSAMPLE_GRAD: KernelInfo = KernelInfo {
+    shapes: true,
+    ..kernel!("upsample_grad", bindings 2, push 16, local LINEAR, x Some(0), shared 0)
+};
+const NORMALIZE: KernelInfo = KernelInfo {
+    shapes: true,
+    ..kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0)
+};
 const TARGETS: KernelInfo =
     kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
 const ROW_COPY: KernelInfo =
@@ -652,23 +663,26 @@ mod tests {
         ids
     }
 
-    /// Every kernel with the convolutions' push block declares the switch that compiles it
-    /// per shape (`shaders/conv_push.glsl`, [`super::super::lower::shape_constants`]) and
-    /// the constants of the push words it reads (the compiler drops the others); no other
-    /// kernel declares any of them.
+    /// Every kernel the table compiles per shape ([`KernelInfo::shapes`]: the convolutions,
+    /// `shaders/conv_push.glsl`, and a few others) declares the switch
+    /// ([`super::super::lower::shape_constants`]) and the constants of the push words it
+    /// reads (the compiler drops the others); no other kernel declares any of them.
     #[test]
-    fn convolution_kernels_take_their_shape_as_specialisation_constants() {
+    fn kernels_compiled_per_shape_declare_their_push_words_as_constants() {
         use super::super::lower::SHAPE_SPECIALISED_ID;
-        let shape_ids: Vec<u32> =
-            (SHAPE_SPECIALISED_ID..=SHAPE_SPECIALISED_ID + CONV_PUSH_BYTES / 4).collect();
         let mut convs = 0;
         for k in Kernel::ALL {
             let info = k.info();
             let ids = spec_ids(info.spirv);
+            let shape_ids: Vec<u32> =
+                (SHAPE_SPECIALISED_ID..=SHAPE_SPECIALISED_ID + info.push_bytes / 4).collect();
             if info.push_bytes == CONV_PUSH_BYTES {
+                assert!(info.shapes, "{k}");
                 convs += 1;
+            }
+            if info.shapes {
                 assert!(ids.contains(&SHAPE_SPECIALISED_ID), "{k}: {ids:?}");
-                // The output size, at least, is in every conv kernel's index arithmetic.
+                // Some shape word, at least, is in every such kernel's index arithmetic.
                 assert!(ids.len() > 2, "{k}: {ids:?}");
                 assert!(
                     ids.iter().all(|id| *id == 0 || shape_ids.contains(id)),
@@ -679,6 +693,7 @@ mod tests {
             }
         }
         assert_eq!(convs, 23);
+        assert!(Kernel::Normalize.info().shapes && Kernel::Upsample.info().shapes);
         assert_eq!(spec_ids(Kernel::Saxpy.info().spirv), [0]);
     }
 

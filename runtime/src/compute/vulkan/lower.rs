@@ -137,8 +137,9 @@ pub struct Variants {
     pub fp16: bool,
     /// The direct variants, without shared memory or barriers (for CPU-type devices).
     pub direct: bool,
-    /// The convolution kernels compiled per shape: each dispatch's push block also as
-    /// specialisation constants ([`shape_constants`]), which the compiler folds into the code.
+    /// The kernels that allow it (every convolution) compiled per shape: each dispatch's
+    /// push block also as specialisation constants ([`shape_constants`]), which the compiler
+    /// folds into the code.
     pub shapes: bool,
 }
 
@@ -207,7 +208,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         if variants.shapes {
             // After every push block is final (a stem's is patched to read the records).
             for d in &mut dispatches {
-                if d.kernel.info().push_bytes == CONV_PUSH_BYTES {
+                if d.kernel.info().shapes {
                     d.spec = shape_constants(&d.push);
                 }
             }
@@ -360,11 +361,13 @@ pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
 /// constants after it rather than from the push block (`shaders/conv_push.glsl`).
 pub const SHAPE_SPECIALISED_ID: u32 = 1;
 
-/// A convolution's push block (`push`, from [`conv_push`]) as the specialisation constants
-/// of a pipeline compiled for that shape: [`SHAPE_SPECIALISED_ID`] set, then word `i` as
-/// constant `SHAPE_SPECIALISED_ID + 1 + i`. The dispatch still pushes the same block.
+/// A push block (`push`, of a kernel that [`KernelInfo::shapes`]: a convolution's from
+/// [`conv_push`], say) as the specialisation constants of a pipeline compiled for that
+/// shape: [`SHAPE_SPECIALISED_ID`] set, then word `i` as constant
+/// `SHAPE_SPECIALISED_ID + 1 + i`. The dispatch still pushes the same block.
+///
+/// [`KernelInfo::shapes`]: super::kernels::KernelInfo::shapes
 pub fn shape_constants(push: &[u8]) -> Vec<SpecConstant> {
-    debug_assert_eq!(push.len(), CONV_PUSH_BYTES as usize);
     let words = push
         .chunks_exact(4)
         .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
@@ -1081,7 +1084,7 @@ mod tests {
             use Slot::Tensor as T;
             let fused = &l.entries[0];
             // Compiled per shape, the stem's constants are its final push block, the records'
-            // layout included; the normalisation (not a conv) has none.
+            // layout included; a normalisation of its own has its own push block's.
             if shapes {
                 let spec = &fused[0].spec;
                 assert_eq!(*spec, shape_constants(&fused[0].push));
@@ -1093,7 +1096,9 @@ mod tests {
                         norm.record_stride
                     )
                 );
-                assert!(l.entries[1][0].spec.is_empty());
+                let norm = &l.entries[1][0];
+                assert_eq!(norm.kernel, Kernel::Normalize);
+                assert_eq!(norm.spec, shape_constants(&norm.push));
             } else {
                 assert!(l.entries.iter().flatten().all(|d| d.spec.is_empty()));
             }
