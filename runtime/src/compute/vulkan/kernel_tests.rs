@@ -98,6 +98,8 @@ fn conv_cases() -> Vec<Conv2d> {
         Conv2d::dense(3, 2, 10, 8, 3, 3, 3, true),
         Conv2d::dense(2, 6, 7, 9, 5, 1, 2, false),
         Conv2d::dense(3, 3, 40, 41, 8, 3, 1, true),
+        // The stem at a batch with enough pixels for four an invocation on GPUs.
+        Conv2d::dense(16, 3, 128, 128, 16, 3, 2, true),
         // Grouped: two and three groups.
         grouped(2, 4, 7, 5, 6, 3, 1, 2, true),
         grouped(1, 6, 8, 8, 9, 3, 2, 3, false),
@@ -263,8 +265,14 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
             assert_eq!(exec.kernels(i)[0].0, pointwise_kernel(op, direct), "{what}");
         }
         if matches!(op.kind(), ConvKind::Dense | ConvKind::Grouped) {
-            // The cases are smaller than QUAD_MIN_PIXELS: the GPU kernel is one pixel a thread.
-            let want = if direct { "conv2d_quad" } else { "conv2d" };
+            // Eight pixels an invocation on CPU-type devices; on GPUs four from
+            // QUAD_MIN_PIXELS output pixels on, else one.
+            let pixels = u64::from(op.n * op.out_h() * op.out_w());
+            let want = match (direct, pixels >= super::lower::QUAD_MIN_PIXELS) {
+                (true, _) => "conv2d_direct",
+                (false, true) => "conv2d_quad",
+                (false, false) => "conv2d",
+            };
             assert_eq!(exec.kernels(i)[0].0, want, "{what}");
         }
         if op.kind() == ConvKind::Depthwise {
@@ -458,18 +466,28 @@ fn a_residual_add_in_the_upsampling_store_matches_the_cpu_twin() {
     assert_clean(exec.engine());
 }
 
-/// The stem reading the records (its normalisation folded in, `conv2d_rgb` and
-/// `conv2d_quad_rgb`): one dispatch, the CPU twin's result of the two steps, flipped or not,
-/// records with odd padding between them (the bytes are read as words).
+/// The stem reading the records (its normalisation folded in, `conv2d_rgb`,
+/// `conv2d_quad_rgb` and `conv2d_direct_rgb`): one dispatch, the CPU twin's result of the two
+/// steps, flipped or not, records with odd padding between them (the bytes are read as words).
 #[test]
 fn a_stem_reading_the_records_matches_the_cpu_twin() {
-    let op = Conv2d::dense(2, 3, 14, 18, 16, 3, 2, true);
-    for (flip, direct) in [(false, false), (true, false), (false, true), (true, true)] {
+    let small = (2, 14, 18);
+    // Enough output pixels for four an invocation on GPUs (QUAD_MIN_PIXELS).
+    let batch = (16, 128, 128);
+    for ((n, h, w), flip, direct) in [
+        (small, false, false),
+        (small, true, false),
+        (small, false, true),
+        (small, true, true),
+        (batch, true, false),
+        (batch, true, true),
+    ] {
+        let op = Conv2d::dense(n, 3, h, w, 16, 3, 2, true);
         let norm = Normalize {
-            n: 2,
-            h: 14,
-            w: 18,
-            record_stride: 14 * 18 * 3 + 5,
+            n,
+            h,
+            w,
+            record_stride: h * w * 3 + 5,
             flip,
         };
         let mut rng = SplitMix64::new(23);
@@ -513,10 +531,11 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
         }
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
-        let kernel = if direct {
-            "conv2d_quad_rgb"
-        } else {
-            "conv2d_rgb"
+        let pixels = u64::from(op.n * op.out_h() * op.out_w());
+        let kernel = match (direct, pixels >= super::lower::QUAD_MIN_PIXELS) {
+            (true, _) => "conv2d_direct_rgb",
+            (false, true) => "conv2d_quad_rgb",
+            (false, false) => "conv2d_rgb",
         };
         assert_eq!(exec.kernels(0), [(kernel, 1)], "flip {flip}");
         let want = cpu_read(&mut cpu, y, op.output_len());

@@ -36,8 +36,8 @@ pub enum Kernel {
     /// Dense / grouped conv + bias + ReLU, direct (a pixel and eight output channels an
     /// invocation): `x, w, b, y (w)`.
     Conv2d,
-    /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for CPU-type devices: the
-    /// same bindings and push block; grid over blocks of four pixels.
+    /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for GPUs at batches with
+    /// many pixels: the same bindings and push block; grid over blocks of four pixels.
     Conv2dQuad,
     /// [`Kernel::Conv2d`] reading the records as [`Kernel::Normalize`] would normalise them
     /// (the stem, its normalisation folded in): `records, w, b, y (w)`; the push block's
@@ -45,6 +45,11 @@ pub enum Kernel {
     Conv2dRgb,
     /// [`Kernel::Conv2dQuad`] reading the records, as [`Kernel::Conv2dRgb`].
     Conv2dQuadRgb,
+    /// [`Kernel::Conv2d`] with eight pixels of a row an invocation, for CPU-type devices: the
+    /// same bindings and push block; grid over blocks of eight pixels.
+    Conv2dDirect,
+    /// [`Kernel::Conv2dDirect`] reading the records, as [`Kernel::Conv2dRgb`].
+    Conv2dDirectRgb,
     /// Pointwise (1×1) conv + bias + ReLU (+ a residual, where the push block's `skip` says
     /// so), a tiled GEMM: `x, w, b, y (w), skip`.
     Pointwise,
@@ -328,6 +333,10 @@ const CONV2D_RGB: KernelInfo =
     kernel!("conv2d_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const CONV2D_QUAD_RGB: KernelInfo =
     kernel!("conv2d_quad_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const CONV2D_DIRECT: KernelInfo =
+    kernel!("conv2d_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+const CONV2D_DIRECT_RGB: KernelInfo = kernel!("conv2d_direct_rgb", bindings 4,
+    push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
@@ -452,12 +461,14 @@ const DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 43] = [
+    pub const ALL: [Kernel; 45] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
         Kernel::Conv2dRgb,
         Kernel::Conv2dQuadRgb,
+        Kernel::Conv2dDirect,
+        Kernel::Conv2dDirectRgb,
         Kernel::Pointwise,
         Kernel::PointwiseF16,
         Kernel::PointwiseDirect,
@@ -505,6 +516,8 @@ impl Kernel {
             Kernel::Conv2dQuad => &CONV2D_QUAD,
             Kernel::Conv2dRgb => &CONV2D_RGB,
             Kernel::Conv2dQuadRgb => &CONV2D_QUAD_RGB,
+            Kernel::Conv2dDirect => &CONV2D_DIRECT,
+            Kernel::Conv2dDirectRgb => &CONV2D_DIRECT_RGB,
             Kernel::Pointwise => &POINTWISE,
             Kernel::PointwiseF16 => &POINTWISE_F16,
             Kernel::PointwiseDirect => &POINTWISE_DIRECT,
@@ -692,7 +705,7 @@ mod tests {
                 assert!(!ids.iter().any(|id| shape_ids.contains(id)), "{k}: {ids:?}");
             }
         }
-        assert_eq!(convs, 23);
+        assert_eq!(convs, 25);
         assert!(Kernel::Normalize.info().shapes && Kernel::Upsample.info().shapes);
         assert_eq!(spec_ids(Kernel::Saxpy.info().spirv), [0]);
     }

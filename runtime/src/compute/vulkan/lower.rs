@@ -12,7 +12,7 @@
 //! |---|---|
 //! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
 //! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`crate::compute::fusion`] allows |
-//! | normalize + the stem that reads it | `conv2d_rgb` or `conv2d_quad_rgb` reading the records, where [`crate::compute::fusion`] allows |
+//! | normalize + the stem that reads it | `conv2d_rgb`, `conv2d_quad_rgb` or `conv2d_direct_rgb` reading the records, where [`crate::compute::fusion`] allows |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
@@ -85,7 +85,7 @@ struct SplitRule {
 /// on every device (`conv2d_quad`). det-s's stem on an NVIDIA H200: at batch 1 (4096 pixels)
 /// 0.011 ms with one pixel an invocation, 0.017 ms with four; at batch 32 (131 072) 0.053 ms
 /// a dispatch with one, 0.051 with four (and 0.065 with the one-pixel build of conv2d.glsl).
-const QUAD_MIN_PIXELS: u64 = 1 << 16;
+pub(crate) const QUAD_MIN_PIXELS: u64 = 1 << 16;
 /// Grid cells one loss workgroup sums.
 const LOSS_CELLS_PER_PART: u64 = 2048;
 
@@ -240,13 +240,14 @@ pub(crate) fn normalized_stems(recording: &Recording, entry: usize) -> Vec<bool>
     })
 }
 
-/// Makes the stem's dispatch `d` (a `conv2d` or `conv2d_quad`) read `records` as `norm`
-/// would normalise them.
+/// Makes the stem's dispatch `d` (a `conv2d`, `conv2d_quad` or `conv2d_direct`) read
+/// `records` as `norm` would normalise them.
 fn reading_records(d: &mut LoweredDispatch, records: TensorId, norm: &Normalize) {
     d.kernel = match d.kernel {
         Kernel::Conv2d => Kernel::Conv2dRgb,
         Kernel::Conv2dQuad => Kernel::Conv2dQuadRgb,
-        other => unreachable!("a dense conv lowers to conv2d or conv2d_quad, not {other}"),
+        Kernel::Conv2dDirect => Kernel::Conv2dDirectRgb,
+        other => unreachable!("a dense conv lowers to conv2d, _quad or _direct, not {other}"),
     };
     d.bindings[0] = Slot::Tensor(records);
     for (word, value) in [
@@ -528,12 +529,14 @@ fn lower_step(
                     }
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
-                    // An invocation per output pixel, or per four of a row (conv2d.glsl):
-                    // four where a CPU-type device is load-bound, or where there are enough
+                    // An invocation per output pixel, or per four or eight of a row
+                    // (conv2d.glsl): eight on a CPU-type device, four where there are enough
                     // pixels to keep a GPU busy with a quarter as many invocations.
                     let rows = u64::from(op.n) * u64::from(op.out_h());
                     let pixels = rows * u64::from(op.out_w());
-                    let (kernel, per_invocation) = if variants.direct || pixels >= QUAD_MIN_PIXELS {
+                    let (kernel, per_invocation) = if variants.direct {
+                        (Kernel::Conv2dDirect, 8)
+                    } else if pixels >= QUAD_MIN_PIXELS {
                         (Kernel::Conv2dQuad, 4)
                     } else {
                         (Kernel::Conv2d, 1)
@@ -922,10 +925,10 @@ mod tests {
         }
     }
 
-    /// A dense conv takes four pixels an invocation on CPU-type devices, and on GPUs from
-    /// QUAD_MIN_PIXELS output pixels on, with a grid over the blocks of four.
+    /// A dense conv takes eight pixels an invocation on CPU-type devices, and four on GPUs
+    /// from QUAD_MIN_PIXELS output pixels on, with a grid over the blocks.
     #[test]
-    fn dense_convs_take_four_pixels_an_invocation_where_it_pays() {
+    fn dense_convs_take_several_pixels_an_invocation_where_it_pays() {
         let lowered = |n, direct| {
             let op = Conv2d::dense(n, 3, 128, 128, 16, 3, 2, true);
             let mut r = Recording::new();
@@ -941,9 +944,10 @@ mod tests {
             let d = &lower_with(&r, v).unwrap().entries[0][0];
             (d.kernel, d.groups)
         };
-        // 64 × 64 output pixels an image: 4096 invocations of 256, or 1024 of four pixels.
+        // 64 × 64 output pixels an image: 4096 invocations of 256, 1024 of four pixels, or
+        // 512 of eight.
         assert_eq!(lowered(1, false), (Kernel::Conv2d, [16, 2, 1]));
-        assert_eq!(lowered(1, true), (Kernel::Conv2dQuad, [4, 2, 1]));
+        assert_eq!(lowered(1, true), (Kernel::Conv2dDirect, [2, 2, 1]));
         assert_eq!(lowered(15, false).0, Kernel::Conv2d);
         assert_eq!(lowered(16, false), (Kernel::Conv2dQuad, [64, 2, 1]));
     }
@@ -1104,7 +1108,7 @@ mod tests {
             }
             assert_eq!(fused.len(), 1, "{fused:?}");
             let want = if direct {
-                Kernel::Conv2dQuadRgb
+                Kernel::Conv2dDirectRgb
             } else {
                 Kernel::Conv2dRgb
             };
@@ -1121,7 +1125,7 @@ mod tests {
             );
             let kept: Vec<_> = l.entries[1].iter().map(|d| d.kernel).collect();
             let plain = if direct {
-                Kernel::Conv2dQuad
+                Kernel::Conv2dDirect
             } else {
                 Kernel::Conv2d
             };
