@@ -323,140 +323,140 @@ const GEMM_SHARED_F16: u32 =
     2 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
 const LINEAR: [u32; 3] = [256, 1, 1];
 
-const SAXPY: KernelInfo =
+static SAXPY: KernelInfo =
     kernel!("saxpy", bindings 2, push 8, local [64, 1, 1], x Some(0), shared 0);
-const CONV2D: KernelInfo =
+static CONV2D: KernelInfo =
     kernel!("conv2d", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const CONV2D_QUAD: KernelInfo =
+static CONV2D_QUAD: KernelInfo =
     kernel!("conv2d_quad", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const CONV2D_RGB: KernelInfo =
+static CONV2D_RGB: KernelInfo =
     kernel!("conv2d_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const CONV2D_QUAD_RGB: KernelInfo =
+static CONV2D_QUAD_RGB: KernelInfo =
     kernel!("conv2d_quad_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const CONV2D_DIRECT: KernelInfo =
+static CONV2D_DIRECT: KernelInfo =
     kernel!("conv2d_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const CONV2D_DIRECT_RGB: KernelInfo = kernel!("conv2d_direct_rgb", bindings 4,
+static CONV2D_DIRECT_RGB: KernelInfo = kernel!("conv2d_direct_rgb", bindings 4,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-const POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
+static POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
+static POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
-const POINTWISE_DIRECT4: KernelInfo = KernelInfo {
+static POINTWISE_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b11,
     texels4: 0b11,
     ..kernel!("pointwise_direct4", bindings 5, push CONV_PUSH_BYTES, local [16, 4, 1], x None,
         shared 0)
 };
-const POINTWISE_THIN: KernelInfo = kernel!("pointwise_thin", bindings 5,
+static POINTWISE_THIN: KernelInfo = kernel!("pointwise_thin", bindings 5,
     push CONV_PUSH_BYTES, local [POINTWISE_THIN_GROUP[0], POINTWISE_THIN_GROUP[1], 1], x None,
     shared 0);
-const POINTWISE_F16: KernelInfo = KernelInfo {
+static POINTWISE_F16: KernelInfo = KernelInfo {
     fp16: true,
     ..kernel!("pointwise_f16", bindings 5, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
         shared GEMM_SHARED_F16)
 };
-const CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
+static CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
+static CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
         x None, shared 0)
 };
-const CONV2D_GRAD_INPUT_DIRECT4: KernelInfo = KernelInfo {
+static CONV2D_GRAD_INPUT_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b111,
     texels4: 0b111,
     ..kernel!("conv2d_grad_input_direct4", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
         x None, shared 0)
 };
-const CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
+static CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
-const CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
+static CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
         x None,
         shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
 };
-const CONV2D_GRAD_WEIGHT_DIRECT4: KernelInfo = KernelInfo {
+static CONV2D_GRAD_WEIGHT_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b111,
     texels4: 0b111,
     ..kernel!("conv2d_grad_weight_direct4", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
         x None,
         shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
 };
-const CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
+static CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
     push CONV_PUSH_BYTES, local [CONV_GRAD_REDUCE_BLOCK, 8, 1], x None,
     shared 4 * 8 * CONV_GRAD_REDUCE_BLOCK);
-const CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = KernelInfo {
+static CONV2D_GRAD_REDUCE_DIRECT: KernelInfo = KernelInfo {
     texels: 0b1,
     ..kernel!("conv2d_grad_reduce_direct", bindings 3, push CONV_PUSH_BYTES, local LINEAR,
         x Some(0), shared 0)
 };
-const DEPTHWISE: KernelInfo =
+static DEPTHWISE: KernelInfo =
     kernel!("depthwise", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
-const DEPTHWISE_DIRECT: KernelInfo = KernelInfo {
+static DEPTHWISE_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("depthwise_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x Some(0),
         shared 0)
 };
-const DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", bindings 4,
+static DEPTHWISE_GRAD_INPUT: KernelInfo = kernel!("depthwise_grad_input", bindings 4,
     push CONV_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
-const DEPTHWISE_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
+static DEPTHWISE_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("depthwise_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR,
         x Some(0), shared 0)
 };
-const DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
+static DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
-const DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
+static DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("depthwise_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES,
         local [64, 1, 1], x None, shared 4 * 64 * (DEPTHWISE_DIRECT_MAX_TAPS + 1))
 };
-const ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
-const ADD_ASSIGN: KernelInfo =
+static ADD: KernelInfo = kernel!("add", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
+static ADD_ASSIGN: KernelInfo =
     kernel!("add_assign", bindings 2, push 4, local LINEAR, x Some(0), shared 0);
-const ADD_DIRECT4: KernelInfo = KernelInfo {
+static ADD_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b11,
     texels4: 0b11,
     ..kernel!("add_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
 };
-const ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
+static ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b110,
     texels4: 0b110,
     ..kernel!("add_assign_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
 };
-const UPSAMPLE: KernelInfo = KernelInfo {
+static UPSAMPLE: KernelInfo = KernelInfo {
     shapes: true,
     ..kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0)
 };
-const UPSAMPLE_GRAD: KernelInfo = KernelInfo {
+static UPSAMPLE_GRAD: KernelInfo = KernelInfo {
     shapes: true,
     ..kernel!("upsample_grad", bindings 2, push 16, local LINEAR, x Some(0), shared 0)
 };
-const NORMALIZE: KernelInfo = KernelInfo {
+static NORMALIZE: KernelInfo = KernelInfo {
     shapes: true,
     ..kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0)
 };
-const TARGETS: KernelInfo =
+static TARGETS: KernelInfo =
     kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
-const ROW_COPY: KernelInfo =
+static ROW_COPY: KernelInfo =
     kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
-const LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
+static LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
     local LINEAR, x None, shared 16 * 256);
-const LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
+static LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
     local LINEAR, x None, shared 16 * 256);
-const LOSS_GRAD: KernelInfo =
+static LOSS_GRAD: KernelInfo =
     kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
-const SUM_SQUARES: KernelInfo =
+static SUM_SQUARES: KernelInfo =
     kernel!("sum_squares", bindings 5, push 20, local LINEAR, x None, shared 4 * 256);
-const CLIP_GRAD: KernelInfo =
+static CLIP_GRAD: KernelInfo =
     kernel!("clip_grad", bindings 2, push 8, local LINEAR, x None, shared 4 * 256);
-const ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
-const SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
-const EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
-const ADAMW_EMA: KernelInfo =
+static ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
+static SGD: KernelInfo = kernel!("sgd", bindings 4, push 12, local LINEAR, x Some(0), shared 0);
+static EMA: KernelInfo = kernel!("ema", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
+static ADAMW_EMA: KernelInfo =
     kernel!("adamw_ema", bindings 6, push 20, local LINEAR, x Some(0), shared 0);
-const DECODE: KernelInfo =
+static DECODE: KernelInfo =
     kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS + 4);
 
 impl Kernel {
