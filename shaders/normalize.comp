@@ -35,17 +35,14 @@ struct NormalizeShape {
     uint flip;
 };
 
-NormalizeShape shape() {
-    NormalizeShape s;
-    s.n = SHAPE_SPECIALISED ? SHAPE_N : push_.n;
-    s.h = SHAPE_SPECIALISED ? SHAPE_H : push_.h;
-    s.w = SHAPE_SPECIALISED ? SHAPE_W : push_.w;
-    s.record_stride = SHAPE_SPECIALISED ? SHAPE_RECORD_STRIDE : push_.record_stride;
-    s.flip = SHAPE_SPECIALISED ? SHAPE_FLIP : push_.flip;
-    return s;
-}
-
-#define pc shape()
+// Read once, at the start of main (a global with an initializer).
+NormalizeShape pc = NormalizeShape(
+    SHAPE_SPECIALISED ? SHAPE_N : push_.n,
+    SHAPE_SPECIALISED ? SHAPE_H : push_.h,
+    SHAPE_SPECIALISED ? SHAPE_W : push_.w,
+    SHAPE_SPECIALISED ? SHAPE_RECORD_STRIDE : push_.record_stride,
+    SHAPE_SPECIALISED ? SHAPE_FLIP : push_.flip
+);
 
 void main() {
     uint plane = pc.h * pc.w;
