@@ -15,5 +15,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 #define WT_AT(i) texelFetch(wt, int(i)).x
 #define BIAS_AT(i) texelFetch(bias, int(i)).x
 
+// Eight outputs of a row an invocation (kernels.rs: DEPTHWISE_DIRECT_OUTPUTS).
+#define OX 8u
+
 #include "conv_push.glsl"
 #include "depthwise.glsl"

@@ -1,5 +1,9 @@
 // The body of depthwise_grad_input.comp and depthwise_grad_input_direct.comp, which declare
-// the bindings and how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel).
+// the bindings and how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel),
+// and may set OX, the inputs of a row an invocation computes (4 unless they do).
+#ifndef OX
+#define OX 4u
+#endif
 // s / stride where s is a multiple of the stride, else a value ≥ limit (no term); s wraps
 // to a huge value when the difference it came from is negative. Strides 1 and 2 (det-s's)
 // avoid the integer division, slow on GPUs and worse on CPU SIMD.
@@ -28,12 +32,12 @@ float grad_at(uint grow, uint s) {
     return g;
 }
 
-// The 3×3 sums of inputs ix0 .. ix0 + 3 of row iy, stride 1 or 2: each output-gradient row's
-// window (the six columns ix0 + pad − 2 .. ix0 + pad + 3 reach, of which stride 2 keeps the
-// even ones) loaded once, where the generic loop loads a value per tap and input. The taps
-// are added in the generic loop's order (a window's zeros add nothing).
-vec4 window3(uint gbase, uint c, uint iy, uint ix0) {
-    vec4 s = vec4(0.0);
+// The 3×3 sums of inputs ix0 .. ix0 + OX − 1 of row iy, stride 1 or 2, into s: each
+// output-gradient row's window (the OX + 2 columns ix0 + pad − 2 .. ix0 + pad + OX − 1
+// reach, of which stride 2 keeps the even ones) loaded once, where the generic loop loads a
+// value per tap and input. The taps are added in the generic loop's order (a window's zeros
+// add nothing).
+void window3(uint gbase, uint c, uint iy, uint ix0, inout float s[OX]) {
     uint base = ix0 + pc.pad - 2u; // wraps when negative: off the grid or the row
     for (uint ky = 0u; ky < 3u; ky++) {
         uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
@@ -41,39 +45,41 @@ vec4 window3(uint gbase, uint c, uint iy, uint ix0) {
             continue;
         }
         uint grow = gbase + oy * pc.out_w;
-        float win[6];
-        for (uint t = 0u; t < 6u; t++) {
+        float win[OX + 2u];
+        for (uint t = 0u; t < OX + 2u; t++) {
             win[t] = grad_at(grow, base + t);
         }
         float w0 = WT_AT(c * 9u + ky * 3u);
         float w1 = WT_AT(c * 9u + ky * 3u + 1u);
         float w2 = WT_AT(c * 9u + ky * 3u + 2u);
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < OX; j++) {
             // Input ix0 + j takes column ix0 + j + pad − kx: window slot j + 2 − kx.
             s[j] += w0 * win[j + 2u];
             s[j] += w1 * win[j + 1u];
             s[j] += w2 * win[j];
         }
     }
-    return s;
 }
 
 void main() {
-    uint quads = (pc.w + 3u) / 4u; // blocks of four inputs along a row
+    uint quads = (pc.w + OX - 1u) / OX; // blocks of OX inputs along a row
     uint rows = pc.n * pc.c_in * pc.h;
     uint len = rows * quads;
     uint taps = pc.k * pc.k;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
         uint row = i / quads; // (b·c + c)·h + iy
-        uint ix0 = (i - row * quads) * 4u;
+        uint ix0 = (i - row * quads) * OX;
         uint bc = row / pc.h;
         uint iy = row - bc * pc.h;
         uint c = bc % pc.c_in;
         uint gbase = bc * pc.out_h * pc.out_w;
-        vec4 s = vec4(0.0);
+        float s[OX];
+        for (uint j = 0u; j < OX; j++) {
+            s[j] = 0.0;
+        }
         if (pc.k == 3u && pc.stride <= 2u) {
-            s = window3(gbase, c, iy, ix0);
+            window3(gbase, c, iy, ix0, s);
         } else for (uint ky = 0u; ky < pc.k; ky++) {
             uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
             if (oy >= pc.out_h) {
@@ -82,7 +88,7 @@ void main() {
             uint grow = gbase + oy * pc.out_w;
             for (uint kx = 0u; kx < pc.k; kx++) {
                 float wv = WT_AT(c * taps + ky * pc.k + kx);
-                for (uint j = 0u; j < 4u; j++) {
+                for (uint j = 0u; j < OX; j++) {
                     uint ox = on_grid(ix0 + j + pc.pad - kx, pc.out_w);
                     if (ox < pc.out_w) {
                         uint idx = grow + ox;
@@ -95,7 +101,7 @@ void main() {
             }
         }
         uint in_row = row * pc.w;
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < OX; j++) {
             if (ix0 + j < pc.w) {
                 gx[in_row + ix0 + j] = s[j];
             }

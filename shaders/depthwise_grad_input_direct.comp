@@ -16,5 +16,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
 #define Y_AT(i) texelFetch(y, int(i)).x
 #define GY_AT(i) texelFetch(gy, int(i)).x
 
+// Eight inputs of a row an invocation (kernels.rs: DEPTHWISE_DIRECT_OUTPUTS).
+#define OX 8u
+
 #include "conv_push.glsl"
 #include "depthwise_grad_input.glsl"

@@ -372,8 +372,8 @@ impl VulkanExec {
         self.kernels.get(entry).cloned().unwrap_or_default()
     }
 
-    /// The pipelines its entries run: one per kernel, or per kernel and shape where the
-    /// engine specialises convolutions ([`super::Options::specialise`]).
+    /// The pipelines its entries run: one per kernel, or per kernel and shape for the
+    /// kernels the engine compiles per shape ([`super::Options::specialise`]).
     pub fn pipelines(&self) -> &[Pipeline] {
         self.program.pipelines()
     }

@@ -10,11 +10,11 @@
 //!
 //! | step | dispatches |
 //! |---|---|
-//! | conv forward | `conv2d` (dense, grouped: direct), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
+//! | conv forward | `conv2d` (dense, grouped: direct; `conv2d_quad` from `QUAD_MIN_PIXELS` pixels on, `conv2d_direct` on CPU-type devices), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
 //! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`crate::compute::fusion`] allows |
 //! | normalize + the stem that reads it | `conv2d_rgb`, `conv2d_quad_rgb` or `conv2d_direct_rgb` reading the records, where [`crate::compute::fusion`] allows |
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
-//! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each |
+//! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each (the adds over whole vec4s in `*_direct4` on CPU-type devices) |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
 //! | loss backward, AdamW, EMA, SGD, decode, clip | one each |
 //! | sums of squares (gradient clipping) | `sum_squares`, one for up to four consecutive |
@@ -27,7 +27,8 @@
 use super::kernels::{
     add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS,
-    GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    DEPTHWISE_DIRECT_OUTPUTS, GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS,
+    POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, ResidualAdd};
@@ -137,9 +138,9 @@ pub struct Variants {
     pub fp16: bool,
     /// The direct variants, without shared memory or barriers (for CPU-type devices).
     pub direct: bool,
-    /// The kernels that allow it (every convolution) compiled per shape: each dispatch's
-    /// push block also as specialisation constants ([`shape_constants`]), which the compiler
-    /// folds into the code.
+    /// The kernels that allow it (every convolution, and the few others whose table entry
+    /// says so) compiled per shape: each dispatch's push block also as specialisation
+    /// constants ([`shape_constants`]), which the compiler folds into the code.
     pub shapes: bool,
 }
 
@@ -467,14 +468,16 @@ fn lower_step(
             let bindings = vec![T(x), T(w), T(b), T(y)];
             match op.kind() {
                 ConvKind::Depthwise => {
-                    // An invocation per four outputs of a row (depthwise.comp).
-                    let rows = op.output_len() as u64 / u64::from(op.out_w());
-                    let groups = linear_groups(rows * u64::from(op.out_w()).div_ceil(4));
-                    let kernel = if variants.direct {
-                        Kernel::DepthwiseDirect
+                    // An invocation per four outputs of a row (depthwise.glsl), eight on
+                    // CPU-type devices.
+                    let (kernel, outputs) = if variants.direct {
+                        (Kernel::DepthwiseDirect, DEPTHWISE_DIRECT_OUTPUTS)
                     } else {
-                        Kernel::Depthwise
+                        (Kernel::Depthwise, 4)
                     };
+                    let rows = op.output_len() as u64 / u64::from(op.out_w());
+                    let per_row = u64::from(op.out_w().div_ceil(outputs));
+                    let groups = linear_groups(rows * per_row);
                     push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {
@@ -568,14 +571,15 @@ fn lower_step(
             if let Some(gx) = gx {
                 let bindings = vec![T(w), T(y), T(gy), T(gx)];
                 if depthwise {
-                    // An invocation per four inputs of a row (depthwise_grad_input.comp).
-                    let rows = op.input_len() as u64 / u64::from(op.w);
-                    let groups = linear_groups(rows * u64::from(op.w).div_ceil(4));
-                    let kernel = if variants.direct {
-                        Kernel::DepthwiseGradInputDirect
+                    // An invocation per four inputs of a row (depthwise_grad_input.glsl),
+                    // eight on CPU-type devices.
+                    let (kernel, inputs) = if variants.direct {
+                        (Kernel::DepthwiseGradInputDirect, DEPTHWISE_DIRECT_OUTPUTS)
                     } else {
-                        Kernel::DepthwiseGradInput
+                        (Kernel::DepthwiseGradInput, 4)
                     };
+                    let rows = op.input_len() as u64 / u64::from(op.w);
+                    let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
                     push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
                     let plane = u64::from(op.h) * u64::from(op.w);
