@@ -121,6 +121,18 @@ fn conv_cases() -> Vec<Conv2d> {
     ]
 }
 
+/// The kernel a dense conv's forward pass lowers to, with the direct kernels or without
+/// (lower.rs: eight pixels an invocation on CPU-type devices; on GPUs four from
+/// QUAD_MIN_PIXELS output pixels on, else one).
+fn dense_kernel(op: &Conv2d, direct: bool) -> &'static str {
+    let pixels = u64::from(op.n * op.out_h() * op.out_w());
+    match (direct, pixels >= super::lower::QUAD_MIN_PIXELS) {
+        (true, _) => "conv2d_direct",
+        (false, true) => "conv2d_quad",
+        (false, false) => "conv2d",
+    }
+}
+
 /// The kernel a pointwise conv's forward pass lowers to, with the direct kernels or without
 /// (lower.rs: one output per invocation where the tiled grid is small).
 fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
@@ -265,15 +277,7 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
             assert_eq!(exec.kernels(i)[0].0, pointwise_kernel(op, direct), "{what}");
         }
         if matches!(op.kind(), ConvKind::Dense | ConvKind::Grouped) {
-            // Eight pixels an invocation on CPU-type devices; on GPUs four from
-            // QUAD_MIN_PIXELS output pixels on, else one.
-            let pixels = u64::from(op.n * op.out_h() * op.out_w());
-            let want = match (direct, pixels >= super::lower::QUAD_MIN_PIXELS) {
-                (true, _) => "conv2d_direct",
-                (false, true) => "conv2d_quad",
-                (false, false) => "conv2d",
-            };
-            assert_eq!(exec.kernels(i)[0].0, want, "{what}");
+            assert_eq!(exec.kernels(i)[0].0, dense_kernel(op, direct), "{what}");
         }
         if op.kind() == ConvKind::Depthwise {
             let want = format!("depthwise_grad_weight{suffix}");
@@ -531,13 +535,8 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
         }
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
-        let pixels = u64::from(op.n * op.out_h() * op.out_w());
-        let kernel = match (direct, pixels >= super::lower::QUAD_MIN_PIXELS) {
-            (true, _) => "conv2d_direct_rgb",
-            (false, true) => "conv2d_quad_rgb",
-            (false, false) => "conv2d_rgb",
-        };
-        assert_eq!(exec.kernels(0), [(kernel, 1)], "flip {flip}");
+        let kernel = format!("{}_rgb", dense_kernel(&op, direct));
+        assert_eq!(exec.kernels(0), [(kernel.as_str(), 1)], "flip {flip}");
         let want = cpu_read(&mut cpu, y, op.output_len());
         close(
             &format!("stem, flip {flip}, direct {direct}"),
