@@ -883,7 +883,7 @@ pub(crate) struct Device {
     pub(crate) fp16: bool,
     /// The direct kernel variants are used ([`Options::direct`]).
     pub(crate) direct: bool,
-    /// Convolution kernels are compiled per shape ([`Options::specialise`]).
+    /// Kernels that allow it are compiled per shape ([`Options::specialise`]).
     pub(crate) specialise: bool,
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported, and the
     /// imports live now.

@@ -668,8 +668,8 @@ impl Engine {
     }
 
     /// The kernel variants recordings are lowered to on this engine: fp16 where enabled,
-    /// direct ones per [`Options::direct`] (by default on CPU-type devices), convolutions
-    /// compiled per shape per [`Options::specialise`].
+    /// direct ones per [`Options::direct`] (by default on CPU-type devices), the kernels
+    /// that allow it compiled per shape per [`Options::specialise`].
     pub fn variants(&self) -> Variants {
         Variants {
             fp16: self.device.fp16,

@@ -359,8 +359,8 @@ pub fn conv_push(op: &Conv2d, splits: u32, chunk: u32) -> Vec<u8> {
     push
 }
 
-/// The specialisation constant that makes a convolution kernel read its shape from the
-/// constants after it rather than from the push block (`shaders/conv_push.glsl`).
+/// The specialisation constant that makes a kernel compiled per shape read its shape from
+/// the constants after it rather than from the push block (`shaders/conv_push.glsl`).
 pub const SHAPE_SPECIALISED_ID: u32 = 1;
 
 /// A push block (`push`, of a kernel that [`KernelInfo::shapes`]: a convolution's from
