@@ -7,8 +7,7 @@
 // defines PX), eight output channels per workgroup row. For each input channel and tap the
 // invocation loads its PX input values (neighbouring invocations read neighbouring pixels)
 // and multiplies them into PX × 8 accumulators by weights that are the same for every
-// invocation of the workgroup (uniform loads, broadcast from the cache), each loaded once for
-// the PX pixels. Padding is applied on the fly; bias and ReLU are fused into the store.
+// invocation of the workgroup, each loaded once for the PX pixels. Padding is applied on the fly; bias and ReLU are fused into the store.
 //
 // With RGB_INPUT defined, binding 0 is the records instead (u8 HWC RGB images,
 // pc.record_stride bytes apart, read as little-endian words; one group, 3 input channels),
@@ -21,12 +20,24 @@
 
 layout(local_size_x = 256) in;
 
+// With TEXELS defined (the direct kernels), the input and the weights are uniform texel
+// buffers (kernels.rs: KernelInfo::texels): on llvmpipe a texel fetch is one vector gather,
+// where a storage-buffer load walks the lanes one by one, the weights' uniform loads too
+// (det-s's stem and its recomputation at batch 32 on 2 cores: 12–15 ms each, from 20–23).
 #ifdef RGB_INPUT
 layout(std430, set = 0, binding = 0) readonly buffer Records { uint words[]; };
+#elif defined(TEXELS)
+layout(set = 0, binding = 0) uniform samplerBuffer x;
 #else
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 #endif
+#ifdef TEXELS
+layout(set = 0, binding = 1) uniform samplerBuffer wt;
+#define WT_AT(i) texelFetch(wt, int(i)).x
+#else
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
+#define WT_AT(i) wt[i]
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
@@ -41,7 +52,11 @@ float input_at(uint row, uint ix) {
 }
 #else
 #define ROW_AT(b, ci, iy) (((b) * pc.c_in + grp * cig + (ci)) * plane_in + (iy) * pc.w)
+#ifdef TEXELS
+#define input_at(row, ix) texelFetch(x, int((row) + (ix))).x
+#else
 #define input_at(row, ix) x[(row) + (ix)]
+#endif
 #endif
 
 void main() {
@@ -87,7 +102,7 @@ void main() {
                 }
                 uint r = (ci * pc.k + ky) * pc.k + kx;
                 for (uint j = 0u; j < OCB; j++) {
-                    float wv = wt[w_base + min(j, rows - 1u) * red + r];
+                    float wv = WT_AT(w_base + min(j, rows - 1u) * red + r);
                     for (uint q = 0u; q < PX; q++) {
                         acc[q][j] += wv * v[q];
                     }

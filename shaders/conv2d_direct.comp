@@ -6,4 +6,5 @@
 // 20 % less time than four pixels, conv2d_quad; two took twice as long, sixteen twice too).
 
 #define PX 8u
+#define TEXELS
 #include "conv2d.glsl"

@@ -4,5 +4,6 @@
 // stem with its normalisation folded in, for CPU-type devices.
 
 #define PX 8u
+#define TEXELS
 #define RGB_INPUT
 #include "conv2d.glsl"

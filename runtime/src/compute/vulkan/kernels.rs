@@ -336,10 +336,15 @@ static CONV2D_RGB: KernelInfo =
     kernel!("conv2d_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
 static CONV2D_QUAD_RGB: KernelInfo =
     kernel!("conv2d_quad_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-static CONV2D_DIRECT: KernelInfo =
-    kernel!("conv2d_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
-static CONV2D_DIRECT_RGB: KernelInfo = kernel!("conv2d_direct_rgb", bindings 4,
-    push CONV_PUSH_BYTES, local LINEAR, x None, shared 0);
+static CONV2D_DIRECT: KernelInfo = KernelInfo {
+    texels: 0b11,
+    ..kernel!("conv2d_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0)
+};
+static CONV2D_DIRECT_RGB: KernelInfo = KernelInfo {
+    texels: 0b10,
+    ..kernel!("conv2d_direct_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None,
+        shared 0)
+};
 static POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
     local GEMM_LOCAL, x None, shared GEMM_SHARED);
 static POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
