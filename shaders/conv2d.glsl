@@ -10,7 +10,8 @@
 // invocation of the workgroup, each loaded once for the PX pixels. Padding is applied on the fly; bias and ReLU are fused into the store.
 //
 // With RGB_INPUT defined, binding 0 is the records instead (u8 HWC RGB images,
-// pc.record_stride bytes apart, read as little-endian words; one group, 3 input channels),
+// pc.record_stride bytes apart, read as little-endian words, or as byte texels with TEXELS;
+// one group, 3 input channels),
 // normalised as they are read exactly as normalize.comp does (byte / 255, mirrored with
 // pc.flip): the stem reading the records, so the normalised input is never written.
 //
@@ -24,7 +25,9 @@ layout(local_size_x = 256) in;
 // buffers (kernels.rs: KernelInfo::texels): on llvmpipe a texel fetch is one vector gather,
 // where a storage-buffer load walks the lanes one by one, the weights' uniform loads too
 // (det-s's stem and its recomputation at batch 32 on 2 cores: 12–15 ms each, from 20–23).
-#ifdef RGB_INPUT
+#if defined(RGB_INPUT) && defined(TEXELS)
+layout(set = 0, binding = 0) uniform usamplerBuffer records; // R8_UINT: a byte a texel
+#elif defined(RGB_INPUT)
 layout(std430, set = 0, binding = 0) readonly buffer Records { uint words[]; };
 #elif defined(TEXELS)
 layout(set = 0, binding = 0) uniform samplerBuffer x;
@@ -48,7 +51,11 @@ layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 #define ROW_AT(b, ci, iy) ((b) * pc.record_stride + (iy) * pc.w * 3u + (ci))
 float input_at(uint row, uint ix) {
     uint at = row + 3u * (pc.flip != 0u ? pc.w - 1u - ix : ix);
+#ifdef TEXELS
+    return float(texelFetch(records, int(at)).x) / 255.0;
+#else
     return float((words[at >> 2] >> ((at & 3u) * 8u)) & 0xffu) / 255.0;
+#endif
 }
 #else
 #define ROW_AT(b, ci, iy) (((b) * pc.c_in + grp * cig + (ci)) * plane_in + (iy) * pc.w)

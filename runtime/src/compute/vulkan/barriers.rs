@@ -63,6 +63,8 @@ pub fn needed<B: Copy + Eq + std::hash::Hash>(dispatches: &[(Vec<B>, u32)]) -> V
     out
 }
 
+const OP_TYPE_INT: u32 = 21;
+const OP_TYPE_IMAGE: u32 = 25;
 const OP_TYPE_SAMPLED_IMAGE: u32 = 27;
 const OP_TYPE_POINTER: u32 = 32;
 const OP_VARIABLE: u32 = 59;
@@ -86,6 +88,8 @@ pub struct ShaderBindings {
     pub writable: u32,
     /// Bindings declared as sampled images (`samplerBuffer`: uniform texel buffers).
     pub texels: u32,
+    /// The texel bindings whose texels are integers (`usamplerBuffer`, `isamplerBuffer`).
+    pub int_texels: u32,
 }
 
 /// The bindings of descriptor set 0 of `spirv`: which it may write, which are texel buffers.
@@ -106,7 +110,9 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
     let mut members = std::collections::HashMap::<u32, (u32, u32)>::new(); // struct → (members marked, highest member + 1)
     let mut pointee = std::collections::HashMap::new(); // pointer type → pointed-to type
     let mut var_type = std::collections::HashMap::new(); // variable → its pointer type
-    let mut sampled = HashSet::new(); // sampled-image types (texel buffers): never written
+    let mut sampled = std::collections::HashMap::new(); // sampled-image type → image type
+    let mut image = std::collections::HashMap::new(); // image type → its texels' type
+    let mut ints = HashSet::new(); // integer types
     let mut at = 5;
     while at < words.len() {
         let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
@@ -134,8 +140,14 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
                     entry.0 += 1;
                 }
             }
+            OP_TYPE_INT if count >= 2 => {
+                ints.insert(w[1]);
+            }
+            OP_TYPE_IMAGE if count >= 3 => {
+                image.insert(w[1], w[2]);
+            }
             OP_TYPE_SAMPLED_IMAGE if count >= 3 => {
-                sampled.insert(w[1]);
+                sampled.insert(w[1], w[2]);
             }
             OP_TYPE_POINTER if count >= 4 => {
                 pointee.insert(w[1], w[3]);
@@ -150,6 +162,7 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
     let mut found = ShaderBindings {
         writable: 0,
         texels: 0,
+        int_texels: 0,
     };
     for (&var, &b) in &binding {
         if set.get(&var).copied().unwrap_or(0) != 0 {
@@ -164,9 +177,12 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
         let readonly_block = block
             .and_then(|s| members.get(s))
             .is_some_and(|&(marked, len)| marked >= len && len > 0);
-        let texels = block.is_some_and(|t| sampled.contains(t));
-        if texels {
+        // Texel buffers (sampled images) are never written.
+        if let Some(img) = block.and_then(|t| sampled.get(t)) {
             found.texels |= 1 << b;
+            if image.get(img).is_some_and(|texel| ints.contains(texel)) {
+                found.int_texels |= 1 << b;
+            }
         } else if !(non_writable.contains(&var) || readonly_block) {
             found.writable |= 1 << b;
         }

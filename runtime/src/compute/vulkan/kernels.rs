@@ -175,6 +175,8 @@ pub enum TexelFormat {
     /// Four floats a texel (`R32G32B32A32_SFLOAT`): `texelFetch` returns a vec4; the views
     /// cover whole texels, so a buffer's last `len % 4` floats are out of its reach.
     F32x4,
+    /// One byte a texel (`R8_UINT`, a `usamplerBuffer`): the records' pixels.
+    U8,
 }
 
 impl TexelFormat {
@@ -182,6 +184,7 @@ impl TexelFormat {
         match self {
             TexelFormat::F32 => ash::vk::Format::R32_SFLOAT,
             TexelFormat::F32x4 => ash::vk::Format::R32G32B32A32_SFLOAT,
+            TexelFormat::U8 => ash::vk::Format::R8_UINT,
         }
     }
 
@@ -190,6 +193,7 @@ impl TexelFormat {
         match self {
             TexelFormat::F32 => 4,
             TexelFormat::F32x4 => 16,
+            TexelFormat::U8 => 1,
         }
     }
 }
@@ -201,6 +205,8 @@ impl KernelInfo {
             None
         } else if self.texels4 & (1 << binding) != 0 {
             Some(TexelFormat::F32x4)
+        } else if self.texels_u8 & (1 << binding) != 0 {
+            Some(TexelFormat::U8)
         } else {
             Some(TexelFormat::F32)
         }
@@ -229,8 +235,11 @@ pub struct KernelInfo {
     /// a texel fetch is a vector gather, where a storage-buffer load walks the lanes one by one.
     pub texels: u32,
     /// The texel bindings (a mask within `texels`) viewed as [`TexelFormat::F32x4`]; the
-    /// others are [`TexelFormat::F32`].
+    /// others are [`TexelFormat::F32`] unless in [`KernelInfo::texels_u8`].
     pub texels4: u32,
+    /// The texel bindings (a mask within `texels`, apart from `texels4`) viewed as
+    /// [`TexelFormat::U8`].
+    pub texels_u8: u32,
     /// Size of the push-constant block (0: none).
     pub push_bytes: u32,
     /// The workgroup size compiled into the shader.
@@ -271,6 +280,7 @@ macro_rules! kernel {
             shared_bytes: $s,
             texels: 0,
             texels4: 0,
+            texels_u8: 0,
             fp16: false,
             shapes: $p == CONV_PUSH_BYTES,
         }
@@ -341,7 +351,8 @@ static CONV2D_DIRECT: KernelInfo = KernelInfo {
     ..kernel!("conv2d_direct", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None, shared 0)
 };
 static CONV2D_DIRECT_RGB: KernelInfo = KernelInfo {
-    texels: 0b10,
+    texels: 0b11,
+    texels_u8: 0b1,
     ..kernel!("conv2d_direct_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None,
         shared 0)
 };
@@ -638,8 +649,8 @@ mod tests {
         }
     }
 
-    /// The table's texel bindings are the shader's `samplerBuffer`s, never written, and its
-    /// vec4 views are among them.
+    /// The table's texel bindings are the shader's `samplerBuffer`s, never written, its vec4
+    /// views are among them, and its byte views are the shader's integer ones.
     #[test]
     fn texel_bindings_agree_with_the_shaders() {
         for k in Kernel::ALL {
@@ -656,12 +667,22 @@ mod tests {
                 0,
                 "{k}: vec4 view of a storage binding"
             );
+            assert_eq!(
+                info.texels_u8 & !(info.texels & !info.texels4),
+                0,
+                "{k}: byte view of a storage or vec4 binding"
+            );
+            assert_eq!(
+                shader.int_texels, info.texels_u8,
+                "{k}: integer texels (`usamplerBuffer`) viewed as anything but bytes"
+            );
             assert!(
                 info.texels < 1 << info.bindings,
                 "{k}: texel binding out of range"
             );
         }
         assert_eq!(Kernel::PointwiseDirect4.info().texels, 0b11);
+        assert_eq!(Kernel::Conv2dDirectRgb.info().texels_u8, 0b1);
     }
 
     /// The specialisation constant ids `spirv` declares (`OpDecorate … SpecId`).
