@@ -10,13 +10,17 @@
 //
 // The 64 invocations of a workgroup take the terms k of its part in turn (k = k_begin + t,
 // + 64, ...): neighbouring invocations read neighbouring pixels, which a CPU loads as one
-// vector. Each sums a TM × TN block of outputs (4 output channels × 8 columns r, and the
-// 4 bias sums) over its terms, all in registers; at the end the 64 blocks are added in a
-// fixed order through shared memory: deterministic, no float atomics. Parts, the `partial`
-// layout and conv2d_grad_reduce are those of conv2d_grad_weight.
+// vector. Each sums a TM × TN block of outputs (16 output channels × 9 columns r, one input
+// channel's 3×3 taps, and the 16 bias sums) over its terms, in registers; at the end the 64
+// blocks are added in a fixed order through shared memory: deterministic, no float atomics.
+// Each term's fetches serve TM·TN products: at 4 × 8, det-s's stem gradient (27 columns, 16
+// channels) took twice as long on lavapipe (8 × 9: 1.4×; 8 × 27 and 16 × 27 no faster than
+// 16 × 9). Parts, the `partial` layout and conv2d_grad_reduce are those of conv2d_grad_weight.
 //
 // Grid: (⌈R/TN⌉, ⌈M/TM⌉, groups·splits), M = c_out/groups, R = c_in/groups·k².
 
+#define TM 16
+#define TN 9
 #include "conv2d_grad_weight_direct.glsl"
 
 void main() {

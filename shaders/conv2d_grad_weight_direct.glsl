@@ -3,11 +3,13 @@
 // where its 64 lanes' register blocks are added in lane order through shared memory
 // (deterministic, no float atomics) and stored as partial sums or as gw and gb.
 
-#define TM 4
-#define TN 8
+// The includer defines the tile: TM output channels × TN weight columns.
 #define LANES 64
 // The TM·TN weight sums, then the TM bias sums.
 #define SUMS (TM * TN + TM)
+// Sums added through shared memory at a time (one each for the first CHUNK lanes), which
+// keeps it within 16 KiB whatever the tile.
+#define CHUNK 48
 
 layout(local_size_x = LANES, local_size_y = 1, local_size_z = 1) in;
 
@@ -22,31 +24,15 @@ layout(std430, set = 0, binding = 5) writeonly buffer GB { float gb[]; };
 
 #include "conv_push.glsl"
 
-// sums[s][lane]: lane's sum s, read back in lane order.
-shared float sums[SUMS * LANES];
+// sums[c][lane]: lane's sum s0 + c, read back in lane order.
+shared float sums[CHUNK * LANES];
 
-// Adds the lanes' blocks (output channels m0 .. m0 + TM of group grp, weight columns
-// n0 .. n0 + TN of the red per channel) and stores the workgroup's sums for part `split`.
-// Every lane of the workgroup calls it (it holds a barrier).
-void store_sums(float acc[TM][TN], float bias_sum[TM], uint lane, uint grp, uint split,
-                uint red, uint m0, uint n0) {
+// Stores the workgroup's sum number s (s < SUMS; output channel m0 + s / TN, weight column
+// n0 + s % TN, or for s ≥ TM·TN the bias of channel m0 + s − TM·TN) for part `split`.
+void store_sum(float total, uint s, uint grp, uint split, uint red, uint m0, uint n0) {
     uint cog = pc.c_out / pc.groups;
-    for (uint i = 0u; i < TM; i++) {
-        for (uint j = 0u; j < TN; j++) {
-            sums[(i * TN + j) * LANES + lane] = acc[i][j];
-        }
-        sums[(TM * TN + i) * LANES + lane] = bias_sum[i];
-    }
-    barrier();
-    if (lane >= SUMS) {
-        return;
-    }
-    float s = 0.0;
-    for (uint l = 0u; l < LANES; l++) {
-        s += sums[lane * LANES + l];
-    }
-    bool is_bias = lane >= TM * TN;
-    uint i = is_bias ? lane - TM * TN : lane / TN;
+    bool is_bias = s >= TM * TN;
+    uint i = is_bias ? s - TM * TN : s / TN;
     uint m = m0 + i;
     if (m >= cog) {
         return;
@@ -59,19 +45,72 @@ void store_sums(float acc[TM][TN], float bias_sum[TM], uint lane, uint grp, uint
             return;
         }
         if (pc.splits > 1u) {
-            partial[(split * pc.c_out + o) * row + red] = s;
+            partial[(split * pc.c_out + o) * row + red] = total;
         } else {
-            gb[o] = s;
+            gb[o] = total;
         }
         return;
     }
-    uint r = n0 + lane % TN;
+    uint r = n0 + s % TN;
     if (r >= red) {
         return;
     }
     if (pc.splits > 1u) {
-        partial[(split * pc.c_out + o) * row + r] = s;
+        partial[(split * pc.c_out + o) * row + r] = total;
     } else {
-        gw[o * red + r] = s;
+        gw[o * red + r] = total;
     }
+}
+
+// Adds sums s0 .. s0 + CHUNK of the lanes' blocks in lane order and stores them. s0 is a
+// literal at each call, so that every index into acc is a constant once the loops unroll
+// (an index the compiler cannot fold would put acc in memory for the whole kernel).
+void store_chunk(uint s0, float acc[TM][TN], float bias_sum[TM], uint lane, uint grp,
+                 uint split, uint red, uint m0, uint n0) {
+    // Loops over the tile, not the chunk: the compiler unrolls loops this short only.
+    for (uint i = 0u; i < TM; i++) {
+        for (uint j = 0u; j < TN; j++) {
+            uint s = i * TN + j;
+            if (s >= s0 && s < s0 + CHUNK) {
+                sums[(s - s0) * LANES + lane] = acc[i][j];
+            }
+        }
+        uint s = TM * TN + i;
+        if (s >= s0 && s < s0 + CHUNK) {
+            sums[(s - s0) * LANES + lane] = bias_sum[i];
+        }
+    }
+    barrier();
+    if (lane < CHUNK && s0 + lane < SUMS) {
+        float total = 0.0;
+        for (uint l = 0u; l < LANES; l++) {
+            total += sums[lane * LANES + l];
+        }
+        store_sum(total, s0 + lane, grp, split, red, m0, n0);
+    }
+    // Before the next chunk overwrites sums; after the last one, none (on llvmpipe a barrier
+    // switches between every lane group of the workgroup).
+    if (s0 + CHUNK < SUMS) {
+        barrier();
+    }
+}
+
+// Adds the lanes' blocks (output channels m0 .. m0 + TM of group grp, weight columns
+// n0 .. n0 + TN of the red per channel) in lane order, CHUNK sums at a time, and stores the
+// workgroup's sums for part `split`. Every lane of the workgroup calls it (it holds barriers).
+void store_sums(float acc[TM][TN], float bias_sum[TM], uint lane, uint grp, uint split,
+                uint red, uint m0, uint n0) {
+    store_chunk(0u, acc, bias_sum, lane, grp, split, red, m0, n0);
+#if SUMS > 1 * CHUNK
+    store_chunk(1u * CHUNK, acc, bias_sum, lane, grp, split, red, m0, n0);
+#endif
+#if SUMS > 2 * CHUNK
+    store_chunk(2u * CHUNK, acc, bias_sum, lane, grp, split, red, m0, n0);
+#endif
+#if SUMS > 3 * CHUNK
+    store_chunk(3u * CHUNK, acc, bias_sum, lane, grp, split, red, m0, n0);
+#endif
+#if SUMS > 4 * CHUNK
+#error "a tile of more than 4 · CHUNK sums"
+#endif
 }

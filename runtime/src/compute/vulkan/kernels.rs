@@ -311,7 +311,12 @@ pub const LOSS_PUSH_BYTES: u32 = 44;
 pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
 /// Output channels and weight columns one workgroup of `conv2d_grad_weight_direct` sums
 /// (`TM`, `TN` in its shader).
-pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [4, 8];
+pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [16, 9];
+/// The same for `conv2d_grad_weight_direct4` (`TM`, `TN` in its shader).
+pub const CONV_GRAD_WEIGHT_DIRECT4_TILE: [u32; 2] = [8, 8];
+/// Shared memory of the direct weight-gradient kernels: 64 lanes' sums, 48 at a time
+/// (`CHUNK` in `shaders/conv2d_grad_weight_direct.glsl`).
+const CONV_GRAD_WEIGHT_DIRECT_SHARED: u32 = 4 * 64 * 48;
 /// Sums one workgroup of `conv2d_grad_reduce` adds (`BLOCK` in its shader).
 pub const CONV_GRAD_REDUCE_BLOCK: u32 = 32;
 /// Outputs of a row one invocation of `depthwise_direct` computes, and inputs of a row one of
@@ -393,14 +398,14 @@ static CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
         x None,
-        shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
+        shared CONV_GRAD_WEIGHT_DIRECT_SHARED)
 };
 static CONV2D_GRAD_WEIGHT_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b111,
     texels4: 0b111,
     ..kernel!("conv2d_grad_weight_direct4", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
         x None,
-        shared 4 * 64 * (CONV_GRAD_WEIGHT_DIRECT_TILE[0] * (CONV_GRAD_WEIGHT_DIRECT_TILE[1] + 1)))
+        shared CONV_GRAD_WEIGHT_DIRECT_SHARED)
 };
 static CONV2D_GRAD_REDUCE: KernelInfo = kernel!("conv2d_grad_reduce", bindings 3,
     push CONV_PUSH_BYTES, local [CONV_GRAD_REDUCE_BLOCK, 8, 1], x None,

@@ -26,9 +26,9 @@
 
 use super::kernels::{
     add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
-    CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS, DEPTHWISE_DIRECT_MAX_TAPS,
-    DEPTHWISE_DIRECT_OUTPUTS, GEMM_TILE, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS,
-    POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
+    DEPTHWISE_DIRECT_MAX_TAPS, DEPTHWISE_DIRECT_OUTPUTS, GEMM_TILE, LOSS_PUSH_BYTES,
+    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, ResidualAdd};
@@ -632,14 +632,17 @@ fn lower_step(
                 splits
             } else {
                 let (kernel, [tm, tn], rule) = if variants.direct {
-                    let [tm, tn] = CONV_GRAD_WEIGHT_DIRECT_TILE.map(u64::from);
                     let plane = u64::from(op.h) * u64::from(op.w);
                     // Pointwise over whole vec4s of pixels: four terms a fetch.
-                    let kernel = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
-                        Kernel::Conv2dGradWeightDirect4
+                    let (kernel, tile) = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
+                        (
+                            Kernel::Conv2dGradWeightDirect4,
+                            CONV_GRAD_WEIGHT_DIRECT4_TILE,
+                        )
                     } else {
-                        Kernel::Conv2dGradWeightDirect
+                        (Kernel::Conv2dGradWeightDirect, CONV_GRAD_WEIGHT_DIRECT_TILE)
                     };
+                    let [tm, tn] = tile.map(u64::from);
                     (kernel, [tm, tn], DIRECT_SPLIT)
                 } else {
                     (Kernel::Conv2dGradWeight, [bm, bn], TILED_SPLIT)
