@@ -1,6 +1,7 @@
-// The body of depthwise.comp and depthwise_direct.comp, which declare the bindings and how
-// a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel), and may set OX, the
-// outputs of a row an invocation computes (4 unless they do).
+// The body of depthwise.comp and depthwise_direct.comp, which declare the bindings, how
+// a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and an output stored
+// (`Y_STORE(i, v)`; with Y_VEC4 defined, `y4` is the output as vec4s), and may set OX, the
+// outputs of a row an invocation computes (4 unless they do, a multiple of 4 with Y_VEC4).
 #ifndef OX
 #define OX 4u
 #endif
@@ -78,13 +79,27 @@ void main() {
         }
         float b = BIAS_AT(c);
         uint out_row = row * pc.out_w;
+#ifdef Y_VEC4
+        // Rows of whole blocks: a vec4 store for four outputs (on llvmpipe a storage-buffer
+        // store walks the lanes one by one; det-s's forward layers all qualify).
+        if (pc.out_w % OX == 0u) {
+            for (uint j = 0u; j < OX; j += 4u) {
+                vec4 v = vec4(s[j], s[j + 1u], s[j + 2u], s[j + 3u]) + b;
+                if (pc.relu != 0u) {
+                    v = max(v, vec4(0.0));
+                }
+                y4[(out_row + ox0 + j) / 4u] = v;
+            }
+            continue;
+        }
+#endif
         for (uint j = 0u; j < OX; j++) {
             if (ox0 + j < pc.out_w) {
                 float v = s[j] + b;
                 if (pc.relu != 0u) {
                     v = max(v, 0.0);
                 }
-                y[out_row + ox0 + j] = v;
+                Y_STORE(out_row + ox0 + j, v);
             }
         }
     }

@@ -10,7 +10,9 @@ layout(local_size_x_id = 0) in;
 layout(set = 0, binding = 0) uniform samplerBuffer x;
 layout(set = 0, binding = 1) uniform samplerBuffer wt;
 layout(set = 0, binding = 2) uniform samplerBuffer bias;
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y { vec4 y4[]; };
+#define Y_VEC4
+#define Y_STORE(i, v) y4[(i) / 4u][(i) % 4u] = (v)
 #define X_AT(i) texelFetch(x, int(i)).x
 #define WT_AT(i) texelFetch(wt, int(i)).x
 #define BIAS_AT(i) texelFetch(bias, int(i)).x

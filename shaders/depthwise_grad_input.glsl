@@ -1,6 +1,8 @@
 // The body of depthwise_grad_input.comp and depthwise_grad_input_direct.comp, which declare
-// the bindings and how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel),
-// and may set OX, the inputs of a row an invocation computes (4 unless they do).
+// the bindings, how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and
+// a gradient stored (`GX_STORE(i, v)`; with GX_VEC4 defined, `gx4` is the gradient as vec4s),
+// and may set OX, the inputs of a row an invocation computes (4 unless they do, a multiple of
+// 4 with GX_VEC4).
 #ifndef OX
 #define OX 4u
 #endif
@@ -101,9 +103,19 @@ void main() {
             }
         }
         uint in_row = row * pc.w;
+#ifdef GX_VEC4
+        // Rows of whole blocks: a vec4 store for four inputs (on llvmpipe a storage-buffer
+        // store walks the lanes one by one).
+        if (pc.w % OX == 0u) {
+            for (uint j = 0u; j < OX; j += 4u) {
+                gx4[(in_row + ix0 + j) / 4u] = vec4(s[j], s[j + 1u], s[j + 2u], s[j + 3u]);
+            }
+            continue;
+        }
+#endif
         for (uint j = 0u; j < OX; j++) {
             if (ix0 + j < pc.w) {
-                gx[in_row + ix0 + j] = s[j];
+                GX_STORE(in_row + ix0 + j, s[j]);
             }
         }
     }

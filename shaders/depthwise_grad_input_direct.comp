@@ -11,7 +11,9 @@ layout(local_size_x_id = 0) in;
 layout(set = 0, binding = 0) uniform samplerBuffer wt;
 layout(set = 0, binding = 1) uniform samplerBuffer y;
 layout(set = 0, binding = 2) uniform samplerBuffer gy;
-layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer GX { vec4 gx4[]; };
+#define GX_VEC4
+#define GX_STORE(i, v) gx4[(i) / 4u][(i) % 4u] = (v)
 #define WT_AT(i) texelFetch(wt, int(i)).x
 #define Y_AT(i) texelFetch(y, int(i)).x
 #define GY_AT(i) texelFetch(gy, int(i)).x

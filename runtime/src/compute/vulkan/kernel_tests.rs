@@ -118,6 +118,10 @@ fn conv_cases() -> Vec<Conv2d> {
             ..Conv2d::depthwise(2, 4, 7, 7, 3, 1, true)
         },
         Conv2d::depthwise(2, 2, 48, 49, 3, 1, true),
+        // Depthwise with rows of whole eight-value blocks in and out (the direct kernels' vec4
+        // stores), strides 1 and 2.
+        Conv2d::depthwise(2, 3, 8, 16, 3, 1, true),
+        Conv2d::depthwise(1, 2, 10, 32, 3, 2, false),
     ]
 }
 
