@@ -389,7 +389,7 @@ static CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
 static CONV2D_GRAD_INPUT_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b111,
     texels4: 0b111,
-    ..kernel!("conv2d_grad_input_direct4", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
+    ..kernel!("conv2d_grad_input_direct4", bindings 4, push CONV_PUSH_BYTES, local [16, 2, 1],
         x None, shared 0)
 };
 static CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
