@@ -54,17 +54,27 @@ void main() {
             acc[i][j] = vec4(0.0);
         }
     }
+    // Channel rows i and pixel groups j that no invocation of any workgroup has (c_out ≤ 4·i,
+    // or a plane of at most 16·j groups: det-s's head and its 8 × 8 layers) are skipped; with
+    // the shape compiled in (KernelInfo::shapes) they are not compiled at all.
     for (uint c = 0u; c < c_quads; c++) {
         vec4 a[CH];
         for (uint i = 0u; i < CH; i++) {
-            a[i] = texelFetch(wt, int(w_row[i] + c));
+            if (4u * i < pc.c_out) {
+                a[i] = texelFetch(wt, int(w_row[i] + c));
+            }
         }
         uint row = x_base + 4u * c * quads;
         for (uint k = 0u; k < 4u; k++) {
             for (uint j = 0u; j < QX; j++) {
+                if (16u * j >= quads) {
+                    continue;
+                }
                 vec4 b = texelFetch(x, int(row + k * quads + q[j]));
                 for (uint i = 0u; i < CH; i++) {
-                    acc[i][j] += a[i][k] * b;
+                    if (4u * i < pc.c_out) {
+                        acc[i][j] += a[i][k] * b;
+                    }
                 }
             }
         }
