@@ -33,6 +33,9 @@ void main() {
     uint g_base = img * pc.c_out * quads;
     uint m0 = gl_WorkGroupID.y * 32u + 4u * CV * gl_LocalInvocationID.y;
     uint q = gl_WorkGroupID.x * 16u + gl_LocalInvocationID.x;
+    if (m0 >= pc.c_in) {
+        return; // no channel of this invocation's exists (16 input channels: half of them)
+    }
     // Out-of-range channels and pixels read a valid texel (clamped) and are not stored, so
     // the loop has no branch.
     uint c4[CV];
