@@ -1,20 +1,30 @@
 // The body of depthwise.comp and depthwise_direct.comp, which declare the bindings, how
 // a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and an output stored
 // (`Y_STORE(i, v)`; with Y_VEC4 defined, `y4` is the output as vec4s), and may set OX, the
-// outputs of a row an invocation computes (4 unless they do, a multiple of 4 with Y_VEC4).
+// outputs of a row an invocation computes (4 unless they do, a multiple of 4 with Y_VEC4),
+// and OY, the rows it computes them for (1 unless they do).
 #ifndef OX
 #define OX 4u
 #endif
+#ifndef OY
+#define OY 1u
+#endif
 
-// The 3×3 sums of outputs ox0 .. ox0 + OX − 1 of row oy, stride 1 or 2, into s: each input
-// row's window (stride·(OX − 1) + 3 values, zero outside the input) loaded once. The taps
-// are added in the generic loop's order.
-void window3(uint xbase, uint wbase, uint oy, uint ox0, inout float s[OX]) {
+// The 3×3 sums of outputs ox0 .. ox0 + OX − 1 of rows oy0 .. oy0 + OY − 1, stride 1 or 2,
+// into s: each input row's window (stride·(OX − 1) + 3 values, zero outside the input)
+// loaded once for every output row it serves, and the nine weights once. The taps are added
+// in the generic loop's order.
+void window3(uint xbase, uint wbase, uint oy0, uint ox0, inout float s[OY][OX]) {
     uint ix0 = ox0 * pc.stride - pc.pad; // wraps when negative
     uint span = pc.stride * (OX - 1u) + 3u;
-    for (uint ky = 0u; ky < 3u; ky++) {
-        uint iy = oy * pc.stride + ky - pc.pad;
-        if (iy >= pc.h) {
+    float w[9];
+    for (uint t = 0u; t < 9u; t++) {
+        w[t] = WT_AT(wbase + t);
+    }
+    // Input rows oy0·stride − pad + r: (OY − 1)·stride + 3 of them.
+    for (uint r = 0u; r < 2u * (OY - 1u) + 3u; r++) {
+        uint iy = oy0 * pc.stride + r - pc.pad;
+        if (r >= pc.stride * (OY - 1u) + 3u || iy >= pc.h) {
             continue;
         }
         uint xrow = xbase + iy * pc.w;
@@ -23,20 +33,16 @@ void window3(uint xbase, uint wbase, uint oy, uint ox0, inout float s[OX]) {
             uint ix = ix0 + t;
             win[t] = (ix < pc.w && t < span) ? X_AT(xrow + ix) : 0.0;
         }
-        float w0 = WT_AT(wbase + ky * 3u);
-        float w1 = WT_AT(wbase + ky * 3u + 1u);
-        float w2 = WT_AT(wbase + ky * 3u + 2u);
-        if (pc.stride == 1u) {
-            for (uint j = 0u; j < OX; j++) {
-                s[j] += w0 * win[j];
-                s[j] += w1 * win[j + 1u];
-                s[j] += w2 * win[j + 2u];
+        for (uint dy = 0u; dy < OY; dy++) {
+            uint ky = r - dy * pc.stride; // wraps when r < dy·stride
+            if (ky >= 3u) {
+                continue;
             }
-        } else {
             for (uint j = 0u; j < OX; j++) {
-                s[j] += w0 * win[2u * j];
-                s[j] += w1 * win[2u * j + 1u];
-                s[j] += w2 * win[2u * j + 2u];
+                uint at = j * pc.stride;
+                s[dy][j] += w[ky * 3u] * win[at];
+                s[dy][j] += w[ky * 3u + 1u] * win[at + 1u];
+                s[dy][j] += w[ky * 3u + 2u] * win[at + 2u];
             }
         }
     }
@@ -44,62 +50,72 @@ void window3(uint xbase, uint wbase, uint oy, uint ox0, inout float s[OX]) {
 
 void main() {
     uint quads = (pc.out_w + OX - 1u) / OX; // blocks of OX outputs along a row
-    uint rows = pc.n * pc.c_out * pc.out_h;
-    uint len = rows * quads;
+    uint row_blocks = (pc.out_h + OY - 1u) / OY; // blocks of OY rows in a plane
+    uint len = pc.n * pc.c_out * row_blocks * quads;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
-        uint row = i / quads; // (b·c + c)·out_h + oy
-        uint ox0 = (i - row * quads) * OX;
-        uint bc = row / pc.out_h;
-        uint oy = row - bc * pc.out_h;
+        uint block = i / quads; // (b·c + c)·row_blocks + oy0 / OY
+        uint ox0 = (i - block * quads) * OX;
+        uint bc = block / row_blocks;
+        uint oy0 = (block - bc * row_blocks) * OY;
         uint c = bc % pc.c_out;
         uint xbase = bc * pc.h * pc.w;
         uint wbase = c * pc.k * pc.k;
-        float s[OX];
-        for (uint j = 0u; j < OX; j++) {
-            s[j] = 0.0;
+        float s[OY][OX];
+        for (uint dy = 0u; dy < OY; dy++) {
+            for (uint j = 0u; j < OX; j++) {
+                s[dy][j] = 0.0;
+            }
         }
         if (pc.k == 3u && pc.stride <= 2u) {
-            window3(xbase, wbase, oy, ox0, s);
-        } else for (uint ky = 0u; ky < pc.k; ky++) {
-            uint iy = oy * pc.stride + ky - pc.pad; // wraps when negative
-            if (iy >= pc.h) {
-                continue;
-            }
-            uint xrow = xbase + iy * pc.w;
-            for (uint kx = 0u; kx < pc.k; kx++) {
-                float wv = WT_AT(wbase + ky * pc.k + kx);
-                for (uint j = 0u; j < OX; j++) {
-                    uint ix = (ox0 + j) * pc.stride + kx - pc.pad;
-                    if (ix < pc.w) {
-                        s[j] += wv * X_AT(xrow + ix);
+            window3(xbase, wbase, oy0, ox0, s);
+        } else for (uint dy = 0u; dy < OY; dy++) {
+            for (uint ky = 0u; ky < pc.k; ky++) {
+                uint iy = (oy0 + dy) * pc.stride + ky - pc.pad; // wraps when negative
+                if (iy >= pc.h) {
+                    continue;
+                }
+                uint xrow = xbase + iy * pc.w;
+                for (uint kx = 0u; kx < pc.k; kx++) {
+                    float wv = WT_AT(wbase + ky * pc.k + kx);
+                    for (uint j = 0u; j < OX; j++) {
+                        uint ix = (ox0 + j) * pc.stride + kx - pc.pad;
+                        if (ix < pc.w) {
+                            s[dy][j] += wv * X_AT(xrow + ix);
+                        }
                     }
                 }
             }
         }
         float b = BIAS_AT(c);
-        uint out_row = row * pc.out_w;
-#ifdef Y_VEC4
-        // Rows of whole blocks: a vec4 store for four outputs (on llvmpipe a storage-buffer
-        // store walks the lanes one by one; det-s's forward layers all qualify).
-        if (pc.out_w % OX == 0u) {
-            for (uint j = 0u; j < OX; j += 4u) {
-                vec4 v = vec4(s[j], s[j + 1u], s[j + 2u], s[j + 3u]) + b;
-                if (pc.relu != 0u) {
-                    v = max(v, vec4(0.0));
-                }
-                y4[(out_row + ox0 + j) / 4u] = v;
+        for (uint dy = 0u; dy < OY; dy++) {
+            uint oy = oy0 + dy;
+            if (oy >= pc.out_h) {
+                break;
             }
-            continue;
-        }
-#endif
-        for (uint j = 0u; j < OX; j++) {
-            if (ox0 + j < pc.out_w) {
-                float v = s[j] + b;
-                if (pc.relu != 0u) {
-                    v = max(v, 0.0);
+            uint out_row = (bc * pc.out_h + oy) * pc.out_w;
+#ifdef Y_VEC4
+            // Rows of whole blocks: a vec4 store for four outputs (on llvmpipe a
+            // storage-buffer store walks the lanes one by one; det-s's layers all qualify).
+            if (pc.out_w % OX == 0u) {
+                for (uint j = 0u; j < OX; j += 4u) {
+                    vec4 v = vec4(s[dy][j], s[dy][j + 1u], s[dy][j + 2u], s[dy][j + 3u]) + b;
+                    if (pc.relu != 0u) {
+                        v = max(v, vec4(0.0));
+                    }
+                    y4[(out_row + ox0 + j) / 4u] = v;
                 }
-                Y_STORE(out_row + ox0 + j, v);
+                continue;
+            }
+#endif
+            for (uint j = 0u; j < OX; j++) {
+                if (ox0 + j < pc.out_w) {
+                    float v = s[dy][j] + b;
+                    if (pc.relu != 0u) {
+                        v = max(v, 0.0);
+                    }
+                    Y_STORE(out_row + ox0 + j, v);
+                }
             }
         }
     }

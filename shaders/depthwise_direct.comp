@@ -19,6 +19,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer Y { vec4 y4[]; };
 
 // Eight outputs of a row an invocation (kernels.rs: DEPTHWISE_DIRECT_OUTPUTS).
 #define OX 8u
+// Two rows of them (kernels.rs: DEPTHWISE_DIRECT_ROWS).
+#define OY 2u
 
 #include "conv_push.glsl"
 #include "depthwise.glsl"

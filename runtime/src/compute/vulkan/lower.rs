@@ -27,8 +27,8 @@
 use super::kernels::{
     add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
-    DEPTHWISE_DIRECT_MAX_TAPS, DEPTHWISE_DIRECT_OUTPUTS, GEMM_TILE, LOSS_PUSH_BYTES,
-    POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    DEPTHWISE_DIRECT_MAX_TAPS, DEPTHWISE_DIRECT_OUTPUTS, DEPTHWISE_DIRECT_ROWS, GEMM_TILE,
+    LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, ResidualAdd};
@@ -470,12 +470,17 @@ fn lower_step(
                 ConvKind::Depthwise => {
                     // An invocation per four outputs of a row (depthwise.glsl), eight on
                     // CPU-type devices.
-                    let (kernel, outputs) = if variants.direct {
-                        (Kernel::DepthwiseDirect, DEPTHWISE_DIRECT_OUTPUTS)
+                    let (kernel, outputs, rows_each) = if variants.direct {
+                        (
+                            Kernel::DepthwiseDirect,
+                            DEPTHWISE_DIRECT_OUTPUTS,
+                            DEPTHWISE_DIRECT_ROWS,
+                        )
                     } else {
-                        (Kernel::Depthwise, 4)
+                        (Kernel::Depthwise, 4, 1)
                     };
-                    let rows = op.output_len() as u64 / u64::from(op.out_w());
+                    let planes = u64::from(op.n) * u64::from(op.c_out);
+                    let rows = planes * u64::from(op.out_h().div_ceil(rows_each));
                     let per_row = u64::from(op.out_w().div_ceil(outputs));
                     let groups = linear_groups(rows * per_row);
                     push(kernel, bindings, conv_push(&op, 1, 0), groups);
