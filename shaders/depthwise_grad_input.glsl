@@ -2,9 +2,12 @@
 // the bindings, how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and
 // a gradient stored (`GX_STORE(i, v)`; with GX_VEC4 defined, `gx4` is the gradient as vec4s),
 // and may set OX, the inputs of a row an invocation computes (4 unless they do, a multiple of
-// 4 with GX_VEC4).
+// 4 with GX_VEC4), and OY, the rows it computes them for (1 unless they do).
 #ifndef OX
 #define OX 4u
+#endif
+#ifndef OY
+#define OY 1u
 #endif
 // s / stride where s is a multiple of the stride, else a value ≥ limit (no term); s wraps
 // to a huge value when the difference it came from is negative. Strides 1 and 2 (det-s's)
@@ -34,88 +37,111 @@ float grad_at(uint grow, uint s) {
     return g;
 }
 
-// The 3×3 sums of inputs ix0 .. ix0 + OX − 1 of row iy, stride 1 or 2, into s: each
-// output-gradient row's window (the OX + 2 columns ix0 + pad − 2 .. ix0 + pad + OX − 1
-// reach, of which stride 2 keeps the even ones) loaded once, where the generic loop loads a
-// value per tap and input. The taps are added in the generic loop's order (a window's zeros
-// add nothing).
-void window3(uint gbase, uint c, uint iy, uint ix0, inout float s[OX]) {
+// The 3×3 sums of inputs ix0 .. ix0 + OX − 1 of rows iy0 .. iy0 + OY − 1, stride 1 or 2,
+// into s: each output-gradient row's window (the OX + 2 columns ix0 + pad − 2 ..
+// ix0 + pad + OX − 1 reach, of which stride 2 keeps the even ones) loaded once for every
+// input row it serves, and the nine weights once, where the generic loop loads a value per
+// tap and input. The taps are added in the generic loop's order (a window's zeros add
+// nothing).
+void window3(uint gbase, uint c, uint iy0, uint ix0, inout float s[OY][OX]) {
     uint base = ix0 + pc.pad - 2u; // wraps when negative: off the grid or the row
-    for (uint ky = 0u; ky < 3u; ky++) {
-        uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
+    float w[9];
+    for (uint t = 0u; t < 9u; t++) {
+        w[t] = WT_AT(c * 9u + t);
+    }
+    // Rows iy0 + pad − 2 + t of the stride grid (t < OY + 2) reach the block's inputs;
+    // row t reaches input row iy0 + dy through tap ky = dy + 2 − t. Descending t is ascending
+    // ky, the generic loop's order.
+    for (uint u = 0u; u < OY + 2u; u++) {
+        uint t = OY + 1u - u;
+        uint oy = on_grid(iy0 + pc.pad - 2u + t, pc.out_h);
         if (oy >= pc.out_h) {
             continue;
         }
         uint grow = gbase + oy * pc.out_w;
         float win[OX + 2u];
-        for (uint t = 0u; t < OX + 2u; t++) {
-            win[t] = grad_at(grow, base + t);
+        for (uint v = 0u; v < OX + 2u; v++) {
+            win[v] = grad_at(grow, base + v);
         }
-        float w0 = WT_AT(c * 9u + ky * 3u);
-        float w1 = WT_AT(c * 9u + ky * 3u + 1u);
-        float w2 = WT_AT(c * 9u + ky * 3u + 2u);
-        for (uint j = 0u; j < OX; j++) {
-            // Input ix0 + j takes column ix0 + j + pad − kx: window slot j + 2 − kx.
-            s[j] += w0 * win[j + 2u];
-            s[j] += w1 * win[j + 1u];
-            s[j] += w2 * win[j];
+        for (uint dy = 0u; dy < OY; dy++) {
+            uint ky = dy + 2u - t; // wraps when t > dy + 2
+            if (ky >= 3u || iy0 + dy >= pc.h) {
+                continue;
+            }
+            for (uint j = 0u; j < OX; j++) {
+                // Input ix0 + j takes column ix0 + j + pad − kx: window slot j + 2 − kx.
+                s[dy][j] += w[ky * 3u] * win[j + 2u];
+                s[dy][j] += w[ky * 3u + 1u] * win[j + 1u];
+                s[dy][j] += w[ky * 3u + 2u] * win[j];
+            }
         }
     }
 }
 
 void main() {
     uint quads = (pc.w + OX - 1u) / OX; // blocks of OX inputs along a row
-    uint rows = pc.n * pc.c_in * pc.h;
-    uint len = rows * quads;
+    uint row_blocks = (pc.h + OY - 1u) / OY; // blocks of OY rows in a plane
+    uint len = pc.n * pc.c_in * row_blocks * quads;
     uint taps = pc.k * pc.k;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < len; i += step) {
-        uint row = i / quads; // (b·c + c)·h + iy
-        uint ix0 = (i - row * quads) * OX;
-        uint bc = row / pc.h;
-        uint iy = row - bc * pc.h;
+        uint block = i / quads; // (b·c + c)·row_blocks + iy0 / OY
+        uint ix0 = (i - block * quads) * OX;
+        uint bc = block / row_blocks;
+        uint iy0 = (block - bc * row_blocks) * OY;
         uint c = bc % pc.c_in;
         uint gbase = bc * pc.out_h * pc.out_w;
-        float s[OX];
-        for (uint j = 0u; j < OX; j++) {
-            s[j] = 0.0;
+        float s[OY][OX];
+        for (uint dy = 0u; dy < OY; dy++) {
+            for (uint j = 0u; j < OX; j++) {
+                s[dy][j] = 0.0;
+            }
         }
         if (pc.k == 3u && pc.stride <= 2u) {
-            window3(gbase, c, iy, ix0, s);
-        } else for (uint ky = 0u; ky < pc.k; ky++) {
-            uint oy = on_grid(iy + pc.pad - ky, pc.out_h);
-            if (oy >= pc.out_h) {
-                continue;
-            }
-            uint grow = gbase + oy * pc.out_w;
-            for (uint kx = 0u; kx < pc.k; kx++) {
-                float wv = WT_AT(c * taps + ky * pc.k + kx);
-                for (uint j = 0u; j < OX; j++) {
-                    uint ox = on_grid(ix0 + j + pc.pad - kx, pc.out_w);
-                    if (ox < pc.out_w) {
-                        uint idx = grow + ox;
-                        float g = GY_AT(idx);
-                        if (pc.relu == 0u || Y_AT(idx) > 0.0) {
-                            s[j] += wv * g;
+            window3(gbase, c, iy0, ix0, s);
+        } else for (uint dy = 0u; dy < OY; dy++) {
+            for (uint ky = 0u; ky < pc.k; ky++) {
+                uint oy = on_grid(iy0 + dy + pc.pad - ky, pc.out_h);
+                if (oy >= pc.out_h) {
+                    continue;
+                }
+                uint grow = gbase + oy * pc.out_w;
+                for (uint kx = 0u; kx < pc.k; kx++) {
+                    float wv = WT_AT(c * taps + ky * pc.k + kx);
+                    for (uint j = 0u; j < OX; j++) {
+                        uint ox = on_grid(ix0 + j + pc.pad - kx, pc.out_w);
+                        if (ox < pc.out_w) {
+                            uint idx = grow + ox;
+                            float g = GY_AT(idx);
+                            if (pc.relu == 0u || Y_AT(idx) > 0.0) {
+                                s[dy][j] += wv * g;
+                            }
                         }
                     }
                 }
             }
         }
-        uint in_row = row * pc.w;
-#ifdef GX_VEC4
-        // Rows of whole blocks: a vec4 store for four inputs (on llvmpipe a storage-buffer
-        // store walks the lanes one by one).
-        if (pc.w % OX == 0u) {
-            for (uint j = 0u; j < OX; j += 4u) {
-                gx4[(in_row + ix0 + j) / 4u] = vec4(s[j], s[j + 1u], s[j + 2u], s[j + 3u]);
+        for (uint dy = 0u; dy < OY; dy++) {
+            uint iy = iy0 + dy;
+            if (iy >= pc.h) {
+                break;
             }
-            continue;
-        }
+            uint in_row = (bc * pc.h + iy) * pc.w;
+#ifdef GX_VEC4
+            // Rows of whole blocks: a vec4 store for four inputs (on llvmpipe a
+            // storage-buffer store walks the lanes one by one).
+            if (pc.w % OX == 0u) {
+                for (uint j = 0u; j < OX; j += 4u) {
+                    gx4[(in_row + ix0 + j) / 4u] =
+                        vec4(s[dy][j], s[dy][j + 1u], s[dy][j + 2u], s[dy][j + 3u]);
+                }
+                continue;
+            }
 #endif
-        for (uint j = 0u; j < OX; j++) {
-            if (ix0 + j < pc.w) {
-                GX_STORE(in_row + ix0 + j, s[j]);
+            for (uint j = 0u; j < OX; j++) {
+                if (ix0 + j < pc.w) {
+                    GX_STORE(in_row + ix0 + j, s[dy][j]);
+                }
             }
         }
     }

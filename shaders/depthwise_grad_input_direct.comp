@@ -20,6 +20,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer GX { vec4 gx4[]; };
 
 // Eight inputs of a row an invocation (kernels.rs: DEPTHWISE_DIRECT_OUTPUTS).
 #define OX 8u
+// Two rows of them (kernels.rs: DEPTHWISE_DIRECT_ROWS).
+#define OY 2u
 
 #include "conv_push.glsl"
 #include "depthwise_grad_input.glsl"

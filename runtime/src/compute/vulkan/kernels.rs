@@ -322,8 +322,9 @@ pub const CONV_GRAD_REDUCE_BLOCK: u32 = 32;
 /// Outputs of a row one invocation of `depthwise_direct` computes, and inputs of a row one of
 /// `depthwise_grad_input_direct` does (`OX` in their shaders; the GPU kernels' four).
 pub const DEPTHWISE_DIRECT_OUTPUTS: u32 = 8;
-/// Rows one invocation of `depthwise_direct` computes those outputs for (`OY` in its shader;
-/// the GPU kernel's one), sharing the input rows between them.
+/// Rows one invocation of `depthwise_direct` computes those outputs for, and one of
+/// `depthwise_grad_input_direct` those inputs (`OY` in their shaders; the GPU kernels' one),
+/// sharing the rows they read between them.
 pub const DEPTHWISE_DIRECT_ROWS: u32 = 2;
 /// Most taps (`k²`) `depthwise_grad_weight_direct` sums (`MAX_TAPS` in its shader).
 pub const DEPTHWISE_DIRECT_MAX_TAPS: u32 = 25;

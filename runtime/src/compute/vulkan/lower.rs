@@ -578,12 +578,17 @@ fn lower_step(
                 if depthwise {
                     // An invocation per four inputs of a row (depthwise_grad_input.glsl),
                     // eight on CPU-type devices.
-                    let (kernel, inputs) = if variants.direct {
-                        (Kernel::DepthwiseGradInputDirect, DEPTHWISE_DIRECT_OUTPUTS)
+                    let (kernel, inputs, rows_each) = if variants.direct {
+                        (
+                            Kernel::DepthwiseGradInputDirect,
+                            DEPTHWISE_DIRECT_OUTPUTS,
+                            DEPTHWISE_DIRECT_ROWS,
+                        )
                     } else {
-                        (Kernel::DepthwiseGradInput, 4)
+                        (Kernel::DepthwiseGradInput, 4, 1)
                     };
-                    let rows = op.input_len() as u64 / u64::from(op.w);
+                    let planes = u64::from(op.n) * u64::from(op.c_in);
+                    let rows = planes * u64::from(op.h.div_ceil(rows_each));
                     let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
                     push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
