@@ -3,14 +3,14 @@
 // no padding, one group) whose plane is a multiple of four, reading four terms (pixels) at a
 // time: the inputs are uniform texel buffers of vec4s (kernels.rs: TexelFormat::F32x4), so
 // each fetch, one vector gather on llvmpipe, brings four terms where the scalar kernel's
-// brings one. The same bindings, push block, grid and parts, with a tile of 8 × 8; a lane
+// brings one. The same bindings, push block, grid and parts, with a tile of 8 × 16; a lane
 // takes the four-term groups of its part in turn and adds each group's four products in
 // order.
 //
 // Grid: (⌈c_in/TN⌉, ⌈c_out/TM⌉, splits).
 
 #define TM 8
-#define TN 8
+#define TN 16
 #include "conv2d_grad_weight_direct.glsl"
 
 void main() {

@@ -313,7 +313,7 @@ pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
 /// (`TM`, `TN` in its shader).
 pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [16, 9];
 /// The same for `conv2d_grad_weight_direct4` (`TM`, `TN` in its shader).
-pub const CONV_GRAD_WEIGHT_DIRECT4_TILE: [u32; 2] = [8, 8];
+pub const CONV_GRAD_WEIGHT_DIRECT4_TILE: [u32; 2] = [8, 16];
 /// Shared memory of the direct weight-gradient kernels: 64 lanes' sums, 48 at a time
 /// (`CHUNK` in `shaders/conv2d_grad_weight_direct.glsl`).
 const CONV_GRAD_WEIGHT_DIRECT_SHARED: u32 = 4 * 64 * 48;
