@@ -468,8 +468,8 @@ fn lower_step(
             let bindings = vec![T(x), T(w), T(b), T(y)];
             match op.kind() {
                 ConvKind::Depthwise => {
-                    // An invocation per four outputs of a row (depthwise.glsl), eight on
-                    // CPU-type devices.
+                    // An invocation per four outputs of a row (depthwise.glsl), on CPU-type
+                    // devices per eight outputs of each of two rows.
                     let (kernel, outputs, rows_each) = if variants.direct {
                         (
                             Kernel::DepthwiseDirect,
@@ -576,8 +576,8 @@ fn lower_step(
             if let Some(gx) = gx {
                 let bindings = vec![T(w), T(y), T(gy), T(gx)];
                 if depthwise {
-                    // An invocation per four inputs of a row (depthwise_grad_input.glsl),
-                    // eight on CPU-type devices.
+                    // An invocation per four inputs of a row (depthwise_grad_input.glsl), on
+                    // CPU-type devices per eight inputs of each of two rows.
                     let (kernel, inputs, rows_each) = if variants.direct {
                         (
                             Kernel::DepthwiseGradInputDirect,
