@@ -18,7 +18,7 @@ layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
-#define Y_STORE(i, v) y[i] = (v)
+#define STORE(i, v) y[i] = (v)
 #define X_AT(i) x[i]
 #define WT_AT(i) wt[i]
 #define BIAS_AT(i) bias[i]

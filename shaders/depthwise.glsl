@@ -1,14 +1,15 @@
 // The body of depthwise.comp and depthwise_direct.comp, which declare the bindings, how
-// a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and an output stored
-// (`Y_STORE(i, v)`; with Y_VEC4 defined, `y4` is the output as vec4s), and may set OX, the
-// outputs of a row an invocation computes (4 unless they do, a multiple of 4 with Y_VEC4),
-// and OY, the rows it computes them for (1 unless they do).
+// a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and how an output is
+// stored (block_store.glsl), and may set OX, the outputs of a row an invocation computes (4
+// unless they do, a multiple of 4 with STORE4), and OY, the rows it computes them for (1
+// unless they do).
 #ifndef OX
 #define OX 4u
 #endif
 #ifndef OY
 #define OY 1u
 #endif
+#include "block_store.glsl"
 
 // The 3×3 sums of outputs ox0 .. ox0 + OX − 1 of rows oy0 .. oy0 + OY − 1, stride 1 or 2,
 // into s: each input row's window (stride·(OX − 1) + 3 values, zero outside the input)
@@ -87,36 +88,7 @@ void main() {
                 }
             }
         }
-        float b = BIAS_AT(c);
-        for (uint dy = 0u; dy < OY; dy++) {
-            uint oy = oy0 + dy;
-            if (oy >= pc.out_h) {
-                break;
-            }
-            uint out_row = (bc * pc.out_h + oy) * pc.out_w;
-#ifdef Y_VEC4
-            // Rows of whole blocks: a vec4 store for four outputs (on llvmpipe a
-            // storage-buffer store walks the lanes one by one; det-s's layers all qualify).
-            if (pc.out_w % OX == 0u) {
-                for (uint j = 0u; j < OX; j += 4u) {
-                    vec4 v = vec4(s[dy][j], s[dy][j + 1u], s[dy][j + 2u], s[dy][j + 3u]) + b;
-                    if (pc.relu != 0u) {
-                        v = max(v, vec4(0.0));
-                    }
-                    y4[(out_row + ox0 + j) / 4u] = v;
-                }
-                continue;
-            }
-#endif
-            for (uint j = 0u; j < OX; j++) {
-                if (ox0 + j < pc.out_w) {
-                    float v = s[dy][j] + b;
-                    if (pc.relu != 0u) {
-                        v = max(v, 0.0);
-                    }
-                    Y_STORE(out_row + ox0 + j, v);
-                }
-            }
-        }
+        store_block(s, bc * pc.out_h, pc.out_h, pc.out_w, oy0, ox0, true, BIAS_AT(c),
+                    pc.relu != 0u);
     }
 }

@@ -11,8 +11,8 @@ layout(set = 0, binding = 0) uniform samplerBuffer x;
 layout(set = 0, binding = 1) uniform samplerBuffer wt;
 layout(set = 0, binding = 2) uniform samplerBuffer bias;
 layout(std430, set = 0, binding = 3) writeonly buffer Y { vec4 y4[]; };
-#define Y_VEC4
-#define Y_STORE(i, v) y4[(i) / 4u][(i) % 4u] = (v)
+#define STORE(i, v) y4[(i) / 4u][(i) % 4u] = (v)
+#define STORE4(q, v) y4[q] = (v)
 #define X_AT(i) texelFetch(x, int(i)).x
 #define WT_AT(i) texelFetch(wt, int(i)).x
 #define BIAS_AT(i) texelFetch(bias, int(i)).x

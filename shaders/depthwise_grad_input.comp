@@ -14,7 +14,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
 layout(std430, set = 0, binding = 2) readonly buffer GY { float gy[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer GX { float gx[]; };
-#define GX_STORE(i, v) gx[i] = (v)
+#define STORE(i, v) gx[i] = (v)
 #define WT_AT(i) wt[i]
 #define Y_AT(i) y[i]
 #define GY_AT(i) gy[i]

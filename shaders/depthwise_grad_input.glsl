@@ -1,14 +1,15 @@
 // The body of depthwise_grad_input.comp and depthwise_grad_input_direct.comp, which declare
 // the bindings, how a value is read (`NAME_AT(i)`: a storage-buffer element, or a texel) and
-// a gradient stored (`GX_STORE(i, v)`; with GX_VEC4 defined, `gx4` is the gradient as vec4s),
-// and may set OX, the inputs of a row an invocation computes (4 unless they do, a multiple of
-// 4 with GX_VEC4), and OY, the rows it computes them for (1 unless they do).
+// how a gradient is stored (block_store.glsl), and may set OX, the inputs of a row an
+// invocation computes (4 unless they do, a multiple of 4 with STORE4), and OY, the rows it
+// computes them for (1 unless they do).
 #ifndef OX
 #define OX 4u
 #endif
 #ifndef OY
 #define OY 1u
 #endif
+#include "block_store.glsl"
 // s / stride where s is a multiple of the stride, else a value ≥ limit (no term); s wraps
 // to a huge value when the difference it came from is negative. Strides 1 and 2 (det-s's)
 // avoid the integer division, slow on GPUs and worse on CPU SIMD.
@@ -121,28 +122,6 @@ void main() {
                 }
             }
         }
-        for (uint dy = 0u; dy < OY; dy++) {
-            uint iy = iy0 + dy;
-            if (iy >= pc.h) {
-                break;
-            }
-            uint in_row = (bc * pc.h + iy) * pc.w;
-#ifdef GX_VEC4
-            // Rows of whole blocks: a vec4 store for four inputs (on llvmpipe a
-            // storage-buffer store walks the lanes one by one).
-            if (pc.w % OX == 0u) {
-                for (uint j = 0u; j < OX; j += 4u) {
-                    gx4[(in_row + ix0 + j) / 4u] =
-                        vec4(s[dy][j], s[dy][j + 1u], s[dy][j + 2u], s[dy][j + 3u]);
-                }
-                continue;
-            }
-#endif
-            for (uint j = 0u; j < OX; j++) {
-                if (ix0 + j < pc.w) {
-                    GX_STORE(in_row + ix0 + j, s[dy][j]);
-                }
-            }
-        }
+        store_block(s, bc * pc.h, pc.h, pc.w, iy0, ix0, false, 0.0, false);
     }
 }

@@ -12,8 +12,8 @@ layout(set = 0, binding = 0) uniform samplerBuffer wt;
 layout(set = 0, binding = 1) uniform samplerBuffer y;
 layout(set = 0, binding = 2) uniform samplerBuffer gy;
 layout(std430, set = 0, binding = 3) writeonly buffer GX { vec4 gx4[]; };
-#define GX_VEC4
-#define GX_STORE(i, v) gx4[(i) / 4u][(i) % 4u] = (v)
+#define STORE(i, v) gx4[(i) / 4u][(i) % 4u] = (v)
+#define STORE4(q, v) gx4[q] = (v)
 #define WT_AT(i) texelFetch(wt, int(i)).x
 #define Y_AT(i) texelFetch(y, int(i)).x
 #define GY_AT(i) texelFetch(gy, int(i)).x
