@@ -7,7 +7,8 @@
 // defines PX), eight output channels per workgroup row. For each input channel and tap the
 // invocation loads its PX input values (neighbouring invocations read neighbouring pixels)
 // and multiplies them into PX × 8 accumulators by weights that are the same for every
-// invocation of the workgroup, each loaded once for the PX pixels. Padding is applied on the fly; bias and ReLU are fused into the store.
+// invocation of the workgroup, each loaded once for the PX pixels. Padding is applied on the
+// fly; bias and ReLU are fused into the store.
 //
 // With RGB_INPUT defined, binding 0 is the records instead (u8 HWC RGB images,
 // pc.record_stride bytes apart, read as little-endian words, or as byte texels with TEXELS;
