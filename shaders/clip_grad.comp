@@ -1,7 +1,8 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // clip_grad: global gradient-norm clipping (crate::compute::ops::GradClip), after every
 // sum_squares of the step: one workgroup adds the `tensors` sums of squares in sums[2..] (a
-// strided subset each, then a tree in shared memory, in a fixed order), and its first
+// strided subset each, then workgroup_sum.glsl, in a fixed order), and its first
 // invocation writes norm = sqrt(total) and scale = min(1, max_norm / (norm + 1e-6)) into
 // sums[0], sums[1] and the scale into hyper[5], where the optimizer kernels read it.
 
@@ -15,7 +16,8 @@ layout(push_constant) uniform Push {
     float max_norm;
 } pc;
 
-shared float partial[256];
+#define WG_SIZE 256u
+#include "workgroup_sum.glsl"
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
@@ -23,16 +25,9 @@ void main() {
     for (uint i = lane; i < pc.tensors; i += 256u) {
         s += sums[2u + i];
     }
-    partial[lane] = s;
-    barrier();
-    for (uint half_ = 128u; half_ > 0u; half_ >>= 1) {
-        if (lane < half_) {
-            partial[lane] += partial[lane + half_];
-        }
-        barrier();
-    }
+    float total = workgroup_sum(s);
     if (lane == 0u) {
-        float norm = sqrt(partial[0]);
+        float norm = sqrt(total);
         float scale = min(1.0, pc.max_norm / (norm + 1e-6));
         sums[0] = norm;
         sums[1] = scale;

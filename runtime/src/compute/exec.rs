@@ -219,7 +219,8 @@ impl Exec {
         }
     }
 
-    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)[, fp16][, direct kernels]`.
+    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)[, fp16][, direct
+    /// kernels][, subgroup sums]`.
     pub fn describe(&self) -> String {
         match self {
             Exec::Cpu(c) => format!(
@@ -231,11 +232,16 @@ impl Exec {
             Exec::Vulkan(v) => {
                 let variants = v.engine().variants();
                 format!(
-                    "vulkan: {}{}{}",
+                    "vulkan: {}{}{}{}",
                     v.engine().info().label(),
                     if variants.fp16 { ", fp16" } else { "" },
                     if variants.direct {
                         ", direct kernels"
+                    } else {
+                        ""
+                    },
+                    if variants.subgroups {
+                        ", subgroup sums"
                     } else {
                         ""
                     }

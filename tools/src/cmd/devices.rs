@@ -108,6 +108,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                         l.max_compute_shared_memory_size / 1024,
                         l.max_push_constants_size,
                         d.subgroup_size.map_or("?".to_owned(), |s| s.to_string())
+                            + if d.subgroup_arithmetic {
+                                " (arithmetic: subgroup sums)"
+                            } else {
+                                ""
+                            }
                     );
                 }
             }

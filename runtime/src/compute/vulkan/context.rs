@@ -25,6 +25,9 @@ use super::{version_string, Error, Result};
 pub const LOADER_ENV: &str = "FULCRUM_VULKAN_LOADER";
 /// Environment variable: `1` enables the Khronos validation layer.
 pub const VALIDATION_ENV: &str = "FULCRUM_VULKAN_VALIDATION";
+/// Environment variable: `0` keeps the plain kernels where subgroup variants would run, `1`
+/// asks for the variants (see [`Options::subgroups`]), for A/B runs.
+pub const SUBGROUPS_ENV: &str = "FULCRUM_VULKAN_SUBGROUPS";
 
 const DEFAULT_LOADER: &str = "libvulkan.so.1";
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -52,6 +55,11 @@ pub struct Options {
     /// `None`: on CPU-type devices (lavapipe), which pay for every workgroup barrier by
     /// switching between all the groups of lanes.
     pub direct: Option<bool>,
+    /// Use the subgroup kernel variants (a workgroup's sums by `subgroupAdd` rather than a
+    /// tree of barriers in shared memory) where a step has one; `None`: `FULCRUM_VULKAN_SUBGROUPS`
+    /// if set, else wherever the device's subgroups have arithmetic in compute shaders.
+    /// Asked for where they do not, they are not used (with a log line).
+    pub subgroups: Option<bool>,
     /// Compile each convolution kernel (and the few others whose table entry allows it)
     /// once per shape, the shape as specialisation constants (`shaders/conv_push.glsl`),
     /// rather than once with the shape in push constants: the compiler folds the shape in
@@ -70,6 +78,7 @@ impl Default for Options {
             fence_timeout: std::time::Duration::from_secs(120),
             fp16: false,
             direct: None,
+            subgroups: None,
             specialise: true,
         }
     }
@@ -79,6 +88,24 @@ impl Options {
     /// Whether validation is on: the option or `FULCRUM_VULKAN_VALIDATION=1`.
     pub fn validation_enabled(&self) -> bool {
         self.validation || std::env::var(VALIDATION_ENV).is_ok_and(|v| v == "1")
+    }
+
+    /// Whether the subgroup variants are asked for: the option, else `FULCRUM_VULKAN_SUBGROUPS`
+    /// (`0` or `1`), else `None` (wherever the device has them).
+    fn subgroups_asked(&self) -> Result<Option<bool>> {
+        if self.subgroups.is_some() {
+            return Ok(self.subgroups);
+        }
+        match std::env::var(SUBGROUPS_ENV) {
+            Err(_) => Ok(None),
+            Ok(v) if v == "1" => Ok(Some(true)),
+            Ok(v) if v == "0" => Ok(Some(false)),
+            Ok(value) => Err(Error::BadEnv {
+                name: SUBGROUPS_ENV,
+                value,
+                expected: "0 (plain kernels) or 1 (subgroup variants)",
+            }),
+        }
     }
 
     fn loader_path(&self) -> Option<PathBuf> {
@@ -499,6 +526,13 @@ impl Instance {
             },
             subgroup_size: (device_11 && subgroup.subgroup_size > 0)
                 .then_some(subgroup.subgroup_size),
+            subgroup_arithmetic: device_11
+                && subgroup
+                    .supported_stages
+                    .contains(vk::ShaderStageFlags::COMPUTE)
+                && subgroup.supported_operations.contains(
+                    vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC,
+                ),
             shader_float16,
             host_import_alignment: (host_import_query
                 && host_import.min_imported_host_pointer_alignment > 0)
@@ -671,6 +705,9 @@ pub struct DeviceInfo {
     pub limits: Limits,
     /// Vulkan 1.1 subgroup size.
     pub subgroup_size: Option<u32>,
+    /// Subgroups have the basic and arithmetic operations in compute shaders: the subgroup
+    /// kernel variants may run.
+    pub subgroup_arithmetic: bool,
     /// `shaderFloat16`: fp16 arithmetic in shaders (kernels must not require it).
     pub shader_float16: bool,
     /// `VK_EXT_external_memory_host` with buffers importable from host allocations: the
@@ -883,6 +920,8 @@ pub(crate) struct Device {
     pub(crate) fp16: bool,
     /// The direct kernel variants are used ([`Options::direct`]).
     pub(crate) direct: bool,
+    /// The subgroup kernel variants are used ([`Options::subgroups`]).
+    pub(crate) subgroups: bool,
     /// Kernels that allow it are compiled per shape ([`Options::specialise`]).
     pub(crate) specialise: bool,
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported, and the
@@ -898,6 +937,7 @@ impl Device {
     /// Loads Vulkan, picks the device per `options`, creates the logical device, its queues
     /// and allocator.
     pub(crate) fn new(options: &Options) -> Result<Arc<Device>> {
+        let subgroups_asked = options.subgroups_asked()?;
         let instance = Instance::new(options)?;
         let devices = instance.devices()?;
         let infos: Vec<DeviceInfo> = devices.iter().map(|(_, d)| d.clone()).collect();
@@ -1012,6 +1052,13 @@ impl Device {
         let direct = options
             .direct
             .unwrap_or(info.device_type == DeviceType::Cpu);
+        if subgroups_asked == Some(true) && !info.subgroup_arithmetic {
+            log::info!(
+                "Vulkan: {} has no subgroup arithmetic in compute shaders: plain kernels only",
+                info.label()
+            );
+        }
+        let subgroups = subgroups_asked.unwrap_or(true) && info.subgroup_arithmetic;
         Ok(Arc::new(Device {
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             raw,
@@ -1027,6 +1074,7 @@ impl Device {
             submissions: std::sync::atomic::AtomicU64::new(0),
             fp16,
             direct,
+            subgroups,
             specialise: options.specialise,
             host_import,
             memory_types,

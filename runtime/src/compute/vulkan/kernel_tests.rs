@@ -38,6 +38,21 @@ fn gpu(test: &str, rec: &Recording) -> Option<VulkanExec> {
     Some(VulkanExec::separate(engine, rec, false).unwrap())
 }
 
+/// As [`gpu`], with the subgroup variants where the device has them, or the plain kernels;
+/// also whether the variants are used.
+fn gpu_subgroups(test: &str, rec: &Recording, subgroups: bool) -> Option<(VulkanExec, bool)> {
+    let options = super::Options {
+        validation: true,
+        pipeline_cache: super::CacheDir::Off,
+        subgroups: Some(subgroups),
+        ..super::Options::default()
+    };
+    let engine = super::testing::engine_with_options(test, &options)?;
+    let used = engine.variants().subgroups;
+    assert_eq!(used, subgroups && engine.info().subgroup_arithmetic);
+    Some((VulkanExec::separate(engine, rec, false).unwrap(), used))
+}
+
 fn read(exec: &mut VulkanExec, id: TensorId, len: usize) -> Vec<f32> {
     let mut v = vec![0.0; len];
     exec.read_f32(id, &mut v).unwrap();
@@ -162,12 +177,15 @@ fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
 fn conv_forward_and_backward_match_the_cpu_twin() {
     for direct in [false, true] {
         for specialise in [true, false] {
-            conv_forward_and_backward_with(direct, specialise);
+            conv_forward_and_backward_with(direct, specialise, true);
         }
     }
+    // The tiled kernels' plain sums too, where the device has subgroup variants.
+    conv_forward_and_backward_with(false, true, false);
 }
 
-fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
+/// `subgroups`: the subgroup variants where the device has them (else the plain kernels).
+fn conv_forward_and_backward_with(direct: bool, specialise: bool, subgroups: bool) {
     let mut rng = SplitMix64::new(11);
     let cases = conv_cases();
     let mut rec = Recording::new();
@@ -228,6 +246,7 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
         validation: true,
         pipeline_cache: super::CacheDir::Off,
         direct: Some(direct),
+        subgroups: Some(subgroups),
         specialise,
         ..super::Options::default()
     };
@@ -235,6 +254,11 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
     else {
         return;
     };
+    let subgroups = engine.variants().subgroups;
+    assert_eq!(
+        subgroups,
+        options.subgroups == Some(true) && engine.info().subgroup_arithmetic
+    );
     let mut exec = VulkanExec::separate(engine, &rec, false).unwrap();
     let mut scratch = Scratch::new(2);
     for (i, (op, id)) in cases.iter().zip(&ids).enumerate() {
@@ -273,7 +297,7 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
         }
         exec.run(i).unwrap();
         let what = format!(
-            "{:?} {op:?}, direct {direct}, specialised {specialise}",
+            "{:?} {op:?}, direct {direct}, specialised {specialise}, subgroups {subgroups}",
             op.kind()
         );
         let suffix = if direct { "_direct" } else { "" };
@@ -284,7 +308,12 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool) {
             assert_eq!(exec.kernels(i)[0].0, dense_kernel(op, direct), "{what}");
         }
         if op.kind() == ConvKind::Depthwise {
-            let want = format!("depthwise_grad_weight{suffix}");
+            let sums = if subgroups && !direct {
+                "_subgroup"
+            } else {
+                ""
+            };
+            let want = format!("depthwise_grad_weight{suffix}{sums}");
             assert!(
                 exec.kernels(i).iter().any(|k| k.0 == want),
                 "{what}: {want} is lowered"
@@ -559,7 +588,7 @@ fn gradient_clipping_matches_the_cpu_twin() {
     use crate::compute::ops::{GradClip, SumSquares, CLIP_SCALE};
     let mut rng = SplitMix64::new(41);
     let lens = [5usize, 300, 1, 7001, 33, 257];
-    for max_norm in [1.0f32, 1e4] {
+    for (max_norm, subgroups) in [(1.0f32, true), (1e4, true), (1.0, false), (1e4, false)] {
         let mut rec = Recording::new();
         let grads: Vec<TensorId> = lens
             .iter()
@@ -634,9 +663,16 @@ fn gradient_clipping_matches_the_cpu_twin() {
             kernels,
             ["sum_squares", "sum_squares", "clip_grad", "adamw", "sgd"]
         );
-        let Some(mut exec) = gpu("gradient_clipping", &rec) else {
+        let Some((mut exec, subgroups)) = gpu_subgroups("gradient_clipping", &rec, subgroups)
+        else {
             return;
         };
+        let sums_kernel = if subgroups {
+            "sum_squares_subgroup"
+        } else {
+            "sum_squares"
+        };
+        assert_eq!(exec.kernels(0)[0].0, sums_kernel);
         let mut cpu = cpu(&rec);
         for t in grads.iter().copied().chain([param, sparam]) {
             let data = random_vec(&mut rng, rec.get(t).len, -0.5, 0.5);
@@ -1002,70 +1038,85 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         rec.entry(&format!("case{i}"), steps);
         cases.push((layout, records, outs, pred, loss, grad, n, classes, grid));
     }
-    let Some(mut exec) = gpu("targets_loss_and_loss_gradient", &rec) else {
-        return;
-    };
-    let mut cpu = cpu(&rec);
-    for (i, (layout, records, outs, pred, loss, grad, n, classes, grid)) in cases.iter().enumerate()
-    {
-        // Boxes up to the whole image in the three-level case, small ones the most.
-        let spread = if i == 2 { 120.0 } else { (grid * 4) as f32 };
-        let power = if i == 2 { 2 } else { 1 };
-        let bytes =
-            records_with_boxes_sized(&mut rng, *n as usize, grid * 8, *classes, layout, |u| {
-                u.powi(power) * spread
-            });
-        exec.write_bytes(*records, &bytes).unwrap();
-        cpu.write_bytes(*records, &bytes).unwrap();
-        // Logits over a wide range, so both tails of the focal loss are exercised.
-        let p = random_vec(&mut rng, rec.get(*pred).len, -8.0, 8.0);
-        exec.write_f32(*pred, &p).unwrap();
-        cpu.write_f32(*pred, &p).unwrap();
-        exec.run(i).unwrap();
-        cpu.run(i).unwrap();
-        for &t in outs.iter().chain([loss, grad]) {
-            let name = &rec.get(t).name;
-            let len = rec.get(t).len;
-            close(name, &read(&mut exec, t, len), &cpu_read(&mut cpu, t, len));
-        }
-        let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
-        assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
-        let plane = rec.get(outs[1]).len / (*n as usize * (*classes as usize + 5));
-        let mut masks = |t: usize| {
-            let v = cpu_read(&mut cpu, outs[t], rec.get(outs[t]).len);
-            (0..*n as usize)
-                .flat_map(|b| {
-                    let at = (b * (*classes as usize + 5) + *classes as usize + 4) * plane;
-                    v[at..at + plane].to_vec()
-                })
-                .collect::<Vec<f32>>()
+    // With the subgroup variants where the device has them, and with the plain kernels.
+    for subgroups in [true, false] {
+        let Some((mut exec, subgroups)) =
+            gpu_subgroups("targets_loss_and_loss_gradient", &rec, subgroups)
+        else {
+            return;
         };
-        let (plain, wide) = (masks(0), masks(1));
-        assert!(plain.iter().all(|&m| m == 0.0 || m == 1.0), "case {i}");
-        assert!(
-            wide.iter()
-                .all(|&m| [0.0, NEIGHBOUR_WEIGHT, 1.0].contains(&m))
-                && wide.contains(&NEIGHBOUR_WEIGHT),
-            "case {i}: neighbours"
-        );
-        assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
-        let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
-        assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
-        if i == 2 {
-            // Centres on every level.
-            let t = cpu_read(&mut cpu, outs[0], rec.get(outs[0]).len);
-            let plane = 256 + 64 + 16;
-            let channels = *classes as usize + 5;
-            let mask = |b: usize| &t[(b * channels + channels - 1) * plane..][..plane];
-            for (l, range) in [0..256, 256..320, 320..336].into_iter().enumerate() {
-                assert!(
-                    (0..*n as usize).any(|b| mask(b)[range.clone()].contains(&1.0)),
-                    "case {i}: no centre on level {l}"
-                );
+        let mut cpu = cpu(&rec);
+        for (i, (layout, records, outs, pred, loss, grad, n, classes, grid)) in
+            cases.iter().enumerate()
+        {
+            // Boxes up to the whole image in the three-level case, small ones the most.
+            let spread = if i == 2 { 120.0 } else { (grid * 4) as f32 };
+            let power = if i == 2 { 2 } else { 1 };
+            let bytes =
+                records_with_boxes_sized(&mut rng, *n as usize, grid * 8, *classes, layout, |u| {
+                    u.powi(power) * spread
+                });
+            exec.write_bytes(*records, &bytes).unwrap();
+            cpu.write_bytes(*records, &bytes).unwrap();
+            // Logits over a wide range, so both tails of the focal loss are exercised.
+            let p = random_vec(&mut rng, rec.get(*pred).len, -8.0, 8.0);
+            exec.write_f32(*pred, &p).unwrap();
+            cpu.write_f32(*pred, &p).unwrap();
+            exec.run(i).unwrap();
+            cpu.run(i).unwrap();
+            for &t in outs.iter().chain([loss, grad]) {
+                let name = &rec.get(t).name;
+                let len = rec.get(t).len;
+                close(name, &read(&mut exec, t, len), &cpu_read(&mut cpu, t, len));
+            }
+            let l = cpu_read(&mut cpu, *loss, LOSS_LEN);
+            assert!(l[4] >= 1.0, "case {i}: some centres ({l:?})");
+            let plane = rec.get(outs[1]).len / (*n as usize * (*classes as usize + 5));
+            let mut masks = |t: usize| {
+                let v = cpu_read(&mut cpu, outs[t], rec.get(outs[t]).len);
+                (0..*n as usize)
+                    .flat_map(|b| {
+                        let at = (b * (*classes as usize + 5) + *classes as usize + 4) * plane;
+                        v[at..at + plane].to_vec()
+                    })
+                    .collect::<Vec<f32>>()
+            };
+            let (plain, wide) = (masks(0), masks(1));
+            assert!(plain.iter().all(|&m| m == 0.0 || m == 1.0), "case {i}");
+            assert!(
+                wide.iter()
+                    .all(|&m| [0.0, NEIGHBOUR_WEIGHT, 1.0].contains(&m))
+                    && wide.contains(&NEIGHBOUR_WEIGHT),
+                "case {i}: neighbours"
+            );
+            assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
+            let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
+            assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
+            let first = if subgroups {
+                "loss_partial_subgroup"
+            } else {
+                "loss_partial"
+            };
+            assert!(
+                exec.kernels(i).iter().any(|k| k.0 == first),
+                "case {i}: {first}"
+            );
+            if i == 2 {
+                // Centres on every level.
+                let t = cpu_read(&mut cpu, outs[0], rec.get(outs[0]).len);
+                let plane = 256 + 64 + 16;
+                let channels = *classes as usize + 5;
+                let mask = |b: usize| &t[(b * channels + channels - 1) * plane..][..plane];
+                for (l, range) in [0..256, 256..320, 320..336].into_iter().enumerate() {
+                    assert!(
+                        (0..*n as usize).any(|b| mask(b)[range.clone()].contains(&1.0)),
+                        "case {i}: no centre on level {l}"
+                    );
+                }
             }
         }
+        assert_clean(exec.engine());
     }
-    assert_clean(exec.engine());
 }
 
 #[test]

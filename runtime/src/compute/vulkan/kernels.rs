@@ -10,7 +10,9 @@
 //! Kernels respect the weakest target fulcrum runs on: at most [`MAX_INVOCATIONS`]
 //! invocations per workgroup and [`MAX_SHARED_BYTES`] of shared memory, and no fp16
 //! arithmetic required: fp16 kernels are variants ([`KernelInfo::fp16`]) used only where the
-//! device offers `shaderFloat16` and the engine was asked for them. The pipeline refuses a workgroup size above the limit; a unit test
+//! device offers `shaderFloat16` and the engine was asked for them. Likewise the subgroup
+//! variants ([`KernelInfo::subgroups`], [`Kernel::subgroup_variant`]), used where the
+//! device's subgroups have arithmetic in compute shaders. The pipeline refuses a workgroup size above the limit; a unit test
 //! checks every table entry.
 //!
 //! To add a kernel: write `shaders/NAME.comp`, run the script, add a variant to [`Kernel`]
@@ -108,6 +110,9 @@ pub enum Kernel {
     DepthwiseGradInputDirect,
     /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
     DepthwiseGradWeight,
+    /// [`Kernel::DepthwiseGradWeight`] adding its workgroup's sums by subgroup operations
+    /// (`shaders/workgroup_sum.glsl`): the same bindings, push block and grid.
+    DepthwiseGradWeightSubgroup,
     /// [`Kernel::DepthwiseGradWeight`] for CPU-type devices: a workgroup per channel and part,
     /// every tap at once, one barrier. The same bindings and push block; grid `(c, 1,
     /// splits)`; kernels up to [`DEPTHWISE_DIRECT_MAX_TAPS`] taps.
@@ -141,6 +146,9 @@ pub enum Kernel {
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
     /// grid_w, alpha, beta, offset_weight, size_weight, giou_weight, parts, cells_per_part }`.
     LossPartial,
+    /// [`Kernel::LossPartial`] by subgroup operations, as
+    /// [`Kernel::DepthwiseGradWeightSubgroup`].
+    LossPartialSubgroup,
     /// Loss, second pass: `partial, loss (w)`; the same push block.
     LossFinish,
     /// Loss gradient: `pred, target, loss, grad (w)`; the same push block.
@@ -148,6 +156,9 @@ pub enum Kernel {
     /// Sums of squares of up to [`SUM_SQUARES_GROUP`] gradients, a workgroup each, for
     /// gradient-norm clipping: `g0, g1, g2, g3, sums (rw)`; push `{ len0..len3, first_slot }`.
     SumSquares,
+    /// [`Kernel::SumSquares`] by subgroup operations, as
+    /// [`Kernel::DepthwiseGradWeightSubgroup`].
+    SumSquaresSubgroup,
     /// Gradient-norm clipping from the sums: `sums (rw), hyper (rw)`; push `{ tensors,
     /// max_norm }`; one workgroup.
     ClipGrad,
@@ -250,6 +261,9 @@ pub struct KernelInfo {
     pub shared_bytes: u32,
     /// Needs the device's `shaderFloat16` (a variant; never the only kernel for a step).
     pub fp16: bool,
+    /// Needs subgroup arithmetic in compute shaders (`VK_SUBGROUP_FEATURE_ARITHMETIC_BIT`):
+    /// a variant of another kernel ([`Kernel::subgroup_variant`]), never the only one.
+    pub subgroups: bool,
     /// Takes its push block's words also as specialisation constants, where constant 1 is
     /// set, to be compiled per shape ([`super::lower::shape_constants`]): every convolution
     /// kernel (`shaders/conv_push.glsl`) and the index-heavy elementwise ones.
@@ -282,6 +296,7 @@ macro_rules! kernel {
             texels4: 0,
             texels_u8: 0,
             fp16: false,
+            subgroups: false,
             shapes: $p == CONV_PUSH_BYTES,
         }
     };
@@ -435,6 +450,11 @@ static DEPTHWISE_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
 };
 static DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
+static DEPTHWISE_GRAD_WEIGHT_SUBGROUP: KernelInfo = KernelInfo {
+    subgroups: true,
+    ..kernel!("depthwise_grad_weight_subgroup", bindings 6, push CONV_PUSH_BYTES, local LINEAR,
+        x None, shared 4 * 256)
+};
 static DEPTHWISE_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("depthwise_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES,
@@ -469,14 +489,26 @@ static TARGETS: KernelInfo =
     kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
 static ROW_COPY: KernelInfo =
     kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
+/// The loss passes' workgroup sums: a vec4 and a float an invocation
+/// (`shaders/workgroup_sum.glsl`).
+const LOSS_SHARED: u32 = (16 + 4) * 256;
 static LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
-    local LINEAR, x None, shared 16 * 256);
+    local LINEAR, x None, shared LOSS_SHARED);
+static LOSS_PARTIAL_SUBGROUP: KernelInfo = KernelInfo {
+    subgroups: true,
+    ..kernel!("loss_partial_subgroup", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x None,
+        shared LOSS_SHARED)
+};
 static LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
-    local LINEAR, x None, shared 16 * 256);
+    local LINEAR, x None, shared LOSS_SHARED);
 static LOSS_GRAD: KernelInfo =
     kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
 static SUM_SQUARES: KernelInfo =
     kernel!("sum_squares", bindings 5, push 20, local LINEAR, x None, shared 4 * 256);
+static SUM_SQUARES_SUBGROUP: KernelInfo = KernelInfo {
+    subgroups: true,
+    ..kernel!("sum_squares_subgroup", bindings 5, push 20, local LINEAR, x None, shared 4 * 256)
+};
 static CLIP_GRAD: KernelInfo =
     kernel!("clip_grad", bindings 2, push 8, local LINEAR, x None, shared 4 * 256);
 static ADAMW: KernelInfo = kernel!("adamw", bindings 5, push 20, local LINEAR, x Some(0), shared 0);
@@ -489,7 +521,7 @@ static DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 45] = [
+    pub const ALL: [Kernel; 48] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -515,6 +547,7 @@ impl Kernel {
         Kernel::DepthwiseGradInput,
         Kernel::DepthwiseGradInputDirect,
         Kernel::DepthwiseGradWeight,
+        Kernel::DepthwiseGradWeightSubgroup,
         Kernel::DepthwiseGradWeightDirect,
         Kernel::Add,
         Kernel::AddDirect4,
@@ -526,9 +559,11 @@ impl Kernel {
         Kernel::Normalize,
         Kernel::Targets,
         Kernel::LossPartial,
+        Kernel::LossPartialSubgroup,
         Kernel::LossFinish,
         Kernel::LossGrad,
         Kernel::SumSquares,
+        Kernel::SumSquaresSubgroup,
         Kernel::ClipGrad,
         Kernel::AdamW,
         Kernel::Ema,
@@ -564,6 +599,7 @@ impl Kernel {
             Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
             Kernel::DepthwiseGradInputDirect => &DEPTHWISE_GRAD_INPUT_DIRECT,
             Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,
+            Kernel::DepthwiseGradWeightSubgroup => &DEPTHWISE_GRAD_WEIGHT_SUBGROUP,
             Kernel::DepthwiseGradWeightDirect => &DEPTHWISE_GRAD_WEIGHT_DIRECT,
             Kernel::Add => &ADD,
             Kernel::AddAssign => &ADD_ASSIGN,
@@ -575,9 +611,11 @@ impl Kernel {
             Kernel::Normalize => &NORMALIZE,
             Kernel::Targets => &TARGETS,
             Kernel::LossPartial => &LOSS_PARTIAL,
+            Kernel::LossPartialSubgroup => &LOSS_PARTIAL_SUBGROUP,
             Kernel::LossFinish => &LOSS_FINISH,
             Kernel::LossGrad => &LOSS_GRAD,
             Kernel::SumSquares => &SUM_SQUARES,
+            Kernel::SumSquaresSubgroup => &SUM_SQUARES_SUBGROUP,
             Kernel::ClipGrad => &CLIP_GRAD,
             Kernel::AdamW => &ADAMW,
             Kernel::Ema => &EMA,
@@ -589,6 +627,18 @@ impl Kernel {
 
     pub fn name(self) -> &'static str {
         self.info().name
+    }
+
+    /// The kernel that does this one's work with its workgroup's sums by subgroup operations
+    /// (the same bindings, push block, grid and results up to summation order), if it has
+    /// one.
+    pub fn subgroup_variant(self) -> Option<Kernel> {
+        match self {
+            Kernel::DepthwiseGradWeight => Some(Kernel::DepthwiseGradWeightSubgroup),
+            Kernel::LossPartial => Some(Kernel::LossPartialSubgroup),
+            Kernel::SumSquares => Some(Kernel::SumSquaresSubgroup),
+            _ => None,
+        }
     }
 }
 
@@ -743,9 +793,51 @@ mod tests {
                 assert!(!ids.iter().any(|id| shape_ids.contains(id)), "{k}: {ids:?}");
             }
         }
-        assert_eq!(convs, 25);
+        assert_eq!(convs, 26);
         assert!(Kernel::Normalize.info().shapes && Kernel::Upsample.info().shapes);
         assert_eq!(spec_ids(Kernel::Saxpy.info().spirv), [0]);
+    }
+
+    /// A subgroup variant is its kernel's twin in everything the pipeline and the lowering
+    /// see, and needs subgroups where its kernel does not; every `_subgroup` shader is one.
+    #[test]
+    fn subgroup_variants_are_twins_of_their_kernels() {
+        let mut variants = 0;
+        for k in Kernel::ALL {
+            let info = k.info();
+            assert_eq!(info.subgroups, info.name.ends_with("_subgroup"), "{k}");
+            let Some(v) = k.subgroup_variant() else {
+                continue;
+            };
+            variants += 1;
+            let vi = v.info();
+            assert!(!info.subgroups && vi.subgroups, "{k} → {v}");
+            assert_eq!(vi.name, format!("{}_subgroup", info.name));
+            assert_eq!(
+                (
+                    vi.bindings,
+                    vi.texels,
+                    vi.push_bytes,
+                    vi.local_size,
+                    vi.local_size_ids
+                ),
+                (
+                    info.bindings,
+                    info.texels,
+                    info.push_bytes,
+                    info.local_size,
+                    info.local_size_ids
+                ),
+                "{k} → {v}"
+            );
+            assert_eq!(
+                (vi.shared_bytes, vi.shapes),
+                (info.shared_bytes, info.shapes)
+            );
+        }
+        let named = Kernel::ALL.iter().filter(|k| k.info().subgroups).count();
+        assert_eq!(variants, named);
+        assert_eq!(variants, 3);
     }
 
     #[test]

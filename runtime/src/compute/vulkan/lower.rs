@@ -138,6 +138,9 @@ pub struct Variants {
     pub fp16: bool,
     /// The direct variants, without shared memory or barriers (for CPU-type devices).
     pub direct: bool,
+    /// The subgroup variants ([`Kernel::subgroup_variant`]): a workgroup's sums by subgroup
+    /// operations, for devices whose subgroups have arithmetic in compute shaders.
+    pub subgroups: bool,
     /// The kernels that allow it (every convolution, and the few others whose table entry
     /// says so) compiled per shape: each dispatch's push block also as specialisation
     /// constants ([`shape_constants`]), which the compiler folds into the code.
@@ -205,6 +208,11 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
             }
             lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
+        }
+        if variants.subgroups {
+            for d in &mut dispatches {
+                d.kernel = d.kernel.subgroup_variant().unwrap_or(d.kernel);
+            }
         }
         if variants.shapes {
             // After every push block is final (a stem's is patched to read the records).

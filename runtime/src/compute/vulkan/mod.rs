@@ -119,6 +119,12 @@ pub enum Error {
          but {what} is not installed (Debian: apt install vulkan-validationlayers)"
     )]
     ValidationUnavailable { what: &'static str },
+    #[error("{name}={value:?}: use {expected}, or unset it")]
+    BadEnv {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error("Vulkan: {what} failed: {result}")]
     Vk {
         what: &'static str,

@@ -76,6 +76,13 @@ impl Pipeline {
                 "an fp16 variant, and shaderFloat16 is not enabled on this device".into(),
             ));
         }
+        if info.subgroups && !device.subgroups {
+            return Err(fail(
+                "a subgroup variant, and subgroup variants are not used on this device (no \
+                 subgroup arithmetic in compute shaders, or turned off)"
+                    .into(),
+            ));
+        }
         for (i, s) in spec.iter().enumerate() {
             if spec[..i].iter().any(|t| t.id == s.id) {
                 return Err(fail(format!(
