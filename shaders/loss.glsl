@@ -96,4 +96,19 @@ void write_loss(vec4 t, float g) {
     loss[4] = t.w;
     loss[5] = box;
 }
+
+#ifdef LOSS_PARTS
+// Adds the first passes' `parts` partial sums (two vec4s a part: PARTIAL(k), defined by the
+// includer, reads vec4 k) in part order and writes the loss tensor from them: loss_finish,
+// and loss_grad_finish's first invocation.
+void finish_loss() {
+    vec4 s = vec4(0.0);
+    float g = 0.0;
+    for (uint i = 0u; i < pc.parts; i++) {
+        s += PARTIAL(2u * i);
+        g += PARTIAL(2u * i + 1u).x;
+    }
+    write_loss(s, g);
+}
+#endif
 #endif

@@ -977,6 +977,7 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
     ];
     let mut rec = Recording::new();
     let mut cases = Vec::new();
+    let mut loss_ops = Vec::new();
     for (i, &(n, classes, grid, max_boxes, level_count)) in shapes.iter().enumerate() {
         let levels = if level_count == 1 {
             Levels::single(grid, grid, 8)
@@ -1037,7 +1038,21 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         });
         rec.entry(&format!("case{i}"), steps);
         cases.push((layout, records, outs, pred, loss, grad, n, classes, grid));
+        loss_ops.push(loss_op);
     }
+    // Case 1's loss alone (as an evaluation records it): its parts added by loss_finish, not
+    // in the gradient's pass.
+    let (_, _, outs, pred, ..) = &cases[1];
+    let loss_alone = rec.f32("loss alone", LOSS_LEN, Role::Output);
+    rec.entry(
+        "loss alone",
+        vec![Step::LossForward {
+            op: loss_ops[1],
+            pred: *pred,
+            target: outs[1],
+            loss: loss_alone,
+        }],
+    );
     // With the subgroup variants where the device has them, and with the plain kernels.
     for subgroups in [true, false] {
         let Some((mut exec, subgroups)) =
@@ -1090,8 +1105,22 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
                 "case {i}: neighbours"
             );
             assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
-            let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_finish");
+            // The loss in parts is finished in the gradient's pass.
+            let parts = exec.kernels(i).iter().any(|k| k.0 == "loss_grad_finish");
             assert_eq!(parts, i == 1, "case {i}: the loss is split into parts");
+            assert!(
+                !exec.kernels(i).iter().any(|k| k.0 == "loss_finish"),
+                "case {i}"
+            );
+            if i == 1 {
+                // Finished on its own, the same loss to the bit.
+                let alone = shapes.len();
+                exec.run(alone).unwrap();
+                assert!(exec.kernels(alone).iter().any(|k| k.0 == "loss_finish"));
+                let fused = read(&mut exec, *loss, LOSS_LEN);
+                assert_eq!(read(&mut exec, loss_alone, LOSS_LEN), fused);
+                assert!(fused[0] > 0.0, "{fused:?}");
+            }
             let first = if subgroups {
                 "loss_partial_subgroup"
             } else {

@@ -149,10 +149,14 @@ pub enum Kernel {
     /// [`Kernel::LossPartial`] by subgroup operations, as
     /// [`Kernel::DepthwiseGradWeightSubgroup`].
     LossPartialSubgroup,
-    /// Loss, second pass: `partial, loss (w)`; the same push block.
+    /// Loss, second pass: `partial, loss (w)`; the same push block; one invocation.
     LossFinish,
     /// Loss gradient: `pred, target, loss, grad (w)`; the same push block.
     LossGrad,
+    /// [`Kernel::LossFinish`] and [`Kernel::LossGrad`] in one pass, for a loss in parts whose
+    /// gradient follows it: `pred, target, partial, loss (w), grad (w)`; the same push block;
+    /// [`Kernel::LossGrad`]'s grid.
+    LossGradFinish,
     /// Sums of squares of up to [`SUM_SQUARES_GROUP`] gradients, a workgroup each, for
     /// gradient-norm clipping: `g0, g1, g2, g3, sums (rw)`; push `{ len0..len3, first_slot }`.
     SumSquares,
@@ -489,7 +493,7 @@ static TARGETS: KernelInfo =
     kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
 static ROW_COPY: KernelInfo =
     kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
-/// The loss passes' workgroup sums: a vec4 and a float an invocation
+/// The first loss pass's workgroup sums: a vec4 and a float an invocation
 /// (`shaders/workgroup_sum.glsl`).
 const LOSS_SHARED: u32 = (16 + 4) * 256;
 static LOSS_PARTIAL: KernelInfo = kernel!("loss_partial", bindings 4, push LOSS_PUSH_BYTES,
@@ -500,9 +504,15 @@ static LOSS_PARTIAL_SUBGROUP: KernelInfo = KernelInfo {
         shared LOSS_SHARED)
 };
 static LOSS_FINISH: KernelInfo = kernel!("loss_finish", bindings 2, push LOSS_PUSH_BYTES,
-    local LINEAR, x None, shared LOSS_SHARED);
+    local [1, 1, 1], x None, shared 0);
 static LOSS_GRAD: KernelInfo =
     kernel!("loss_grad", bindings 4, push LOSS_PUSH_BYTES, local LINEAR, x Some(0), shared 0);
+static LOSS_GRAD_FINISH: KernelInfo = KernelInfo {
+    texels: 0b100,
+    texels4: 0b100,
+    ..kernel!("loss_grad_finish", bindings 5, push LOSS_PUSH_BYTES, local LINEAR, x None,
+        shared 0)
+};
 static SUM_SQUARES: KernelInfo =
     kernel!("sum_squares", bindings 5, push 20, local LINEAR, x None, shared 4 * 256);
 static SUM_SQUARES_SUBGROUP: KernelInfo = KernelInfo {
@@ -521,7 +531,7 @@ static DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 48] = [
+    pub const ALL: [Kernel; 49] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -562,6 +572,7 @@ impl Kernel {
         Kernel::LossPartialSubgroup,
         Kernel::LossFinish,
         Kernel::LossGrad,
+        Kernel::LossGradFinish,
         Kernel::SumSquares,
         Kernel::SumSquaresSubgroup,
         Kernel::ClipGrad,
@@ -614,6 +625,7 @@ impl Kernel {
             Kernel::LossPartialSubgroup => &LOSS_PARTIAL_SUBGROUP,
             Kernel::LossFinish => &LOSS_FINISH,
             Kernel::LossGrad => &LOSS_GRAD,
+            Kernel::LossGradFinish => &LOSS_GRAD_FINISH,
             Kernel::SumSquares => &SUM_SQUARES,
             Kernel::SumSquaresSubgroup => &SUM_SQUARES_SUBGROUP,
             Kernel::ClipGrad => &CLIP_GRAD,

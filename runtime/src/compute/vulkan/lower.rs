@@ -16,8 +16,12 @@
 //! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each (the adds over whole vec4s in `*_direct4` on CPU-type devices) |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
+//! | loss forward + its backward right after it (training) | `loss_partial`, then `loss_grad_finish` (the parts added in the gradient's pass) where the cells are split into parts |
 //! | loss backward, AdamW, EMA, SGD, decode, clip | one each |
 //! | sums of squares (gradient clipping) | `sum_squares`, one for up to four consecutive |
+//!
+//! Where the device's subgroups have arithmetic ([`Variants::subgroups`]), a kernel with a
+//! `_subgroup` variant ([`Kernel::subgroup_variant`]) runs as the variant.
 //!
 //! Splitting: a weight gradient sums over every image and output pixel. For the early layers
 //! of a large batch that is a long sum onto few outputs, so it is cut into `splits` parts
@@ -193,6 +197,12 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 steps.next();
                 continue;
             }
+            if let Some((j, next)) = steps.peek().copied() {
+                if loss_with_gradient(step, next, i, j, &mut lowered, &mut dispatches) {
+                    steps.next();
+                    continue;
+                }
+            }
             if let (true, Step::Normalize { op, records, .. }) = (stems[i], step) {
                 // The stem after it reads the records.
                 let (j, stem) = steps.next().expect("a stem follows");
@@ -265,6 +275,72 @@ fn reading_records(d: &mut LoweredDispatch, records: TensorId, norm: &Normalize)
     ] {
         d.push[4 * word..][..4].copy_from_slice(&value.to_le_bytes());
     }
+}
+
+/// The parts a loss pass splits `op`'s grid cells into, and the loss kernels' push block.
+fn loss_parts(op: &CenterLoss) -> (u32, Vec<u8>) {
+    let cells = u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w);
+    let parts = cells.div_ceil(LOSS_CELLS_PER_PART).clamp(1, MAX_SPLITS);
+    let per = cells.div_ceil(parts);
+    let parts = cells.div_ceil(per);
+    (parts as u32, loss_push(op, parts as u32, per as u32))
+}
+
+/// Lowers a loss (step `i`) and its gradient right after it (step `j`), as a training step
+/// records them, into `out`: with the loss in parts, the parts' sums are added in the
+/// gradient's pass (`loss_grad_finish`), one pass fewer than `loss_finish` then `loss_grad`.
+/// False (nothing lowered) for any other pair, or a loss in one part (whose first pass writes
+/// the loss itself).
+fn loss_with_gradient(
+    step: &Step,
+    next: &Step,
+    i: usize,
+    j: usize,
+    lowered: &mut Lowered,
+    out: &mut Vec<LoweredDispatch>,
+) -> bool {
+    let (
+        &Step::LossForward {
+            op,
+            pred,
+            target,
+            loss,
+        },
+        &Step::LossBackward {
+            op: grad_op,
+            pred: grad_pred,
+            target: grad_target,
+            loss: grad_loss,
+            grad,
+        },
+    ) = (step, next)
+    else {
+        return false;
+    };
+    let (parts, push) = loss_parts(&op);
+    let same = (grad_op, grad_pred, grad_target, grad_loss) == (op, pred, target, loss);
+    if !same || parts == 1 || [pred, target, loss].contains(&grad) {
+        return false;
+    }
+    lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
+    use Slot::Tensor as T;
+    out.push(LoweredDispatch {
+        kernel: Kernel::LossPartial,
+        bindings: vec![T(pred), T(target), Slot::LossPartial, T(loss)],
+        push: push.clone(),
+        groups: [parts, 1, 1],
+        step: i,
+        spec: Vec::new(),
+    });
+    out.push(LoweredDispatch {
+        kernel: Kernel::LossGradFinish,
+        bindings: vec![T(pred), T(target), Slot::LossPartial, T(loss), T(grad)],
+        push,
+        groups: linear_groups(op.pred_len() as u64),
+        step: j,
+        spec: Vec::new(),
+    });
+    true
 }
 
 /// One `adamw_ema` dispatch (attributed to step `i`) for an AdamW update followed by the
@@ -786,16 +862,12 @@ fn lower_step(
             target,
             loss,
         } => {
-            let cells = u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w);
-            let parts = cells.div_ceil(LOSS_CELLS_PER_PART).clamp(1, MAX_SPLITS);
-            let per = cells.div_ceil(parts);
-            let parts = cells.div_ceil(per);
-            let lp = loss_push(&op, parts as u32, per as u32);
+            let (parts, lp) = loss_parts(&op);
             push(
                 Kernel::LossPartial,
                 vec![T(pred), T(target), Slot::LossPartial, T(loss)],
                 lp.clone(),
-                [parts as u32, 1, 1],
+                [parts, 1, 1],
             );
             if parts > 1 {
                 lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
