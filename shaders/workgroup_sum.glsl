@@ -12,67 +12,44 @@
 //
 // The includer defines WG_SIZE, its workgroup's invocations (a power of two).
 
-shared float wg_sum1[WG_SIZE];
-shared vec4 wg_sum4[WG_SIZE];
-
+// One definition for each type (GLSL has no generics): FN(T v) sums v over the workgroup
+// through the shared array ARR.
 #ifdef SUBGROUPS
-float workgroup_sum(float v) {
-    float s = subgroupAdd(v);
-    if (subgroupElect()) {
-        wg_sum1[gl_SubgroupID] = s;
+#define WORKGROUP_SUM(T, FN, ARR)                                                           \
+    shared T ARR[WG_SIZE];                                                                  \
+    T FN(T v) {                                                                             \
+        T s = subgroupAdd(v);                                                               \
+        if (subgroupElect()) {                                                              \
+            ARR[gl_SubgroupID] = s;                                                         \
+        }                                                                                   \
+        barrier();                                                                          \
+        T total = T(0.0);                                                                   \
+        if (gl_SubgroupID == 0u) {                                                          \
+            T t = T(0.0);                                                                   \
+            for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups;                     \
+                 i += gl_SubgroupSize) {                                                    \
+                t += ARR[i];                                                                \
+            }                                                                               \
+            total = subgroupAdd(t);                                                         \
+        }                                                                                   \
+        return total;                                                                       \
     }
-    barrier();
-    float total = 0.0;
-    if (gl_SubgroupID == 0u) {
-        float t = 0.0;
-        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize) {
-            t += wg_sum1[i];
-        }
-        total = subgroupAdd(t);
-    }
-    return total;
-}
-
-vec4 workgroup_sum4(vec4 v) {
-    vec4 s = subgroupAdd(v);
-    if (subgroupElect()) {
-        wg_sum4[gl_SubgroupID] = s;
-    }
-    barrier();
-    vec4 total = vec4(0.0);
-    if (gl_SubgroupID == 0u) {
-        vec4 t = vec4(0.0);
-        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize) {
-            t += wg_sum4[i];
-        }
-        total = subgroupAdd(t);
-    }
-    return total;
-}
 #else
-float workgroup_sum(float v) {
-    uint lane = gl_LocalInvocationIndex;
-    wg_sum1[lane] = v;
-    barrier();
-    for (uint half_ = WG_SIZE / 2u; half_ > 0u; half_ >>= 1) {
-        if (lane < half_) {
-            wg_sum1[lane] += wg_sum1[lane + half_];
-        }
-        barrier();
+#define WORKGROUP_SUM(T, FN, ARR)                                                           \
+    shared T ARR[WG_SIZE];                                                                  \
+    T FN(T v) {                                                                             \
+        uint lane = gl_LocalInvocationIndex;                                                \
+        ARR[lane] = v;                                                                      \
+        barrier();                                                                          \
+        for (uint half_ = WG_SIZE / 2u; half_ > 0u; half_ >>= 1) {                          \
+            if (lane < half_) {                                                             \
+                ARR[lane] += ARR[lane + half_];                                             \
+            }                                                                               \
+            barrier();                                                                      \
+        }                                                                                   \
+        return ARR[0];                                                                      \
     }
-    return wg_sum1[0];
-}
-
-vec4 workgroup_sum4(vec4 v) {
-    uint lane = gl_LocalInvocationIndex;
-    wg_sum4[lane] = v;
-    barrier();
-    for (uint half_ = WG_SIZE / 2u; half_ > 0u; half_ >>= 1) {
-        if (lane < half_) {
-            wg_sum4[lane] += wg_sum4[lane + half_];
-        }
-        barrier();
-    }
-    return wg_sum4[0];
-}
 #endif
+
+WORKGROUP_SUM(float, workgroup_sum, wg_sum1)
+WORKGROUP_SUM(vec4, workgroup_sum4, wg_sum4)
