@@ -55,6 +55,112 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
     fused
 }
 
+/// What a conv's backward pass may do in the store of its input gradient `gx`, where
+/// [`grad_stores`] allows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct GradStore {
+    /// The [`Step::AddAssign`] right after it adds this tensor into `gx`: the gradient's
+    /// other contribution (a residual's), added in the store; the add's own step is skipped.
+    pub add: Option<TensorId>,
+    /// `gx` is masked by the conv's input `> 0`: the input is a ReLU output, and the one step
+    /// that reads `gx` afterwards is that ReLU conv's backward pass, which then takes its
+    /// output gradient as already masked ([`GradStores::gy_masked`]).
+    pub relu_of_input: bool,
+}
+
+/// The backward steps' [`GradStore`]s of an entry and the output gradients they mask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GradStores {
+    /// For each step: the store of a [`Step::ConvBackward`] that does more than write `gx`.
+    pub store: Vec<Option<GradStore>>,
+    /// For each step: a [`Step::ConvBackward`] of a ReLU conv whose output gradient an
+    /// earlier step's store masked already.
+    pub gy_masked: Vec<bool>,
+}
+
+/// For each step of entry `entry`, what its input gradient's store may also do (see
+/// [`GradStore`]): a residual's contribution added (the [`Step::AddAssign`] of another
+/// tensor into `gx` right after it), and the ReLU mask of the layer before applied, where
+/// `gx` then becomes that layer's output gradient with nothing else touching it before its
+/// backward pass. Same values, bit for bit, as the separate steps: `gx + add` is the add's
+/// sum, and masking `gx` by the input (that layer's output) `> 0` is what that layer's
+/// backward pass would do first. Saves a pass over the gradient for each (det-s's training
+/// step: five adds and five masks).
+pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
+    let steps = &rec.entries[entry].steps;
+    let mut out = GradStores {
+        store: vec![None; steps.len()],
+        gy_masked: vec![false; steps.len()],
+    };
+    for (i, step) in steps.iter().enumerate() {
+        let Step::ConvBackward {
+            x,
+            w,
+            y,
+            gy,
+            gx: Some(gx),
+            gw,
+            gb,
+            ..
+        } = *step
+        else {
+            continue;
+        };
+        let mut store = GradStore::default();
+        let mut last = i;
+        if let Some(&Step::AddAssign { dst, src, .. }) = steps.get(i + 1) {
+            if dst == gx && ![gx, gw, gb].contains(&src) {
+                store.add = Some(src);
+                last = i + 1;
+            }
+        }
+        // The next step that touches gx, if it is a ReLU conv's backward pass reading it as
+        // its output gradient with this conv's input as its output, and no other step or
+        // entry touches gx.
+        let next = steps
+            .iter()
+            .enumerate()
+            .skip(last + 1)
+            .find(|(_, s)| s.touches().contains(&gx));
+        if let Some((
+            j,
+            &Step::ConvBackward {
+                op,
+                y: relu_out,
+                gy: g,
+                gx: gx_j,
+                ..
+            },
+        )) = next
+        {
+            let touched_once = steps
+                .iter()
+                .enumerate()
+                .skip(j + 1)
+                .all(|(_, s)| !s.touches().contains(&gx));
+            let elsewhere = rec.entries.iter().enumerate().any(|(e, other)| {
+                e != entry && other.steps.iter().any(|s| s.touches().contains(&gx))
+            });
+            if op.relu
+                && g == gx
+                && relu_out == x
+                && gx_j != Some(gx)
+                && ![w, y, gy].contains(&gx)
+                && touched_once
+                && !elsewhere
+                && rec.tensors[gx.index()].role == Role::Activation
+            {
+                store.relu_of_input = true;
+                out.gy_masked[j] = true;
+            }
+        }
+        if store != GradStore::default() {
+            out.store[i] = Some(store);
+        }
+    }
+    out
+}
+
 /// For each step of entry `entry`: whether it is a [`Step::Normalize`] whose output nothing
 /// but the next step, a [`Step::ConvForward`] the engine's kernel `fits`, reads (as for a
 /// [`ResidualAdd`]), so that the conv may read the records instead and the normalised tensor
@@ -244,5 +350,118 @@ mod tests {
         // Where the engine's kernel does not fit the conv, nothing fuses.
         let none = |_: &Normalize, _: &Conv2d| false;
         assert_eq!(normalized_convs(&recording(false), 0, none), [false, false]);
+    }
+
+    /// The backward steps of `x → a = relu(pw(x)) → dw(a)` (output gradient `gb`), the
+    /// depthwise input gradient `ga` getting a residual's `skip` after it; `relu_a`: the
+    /// pointwise conv has its ReLU; `extra` steps (given `ga` and the pointwise conv's input
+    /// gradient) go after the add.
+    fn backward_pair(relu_a: bool, extra: impl Fn(TensorId, TensorId) -> Vec<Step>) -> Recording {
+        let mut rec = Recording::new();
+        let pw = Conv2d::pointwise(1, 4, 4, 4, 4, relu_a);
+        let dw = Conv2d::depthwise(1, 4, 4, 4, 3, 1, true);
+        let t = |rec: &mut Recording, name: &str, len: usize, role| rec.f32(name, len, role);
+        let x = t(&mut rec, "x", pw.input_len(), Role::Input);
+        let a = t(&mut rec, "a", pw.output_len(), Role::Input);
+        let b = t(&mut rec, "b", dw.output_len(), Role::Input);
+        let gb = t(&mut rec, "gb", dw.output_len(), Role::Input);
+        let skip = t(&mut rec, "skip", dw.input_len(), Role::Input);
+        let ga = t(&mut rec, "ga", dw.input_len(), Role::Activation);
+        let gx = t(&mut rec, "gx", pw.input_len(), Role::Output);
+        let lens = [
+            ("w_dw", dw.weight_len()),
+            ("gw_dw", dw.weight_len()),
+            ("gb_dw", dw.bias_len()),
+            ("w_pw", pw.weight_len()),
+            ("gw_pw", pw.weight_len()),
+            ("gb_pw", pw.bias_len()),
+        ];
+        // Weights are parameters; their gradients outputs.
+        let params: Vec<TensorId> = lens
+            .iter()
+            .map(|&(name, len)| {
+                let role = if name.starts_with('w') {
+                    Role::Param
+                } else {
+                    Role::Output
+                };
+                t(&mut rec, name, len, role)
+            })
+            .collect();
+        let mut steps = vec![
+            Step::ConvBackward {
+                op: dw,
+                x: a,
+                w: params[0],
+                y: b,
+                gy: gb,
+                gx: Some(ga),
+                gw: params[1],
+                gb: params[2],
+            },
+            Step::AddAssign {
+                op: Add {
+                    len: dw.input_len() as u32,
+                },
+                dst: ga,
+                src: skip,
+            },
+        ];
+        steps.extend(extra(ga, gx));
+        steps.push(Step::ConvBackward {
+            op: pw,
+            x,
+            w: params[3],
+            y: a,
+            gy: ga,
+            gx: Some(gx),
+            gw: params[4],
+            gb: params[5],
+        });
+        rec.entries.push(Entry {
+            name: "backward".into(),
+            steps,
+        });
+        rec.validate().expect("a valid recording");
+        rec
+    }
+
+    #[test]
+    fn an_input_gradient_store_takes_the_add_after_it_and_the_relu_mask_before_it() {
+        let rec = backward_pair(true, |_, _| Vec::new());
+        let stores = grad_stores(&rec, 0);
+        let add = Some(rec.find("skip").unwrap());
+        assert_eq!(
+            stores.store,
+            [
+                Some(GradStore {
+                    add,
+                    relu_of_input: true
+                }),
+                None,
+                None
+            ]
+        );
+        assert_eq!(stores.gy_masked, [false, false, true]);
+        // No ReLU before: the add only.
+        let stores = grad_stores(&backward_pair(false, |_, _| Vec::new()), 0);
+        let want = GradStore {
+            add,
+            relu_of_input: false,
+        };
+        assert_eq!(stores.store[0], Some(want));
+        assert_eq!(stores.gy_masked, [false; 3]);
+        // Another step reads the gradient before the ReLU conv's backward pass: it needs
+        // the unmasked values.
+        let rec = backward_pair(true, |ga, gx| {
+            vec![Step::AddAssign {
+                op: Add { len: 64 },
+                dst: gx,
+                src: ga,
+            }]
+        });
+        let stores = grad_stores(&rec, 0);
+        assert_eq!(stores.store[0].map(|s| s.relu_of_input), Some(false));
+        assert!(!stores.gy_masked.contains(&true));
     }
 }

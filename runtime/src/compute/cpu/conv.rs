@@ -429,7 +429,7 @@ fn backward_image(
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
-    y: &[f32],
+    (y, mask): (&[f32], bool),
     gy: &[f32],
     gx: Option<&mut [f32]>,
     gw: &mut [f32],
@@ -438,11 +438,11 @@ fn backward_image(
 ) {
     let kind = op.kind();
     if kind == ConvKind::Depthwise {
-        return depthwise::backward_image(op, x, weight, y, gy, gx, gw, gb, scratch);
+        return depthwise::backward_image(op, x, weight, (y, mask), gy, gx, gw, gb, scratch);
     }
     let (in_img, out_img, plane_out, cols) = image_sizes(op);
     let (masked, col) = scratch.split_at_mut(out_img);
-    let g: &[f32] = if op.relu {
+    let g: &[f32] = if mask {
         for ((m, &gv), &yv) in masked.iter_mut().zip(gy).zip(y) {
             *m = if yv > 0.0 { gv } else { 0.0 };
         }
@@ -560,6 +560,25 @@ fn backward_image(
     }
 }
 
+/// `gx += add` and `gx = x > 0 ? gx : 0` where asked, in one pass over an image's input
+/// gradient: the same values as the add and the next layer's mask would give.
+fn finish_input_grad(gx: &mut [f32], x: &[f32], add: Option<&[f32]>, relu_of_input: bool) {
+    match (add, relu_of_input) {
+        (None, false) => {}
+        (Some(add), false) => gx.iter_mut().zip(add).for_each(|(g, a)| *g += a),
+        (None, true) => gx.iter_mut().zip(x).for_each(|(g, &v)| {
+            if v <= 0.0 || v.is_nan() {
+                *g = 0.0;
+            }
+        }),
+        (Some(add), true) => {
+            for ((g, a), &v) in gx.iter_mut().zip(add).zip(x) {
+                *g = if v > 0.0 { *g + a } else { 0.0 };
+            }
+        }
+    }
+}
+
 /// Backward pass of [`conv2d_forward`]. `output` is the forward output (after the ReLU: it
 /// gives the mask), `grad_output` the loss gradient with respect to it. Overwrites
 /// `grad_weight`, `grad_bias` and, when given, `grad_input` (leave it out for a first layer,
@@ -577,6 +596,49 @@ pub fn conv2d_backward(
     grad_bias: &mut [f32],
     scratch: &mut Scratch,
 ) {
+    let (x, gy) = (input, grad_output);
+    let extras = BackwardExtras::default();
+    conv2d_backward_with(
+        op,
+        x,
+        weight,
+        output,
+        gy,
+        grad_input,
+        grad_weight,
+        grad_bias,
+        scratch,
+        extras,
+    );
+}
+
+/// What [`conv2d_backward_with`] does beyond [`conv2d_backward`], image by image while each
+/// image's input gradient is still in cache (the stores `compute::fusion::grad_stores`
+/// allows).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BackwardExtras<'a> {
+    /// Added into `grad_input` (as long).
+    pub add: Option<&'a [f32]>,
+    /// `grad_input` (after the add) is masked by `input > 0`.
+    pub relu_of_input: bool,
+    /// `grad_output` is masked by `output > 0` already: not masked again.
+    pub gy_masked: bool,
+}
+
+/// [`conv2d_backward`] with `extras`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv2d_backward_with(
+    op: &Conv2d,
+    input: &[f32],
+    weight: &[f32],
+    output: &[f32],
+    grad_output: &[f32],
+    grad_input: Option<&mut [f32]>,
+    grad_weight: &mut [f32],
+    grad_bias: &mut [f32],
+    scratch: &mut Scratch,
+    extras: BackwardExtras<'_>,
+) {
     check_lens(op, input, weight, grad_bias, output.len());
     assert_eq!(
         grad_output.len(),
@@ -591,6 +653,10 @@ pub fn conv2d_backward(
     if let Some(gx) = &grad_input {
         assert_eq!(gx.len(), op.input_len(), "conv grad_input length");
     }
+    if let Some(add) = extras.add {
+        assert_eq!(add.len(), op.input_len(), "conv grad_input addend length");
+    }
+    let mask = op.relu && !extras.gy_masked;
     let n = op.n as usize;
     let (in_img, out_img, _, _) = image_sizes(op);
     let (wl, bl) = (op.weight_len(), op.bias_len());
@@ -622,18 +688,23 @@ pub fn conv2d_backward(
         run_parts(pool.as_deref(), items, |((range, gx), (gw, gb, scr))| {
             let mut gx_iter = gx.chunks_exact_mut(in_img);
             for b in range {
-                let gxb = if have_gx { gx_iter.next() } else { None };
+                let mut gxb = if have_gx { gx_iter.next() } else { None };
+                let xb = &input[b * in_img..][..in_img];
                 backward_image(
                     op,
-                    &input[b * in_img..][..in_img],
+                    xb,
                     weight,
-                    &output[b * out_img..][..out_img],
+                    (&output[b * out_img..][..out_img], mask),
                     &grad_output[b * out_img..][..out_img],
-                    gxb,
+                    gxb.as_deref_mut(),
                     gw,
                     gb,
                     scr,
                 );
+                if let Some(gxb) = gxb {
+                    let add = extras.add.map(|a| &a[b * in_img..][..in_img]);
+                    finish_input_grad(gxb, xb, add, extras.relu_of_input);
+                }
             }
         });
     }

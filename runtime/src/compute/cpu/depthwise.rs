@@ -288,20 +288,32 @@ fn forward_with(
 }
 
 /// Backward pass of one image. `gw` and `gb` are accumulated into (`+=`); `gx`, when given, is
-/// overwritten.
+/// overwritten. `mask`: `gy` is masked by `y > 0` (a ReLU conv whose output gradient was not
+/// masked already).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward_image(
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
-    y: &[f32],
+    (y, mask): (&[f32], bool),
     gy: &[f32],
     gx: Option<&mut [f32]>,
     gw: &mut [f32],
     gb: &mut [f32],
     scratch: &mut [f32],
 ) {
-    backward_body(kernels::active(), op, x, weight, y, gy, gx, gw, gb, scratch);
+    backward_body(
+        kernels::active(),
+        op,
+        x,
+        weight,
+        (y, mask),
+        gy,
+        gx,
+        gw,
+        gb,
+        scratch,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -310,7 +322,7 @@ fn backward_body(
     op: &Conv2d,
     x: &[f32],
     weight: &[f32],
-    y: &[f32],
+    (y, mask): (&[f32], bool),
     gy: &[f32],
     mut gx: Option<&mut [f32]>,
     gw: &mut [f32],
@@ -326,7 +338,7 @@ fn backward_body(
     let masked = &mut rest[..oplane];
     for c in 0..op.c_in as usize {
         let gyc = &gy[c * oplane..][..oplane];
-        let yc = op.relu.then(|| &y[c * oplane..][..oplane]);
+        let yc = mask.then(|| &y[c * oplane..][..oplane]);
         fill_phases(&x[c * plane..][..plane], &g, ph);
         let wc = &weight[c * kk..][..kk];
         let gwc = &mut gw[c * kk..][..kk];
@@ -620,7 +632,8 @@ mod tests {
                     (vec![f32::NAN; x.len()], vec![0.0; w.len()], [0.0; 3]);
                 let mut scr = vec![f32::NAN; backward_scratch_len(&op)];
                 let gxs = Some(&mut gx[..]);
-                backward_body(kern, &op, &x, &w, &y, &gy, gxs, &mut gw, &mut gb, &mut scr);
+                let ys = (&y[..], op.relu);
+                backward_body(kern, &op, &x, &w, ys, &gy, gxs, &mut gw, &mut gb, &mut scr);
                 let want = reference(&op, &x, &w, &y, &gy);
                 for ((got, want), what) in [&gx[..], &gw, &gb]
                     .into_iter()
@@ -632,7 +645,7 @@ mod tests {
                 // Without an input gradient (a first layer) the weights get the same.
                 let (mut gw2, mut gb2) = (vec![0.0; w.len()], [0.0; 3]);
                 backward_body(
-                    kern, &op, &x, &w, &y, &gy, None, &mut gw2, &mut gb2, &mut scr,
+                    kern, &op, &x, &w, ys, &gy, None, &mut gw2, &mut gb2, &mut scr,
                 );
                 assert_eq!((gw2, gb2), (gw, gb));
             }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::arena::{Arena, TensorMut};
 use super::decode::Candidate;
-use super::fusion::{self, ResidualAdd};
+use super::fusion::{self, GradStore, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
@@ -86,6 +86,14 @@ enum Kernel {
     Upsampled { i: usize, add: Option<ResidualAdd> },
     /// Normalisation `i` and the stem `i + 1` reading the records ([`stem::forward_normalized`]).
     NormalizedStem(usize),
+    /// Conv backward pass `i` doing more in its input gradient's store (and the add after it,
+    /// where `store` has one), or taking its output gradient as masked already
+    /// ([`conv::conv2d_backward_with`]).
+    Backward {
+        i: usize,
+        store: Option<GradStore>,
+        gy_masked: bool,
+    },
 }
 
 impl Kernel {
@@ -96,6 +104,9 @@ impl Kernel {
             Kernel::ConvAdd(..) | Kernel::UpsampleAdd(..) | Kernel::NormalizedStem(_) => 2,
             Kernel::Separable { add, .. } | Kernel::Upsampled { add, .. } => {
                 2 + usize::from(add.is_some())
+            }
+            Kernel::Backward { store, .. } => {
+                1 + usize::from(store.is_some_and(|s| s.add.is_some()))
             }
         }
     }
@@ -357,6 +368,7 @@ impl CpuExec {
         let pairs = fusion::separable_pairs(rec, entry);
         let upsampled = fusion::upsampled_pairs(rec, entry);
         let stems = fusion::normalized_stems(rec, entry);
+        let grads = fusion::grad_stores(rec, entry);
         let mut plan = Vec::with_capacity(steps.len());
         let mut i = 0;
         while i < steps.len() {
@@ -384,6 +396,11 @@ impl CpuExec {
                     i,
                     add: adds.get(i + 1).copied().flatten(),
                 }),
+                _ if grads.store[i].is_some() || grads.gy_masked[i] => Some(Kernel::Backward {
+                    i,
+                    store: grads.store[i],
+                    gy_masked: grads.gy_masked[i],
+                }),
                 _ => None,
             };
             let kernel = kernel.unwrap_or(match (adds[i], &steps[i]) {
@@ -408,6 +425,10 @@ impl CpuExec {
                 Kernel::Step(i) => name(i).to_owned(),
                 Kernel::ConvAdd(i, _) | Kernel::UpsampleAdd(i, _) => format!("{}+add", name(i)),
                 Kernel::NormalizedStem(i) => format!("{}+{}", name(i), name(i + 1)),
+                Kernel::Backward { i, store, .. } => match store.and_then(|s| s.add) {
+                    Some(_) => format!("{}+add-assign", name(i)),
+                    None => name(i).to_owned(),
+                },
                 Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
                     let add = if add.is_some() { "+add" } else { "" };
                     format!("{}+{}{add}", name(i), name(i + 1))
@@ -491,6 +512,14 @@ impl CpuExec {
                     let steps = &self.recording.entries[entry].steps;
                     let pair = [steps[i].clone(), steps[i + 1].clone()];
                     self.normalized_stem(pair, self.thread_split[entry][i + 1], input);
+                }
+                Kernel::Backward {
+                    i,
+                    store,
+                    gy_masked,
+                } => {
+                    let step = self.recording.entries[entry].steps[i].clone();
+                    self.conv_backward(&step, store.unwrap_or_default(), gy_masked);
                 }
             }
             if self.per_step {
@@ -720,6 +749,51 @@ impl CpuExec {
         self.put(add.out, out);
     }
 
+    /// A conv's backward pass, with `store` in its input gradient's store and its output
+    /// gradient masked already where `gy_masked` (see [`Kernel::Backward`]).
+    fn conv_backward(&mut self, step: &Step, store: GradStore, gy_masked: bool) {
+        let Step::ConvBackward {
+            op,
+            x,
+            w,
+            y,
+            gy,
+            gx,
+            gw,
+            gb,
+        } = *step
+        else {
+            unreachable!("a conv backward kernel runs a conv backward step");
+        };
+        let mut gw_v = self.take(gw);
+        let mut gb_v = self.take(gb);
+        let mut gx_v = gx.map(|t| self.take(t));
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let extras = conv::BackwardExtras {
+            add: store.add.map(|t| self.f32s(t)),
+            relu_of_input: store.relu_of_input,
+            gy_masked,
+        };
+        conv::conv2d_backward_with(
+            &op,
+            self.f32s(x),
+            self.f32s(w),
+            self.f32s(y),
+            self.f32s(gy),
+            gx_v.as_deref_mut(),
+            &mut gw_v,
+            &mut gb_v,
+            &mut scratch,
+            extras,
+        );
+        self.scratch = scratch;
+        self.put(gw, gw_v);
+        self.put(gb, gb_v);
+        if let (Some(t), Some(v)) = (gx, gx_v) {
+            self.put(t, v);
+        }
+    }
+
     fn step(&mut self, step: &Step, thread_split: bool, input: Option<Input<'_>>) {
         match *step {
             Step::ConvForward { op, x, w, b, y } => {
@@ -741,38 +815,7 @@ impl CpuExec {
                 self.scratch = scratch;
                 self.put(y, out);
             }
-            Step::ConvBackward {
-                op,
-                x,
-                w,
-                y,
-                gy,
-                gx,
-                gw,
-                gb,
-            } => {
-                let mut gw_v = self.take(gw);
-                let mut gb_v = self.take(gb);
-                let mut gx_v = gx.map(|t| self.take(t));
-                let mut scratch = std::mem::take(&mut self.scratch);
-                conv::conv2d_backward(
-                    &op,
-                    self.f32s(x),
-                    self.f32s(w),
-                    self.f32s(y),
-                    self.f32s(gy),
-                    gx_v.as_deref_mut(),
-                    &mut gw_v,
-                    &mut gb_v,
-                    &mut scratch,
-                );
-                self.scratch = scratch;
-                self.put(gw, gw_v);
-                self.put(gb, gb_v);
-                if let (Some(t), Some(v)) = (gx, gx_v) {
-                    self.put(t, v);
-                }
-            }
+            Step::ConvBackward { .. } => self.conv_backward(step, GradStore::default(), false),
             Step::Add { op, a, b, out } => {
                 let mut o = self.take(out);
                 let pool = self.scratch.pool();
@@ -1121,5 +1164,69 @@ mod tests {
             predictions.push(pred.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
         assert!(predictions.iter().all(|p| *p == predictions[0]));
+    }
+
+    /// det-s's training step runs its input gradients' stores fused (five residual
+    /// gradients added and 13 ReLU masks applied there, each mask then skipped by the
+    /// layer's own backward pass) and ends with the same weights and loss, bit for bit, as
+    /// the separate steps.
+    #[test]
+    fn a_training_step_with_fused_gradient_stores_is_the_separate_steps_bit_for_bit() {
+        let model = ModelConfig::named("det-s", 3).expect("det-s");
+        let arch = Arch::new(&model);
+        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let options = GraphOptions {
+            train: true,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, 2, &layout, &options).expect("graph");
+        let train = graph.entry(ENTRY_TRAIN);
+        let stores = fusion::grad_stores(&graph.recording, train);
+        let adds = stores.store.iter().flatten().filter(|s| s.add.is_some());
+        let masks = stores.store.iter().flatten().filter(|s| s.relu_of_input);
+        let masked = stores.gy_masked.iter().filter(|&&m| m).count();
+        assert_eq!((adds.count(), masks.count(), masked), (5, 13, 13));
+        let mut rng = SplitMix64::new(5);
+        let records: Vec<u8> = (0..2 * layout.record_size)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        let hyper = crate::compute::ops::AdamW {
+            len: 1,
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            step: 1,
+        }
+        .hyper();
+        let mut ends = Vec::new();
+        for fused in [true, false] {
+            let mut exec = CpuExec::new(&graph.recording, 2).expect("executor");
+            let backward = |k: &Kernel| matches!(k, Kernel::Backward { .. });
+            let planned = exec.schedule[train].iter().filter(|k| backward(k)).count();
+            // Of the 19 backward passes, all but the head's last conv (no ReLU before it,
+            // its output gradient from the loss) store more or take a masked gradient.
+            assert_eq!(planned, 18);
+            if !fused {
+                exec.set_fusion(false);
+            }
+            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+                for t in [Some(p.value), p.ema].into_iter().flatten() {
+                    exec.write_f32(t, &v).expect("params");
+                }
+            }
+            exec.write_bytes(graph.records, &records).expect("records");
+            exec.write_f32(graph.hyper, &hyper).expect("hyper");
+            exec.run(train).expect("run");
+            let mut end: Vec<u32> = Vec::new();
+            for t in graph.params.iter().map(|p| p.value).chain([graph.loss]) {
+                let mut v = vec![0f32; graph.recording.get(t).len];
+                exec.read_f32(t, &mut v).expect("read");
+                end.extend(v.iter().map(|x| x.to_bits()));
+            }
+            ends.push(end);
+        }
+        assert!(ends[0] == ends[1], "the fused step differs");
     }
 }

@@ -14,11 +14,17 @@
 //! - the normalisation of the records and the stem that reads it ([`super::stem`]): the stem
 //!   normalises the rows it needs as it builds its panels, where
 //!   [`crate::compute::fusion::normalized_convs`] allows it.
+//! - a conv's backward pass and the residual's gradient added into its input gradient, that
+//!   input gradient masked for the ReLU layer before, or both, image by image while each is
+//!   in cache ([`super::conv::conv2d_backward_with`]), where
+//!   [`crate::compute::fusion::grad_stores`] allows it.
 
 use crate::compute::recording::{Recording, Step};
 
 use crate::compute::fusion::normalized_convs;
-pub(crate) use crate::compute::fusion::{private, residual_adds, ResidualAdd};
+pub(crate) use crate::compute::fusion::{
+    grad_stores, private, residual_adds, GradStore, ResidualAdd,
+};
 
 /// A depthwise conv run with the pointwise conv after it (see [`super::separable`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +103,11 @@ pub(crate) fn joined_steps(rec: &Recording, entry: usize) -> Vec<bool> {
     let separable = separable_pairs(rec, entry);
     let upsampled = upsampled_pairs(rec, entry);
     let stems = normalized_stems(rec, entry);
+    let grads = grad_stores(rec, entry);
     let mut joined = vec![false; adds.len()];
     for i in 0..joined.len() {
-        if adds[i].is_some() || stems[i] {
+        let grad_add = grads.store[i].is_some_and(|s| s.add.is_some());
+        if adds[i].is_some() || stems[i] || grad_add {
             joined[i] = true;
         }
         if separable[i].is_some() || upsampled[i] {
