@@ -128,6 +128,13 @@ pub enum Kernel {
     /// [`Kernel::AddAssign`] as [`Kernel::AddDirect4`]: `dst (w), src, dst` (the first read
     /// as vec4 texels through binding 2); the same push block; grid over `len / 4`.
     AddAssignDirect4,
+    /// `dst = mask_by > 0 ? dst (+ src where add) : 0`: `dst (rw), src, mask_by`; push `{ len,
+    /// add }` (a gradient store [`crate::compute::fusion::grad_stores`] allows).
+    MaskedAddAssign,
+    /// [`Kernel::MaskedAddAssign`] as [`Kernel::AddAssignDirect4`]: `dst (w), src, dst,
+    /// mask_by` (all but the first read as vec4 texels); the same push block; grid over
+    /// `len / 4`.
+    MaskedAddAssignDirect4,
     /// Nearest ×2 upsample (+ a residual where `skip` is 1): `x, y (w), skip`; push `{ n, c,
     /// h, w, skip }`.
     Upsample,
@@ -477,6 +484,13 @@ static ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
     texels4: 0b110,
     ..kernel!("add_assign_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
 };
+static MASKED_ADD_ASSIGN: KernelInfo =
+    kernel!("masked_add_assign", bindings 3, push 8, local LINEAR, x Some(0), shared 0);
+static MASKED_ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
+    texels: 0b1110,
+    texels4: 0b1110,
+    ..kernel!("masked_add_assign_direct4", bindings 4, push 8, local LINEAR, x Some(0), shared 0)
+};
 static UPSAMPLE: KernelInfo = KernelInfo {
     shapes: true,
     ..kernel!("upsample", bindings 3, push 20, local LINEAR, x Some(0), shared 0)
@@ -531,7 +545,7 @@ static DECODE: KernelInfo =
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 49] = [
+    pub const ALL: [Kernel; 51] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -563,6 +577,8 @@ impl Kernel {
         Kernel::AddDirect4,
         Kernel::AddAssign,
         Kernel::AddAssignDirect4,
+        Kernel::MaskedAddAssign,
+        Kernel::MaskedAddAssignDirect4,
         Kernel::Upsample,
         Kernel::UpsampleGrad,
         Kernel::RowCopy,
@@ -616,6 +632,8 @@ impl Kernel {
             Kernel::AddAssign => &ADD_ASSIGN,
             Kernel::AddDirect4 => &ADD_DIRECT4,
             Kernel::AddAssignDirect4 => &ADD_ASSIGN_DIRECT4,
+            Kernel::MaskedAddAssign => &MASKED_ADD_ASSIGN,
+            Kernel::MaskedAddAssignDirect4 => &MASKED_ADD_ASSIGN_DIRECT4,
             Kernel::Upsample => &UPSAMPLE,
             Kernel::UpsampleGrad => &UPSAMPLE_GRAD,
             Kernel::RowCopy => &ROW_COPY,

@@ -167,9 +167,42 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
     for (e, entry) in recording.entries.iter().enumerate() {
         let adds = fusion::residual_adds(recording, e);
         let stems = normalized_stems(recording, e);
+        let grads = fusion::grad_stores(recording, e);
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
+            if let Some(store) = grads.store[i].filter(|s| s.relu_of_input) {
+                // The backward pass, then its input gradient masked (the add after it in the
+                // same pass, where there is one).
+                lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
+                    |e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()),
+                )?;
+                let Step::ConvBackward {
+                    x, gx: Some(gx), ..
+                } = *step
+                else {
+                    unreachable!("grad_stores: a conv backward pass with an input gradient");
+                };
+                let len = recording.get(gx).len as u32;
+                let at = if store.add.is_some() {
+                    steps.next().expect("the add after it").0
+                } else {
+                    i
+                };
+                dispatches.push(masked_add_assign(gx, store.add, x, len, at, variants));
+                continue;
+            }
+            if grads.gy_masked[i] {
+                // Its output gradient is masked already: no ReLU mask in its kernels.
+                let at = dispatches.len();
+                lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
+                    |e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()),
+                )?;
+                for d in &mut dispatches[at..] {
+                    d.push[4 * CONV_RELU_WORD..][..4].copy_from_slice(&0u32.to_le_bytes());
+                }
+                continue;
+            }
             if let Step::SumSquares { op, x, sums } = *step {
                 // Up to four consecutive gradients' sums in one dispatch.
                 let mut group = vec![(x, op)];
@@ -343,6 +376,42 @@ fn loss_with_gradient(
     true
 }
 
+/// One `masked_add_assign` dispatch (attributed to step `i`): `dst = mask_by > 0 ? dst (+ add)
+/// : 0` over `len` floats.
+fn masked_add_assign(
+    dst: TensorId,
+    add: Option<TensorId>,
+    mask_by: TensorId,
+    len: u32,
+    i: usize,
+    variants: Variants,
+) -> LoweredDispatch {
+    use Slot::Tensor as T;
+    let src = add.unwrap_or(dst);
+    let push = words(&[len, u32::from(add.is_some())]);
+    let (kernel, bindings, groups) = if variants.direct && add_direct4_fits(len) {
+        (
+            Kernel::MaskedAddAssignDirect4,
+            vec![T(dst), T(src), T(dst), T(mask_by)],
+            linear_groups(u64::from(len / 4)),
+        )
+    } else {
+        (
+            Kernel::MaskedAddAssign,
+            vec![T(dst), T(src), T(mask_by)],
+            linear_groups(u64::from(len)),
+        )
+    };
+    LoweredDispatch {
+        kernel,
+        bindings,
+        push,
+        groups,
+        step: i,
+        spec: Vec::new(),
+    }
+}
+
 /// One `adamw_ema` dispatch (attributed to step `i`) for an AdamW update followed by the
 /// average of the tensor it updated, as the trainer records them; `None` for any other pair.
 fn adamw_ema(step: &Step, next: &Step, i: usize) -> Option<LoweredDispatch> {
@@ -472,6 +541,9 @@ fn with_skip(mut push: Vec<u8>) -> Vec<u8> {
     push
 }
 
+/// The word of [`conv_push`] that says the conv has a ReLU (backward: masks its output
+/// gradient by `y > 0`).
+const CONV_RELU_WORD: usize = 9;
 /// The word of [`conv_push`] that says a pointwise conv adds a residual (`skip`).
 const CONV_SKIP_WORD: usize = 14;
 /// The words of [`conv_push`] that give a conv reading the records their layout
