@@ -1,8 +1,8 @@
 #version 450
-// masked_add_assign: dst = mask_by > 0 ? dst (+ src where `add`) : 0 over len elements: a
-// gradient's residual contribution added and the ReLU mask of the layer that produced
-// mask_by applied, in one pass (compute::fusion::grad_stores; that layer's backward pass then
-// takes dst as masked). Without `add`, src is not read (dst stands in). Grid-stride loop.
+// masked_add_assign: dst = mask_by > 0 ? dst + src : 0 over len elements: a gradient's
+// residual contribution added and the ReLU mask of the layer that produced mask_by applied,
+// in one pass (compute::fusion::grad_stores; that layer's backward pass then takes dst as
+// masked). Grid-stride loop.
 
 layout(local_size_x = 256) in;
 layout(local_size_x_id = 0) in;
@@ -13,13 +13,12 @@ layout(std430, set = 0, binding = 2) readonly buffer MaskBy { float mask_by[]; }
 
 layout(push_constant) uniform Push {
     uint len;
-    uint add;
 } pc;
 
 void main() {
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < pc.len; i += step) {
-        float v = pc.add != 0u ? dst[i] + src[i] : dst[i];
-        dst[i] = mask_by[i] > 0.0 ? v : 0.0;
+        float sum = dst[i] + src[i];
+        dst[i] = mask_by[i] > 0.0 ? sum : 0.0;
     }
 }

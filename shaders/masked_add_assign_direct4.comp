@@ -11,15 +11,11 @@ layout(set = 0, binding = 2) uniform samplerBuffer dst_in;
 layout(set = 0, binding = 3) uniform samplerBuffer mask_by;
 layout(push_constant) uniform Push {
     uint len;
-    uint add;
 } pc;
 void main() {
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < pc.len / 4u; i += step) {
-        vec4 v = texelFetch(dst_in, int(i));
-        if (pc.add != 0u) {
-            v += texelFetch(src, int(i));
-        }
-        dst[i] = mix(vec4(0.0), v, greaterThan(texelFetch(mask_by, int(i)), vec4(0.0)));
+        vec4 sum = texelFetch(dst_in, int(i)) + texelFetch(src, int(i));
+        dst[i] = mix(vec4(0.0), sum, greaterThan(texelFetch(mask_by, int(i)), vec4(0.0)));
     }
 }

@@ -74,8 +74,9 @@ pub(crate) struct GradStores {
     /// For each step: the store of a [`Step::ConvBackward`] that does more than write `gx`.
     pub store: Vec<Option<GradStore>>,
     /// For each step: a [`Step::ConvBackward`] of a ReLU conv whose output gradient an
-    /// earlier step's store masked already.
-    pub gy_masked: Vec<bool>,
+    /// earlier step's store masks, that step (an engine that leaves that mask out must
+    /// leave this one's mask in).
+    pub gy_masked: Vec<Option<usize>>,
 }
 
 /// For each step of entry `entry`, what its input gradient's store may also do (see
@@ -90,7 +91,7 @@ pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
     let steps = &rec.entries[entry].steps;
     let mut out = GradStores {
         store: vec![None; steps.len()],
-        gy_masked: vec![false; steps.len()],
+        gy_masked: vec![None; steps.len()],
     };
     for (i, step) in steps.iter().enumerate() {
         let Step::ConvBackward {
@@ -151,7 +152,7 @@ pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
                 && rec.tensors[gx.index()].role == Role::Activation
             {
                 store.relu_of_input = true;
-                out.gy_masked[j] = true;
+                out.gy_masked[j] = Some(i);
             }
         }
         if store != GradStore::default() {
@@ -442,7 +443,7 @@ mod tests {
                 None
             ]
         );
-        assert_eq!(stores.gy_masked, [false, false, true]);
+        assert_eq!(stores.gy_masked, [None, None, Some(0)]);
         // No ReLU before: the add only.
         let stores = grad_stores(&backward_pair(false, |_, _| Vec::new()), 0);
         let want = GradStore {
@@ -450,7 +451,7 @@ mod tests {
             relu_of_input: false,
         };
         assert_eq!(stores.store[0], Some(want));
-        assert_eq!(stores.gy_masked, [false; 3]);
+        assert_eq!(stores.gy_masked, [None; 3]);
         // Another step reads the gradient before the ReLU conv's backward pass: it needs
         // the unmasked values.
         let rec = backward_pair(true, |ga, gx| {
@@ -462,6 +463,6 @@ mod tests {
         });
         let stores = grad_stores(&rec, 0);
         assert_eq!(stores.store[0].map(|s| s.relu_of_input), Some(false));
-        assert!(!stores.gy_masked.contains(&true));
+        assert!(stores.gy_masked.iter().all(Option::is_none));
     }
 }

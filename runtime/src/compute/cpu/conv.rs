@@ -566,14 +566,16 @@ fn finish_input_grad(gx: &mut [f32], x: &[f32], add: Option<&[f32]>, relu_of_inp
     match (add, relu_of_input) {
         (None, false) => {}
         (Some(add), false) => gx.iter_mut().zip(add).for_each(|(g, a)| *g += a),
-        (None, true) => gx.iter_mut().zip(x).for_each(|(g, &v)| {
-            if v <= 0.0 || v.is_nan() {
-                *g = 0.0;
-            }
-        }),
+        // Selects, not branches: the signs are as good as random.
+        (None, true) => gx
+            .iter_mut()
+            .zip(x)
+            .for_each(|(g, &v)| *g = if v > 0.0 { *g } else { 0.0 }),
         (Some(add), true) => {
             for ((g, a), &v) in gx.iter_mut().zip(add).zip(x) {
-                *g = if v > 0.0 { *g + a } else { 0.0 };
+                // The sum outside the select, so that the loop vectorises.
+                let sum = *g + a;
+                *g = if v > 0.0 { sum } else { 0.0 };
             }
         }
     }

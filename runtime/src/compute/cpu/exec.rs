@@ -396,11 +396,13 @@ impl CpuExec {
                     i,
                     add: adds.get(i + 1).copied().flatten(),
                 }),
-                _ if grads.store[i].is_some() || grads.gy_masked[i] => Some(Kernel::Backward {
-                    i,
-                    store: grads.store[i],
-                    gy_masked: grads.gy_masked[i],
-                }),
+                _ if grads.store[i].is_some() || grads.gy_masked[i].is_some() => {
+                    Some(Kernel::Backward {
+                        i,
+                        store: grads.store[i],
+                        gy_masked: grads.gy_masked[i].is_some(),
+                    })
+                }
                 _ => None,
             };
             let kernel = kernel.unwrap_or(match (adds[i], &steps[i]) {
@@ -1184,7 +1186,7 @@ mod tests {
         let stores = fusion::grad_stores(&graph.recording, train);
         let adds = stores.store.iter().flatten().filter(|s| s.add.is_some());
         let masks = stores.store.iter().flatten().filter(|s| s.relu_of_input);
-        let masked = stores.gy_masked.iter().filter(|&&m| m).count();
+        let masked = stores.gy_masked.iter().flatten().count();
         assert_eq!((adds.count(), masks.count(), masked), (5, 13, 13));
         let mut rng = SplitMix64::new(5);
         let records: Vec<u8> = (0..2 * layout.record_size)

@@ -128,8 +128,8 @@ pub enum Kernel {
     /// [`Kernel::AddAssign`] as [`Kernel::AddDirect4`]: `dst (w), src, dst` (the first read
     /// as vec4 texels through binding 2); the same push block; grid over `len / 4`.
     AddAssignDirect4,
-    /// `dst = mask_by > 0 ? dst (+ src where add) : 0`: `dst (rw), src, mask_by`; push `{ len,
-    /// add }` (a gradient store [`crate::compute::fusion::grad_stores`] allows).
+    /// `dst = mask_by > 0 ? dst + src : 0`: `dst (rw), src, mask_by`; push `{ len }` (a
+    /// gradient store [`crate::compute::fusion::grad_stores`] allows).
     MaskedAddAssign,
     /// [`Kernel::MaskedAddAssign`] as [`Kernel::AddAssignDirect4`]: `dst (w), src, dst,
     /// mask_by` (all but the first read as vec4 texels); the same push block; grid over
@@ -485,11 +485,11 @@ static ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
     ..kernel!("add_assign_direct4", bindings 3, push 4, local LINEAR, x Some(0), shared 0)
 };
 static MASKED_ADD_ASSIGN: KernelInfo =
-    kernel!("masked_add_assign", bindings 3, push 8, local LINEAR, x Some(0), shared 0);
+    kernel!("masked_add_assign", bindings 3, push 4, local LINEAR, x Some(0), shared 0);
 static MASKED_ADD_ASSIGN_DIRECT4: KernelInfo = KernelInfo {
     texels: 0b1110,
     texels4: 0b1110,
-    ..kernel!("masked_add_assign_direct4", bindings 4, push 8, local LINEAR, x Some(0), shared 0)
+    ..kernel!("masked_add_assign_direct4", bindings 4, push 4, local LINEAR, x Some(0), shared 0)
 };
 static UPSAMPLE: KernelInfo = KernelInfo {
     shapes: true,

@@ -35,7 +35,7 @@ use super::kernels::{
     LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
-use crate::compute::fusion::{self, ResidualAdd};
+use crate::compute::fusion::{self, GradStore, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize, SumSquares};
 use crate::compute::recording::{Recording, Step, TensorId};
 
@@ -167,13 +167,12 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
     for (e, entry) in recording.entries.iter().enumerate() {
         let adds = fusion::residual_adds(recording, e);
         let stems = normalized_stems(recording, e);
-        let grads = fusion::grad_stores(recording, e);
+        let (masked_stores, gy_masked) = gradient_masks(recording, e);
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
-            if let Some(store) = grads.store[i].filter(|s| s.relu_of_input) {
-                // The backward pass, then its input gradient masked (the add after it in the
-                // same pass, where there is one).
+            if let Some(store) = masked_stores[i] {
+                // The backward pass, then the add after it with the mask.
                 lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
                     |e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()),
                 )?;
@@ -183,16 +182,13 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 else {
                     unreachable!("grad_stores: a conv backward pass with an input gradient");
                 };
+                let add = store.add.expect("gradient_masks: with an add");
                 let len = recording.get(gx).len as u32;
-                let at = if store.add.is_some() {
-                    steps.next().expect("the add after it").0
-                } else {
-                    i
-                };
-                dispatches.push(masked_add_assign(gx, store.add, x, len, at, variants));
+                let (at, _) = steps.next().expect("the add after it");
+                dispatches.push(masked_add_assign(gx, add, x, len, at, variants));
                 continue;
             }
-            if grads.gy_masked[i] {
+            if gy_masked[i] {
                 // Its output gradient is masked already: no ReLU mask in its kernels.
                 let at = dispatches.len();
                 lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
@@ -268,6 +264,27 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         lowered.entries.push(dispatches);
     }
     Ok(lowered)
+}
+
+/// The input gradients this engine masks for the ReLU layer before ([`fusion::grad_stores`]):
+/// those with a residual's add after them, in the add's own pass (`masked_add_assign`), for
+/// each step; and the backward steps that then take their output gradient as masked. A mask
+/// alone would be a pass of its own, which cost more on lavapipe than the kernels that then
+/// skip it saved (det-s at batch 32: 13 such passes took 13–15 % of the forward convolutions'
+/// time, where the three that ride on an add took 4–5 % with the adds).
+pub(crate) fn gradient_masks(
+    recording: &Recording,
+    entry: usize,
+) -> (Vec<Option<GradStore>>, Vec<bool>) {
+    let grads = fusion::grad_stores(recording, entry);
+    let masks = |s: &GradStore| s.relu_of_input && s.add.is_some();
+    let stores: Vec<Option<GradStore>> = grads.store.iter().map(|s| s.filter(masks)).collect();
+    let gy_masked = grads
+        .gy_masked
+        .iter()
+        .map(|by| by.is_some_and(|p| stores[p].is_some()))
+        .collect();
+    (stores, gy_masked)
 }
 
 /// For each step of entry `entry`: whether its dispatch also does the next step (a residual
@@ -376,19 +393,18 @@ fn loss_with_gradient(
     true
 }
 
-/// One `masked_add_assign` dispatch (attributed to step `i`): `dst = mask_by > 0 ? dst (+ add)
-/// : 0` over `len` floats.
+/// One `masked_add_assign` dispatch (attributed to step `i`): `dst = mask_by > 0 ? dst + src :
+/// 0` over `len` floats.
 fn masked_add_assign(
     dst: TensorId,
-    add: Option<TensorId>,
+    src: TensorId,
     mask_by: TensorId,
     len: u32,
     i: usize,
     variants: Variants,
 ) -> LoweredDispatch {
     use Slot::Tensor as T;
-    let src = add.unwrap_or(dst);
-    let push = words(&[len, u32::from(add.is_some())]);
+    let push = words(&[len]);
     let (kernel, bindings, groups) = if variants.direct && add_direct4_fits(len) {
         (
             Kernel::MaskedAddAssignDirect4,
