@@ -129,7 +129,7 @@ pub enum Kernel {
     /// as vec4 texels through binding 2); the same push block; grid over `len / 4`.
     AddAssignDirect4,
     /// `dst = mask_by > 0 ? dst + src : 0`: `dst (rw), src, mask_by`; push `{ len }` (a
-    /// gradient store [`crate::compute::fusion::grad_stores`] allows).
+    /// gradient store `compute::fusion::grad_stores` allows).
     MaskedAddAssign,
     /// [`Kernel::MaskedAddAssign`] as [`Kernel::AddAssignDirect4`]: `dst (w), src, dst,
     /// mask_by` (all but the first read as vec4 texels); the same push block; grid over
