@@ -45,7 +45,7 @@ pub(crate) fn residual_adds(rec: &Recording, entry: usize) -> Vec<Option<Residua
             _ => continue,
         };
         let fits = kind_fits && *out != *x;
-        if fits && private(rec, entry, *y, [i, i + 1]) {
+        if fits && private(rec, entry, *y, &[i, i + 1]) {
             fused[i] = Some(ResidualAdd {
                 residual,
                 out: *out,
@@ -86,7 +86,7 @@ pub(crate) struct GradStores {
 /// backward pass. Same values, bit for bit, as the separate steps: `gx + add` is the add's
 /// sum, and masking `gx` by the input (that layer's output) `> 0` is what that layer's
 /// backward pass would do first. Saves a pass over the gradient for each (det-s's training
-/// step: five adds and five masks).
+/// step: five adds and 13 masks).
 pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
     let steps = &rec.entries[entry].steps;
     let mut out = GradStores {
@@ -116,8 +116,8 @@ pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
             }
         }
         // The next step that touches gx, if it is a ReLU conv's backward pass reading it as
-        // its output gradient with this conv's input as its output, and no other step or
-        // entry touches gx.
+        // its output gradient with this conv's input as its output, and gx is private to
+        // these steps.
         let next = steps
             .iter()
             .enumerate()
@@ -134,22 +134,12 @@ pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
             },
         )) = next
         {
-            let touched_once = steps
-                .iter()
-                .enumerate()
-                .skip(j + 1)
-                .all(|(_, s)| !s.touches().contains(&gx));
-            let elsewhere = rec.entries.iter().enumerate().any(|(e, other)| {
-                e != entry && other.steps.iter().any(|s| s.touches().contains(&gx))
-            });
             if op.relu
                 && g == gx
                 && relu_out == x
                 && gx_j != Some(gx)
                 && ![w, y, gy].contains(&gx)
-                && touched_once
-                && !elsewhere
-                && rec.tensors[gx.index()].role == Role::Activation
+                && private(rec, entry, gx, &[i, last, j])
             {
                 store.relu_of_input = true;
                 out.gy_masked[j] = Some(i);
@@ -181,7 +171,7 @@ pub(crate) fn normalized_convs(
             fused[i] = x == out
                 && ![*w, *b, *y].contains(out)
                 && fits(norm, op)
-                && private(rec, entry, *out, [i, i + 1]);
+                && private(rec, entry, *out, &[i, i + 1]);
         }
     }
     fused
@@ -189,7 +179,7 @@ pub(crate) fn normalized_convs(
 
 /// Whether activation `t` is touched in entry `entry` by its steps `by` only, and every other
 /// entry that touches it writes it first.
-pub(crate) fn private(rec: &Recording, entry: usize, t: TensorId, by: [usize; 2]) -> bool {
+pub(crate) fn private(rec: &Recording, entry: usize, t: TensorId, by: &[usize]) -> bool {
     let steps = &rec.entries[entry].steps;
     rec.tensors[t.index()].role == Role::Activation
         && steps

@@ -61,7 +61,7 @@ pub(crate) fn separable_pairs(rec: &Recording, entry: usize) -> Vec<Option<Separ
             continue;
         }
         pairs[i] = Some(Separable {
-            private: private(rec, entry, *d, [i, i + 1]),
+            private: private(rec, entry, *d, &[i, i + 1]),
         });
     }
     pairs
@@ -83,7 +83,7 @@ pub(crate) fn upsampled_pairs(rec: &Recording, entry: usize) -> Vec<bool> {
             pairs[i] = px == u
                 && y != x
                 && super::upsampled::fuses(up, pw)
-                && private(rec, entry, *u, [i, i + 1]);
+                && private(rec, entry, *u, &[i, i + 1]);
         }
     }
     pairs
