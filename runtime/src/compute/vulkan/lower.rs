@@ -171,34 +171,6 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         let mut dispatches = Vec::new();
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
-            if let Some(store) = masked_stores[i] {
-                // The backward pass, then the add after it with the mask.
-                lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
-                    |e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()),
-                )?;
-                let Step::ConvBackward {
-                    x, gx: Some(gx), ..
-                } = *step
-                else {
-                    unreachable!("grad_stores: a conv backward pass with an input gradient");
-                };
-                let add = store.add.expect("gradient_masks: with an add");
-                let len = recording.get(gx).len as u32;
-                let (at, _) = steps.next().expect("the add after it");
-                dispatches.push(masked_add_assign(gx, add, x, len, at, variants));
-                continue;
-            }
-            if gy_masked[i] {
-                // Its output gradient is masked already: no ReLU mask in its kernels.
-                let at = dispatches.len();
-                lower_step(step, i, None, variants, &mut lowered, &mut dispatches).map_err(
-                    |e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()),
-                )?;
-                for d in &mut dispatches[at..] {
-                    d.push[4 * CONV_RELU_WORD..][..4].copy_from_slice(&0u32.to_le_bytes());
-                }
-                continue;
-            }
             if let Step::SumSquares { op, x, sums } = *step {
                 // Up to four consecutive gradients' sums in one dispatch.
                 let mut group = vec![(x, op)];
@@ -245,8 +217,28 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 // The add after this step is done in its store.
                 steps.next();
             }
+            let at = dispatches.len();
             lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
                 .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
+            if gy_masked[i] {
+                // Its output gradient is masked already: no ReLU mask in its kernels.
+                for d in &mut dispatches[at..] {
+                    d.push[4 * CONV_RELU_WORD..][..4].copy_from_slice(&0u32.to_le_bytes());
+                }
+            }
+            if let (
+                Some(store),
+                &Step::ConvBackward {
+                    x, gx: Some(gx), ..
+                },
+            ) = (masked_stores[i], step)
+            {
+                // The add after it, with the mask, in its place.
+                let add = store.add.expect("gradient_masks: with an add");
+                let len = recording.get(gx).len as u32;
+                let (j, _) = steps.next().expect("the add after it");
+                dispatches.push(masked_add_assign(gx, add, x, len, j, variants));
+            }
         }
         if variants.subgroups {
             for d in &mut dispatches {
@@ -327,13 +319,37 @@ fn reading_records(d: &mut LoweredDispatch, records: TensorId, norm: &Normalize)
     }
 }
 
-/// The parts a loss pass splits `op`'s grid cells into, and the loss kernels' push block.
-fn loss_parts(op: &CenterLoss) -> (u32, Vec<u8>) {
+/// The loss's first pass (`loss_partial`, attributed to step `i`) over `op`'s grid cells in
+/// parts, sizing the loss scratch in `lowered` for more than one; also the parts and the
+/// loss kernels' push block.
+fn loss_partial(
+    op: &CenterLoss,
+    [pred, target, loss]: [TensorId; 3],
+    i: usize,
+    lowered: &mut Lowered,
+) -> (LoweredDispatch, u32, Vec<u8>) {
     let cells = u64::from(op.n) * u64::from(op.grid_h) * u64::from(op.grid_w);
     let parts = cells.div_ceil(LOSS_CELLS_PER_PART).clamp(1, MAX_SPLITS);
     let per = cells.div_ceil(parts);
-    let parts = cells.div_ceil(per);
-    (parts as u32, loss_push(op, parts as u32, per as u32))
+    let parts = cells.div_ceil(per) as u32;
+    let push = loss_push(op, parts, per as u32);
+    if parts > 1 {
+        lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
+    }
+    let dispatch = LoweredDispatch {
+        kernel: Kernel::LossPartial,
+        bindings: vec![
+            Slot::Tensor(pred),
+            Slot::Tensor(target),
+            Slot::LossPartial,
+            Slot::Tensor(loss),
+        ],
+        push: push.clone(),
+        groups: [parts, 1, 1],
+        step: i,
+        spec: Vec::new(),
+    };
+    (dispatch, parts, push)
 }
 
 /// Lowers a loss (step `i`) and its gradient right after it (step `j`), as a training step
@@ -367,21 +383,17 @@ fn loss_with_gradient(
     else {
         return false;
     };
-    let (parts, push) = loss_parts(&op);
     let same = (grad_op, grad_pred, grad_target, grad_loss) == (op, pred, target, loss);
-    if !same || parts == 1 || [pred, target, loss].contains(&grad) {
+    if !same || [pred, target, loss].contains(&grad) {
         return false;
     }
-    lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
+    let (first, parts, push) = loss_partial(&op, [pred, target, loss], i, lowered);
+    if parts == 1 {
+        // Its first pass writes the loss itself (the scratch was not sized for it).
+        return false;
+    }
+    out.push(first);
     use Slot::Tensor as T;
-    out.push(LoweredDispatch {
-        kernel: Kernel::LossPartial,
-        bindings: vec![T(pred), T(target), Slot::LossPartial, T(loss)],
-        push: push.clone(),
-        groups: [parts, 1, 1],
-        step: i,
-        spec: Vec::new(),
-    });
     out.push(LoweredDispatch {
         kernel: Kernel::LossGradFinish,
         bindings: vec![T(pred), T(target), Slot::LossPartial, T(loss), T(grad)],
@@ -950,15 +962,9 @@ fn lower_step(
             target,
             loss,
         } => {
-            let (parts, lp) = loss_parts(&op);
-            push(
-                Kernel::LossPartial,
-                vec![T(pred), T(target), Slot::LossPartial, T(loss)],
-                lp.clone(),
-                [parts, 1, 1],
-            );
+            let (first, parts, lp) = loss_partial(&op, [pred, target, loss], index, lowered);
+            push(first.kernel, first.bindings, first.push, first.groups);
             if parts > 1 {
-                lowered.loss_partial_floats = lowered.loss_partial_floats.max(8 * parts as usize);
                 push(
                     Kernel::LossFinish,
                     vec![Slot::LossPartial, T(loss)],
