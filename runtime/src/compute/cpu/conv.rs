@@ -598,19 +598,17 @@ pub fn conv2d_backward(
     grad_bias: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    let (x, gy) = (input, grad_output);
-    let extras = BackwardExtras::default();
     conv2d_backward_with(
         op,
-        x,
+        input,
         weight,
         output,
-        gy,
+        grad_output,
         grad_input,
         grad_weight,
         grad_bias,
         scratch,
-        extras,
+        BackwardExtras::default(),
     );
 }
 

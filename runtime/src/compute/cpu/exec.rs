@@ -1014,20 +1014,30 @@ mod tests {
         init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
     };
 
+    /// det-s for three classes, and its records' layout (eight boxes).
+    fn det_s() -> (Arch, RecordLayout) {
+        let model = ModelConfig::named("det-s", 3).expect("det-s");
+        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        (Arch::new(&model), layout)
+    }
+
+    /// `n` records of `layout` filled with random bytes from `seed`.
+    fn random_records(layout: &RecordLayout, n: usize, seed: u64) -> Vec<u8> {
+        let mut rng = SplitMix64::new(seed);
+        (0..n * layout.record_size)
+            .map(|_| rng.next_u64() as u8)
+            .collect()
+    }
+
     /// A batch read in place predicts what the same batch written into the records tensor
     /// does, and leaves the tensor alone; a part of a batch is written first, as
     /// `write_bytes` would; a float tensor is refused.
     #[test]
     fn a_batch_read_in_place_predicts_what_a_written_one_does() {
-        let model = ModelConfig::named("det-s", 3).expect("det-s");
-        let arch = Arch::new(&model);
-        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let (arch, layout) = det_s();
         let graph = ModelGraph::build(&arch, 2, &layout, &GraphOptions::default()).expect("graph");
         let infer = graph.entry(ENTRY_INFER);
-        let mut rng = SplitMix64::new(5);
-        let records: Vec<u8> = (0..2 * layout.record_size)
-            .map(|_| rng.next_u64() as u8)
-            .collect();
+        let records = random_records(&layout, 2, 5);
         let setup = || {
             let mut exec = CpuExec::new(&graph.recording, 1).expect("executor");
             for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
@@ -1083,17 +1093,12 @@ mod tests {
     /// pass reads the conv outputs).
     #[test]
     fn fused_kernels_predict_what_the_separate_steps_do() {
-        let model = ModelConfig::named("det-s", 3).expect("det-s");
-        let arch = Arch::new(&model);
-        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let (arch, layout) = det_s();
         let options = GraphOptions {
             train: true,
             ..GraphOptions::default()
         };
-        let mut rng = SplitMix64::new(3);
-        let image: Vec<u8> = (0..layout.record_size)
-            .map(|_| rng.next_u64() as u8)
-            .collect();
+        let image = random_records(&layout, 1, 3);
         let mut predictions = Vec::new();
         for (batch, threads, split, fused) in [
             (1, 1, false, false),
@@ -1174,9 +1179,7 @@ mod tests {
     /// the separate steps.
     #[test]
     fn a_training_step_with_fused_gradient_stores_is_the_separate_steps_bit_for_bit() {
-        let model = ModelConfig::named("det-s", 3).expect("det-s");
-        let arch = Arch::new(&model);
-        let layout = RecordLayout::new(model.input, model.input, 3, 8).expect("layout");
+        let (arch, layout) = det_s();
         let options = GraphOptions {
             train: true,
             ..GraphOptions::default()
@@ -1188,10 +1191,7 @@ mod tests {
         let masks = stores.store.iter().flatten().filter(|s| s.relu_of_input);
         let masked = stores.gy_masked.iter().flatten().count();
         assert_eq!((adds.count(), masks.count(), masked), (5, 13, 13));
-        let mut rng = SplitMix64::new(5);
-        let records: Vec<u8> = (0..2 * layout.record_size)
-            .map(|_| rng.next_u64() as u8)
-            .collect();
+        let records = random_records(&layout, 2, 5);
         let hyper = crate::compute::ops::AdamW {
             len: 1,
             lr: 1e-2,
