@@ -6,7 +6,7 @@
 //! same L1 set and every row set would fetch them again.
 
 use super::operands::{Epilogue, Mat};
-use super::{Dense3x3Input, RgbRow, RGB_MAX_W};
+use super::{rm, Dense3x3Input, RgbRow, RGB_MAX_W};
 
 /// Rows of B packed per column tile by the register-tile GEMMs: a `KC × 16` panel (16 KiB, on the
 /// stack).
@@ -50,12 +50,56 @@ pub(super) fn pack_panel(
     }
 }
 
-/// One k block of a register-tile GEMM: A from column `k0`, B's packed panel (`kl × 16`), C
-/// as a raw pointer so tiles can be written through it. Each SIMD set implements its `tile`.
-pub(super) struct RowTiles<'a> {
+/// Where a register tile reads the `kl` rows of B in its k block, 16 floats each (the tile's
+/// columns): a packed panel ([`Packed`]) or rows lying anywhere ([`Gathered`]).
+pub(super) trait PanelRows: Copy {
+    /// How many rows: the block's `kl`.
+    fn rows(&self) -> usize;
+    /// Where row `p < rows()` starts; 16 floats from there are readable.
+    fn row(&self, p: usize) -> *const f32;
+}
+
+/// A packed panel: row `p` at `16·p`.
+#[derive(Clone, Copy)]
+pub(super) struct Packed<'a>(pub &'a [f32]);
+
+impl PanelRows for Packed<'_> {
+    #[inline(always)]
+    fn rows(&self) -> usize {
+        self.0.len() / 16
+    }
+    #[inline(always)]
+    fn row(&self, p: usize) -> *const f32 {
+        self.0.as_ptr().wrapping_add(16 * p)
+    }
+}
+
+/// Rows that lie apart, each `col` floats into a run of its own (whoever builds one vouches
+/// that every run holds `col + 16` floats): [`dense3x3_half`]'s input rows, read in place.
+#[derive(Clone, Copy)]
+pub(super) struct Gathered<'a> {
+    pub starts: &'a [*const f32],
+    pub col: usize,
+}
+
+impl PanelRows for Gathered<'_> {
+    #[inline(always)]
+    fn rows(&self) -> usize {
+        self.starts.len()
+    }
+    #[inline(always)]
+    fn row(&self, p: usize) -> *const f32 {
+        self.starts[p].wrapping_add(self.col)
+    }
+}
+
+/// One k block of a register-tile GEMM: A from column `k0`, B's rows (`kl × 16`, packed
+/// unless `P` says otherwise), C as a raw pointer so tiles can be written through it. Each
+/// SIMD set implements its `tile`.
+pub(super) struct RowTiles<'a, P: PanelRows = Packed<'a>> {
     pub a: Mat<'a>,
     pub k0: usize,
-    pub panel: &'a [f32],
+    pub panel: P,
     pub alpha: f32,
     pub beta: f32,
     pub ep: Epilogue<'a>,
@@ -102,7 +146,7 @@ pub(super) fn drive(
                 let t = RowTiles {
                     a,
                     k0,
-                    panel: &panel[q * kl * 16..][..kl * 16],
+                    panel: Packed(&panel[q * kl * 16..][..kl * 16]),
                     alpha,
                     // Blocks after the first add to what C holds; the last stores the result.
                     beta: if k0 == 0 { beta } else { 1.0 },
@@ -142,36 +186,33 @@ fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: us
     }
 }
 
-/// Where input row `iy` of channel `ci` starts: in planes, or in a cache of three rows (each
-/// of every channel) that holds row `iy` as its `iy % 3`-th.
-#[derive(Clone, Copy)]
-struct RowsAt {
-    channel: usize,
-    row: usize,
-    cached: bool,
-}
+/// Output columns [`dense3x3_half`] covers per strip at most: an RGB image's whole width.
+const STRIP_MAX: usize = RGB_MAX_W / 2 + 16;
 
-impl RowsAt {
-    #[inline(always)]
-    fn row(self, ci: usize, iy: usize) -> usize {
-        let r = if self.cached { iy % 3 } else { iy };
-        ci * self.channel + r * self.row
-    }
-}
+/// Floats of [`dense3x3_half`]'s cache (29 KiB, on the stack): three input rows of every
+/// channel, each split into its even and its odd columns, over a strip of output columns.
+const HALF_CACHE: usize = 3 * 3 * 2 * (STRIP_MAX + 16);
 
-/// The loops of [`super::Dense3x3Half`] around a set's register tile: for each output row in
-/// `oys` and 16-column tile, the panel's row `(ci·3 + ky)·3 + kx` gets the input at
-/// `(2·oy + ky − 1, 2·(j + q) + kx − 1)` (zero outside the plane and past a ragged tile), then
-/// `tile(t, i, j, w, r)` does rows `i .. i + r` of the output over it. An RGB image's three
-/// input rows of each output row are first normalised into a cache of float rows by
-/// `rgb_row` (the set's own [`super::RgbRow`]); a row shared by two output rows is converted
-/// once.
+/// The zero rows above the input (pad 1), as long as any run a tile reads.
+static ZERO_ROW: [f32; STRIP_MAX + 32] = [0.0; STRIP_MAX + 32];
+
+/// The loops of [`super::Dense3x3Half`] around a set's register tile, with B's rows read in
+/// place: each input row a strip of output columns needs is split once into its even
+/// columns and its odd ones (in a cache of three rows of every channel), and there B's row
+/// for tap `(ci, ky, kx)` is a run of 16 consecutive floats: the even columns for `kx = 1`,
+/// the odd ones for `kx = 2` and, one column earlier, for `kx = 0` (the odd run starts with
+/// the input column left of the strip, zero at the border). So nothing is copied per output
+/// row, where a packed panel would copy 27 runs per 16 output columns. The tiles sum the
+/// taps in `(ci, ky, kx)` order, as `im2col` and the GEMM do.
 ///
-/// A set brings `split(row, c, left, dst)`: the three taps (`kx` = 0, 1, 2) of output columns
-/// `c .. c + lanes`, from the input row `row` (`2·ow` floats, which it may read from column
-/// `2c − 1`, unless `left`: then `c = 0` and column −1 is the zero border, to `2c + 2·lanes −
-/// 1`), stored through `dst[kx]` (`lanes` floats each). Columns a whole vector does not cover
-/// are filled here.
+/// An RGB image's rows are first normalised by `rgb_row` (the set's own [`RgbRow`]) into a
+/// row of floats per channel; its whole width is one strip. Planes are split straight from
+/// their rows, in strips as wide as the cache allows for `c_in` channels.
+///
+/// A set brings `split(src, [even, odd])`: `lanes` output columns, the even floats of the
+/// `2·lanes` at `src` to `even`, the odd ones to `odd`. Columns a whole vector does not
+/// cover are split here. `tile(t, i, j, w, r)` does rows `i .. i + r`, columns `j .. j + w`
+/// of `t`.
 ///
 /// Safety (of what the closures are handed): as [`super::Dense3x3Half`]'s contract, which the
 /// caller checked; this function asserts it again, cheaply, before any pointer is formed.
@@ -189,8 +230,8 @@ pub(super) fn dense3x3_half(
     lanes: usize,
     rows: usize,
     rgb_row: RgbRow,
-    mut split: impl FnMut(*const f32, usize, bool, [*mut f32; 3]),
-    mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
+    mut split: impl FnMut(*const f32, [*mut f32; 2]),
+    mut tile: impl FnMut(&RowTiles<'_, Gathered<'_>>, usize, usize, usize, usize),
 ) {
     let kl = c_in * 9;
     assert!(kl <= KC && ow > 0 && m > 0 && oys.end <= oh);
@@ -198,97 +239,103 @@ pub(super) fn dense3x3_half(
     assert!(ep.residual.is_none(), "dense3x3_half: no residual");
     let (ih, iw) = (2 * oh, 2 * ow);
     assert!(weight.len() >= m * kl);
-    let mut panel = [0f32; KC * 16];
-    // Output row `oy` from the input rows in `src` (`at` says where).
-    let mut out_row = |oy: usize, src: &[f32], at: RowsAt| {
-        for j in (0..ow).step_by(16) {
-            let wl = (ow - j).min(16);
-            for (t, dst) in panel.chunks_exact_mut(3 * 16).take(3 * c_in).enumerate() {
-                let (ci, ky) = (t / 3, t % 3);
-                let iy = (2 * oy + ky).wrapping_sub(1);
-                if iy >= ih {
-                    dst.fill(0.0);
-                    continue;
-                }
-                let row = &src[at.row(ci, iy)..][..iw];
-                let mut q = 0;
-                while q + lanes <= wl {
-                    let d = dst.as_mut_ptr();
-                    split(
-                        row.as_ptr(),
-                        j + q,
-                        j + q == 0,
-                        [0, 16, 32].map(|o| d.wrapping_add(o + q)),
-                    );
-                    q += lanes;
-                }
-                for q in q..16 {
-                    for kx in 0..3 {
-                        let ix = (2 * (j + q) + kx).checked_sub(1);
-                        let v = ix.filter(|_| q < wl).and_then(|ix| row.get(ix));
-                        dst[16 * kx + q] = v.copied().unwrap_or(0.0);
-                    }
-                }
-            }
-            let t = RowTiles {
-                a: super::rm(weight, kl),
-                k0: 0,
-                panel: &panel[..kl * 16],
-                alpha: 1.0,
-                beta: 0.0,
-                ep,
-                // Row i of the tile is output plane i, at this output row.
-                c: out.wrapping_add(oy * ow),
-                ldc: oh * ow,
-            };
-            for i in (0..m).step_by(rows) {
-                tile(&t, i, j, wl, (m - i).min(rows));
-            }
-        }
-    };
-    match x {
+    // A channel's row in the cache: `run` even columns, then `run` odd ones, one column later
+    // (the first is the column left of the strip); a strip is at most `run − 1` columns, in
+    // whole tiles, so a tile's 16 floats from the odd run's second stay inside it.
+    let run = HALF_CACHE / (3 * c_in * 2);
+    let strip = ((run - 1) / 16 * 16)
+        .min(STRIP_MAX)
+        .min(ow.next_multiple_of(16));
+    assert!(strip >= 16, "{c_in} channels: more than the cache holds");
+    let mut cache = [0f32; HALF_CACHE];
+    let slot = |iy: usize, ci: usize| (iy % 3 * c_in + ci) * 2 * run;
+    // An RGB input row as floats, a channel at a time.
+    let mut rgb = [0f32; 3 * RGB_MAX_W];
+    let (planes, image) = match x {
         Dense3x3Input::Planes(x) => {
             assert!(x.len() >= c_in * ih * iw);
-            for oy in oys {
-                out_row(
-                    oy,
-                    x,
-                    RowsAt {
-                        channel: ih * iw,
-                        row: iw,
-                        cached: false,
-                    },
-                );
-            }
+            (Some(x), None)
         }
         Dense3x3Input::Rgb { image, flip } => {
             assert!(c_in == 3 && iw <= RGB_MAX_W && image.len() >= 3 * ih * iw);
-            // Input rows `iy` by `iy % 3`, each as three channel rows of `iw` floats.
-            let mut cache = [0f32; 9 * RGB_MAX_W];
-            let mut held = [usize::MAX; 3];
-            for oy in oys {
-                for iy in (2 * oy).saturating_sub(1)..(2 * oy + 2).min(ih) {
-                    if held[iy % 3] == iy {
-                        continue;
-                    }
-                    let slot = &mut cache[iy % 3 * 3 * iw..][..3 * iw];
-                    let (r, gb) = slot.split_at_mut(iw);
+            assert!(strip >= ow, "an RGB image is one strip");
+            (None, Some((image, flip)))
+        }
+    };
+    let mut starts = [std::ptr::null::<f32>(); KC];
+    for x0 in (0..ow).step_by(strip) {
+        let width = strip.min(ow - x0);
+        let mut held = [usize::MAX; 3];
+        for oy in oys.clone() {
+            for iy in (2 * oy).saturating_sub(1)..(2 * oy + 2).min(ih) {
+                if held[iy % 3] == iy {
+                    continue;
+                }
+                held[iy % 3] = iy;
+                if let Some((image, flip)) = image {
+                    let (r, gb) = rgb[..3 * iw].split_at_mut(iw);
                     let (g, b) = gb.split_at_mut(iw);
                     // SAFETY: `rgb_row` is the calling set's own (this runs only inside a
                     // set's `Dense3x3Half`, which runs only where its set does); `3·iw` bytes
                     // for rows of `iw` floats.
                     unsafe { rgb_row(&image[3 * iw * iy..][..3 * iw], flip, [r, g, b]) };
-                    held[iy % 3] = iy;
                 }
-                out_row(
-                    oy,
-                    &cache,
-                    RowsAt {
-                        channel: iw,
-                        row: 3 * iw,
-                        cached: true,
+                for ci in 0..c_in {
+                    let src = match planes {
+                        Some(x) => &x[(ci * ih + iy) * iw..][..iw],
+                        None => &rgb[ci * iw..][..iw],
+                    };
+                    let (even, odd) = cache[slot(iy, ci)..][..2 * run].split_at_mut(run);
+                    odd[0] = if x0 == 0 { 0.0 } else { src[2 * x0 - 1] };
+                    let mut t = 0;
+                    while t + lanes <= width {
+                        // 2·(x0 + t + lanes) ≤ 2·ow = iw floats of the row; `lanes` of each
+                        // run from t (t + lanes ≤ width < run − 1).
+                        let from = src[2 * (x0 + t)..][..2 * lanes].as_ptr();
+                        split(
+                            from,
+                            [
+                                even[t..][..lanes].as_mut_ptr(),
+                                odd[t + 1..][..lanes].as_mut_ptr(),
+                            ],
+                        );
+                        t += lanes;
+                    }
+                    for t in t..width {
+                        even[t] = src[2 * (x0 + t)];
+                        odd[t + 1] = src[2 * (x0 + t) + 1];
+                    }
+                }
+            }
+            for (p, start) in starts[..kl].iter_mut().enumerate() {
+                let (ci, ky, kx) = (p / 9, p / 3 % 3, p % 3);
+                let iy = (2 * oy + ky).wrapping_sub(1);
+                *start = if iy >= ih {
+                    ZERO_ROW.as_ptr()
+                } else {
+                    let even = cache[slot(iy, ci)..].as_ptr();
+                    // Even run at 0, odd at `run` (from the column left of the strip).
+                    even.wrapping_add([run, 0, run + 1][kx])
+                };
+            }
+            for j in (0..width).step_by(16) {
+                let t = RowTiles {
+                    a: rm(weight, kl),
+                    k0: 0,
+                    panel: Gathered {
+                        starts: &starts[..kl],
+                        col: j,
                     },
-                );
+                    alpha: 1.0,
+                    beta: 0.0,
+                    ep,
+                    // Row i of the tile is output plane i, at this output row and strip.
+                    c: out.wrapping_add(oy * ow + x0),
+                    ldc: oh * ow,
+                };
+                for i in (0..m).step_by(rows) {
+                    tile(&t, i, j, (width - j).min(16), (m - i).min(rows));
+                }
             }
         }
     }

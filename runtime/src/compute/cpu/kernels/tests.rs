@@ -286,9 +286,10 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
         let dense = kern
             .dense3x3_half
             .expect("every SIMD set builds the stem's panels in place");
-        // Widths 1–19 and 33: every tail of a vector, one and several 16-column tiles.
+        // Widths 1–19 and 33: every tail of a vector, one and several 16-column tiles; at
+        // 28 channels, also strips of 32 columns.
         for ow in (1..=19).chain([33]) {
-            for (c_in, m, oh) in [(3, 16, 2), (1, 5, 3), (2, 3, 1), (5, 6, 2)] {
+            for (c_in, m, oh) in [(3, 16, 2), (1, 5, 3), (2, 3, 1), (5, 6, 2), (28, 4, 2)] {
                 let (ih, iw) = (2 * oh, 2 * ow);
                 let x = wave(c_in * ih * iw, 0.43);
                 let weight = wave(m * c_in * 9, 0.77);
@@ -331,7 +332,7 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
                     };
                     let mut got = vec![f32::NAN; m * oh * ow];
                     // SAFETY: a table from `table`; x is c_in planes of 2·oh × 2·ow, weight
-                    // m × c_in·9 (c_in·9 ≤ 45 taps), got m planes of oh × ow, bias m values.
+                    // m × c_in·9 (c_in·9 ≤ 252 taps), got m planes of oh × ow, bias m values.
                     unsafe {
                         dense(
                             Dense3x3Input::Planes(&x),

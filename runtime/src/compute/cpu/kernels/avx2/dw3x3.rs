@@ -287,7 +287,7 @@ impl Plane {
 /// Safety: AVX2; `r` holds input columns `2c .. 2c + 16`, and `2c − 1` unless `LEFT`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-pub(super) unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
+unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
     // Lanes 0, 2, 4, 6 (even) or 1, 3, 5, 7 (odd) of a then of b, in order.
     let split = |a: __m256, b: __m256, odd: bool| {
         let t = if odd {

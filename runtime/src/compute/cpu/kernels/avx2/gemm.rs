@@ -1,10 +1,9 @@
 //! The GEMM panels in AVX2 + FMA.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive, RowTiles};
+use super::super::panel::{self, drive, PanelRows, RowTiles};
 use super::super::portable;
 use super::super::Dense3x3Input;
-use super::dw3x3::half_taps;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
 /// loops compiled for AVX2 + FMA elsewhere. Safety: see [`super::super::GemmAccumulate`].
@@ -78,8 +77,9 @@ pub(super) unsafe fn fused(
     );
 }
 
-/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
-/// taps split by [`half_taps`], the tiles of [`fused`].
+/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
+/// eight output columns' even and odd input columns split by two shuffles and two lane
+/// permutations, the tiles of [`fused`].
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
@@ -92,7 +92,10 @@ pub(super) unsafe fn dense3x3_half(
     (oh, ow): (usize, usize),
     rows: std::ops::Range<usize>,
 ) {
-    use std::arch::x86_64::_mm256_storeu_ps;
+    use std::arch::x86_64::{
+        _mm256_castpd_ps, _mm256_castps_pd, _mm256_loadu_ps, _mm256_permute4x64_pd,
+        _mm256_shuffle_ps, _mm256_storeu_ps,
+    };
     panel::dense3x3_half(
         x,
         c_in,
@@ -105,18 +108,20 @@ pub(super) unsafe fn dense3x3_half(
         8,
         4,
         super::elementwise::rgb_row,
-        |row, c, left, dst| {
-            // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over a row
-            // holding columns 2c .. 2c + 16 (and 2c − 1 unless `left`) and three runs of
-            // eight floats inside its panel.
+        |src, [e, o]| {
+            // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over 16 floats
+            // at `src` and eight at `e` and at `o`.
             unsafe {
-                let taps = if left {
-                    half_taps::<true>(row, c)
-                } else {
-                    half_taps::<false>(row, c)
-                };
-                for (d, v) in dst.into_iter().zip(taps) {
-                    _mm256_storeu_ps(d, v);
+                let (a, b) = (_mm256_loadu_ps(src), _mm256_loadu_ps(src.add(8)));
+                // Per 128-bit half: [a0 a2 b0 b2 | a4 a6 b4 b6], then the 64-bit pairs in
+                // order (0, 2, 1, 3); likewise the odd columns.
+                let halves = [
+                    _mm256_shuffle_ps::<0b10_00_10_00>(a, b),
+                    _mm256_shuffle_ps::<0b11_01_11_01>(a, b),
+                ];
+                for (d, v) in [e, o].into_iter().zip(halves) {
+                    let v = _mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v));
+                    _mm256_storeu_ps(d, _mm256_castpd_ps(v));
                 }
             }
         },
@@ -135,7 +140,7 @@ pub(super) unsafe fn dense3x3_half(
     );
 }
 
-impl RowTiles<'_> {
+impl<P: PanelRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
     /// residual added (which must then be given).
     ///
@@ -159,8 +164,8 @@ impl RowTiles<'_> {
             _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
             _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
         ];
-        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
-        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
+        // (`PanelRows`' contract); A reads (i + r, k0 + p) with r < R, p < kl; C accesses
         // (i + r)·ldc + j + 8h .. + 8, and the residual the same elements, live lanes only
         // when ragged; all inside the checked views. Pointers that may point past them are
         // formed with wrapping arithmetic.
@@ -171,9 +176,10 @@ impl RowTiles<'_> {
                     .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
             });
             let mut acc = [[_mm256_setzero_ps(); 2]; R];
-            for row in self.panel.chunks_exact(16) {
-                let b0 = _mm256_loadu_ps(row.as_ptr());
-                let b1 = _mm256_loadu_ps(row.as_ptr().add(8));
+            for p in 0..self.panel.rows() {
+                let row = self.panel.row(p);
+                let b0 = _mm256_loadu_ps(row);
+                let b1 = _mm256_loadu_ps(row.add(8));
                 for r in 0..R {
                     let av = _mm256_broadcast_ss(&*ap[r]);
                     ap[r] = ap[r].wrapping_add(a.cs);

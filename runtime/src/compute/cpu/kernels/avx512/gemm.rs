@@ -1,7 +1,7 @@
 //! The GEMM panels in AVX-512: a panel row of 16 columns is one register.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive, RowTiles};
+use super::super::panel::{self, drive, PanelRows, RowTiles};
 use super::super::Dense3x3Input;
 use std::arch::x86_64::{
     __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
@@ -65,7 +65,14 @@ pub(super) unsafe fn fused(
 /// Safety: as [`RowTiles::tile512`]'s.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-unsafe fn tile_any(t: &RowTiles<'_>, i: usize, j: usize, w: usize, rows: usize, res: bool) {
+unsafe fn tile_any<P: PanelRows>(
+    t: &RowTiles<'_, P>,
+    i: usize,
+    j: usize,
+    w: usize,
+    rows: usize,
+    res: bool,
+) {
     // SAFETY: passed on from the caller.
     unsafe {
         match (rows, res) {
@@ -89,9 +96,9 @@ unsafe fn tile_any(t: &RowTiles<'_>, i: usize, j: usize, w: usize, rows: usize, 
     }
 }
 
-/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
-/// taps of 16 output columns split from 32 input columns by two lane permutations, the tiles
-/// of [`fused`].
+/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
+/// 16 output columns' even and odd input columns split by two lane permutations, the tiles of
+/// [`fused`].
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
@@ -104,12 +111,9 @@ pub(super) unsafe fn dense3x3_half(
     (oh, ow): (usize, usize),
     rows: std::ops::Range<usize>,
 ) {
-    // Even input columns (tap kx = 1), odd ones (kx = 2), and the odd ones one output column
-    // later with the column left of the run in lane 0 (kx = 0): indices into (a, b) pairs,
-    // b's lanes numbered from 16.
+    // Indices into (a, b) pairs, b's lanes numbered from 16.
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    let shifted = _mm512_setr_epi32(16, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
     panel::dense3x3_half(
         x,
         c_in,
@@ -122,20 +126,13 @@ pub(super) unsafe fn dense3x3_half(
         16,
         TILE_ROWS,
         super::avx2::elementwise::rgb_row,
-        |row, c, left, dst| {
-            // SAFETY: AVX-512F as for this function; `panel::dense3x3_half` hands over a row
-            // holding columns 2c .. 2c + 32 (and 2c − 1 unless `left`) and three runs of 16
-            // floats inside its panel.
+        |src, [e, o]| {
+            // SAFETY: AVX-512F as for this function; `panel::dense3x3_half` hands over 32
+            // floats at `src` and 16 at `e` and at `o`.
             unsafe {
-                let lo = _mm512_loadu_ps(row.add(2 * c));
-                let hi = _mm512_loadu_ps(row.add(2 * c + 16));
-                let e = _mm512_permutex2var_ps(lo, even, hi);
-                let o = _mm512_permutex2var_ps(lo, odd, hi);
-                let before = if left { 0.0 } else { *row.add(2 * c - 1) };
-                let l = _mm512_permutex2var_ps(o, shifted, _mm512_set1_ps(before));
-                for (d, v) in dst.into_iter().zip([l, e, o]) {
-                    _mm512_storeu_ps(d, v);
-                }
+                let (lo, hi) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.add(16)));
+                _mm512_storeu_ps(e, _mm512_permutex2var_ps(lo, even, hi));
+                _mm512_storeu_ps(o, _mm512_permutex2var_ps(lo, odd, hi));
             }
         },
         |t, i, j, w, rows| {
@@ -146,7 +143,7 @@ pub(super) unsafe fn dense3x3_half(
     );
 }
 
-impl RowTiles<'_> {
+impl<P: PanelRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
     /// residual added (which must then be given).
     ///
@@ -158,8 +155,8 @@ impl RowTiles<'_> {
     unsafe fn tile512<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
         let a = &self.a;
         let mask = live(w);
-        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
-        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
+        // (`PanelRows`' contract); A reads (i + r, k0 + p) with r < R, p < kl; C accesses
         // (i + r)·ldc + j .. + w, and the residual the same elements, under the mask of the
         // live lanes (masked-off lanes are never touched, so cannot fault); all inside the
         // checked views. Pointers that may point past them are formed with wrapping
@@ -171,8 +168,8 @@ impl RowTiles<'_> {
                     .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
             });
             let mut acc = [_mm512_setzero_ps(); R];
-            for row in self.panel.chunks_exact(16) {
-                let bv = _mm512_loadu_ps(row.as_ptr());
+            for p in 0..self.panel.rows() {
+                let bv = _mm512_loadu_ps(self.panel.row(p));
                 for r in 0..R {
                     let av = _mm512_set1_ps(*ap[r]);
                     ap[r] = ap[r].wrapping_add(a.cs);

@@ -262,7 +262,7 @@ impl Plane {
 ///
 /// Safety: `r` holds input columns `2c .. 2c + 8`, and `2c − 1` unless `LEFT`.
 #[inline(always)]
-pub(super) unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [float32x4_t; 3] {
+unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [float32x4_t; 3] {
     // SAFETY: NEON is baseline; the reads are the caller's.
     unsafe {
         let pair = vld2q_f32(r.add(2 * c));

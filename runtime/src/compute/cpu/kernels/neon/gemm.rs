@@ -3,15 +3,14 @@
 //! the 32 registers).
 
 use std::arch::aarch64::{
-    float32x4_t, vaddq_f32, vaddvq_f32, vdupq_n_f32, vfmaq_f32, vfmaq_n_f32, vld1q_f32, vmaxq_f32,
-    vmulq_n_f32, vst1q_f32,
+    float32x4_t, vaddq_f32, vaddvq_f32, vdupq_n_f32, vfmaq_f32, vfmaq_n_f32, vld1q_f32, vld2q_f32,
+    vmaxq_f32, vmulq_n_f32, vst1q_f32,
 };
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive, RowTiles};
+use super::super::panel::{self, drive, PanelRows, RowTiles};
 use super::super::portable;
 use super::super::Dense3x3Input;
-use super::dw3x3::half_taps;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
 /// loops elsewhere. Safety: see [`super::super::GemmAccumulate`].
@@ -76,8 +75,9 @@ pub(super) unsafe fn fused(
     );
 }
 
-/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops, the
-/// taps split by [`half_taps`], the tiles of [`fused`].
+/// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
+/// four output columns' even and odd input columns split by one de-interleaving load, the
+/// tiles of [`fused`].
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
     x: Dense3x3Input<'_>,
@@ -101,19 +101,13 @@ pub(super) unsafe fn dense3x3_half(
         4,
         4,
         super::elementwise::rgb_row,
-        |row, c, left, dst| {
-            // SAFETY: NEON is baseline; `panel::dense3x3_half` hands over a row holding
-            // columns 2c .. 2c + 8 (and 2c − 1 unless `left`) and three runs of four floats
-            // inside its panel.
+        |src, [e, o]| {
+            // SAFETY: NEON is baseline; `panel::dense3x3_half` hands over eight floats at
+            // `src` and four at `e` and at `o`.
             unsafe {
-                let taps = if left {
-                    half_taps::<true>(row, c)
-                } else {
-                    half_taps::<false>(row, c)
-                };
-                for (d, v) in dst.into_iter().zip(taps) {
-                    vst1q_f32(d, v);
-                }
+                let v = vld2q_f32(src);
+                vst1q_f32(e, v.0);
+                vst1q_f32(o, v.1);
             }
         },
         |t, i, j, w, rows| {
@@ -131,7 +125,7 @@ pub(super) unsafe fn dense3x3_half(
     );
 }
 
-impl RowTiles<'_> {
+impl<P: PanelRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C.
     ///
     /// Safety: rows `i .. i + R` and columns `k0 .. k0 + kl` are inside A, and rows
@@ -140,8 +134,8 @@ impl RowTiles<'_> {
     #[inline(always)]
     unsafe fn tile<const R: usize>(&self, i: usize, j: usize, w: usize) {
         let a = &self.a;
-        // SAFETY (all raw accesses below): panel reads 16·p .. 16·p + 16 for
-        // p < panel.len()/16; A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
+        // (`PanelRows`' contract); A reads (i + r, k0 + p) with r < R, p < kl; C accesses
         // (i + r)·ldc + j .. + w, the residual the same elements (a ragged tile goes through
         // 16-float buffers); all inside the checked views. Pointers that may point past them are formed with wrapping
         // arithmetic.
@@ -152,8 +146,8 @@ impl RowTiles<'_> {
                     .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
             });
             let mut acc = [[vdupq_n_f32(0.0); 4]; R];
-            for row in self.panel.chunks_exact(16) {
-                let p = row.as_ptr();
+            for row in 0..self.panel.rows() {
+                let p = self.panel.row(row);
                 let bv = [
                     vld1q_f32(p),
                     vld1q_f32(p.add(4)),
