@@ -233,6 +233,8 @@ mod tests {
             (7, 300, 18),
             (5, 16, 533),
             (4, 128, 70),
+            // The row path (k ≤ 4m) with a transposed B over two k blocks, ragged in both.
+            (80, 300, 21),
         ] {
             products_match(m, k, n);
         }

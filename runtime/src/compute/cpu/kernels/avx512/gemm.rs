@@ -51,6 +51,10 @@ pub(super) unsafe fn fused(
         ldc,
         ep,
         TILE_ROWS,
+        |src, dst| {
+            // SAFETY: AVX2 (every AVX-512 CPU of this set has it) as for this function.
+            unsafe { super::avx2::gemm::transpose8(src, dst) }
+        },
         |t, i, j, w, rows| {
             // SAFETY: AVX-512F as for this function; the tile (rows i.., columns j..j + w)
             // lies inside A, whose last element the caller checked, and among the elements

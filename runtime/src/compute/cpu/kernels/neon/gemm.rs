@@ -4,7 +4,8 @@
 
 use std::arch::aarch64::{
     float32x4_t, vaddq_f32, vaddvq_f32, vdupq_n_f32, vfmaq_f32, vfmaq_n_f32, vld1q_f32, vld2q_f32,
-    vmaxq_f32, vmulq_n_f32, vst1q_f32,
+    vmaxq_f32, vmulq_n_f32, vreinterpretq_f32_f64, vreinterpretq_f64_f32, vst1q_f32, vtrn1q_f32,
+    vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
 };
 
 use super::super::operands::{Epilogue, Mat};
@@ -60,6 +61,7 @@ pub(super) unsafe fn fused(
         ldc,
         ep,
         4,
+        transpose4,
         |t, i, j, w, rows| {
             // SAFETY: The tile (rows i.., columns j..j + w) lies inside A, whose last
             // element the caller checked, and among the elements of C it vouched for.
@@ -73,6 +75,34 @@ pub(super) unsafe fn fused(
             }
         },
     );
+}
+
+/// [`drive`]'s transposing copy of a 4 × 4 block of B (see there): two 32-bit and two
+/// 64-bit transposing permutations of each pair instead of 16 single-float copies. Panics
+/// unless each `src` holds 4 floats and `dst` 3·16 + 4.
+fn transpose4(src: [&[f32]; 4], dst: &mut [f32]) {
+    let dst = &mut dst[..3 * 16 + 4];
+    // SAFETY: NEON is baseline; each `src` holds 4 floats (cut to 4 here, which panics
+    // otherwise) and row r of the block is stored at 16·r .. 16·r + 4 ≤ dst.len().
+    unsafe {
+        let r = src.map(|s| vld1q_f32(s[..4].as_ptr()));
+        // Rows 0 2 and 1 3 of columns (0, 1) and (2, 3), interleaved.
+        let (t0, t1) = (vtrn1q_f32(r[0], r[1]), vtrn2q_f32(r[0], r[1]));
+        let (t2, t3) = (vtrn1q_f32(r[2], r[3]), vtrn2q_f32(r[2], r[3]));
+        let pairs = |a: float32x4_t, b: float32x4_t| {
+            let (a, b) = (vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b));
+            (
+                vreinterpretq_f32_f64(vtrn1q_f64(a, b)),
+                vreinterpretq_f32_f64(vtrn2q_f64(a, b)),
+            )
+        };
+        let (row0, row2) = pairs(t0, t2);
+        let (row1, row3) = pairs(t1, t3);
+        let d = dst.as_mut_ptr();
+        for (r, v) in [row0, row1, row2, row3].into_iter().enumerate() {
+            vst1q_f32(d.add(16 * r), v);
+        }
+    }
 }
 
 /// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
