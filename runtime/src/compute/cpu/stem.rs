@@ -3,8 +3,8 @@
 //!
 //! Its input is either the normalised planes (what [`super::conv`] hands it) or, where nothing
 //! else reads those planes (inference; the training step's forward pass, whose backward pass
-//! normalises again), the records' bytes themselves: [`forward_normalized`] builds the panels
-//! from each image's rows normalised into a cache of three rows ([`Dense3x3Input::Rgb`]), so
+//! normalises again), the records' bytes themselves: [`forward_normalized`] has the kernel read
+//! each image's rows normalised into a cache of three rows ([`Dense3x3Input::Rgb`]), so
 //! the normalisation's pass over memory (writing the planes, reading them back, on another core
 //! at batch 1) is saved. The values are the same `byte / 255` either way, so the outputs are
 //! identical bit for bit.
@@ -46,7 +46,7 @@ pub(super) fn forward_image(
     let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
     check_image(op, x, weight, bias, y.len());
     // SAFETY: a table of a set this CPU runs (`kernels::active`); `reads_in_place` checked
-    // the taps fit a panel, `check_image` the operands' sizes (an even-sized input is exactly
+    // the taps fit the kernel's rows of B, `check_image` the operands' sizes (an even-sized input is exactly
     // `2·oh × 2·ow`, the output `m` planes of `oh × ow`, all ours).
     unsafe {
         kernel()(
@@ -63,9 +63,9 @@ pub(super) fn forward_image(
 }
 
 /// [`forward_image`] of each image (`image(b)`) with its output rows split over `pool`'s
-/// threads in bands (every channel's rows of the band): each thread builds only its own rows'
-/// panels, where a split by channels has every thread build all of them, and reads (or
-/// normalises) only the input rows of its band. The sums are [`forward_image`]'s.
+/// threads in bands (every channel's rows of the band): each thread splits (or normalises)
+/// only the input rows of its band, where a split by channels has every thread split all of
+/// them. The sums are [`forward_image`]'s.
 pub(super) fn forward_split_rows<'a>(
     op: &Conv2d,
     image: impl Fn(usize) -> Dense3x3Input<'a>,

@@ -200,10 +200,10 @@ pub(crate) type Dw3x3InputGradS2 = unsafe fn(g: &[f32], w: &[f32; 9], gx: &mut [
 /// `out = ep(W · im2col(x))`, output rows `rows` of one image of a dense (one group) 3×3,
 /// stride-2, pad-1 convolution whose input is even-sized: `x` is `c_in` planes of
 /// `2·oh × 2·ow`, `weight` `m × c_in·9` (row-major, taps in `(ci, ky, kx)` order), `out` `m`
-/// planes of `oh × ow`. B's panels are built straight from the planes (the even and odd
-/// columns split in registers), so neither `im2col` nor the GEMM's packing copies them; the
-/// tiles are the fused GEMM's, so the sums are those of `im2col` + [`GemmFused`], in the same
-/// order. `out` is a pointer so that threads can each take a band of rows of every plane.
+/// planes of `oh × ow`. Each input row is split once into its even and its odd columns, and
+/// the fused GEMM's tiles read every tap's run of B there in place, so neither `im2col` nor
+/// the GEMM's packing copies them; the sums are those of `im2col` + [`GemmFused`], in the
+/// same order. `out` is a pointer so that threads can each take a band of rows of every plane.
 ///
 /// # Safety
 /// A table of a set that runs here; `c_in·9 ≤` [`DENSE3X3_MAX_TAPS`], `ow > 0`,
@@ -234,11 +234,11 @@ pub(crate) enum Dense3x3Input<'a> {
     Rgb { image: &'a [u8], flip: bool },
 }
 
-/// Widest RGB image a [`Dense3x3Half`] reads ([`Dense3x3Input::Rgb`]): its three input rows of
-/// floats stay on the stack (27 KiB at this width).
+/// Widest RGB image a [`Dense3x3Half`] reads ([`Dense3x3Input::Rgb`]): its input rows, as
+/// floats and split into even and odd columns, stay on the stack (38 KiB at this width).
 pub(crate) const RGB_MAX_W: usize = 768;
 
-/// Most taps (`c_in·9`) a [`Dense3x3Half`] panel holds: the GEMM panel's rows.
+/// Most taps (`c_in·9`) a [`Dense3x3Half`] sums: a GEMM panel's rows.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) const DENSE3X3_MAX_TAPS: usize = panel::KC;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
