@@ -52,8 +52,12 @@ fn rank(op: &Decode, pred: &[f32], scratch: &mut Vec<Candidate>) -> usize {
                     let peak = (y.saturating_sub(1)..(y + 2).min(gh)).all(|ny| {
                         (x.saturating_sub(1)..(x + 2).min(gw)).all(|nx| heat[ny * gw + nx] <= z)
                     });
+                    if !peak {
+                        // Most cells: no sigmoid (an `exp`) for them.
+                        continue;
+                    }
                     let score = sigmoid(z);
-                    if peak && score >= op.threshold {
+                    if score >= op.threshold {
                         scratch.push(Candidate {
                             score,
                             class: class as u32,
