@@ -310,7 +310,7 @@ pub(super) fn dense3x3_half(
                     let mut t = 0;
                     while t + lanes <= width {
                         // 2·(x0 + t + lanes) ≤ 2·ow = iw floats of the row; `lanes` of each
-                        // run from t (t + lanes ≤ width < run − 1).
+                        // run from t (t + lanes ≤ width ≤ run − 1).
                         let from = src[2 * (x0 + t)..][..2 * lanes].as_ptr();
                         split(
                             from,

@@ -288,36 +288,35 @@ impl Plane {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
-    // Lanes 0, 2, 4, 6 (even) or 1, 3, 5, 7 (odd) of a then of b, in order.
-    let split = |a: __m256, b: __m256, odd: bool| {
-        let t = if odd {
-            _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
-        } else {
-            _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
-        };
-        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
-    };
     // SAFETY: the caller's.
     unsafe {
-        let (a, b) = (
-            _mm256_loadu_ps(r.add(2 * c)),
-            _mm256_loadu_ps(r.add(2 * c + 8)),
-        );
-        let (mid, right) = (split(a, b, false), split(a, b, true));
+        let [mid, right] = even_odd(r.add(2 * c));
         let left = if LEFT {
             let shifted =
                 _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
             _mm256_blend_ps::<0b0000_0001>(shifted, _mm256_setzero_ps())
         } else {
-            let before = r.add(2 * c - 1);
-            split(
-                _mm256_loadu_ps(before),
-                _mm256_loadu_ps(before.add(8)),
-                false,
-            )
+            even_odd(r.add(2 * c - 1))[0]
         };
         [left, mid, right]
     }
+}
+
+/// The even floats (0, 2, …, 14) and the odd ones (1, 3, …, 15) of the sixteen at `r`, each
+/// in order: a shuffle of the two halves, then the 64-bit pairs in order (0, 2, 1, 3).
+///
+/// Safety: AVX2; `r` holds 16 floats.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn even_odd(r: *const f32) -> [__m256; 2] {
+    let in_order =
+        |t: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)));
+    // SAFETY: the caller's.
+    let (a, b) = unsafe { (_mm256_loadu_ps(r), _mm256_loadu_ps(r.add(8))) };
+    [
+        in_order(_mm256_shuffle_ps::<0b10_00_10_00>(a, b)),
+        in_order(_mm256_shuffle_ps::<0b11_01_11_01>(a, b)),
+    ]
 }
 
 /// See [`super::super::Dw3x3WeightGrad`] (and its safety).

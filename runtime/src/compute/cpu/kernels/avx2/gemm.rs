@@ -4,6 +4,7 @@ use super::super::operands::{Epilogue, Mat};
 use super::super::panel::{self, drive, PanelRows, RowTiles};
 use super::super::portable;
 use super::super::Dense3x3Input;
+use super::dw3x3::even_odd;
 
 /// `C += alpha·A·B`: the dot kernel where both operands are contiguous along k, the portable
 /// loops compiled for AVX2 + FMA elsewhere. Safety: see [`super::super::GemmAccumulate`].
@@ -124,8 +125,8 @@ pub(in super::super) unsafe fn transpose8(src: [&[f32]; 8], dst: &mut [f32]) {
 }
 
 /// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
-/// eight output columns' even and odd input columns split by two shuffles and two lane
-/// permutations, the tiles of [`fused`].
+/// eight output columns' even and odd input columns split by [`even_odd`], the tiles of
+/// [`fused`].
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
@@ -138,10 +139,7 @@ pub(super) unsafe fn dense3x3_half(
     (oh, ow): (usize, usize),
     rows: std::ops::Range<usize>,
 ) {
-    use std::arch::x86_64::{
-        _mm256_castpd_ps, _mm256_castps_pd, _mm256_loadu_ps, _mm256_permute4x64_pd,
-        _mm256_shuffle_ps, _mm256_storeu_ps,
-    };
+    use std::arch::x86_64::_mm256_storeu_ps;
     panel::dense3x3_half(
         x,
         c_in,
@@ -158,17 +156,9 @@ pub(super) unsafe fn dense3x3_half(
             // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over 16 floats
             // at `src` and eight at `e` and at `o`.
             unsafe {
-                let (a, b) = (_mm256_loadu_ps(src), _mm256_loadu_ps(src.add(8)));
-                // Per 128-bit half: [a0 a2 b0 b2 | a4 a6 b4 b6], then the 64-bit pairs in
-                // order (0, 2, 1, 3); likewise the odd columns.
-                let halves = [
-                    _mm256_shuffle_ps::<0b10_00_10_00>(a, b),
-                    _mm256_shuffle_ps::<0b11_01_11_01>(a, b),
-                ];
-                for (d, v) in [e, o].into_iter().zip(halves) {
-                    let v = _mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v));
-                    _mm256_storeu_ps(d, _mm256_castpd_ps(v));
-                }
+                let [even, odd] = even_odd(src);
+                _mm256_storeu_ps(e, even);
+                _mm256_storeu_ps(o, odd);
             }
         },
         |t, i, j, w, rows| {
