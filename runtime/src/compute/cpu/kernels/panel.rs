@@ -179,12 +179,21 @@ pub(super) fn drive<const N: usize>(
                     ldc,
                 };
                 let w = (n - j).min(16);
-                for i in (0..m).step_by(rows) {
-                    tile(&t, i, j, w, (m - i).min(rows));
+                for (i, r) in row_sets(m, rows) {
+                    tile(&t, i, j, w, r);
                 }
             }
         }
     }
+}
+
+/// C's rows `0 .. m` in as few sets of at most `rows` as cover them, as even as can be
+/// (first row, rows): 32 rows in sixes are 6, 6, 5, 5, 5, 5, not five sixes and a two, whose
+/// tile would have too few accumulators to hide the FMAs' latency.
+pub(super) fn row_sets(m: usize, rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let sets = m.div_ceil(rows.max(1));
+    let (base, extra) = (m / sets.max(1), m % sets.max(1));
+    (0..sets).map(move |s| (s * base + s.min(extra), base + usize::from(s < extra)))
 }
 
 /// Several column tiles' panels from B with contiguous rows, a row of B at a time: tile `q`
@@ -353,10 +362,40 @@ pub(super) fn dense3x3_half(
                     c: out.wrapping_add(oy * ow + x0),
                     ldc: oh * ow,
                 };
-                for i in (0..m).step_by(rows) {
-                    tile(&t, i, j, (width - j).min(16), (m - i).min(rows));
+                for (i, r) in row_sets(m, rows) {
+                    tile(&t, i, j, (width - j).min(16), r);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_sets;
+
+    #[test]
+    fn row_sets_cover_every_row_once_in_sets_within_one_of_each_other() {
+        for rows in 1..=8 {
+            for m in 1..=70 {
+                let sets: Vec<_> = row_sets(m, rows).collect();
+                assert_eq!(sets.len(), m.div_ceil(rows), "{m} in {rows}s");
+                let mut next = 0;
+                for &(i, r) in &sets {
+                    assert_eq!(i, next, "{m} in {rows}s: {sets:?}");
+                    assert!(r >= 1 && r <= rows, "{m} in {rows}s: {sets:?}");
+                    next += r;
+                }
+                assert_eq!(next, m);
+                let (lo, hi) = sets
+                    .iter()
+                    .fold((usize::MAX, 0), |(l, h), &(_, r)| (l.min(r), h.max(r)));
+                assert!(hi - lo <= 1, "{m} in {rows}s: {sets:?}");
+            }
+        }
+        assert_eq!(
+            row_sets(32, 6).map(|s| s.1).collect::<Vec<_>>(),
+            [6, 6, 5, 5, 5, 5]
+        );
     }
 }

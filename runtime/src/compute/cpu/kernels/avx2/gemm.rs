@@ -28,9 +28,14 @@ pub(in super::super) unsafe fn accumulate(
     }
 }
 
+/// Rows of C per register tile: 6 × 16 columns is twelve accumulators, with the two B rows and
+/// a broadcast fifteen of the sixteen registers. Two FMA pipes of four cycles' latency need
+/// eight sums in flight; a 4-row tile had exactly eight, and stalled on them.
+const TILE_ROWS: usize = 6;
+
 /// `C ← ep(alpha·A·B + beta·C)` with explicit FMA and the epilogue fused: C in register tiles
-/// of up to 4 rows × 16 columns (eight accumulators), each B row of the tile loaded once per
-/// row set and each A element broadcast once, stored once.
+/// of up to [`TILE_ROWS`] rows × 16 columns, each B row of the tile loaded once per row set
+/// and each A element broadcast once, stored once.
 ///
 /// The loops around the tiles (B's packed panels, k blocks) are [`drive`]'s.
 ///
@@ -58,7 +63,7 @@ pub(super) unsafe fn fused(
         c,
         ldc,
         ep,
-        4,
+        TILE_ROWS,
         |src, dst| {
             // SAFETY: AVX2 as for this function.
             unsafe { transpose8(src, dst) }
@@ -68,10 +73,14 @@ pub(super) unsafe fn fused(
             // element the caller checked, and among the elements of C it vouched for.
             unsafe {
                 match (rows, t.ep.residual.is_some()) {
+                    (6, false) => t.tile::<6, false>(i, j, w),
+                    (5, false) => t.tile::<5, false>(i, j, w),
                     (4, false) => t.tile::<4, false>(i, j, w),
                     (3, false) => t.tile::<3, false>(i, j, w),
                     (2, false) => t.tile::<2, false>(i, j, w),
                     (_, false) => t.tile::<1, false>(i, j, w),
+                    (6, true) => t.tile::<6, true>(i, j, w),
+                    (5, true) => t.tile::<5, true>(i, j, w),
                     (4, true) => t.tile::<4, true>(i, j, w),
                     (3, true) => t.tile::<3, true>(i, j, w),
                     (2, true) => t.tile::<2, true>(i, j, w),
@@ -150,6 +159,8 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         8,
+        // Not TILE_ROWS: with B's rows gathered by pointer, a 5- or 6-row tile runs out of
+        // registers and recomputes its A pointers every step (the stem ran 20 % slower).
         4,
         super::elementwise::rgb_row,
         |src, [e, o]| {
