@@ -11,12 +11,18 @@
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-/// One zeroed allocation of `len` floats, freed on drop.
+/// One zeroed allocation of `len` floats, freed on drop, starting on a cache line: the plan's
+/// offsets are multiples of 64 bytes, which lands every tensor on a line only if the arena
+/// starts on one (an allocator's large blocks start 16 bytes past a page, which had split every
+/// other 32-byte load of a row across two lines).
 #[derive(Debug)]
 pub(super) struct Arena {
     ptr: NonNull<f32>,
     len: usize,
 }
+
+/// The arena's alignment in bytes: a cache line.
+const LINE: usize = 64;
 
 // SAFETY: the arena owns its allocation (no thread-local or shared state); moving it to
 // another thread moves that ownership.
@@ -24,9 +30,24 @@ unsafe impl Send for Arena {}
 
 impl Arena {
     pub fn zeroed(len: usize) -> Arena {
-        let memory: Box<[f32]> = vec![0.0; len].into_boxed_slice();
-        let ptr = NonNull::new(Box::into_raw(memory).cast::<f32>()).expect("Box is non-null");
+        let Some(layout) = Self::layout(len) else {
+            return Arena {
+                ptr: NonNull::dangling(),
+                len: 0,
+            };
+        };
+        // SAFETY: the layout's size is not zero (`layout` gives none for an empty arena).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw.cast::<f32>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         Arena { ptr, len }
+    }
+
+    /// The allocation of `len` floats on a cache line; none for an empty arena.
+    fn layout(len: usize) -> Option<std::alloc::Layout> {
+        let bytes = len.checked_mul(std::mem::size_of::<f32>())?;
+        (bytes > 0).then(|| std::alloc::Layout::from_size_align(bytes, LINE).expect("arena size"))
     }
 
     /// Floats `offset..offset + len`, to read.
@@ -55,13 +76,11 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: `ptr` and `len` are those of the boxed slice made in `zeroed`, freed once.
-        drop(unsafe {
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr.as_ptr(),
-                self.len,
-            ))
-        });
+        if let Some(layout) = Self::layout(self.len) {
+            // SAFETY: `ptr` came from `alloc_zeroed` with this same layout in `zeroed` (an
+            // empty arena allocated nothing and has no layout), and is freed once, here.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
     }
 }
 
@@ -107,6 +126,20 @@ mod tests {
         assert_eq!(arena.slice(0, 16), &[1.0; 16]);
         assert_eq!(arena.slice(16, 16), &[0.0; 16]);
         assert_eq!(arena.slice(32, 16), &[2.0; 16]);
+    }
+
+    #[test]
+    fn arenas_start_on_a_cache_line_and_empty_ones_allocate_nothing() {
+        for len in [1, 5, 4096, 1 << 20] {
+            let arena = Arena::zeroed(len);
+            assert_eq!(
+                arena.slice(0, len).as_ptr() as usize % LINE,
+                0,
+                "{len} floats"
+            );
+            assert!(arena.slice(0, len).iter().all(|&v| v == 0.0));
+        }
+        assert_eq!(Arena::zeroed(0).slice(0, 0), &[] as &[f32]);
     }
 
     #[test]
