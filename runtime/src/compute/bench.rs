@@ -237,11 +237,6 @@ fn measure(
             ..config.exec.clone()
         },
     )?;
-    let engine = Engine {
-        describe: exec.describe(),
-        cpu_kernels: exec.cpu_kernels(),
-        cpu_split: exec.cpu_split_choice(entry),
-    };
     setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
     let (mut device, mut wall) = (Vec::new(), Vec::new());
     for i in 0..config.runs + 2 {
@@ -251,6 +246,12 @@ fn measure(
             wall.push(t.wall);
         }
     }
+    // After the runs: the CPU engine may have chosen its splits again during them.
+    let engine = Engine {
+        describe: exec.describe(),
+        cpu_kernels: exec.cpu_kernels(),
+        cpu_split: exec.cpu_split_choice(entry),
+    };
     let step_input = if train && exec.is_vulkan() {
         let batch_records = records(&layout, batch, config.classes, 7);
         Some(measure_step_input(
