@@ -287,6 +287,7 @@ fn compute_section(
             train_batch: batch,
             runs,
             exec: engine_options(t),
+            ab: false,
         };
         let what = engine_name(t);
         match compute_bench::run(&config, &|step| eprintln!("  {what}: {step}")) {
@@ -370,6 +371,7 @@ fn larger_balance(
         train_batch: batch,
         runs,
         exec: engine_options(best.threads),
+        ab: false,
     };
     let what = format!("{LARGER_MODEL} on {}", engine_name(best.threads));
     let step = compute_bench::run_step(&config, &|step| eprintln!("  {what}: {step}"))

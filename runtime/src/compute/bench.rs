@@ -32,6 +32,8 @@ pub struct ComputeBenchConfig {
     /// Runs measured per figure (after two warm-up runs).
     pub runs: usize,
     pub exec: ExecOptions,
+    /// Alternate the runs between [`super::ab`]'s variants A and B (and report both).
+    pub ab: bool,
 }
 
 /// Time spent in one kernel family per run.
@@ -58,6 +60,42 @@ pub struct EntryFigures {
     pub gflop: f64,
     pub gflops: f64,
     pub per_kernel: Vec<KernelTime>,
+    /// With [`ComputeBenchConfig::ab`]: the even runs' figures (variant A) and the odd runs'
+    /// (variant B); the medians above are over both.
+    pub ab: Option<AbFigures>,
+}
+
+/// Runs of one entry alternating between [`super::ab`]'s variants, each variant's own figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AbFigures {
+    pub a: VariantFigures,
+    pub b: VariantFigures,
+    /// B's median device time over A's.
+    pub b_over_a: f64,
+}
+
+/// One variant's device times per run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VariantFigures {
+    pub runs: usize,
+    pub median_ms: f64,
+    pub fastest_ms: f64,
+}
+
+impl VariantFigures {
+    fn of(times: &[Duration]) -> VariantFigures {
+        VariantFigures {
+            runs: times.len(),
+            median_ms: median(times.to_vec()).as_secs_f64() * 1e3,
+            fastest_ms: times
+                .iter()
+                .min()
+                .copied()
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e3,
+        }
+    }
 }
 
 /// A training step with its batch going to the engine's input tensor (medians per step).
@@ -239,13 +277,23 @@ fn measure(
     )?;
     setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
     let (mut device, mut wall) = (Vec::new(), Vec::new());
+    // The warm-up runs are A and B too; measured run `i − 2` is B where it is odd.
     for i in 0..config.runs + 2 {
+        super::ab::set_b(config.ab && i % 2 == 1);
         let t = exec.run(entry)?;
         if i >= 2 {
             device.push(t.device);
             wall.push(t.wall);
         }
     }
+    super::ab::set_b(false);
+    let ab = config.ab.then(|| {
+        let (a, b): (Vec<_>, Vec<_>) = device.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        let times = |v: Vec<(usize, &Duration)>| v.into_iter().map(|(_, &d)| d).collect::<Vec<_>>();
+        let (a, b) = (VariantFigures::of(&times(a)), VariantFigures::of(&times(b)));
+        let b_over_a = b.median_ms / a.median_ms.max(1e-12);
+        AbFigures { a, b, b_over_a }
+    });
     // After the runs: the CPU engine may have chosen its splits again during them.
     let engine = Engine {
         describe: exec.describe(),
@@ -284,6 +332,7 @@ fn measure(
             gflop,
             gflops: gflop / device.as_secs_f64().max(1e-12),
             per_kernel,
+            ab,
         },
         engine,
         step_input,
@@ -381,4 +430,43 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
         train_step,
         step_input,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::exec::EngineChoice;
+
+    /// `ab` splits each entry's runs between the variants, A first, and leaves variant A
+    /// set; without it there are no A/B figures.
+    #[test]
+    fn ab_runs_alternate_between_the_variants() {
+        for ab in [false, true] {
+            let config = ComputeBenchConfig {
+                model: "det-s".into(),
+                classes: 2,
+                train_batch: 2,
+                runs: 5,
+                exec: ExecOptions {
+                    engine: EngineChoice::Cpu,
+                    threads: 1,
+                    ..ExecOptions::default()
+                },
+                ab,
+            };
+            let report = run(&config, &|_| {}).expect("bench");
+            for f in [&report.forward_batch1, &report.train_step] {
+                match (&f.ab, ab) {
+                    (None, false) => {}
+                    (Some(v), true) => {
+                        assert_eq!((v.a.runs, v.b.runs), (3, 2));
+                        assert!(v.a.fastest_ms <= v.a.median_ms && v.b.fastest_ms <= v.b.median_ms);
+                        assert!(v.b_over_a > 0.0 && v.b_over_a.is_finite());
+                    }
+                    (got, _) => panic!("ab {ab}: {got:?}"),
+                }
+            }
+            assert!(!crate::compute::ab::is_b(), "variant A after the bench");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! ([`recording`]), run by two engines — the CPU engine's Rust kernels ([`cpu`], also the
 //! reference every GPU kernel is tested against) and Vulkan compute shaders ([`vulkan`]).
 
+pub mod ab;
 pub mod bench;
 pub mod cpu;
 pub mod exec;

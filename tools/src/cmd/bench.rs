@@ -111,6 +111,12 @@ pub struct ComputeArgs {
     /// Vulkan device index (`fulcrum devices`) [default: the best].
     #[arg(long)]
     device: Option<usize>,
+    /// Alternate the runs between variant A and variant B of code under trial
+    /// (`fulcrum::compute::ab::is_b`, a developer's switch) and report both: on a noisy host,
+    /// runs alternating in one process compare code, where separate processes also compare
+    /// moments of the host. With nothing switching, the difference is the noise floor.
+    #[arg(long)]
+    ab: bool,
     /// Kernels listed per entry.
     #[arg(long, default_value_t = 8)]
     top: usize,
@@ -365,6 +371,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             device: a.device,
             ..ExecOptions::default()
         },
+        ab: a.ab,
     };
     let mut reports = vec![bench::run(&base, &|what| eprintln!("cpu: {what}"))?];
     if !a.cpu_only {
@@ -426,6 +433,19 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             "  {name}: device {:.3} ms, wall {:.3} ms (host overhead {:.3} ms), {} kernels, {:.3} GFLOP",
             f.device_ms, f.wall_ms, f.overhead_ms, f.kernels, f.gflop
         );
+        if let Some(ab) = &f.ab {
+            println!(
+                "    A/B, alternating runs: A median {:.3} ms (fastest {:.3}, {} runs), B median \
+                 {:.3} ms (fastest {:.3}, {} runs): B/A {:.3}×",
+                ab.a.median_ms,
+                ab.a.fastest_ms,
+                ab.a.runs,
+                ab.b.median_ms,
+                ab.b.fastest_ms,
+                ab.b.runs,
+                ab.b_over_a
+            );
+        }
         for k in f.per_kernel.iter().take(a.top) {
             println!(
                 "    {:<22} {:>4}× {:>9.3} ms {:>5.1}%",

@@ -1,0 +1,24 @@
+//! A developer's switch for A/B timings on a noisy host.
+//!
+//! Timings of separate processes, even alternating, compare moments of the host as much as
+//! code: on a shared 2-core VM whose speed swings by a third from one second to the next,
+//! they could not see a GEMM change that made det-s's forward pass 16 % faster. `bench
+//! compute --ab` alternates its runs between variant A and variant B inside one process
+//! instead, so both see the same moments, and reports each one's figures. Code under trial
+//! asks [`is_b`] which variant to run, for the length of the trial; nothing that lands
+//! branches on it. With nothing switching, A and B are the same code, and their difference is
+//! the host's noise floor.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static B: AtomicBool = AtomicBool::new(false);
+
+/// Whether the run in progress is variant B (always false outside `bench compute --ab`).
+pub fn is_b() -> bool {
+    B.load(Ordering::Relaxed)
+}
+
+/// Makes the next runs variant B (`true`) or A.
+pub(crate) fn set_b(b: bool) {
+    B.store(b, Ordering::Relaxed);
+}
