@@ -443,21 +443,16 @@ fn backward_image(
     let (in_img, out_img, plane_out, cols) = image_sizes(op);
     let (masked, col) = scratch.split_at_mut(out_img);
     let g: &[f32] = if mask {
-        let rows = masked[..out_img].chunks_exact_mut(plane_out);
-        for ((b, m), (gy, y)) in gb
-            .iter_mut()
-            .zip(rows)
-            .zip(gy.chunks_exact(plane_out).zip(y.chunks_exact(plane_out)))
-        {
-            *b += reduce::masked_sum(gy, y, m);
+        for ((m, &gv), &yv) in masked.iter_mut().zip(gy).zip(y) {
+            *m = if yv > 0.0 { gv } else { 0.0 };
         }
         masked
     } else {
-        for (b, row) in gb.iter_mut().zip(gy.chunks_exact(plane_out)) {
-            *b += reduce::sum_f32(row);
-        }
         gy
     };
+    for (b, row) in gb.iter_mut().zip(g.chunks_exact(plane_out)) {
+        *b += reduce::sum_f32(row);
+    }
     if kind == ConvKind::Pointwise {
         let (ci, co) = (op.c_in as usize, op.c_out as usize);
         // dW (co × ci) += G (co × P) · Xᵀ (P × ci)

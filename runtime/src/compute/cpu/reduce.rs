@@ -21,35 +21,6 @@ pub fn sum_f32(x: &[f32]) -> f32 {
     s
 }
 
-/// `out = y > 0 ? g : 0` and `Σ out` in one pass (a ReLU conv's masked output gradient and its
-/// bias gradient), the sum exactly [`sum_f32`]'s of `out`: where the two passes had read the
-/// masked gradient back. Panics unless `y` and `out` are as long as `g`.
-pub fn masked_sum(g: &[f32], y: &[f32], out: &mut [f32]) -> f32 {
-    assert!(
-        y.len() == g.len() && out.len() == g.len(),
-        "masked_sum lengths"
-    );
-    let mut acc = [0.0f32; 8];
-    let whole = g.len() / 8 * 8;
-    for ((o, g), y) in out[..whole]
-        .chunks_exact_mut(8)
-        .zip(g.chunks_exact(8))
-        .zip(y.chunks_exact(8))
-    {
-        for l in 0..8 {
-            // A select, not a branch: the signs are as good as random.
-            o[l] = if y[l] > 0.0 { g[l] } else { 0.0 };
-            acc[l] += o[l];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    for ((o, &g), &y) in out[whole..].iter_mut().zip(&g[whole..]).zip(&y[whole..]) {
-        *o = if y > 0.0 { g } else { 0.0 };
-        s += *o;
-    }
-    s
-}
-
 /// `Σ x²` (for a gradient norm).
 pub fn sum_squares(x: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
@@ -96,24 +67,6 @@ mod tests {
     use super::*;
     use crate::compute::cpu::gradcheck::{assert_close, random_vec};
     use crate::loader::order::SplitMix64;
-
-    #[test]
-    fn a_masked_sum_is_the_mask_then_the_sum_bit_for_bit() {
-        let mut rng = SplitMix64::new(9);
-        for len in [0, 1, 7, 8, 9, 64, 1000, 4097] {
-            let g = random_vec(&mut rng, len, -1.0, 1.0);
-            let y = random_vec(&mut rng, len, -1.0, 1.0);
-            let want: Vec<f32> = g
-                .iter()
-                .zip(&y)
-                .map(|(&g, &y)| if y > 0.0 { g } else { 0.0 })
-                .collect();
-            let mut out = vec![f32::NAN; len];
-            let s = masked_sum(&g, &y, &mut out);
-            assert_eq!(out, want, "len {len}");
-            assert_eq!(s.to_bits(), sum_f32(&want).to_bits(), "len {len}");
-        }
-    }
 
     #[test]
     fn sums_match_f64_sums() {
