@@ -1129,6 +1129,15 @@ mod tests {
         (Arch::new(&model), layout)
     }
 
+    /// An executor of `graph` on `threads` threads with `arch`'s initial parameters.
+    fn initialised(graph: &ModelGraph, arch: &Arch, threads: usize) -> CpuExec {
+        let mut exec = CpuExec::new(&graph.recording, threads).expect("executor");
+        for (p, v) in graph.params.iter().zip(init::init_params(arch, 1)) {
+            exec.write_f32(p.value, &v).expect("params");
+        }
+        exec
+    }
+
     /// `n` records of `layout` filled with random bytes from `seed`.
     fn random_records(layout: &RecordLayout, n: usize, seed: u64) -> Vec<u8> {
         let mut rng = SplitMix64::new(seed);
@@ -1148,10 +1157,7 @@ mod tests {
         let infer = graph.entry(ENTRY_INFER);
         let records = random_records(&layout, 1, 11);
         let setup = || {
-            let mut exec = CpuExec::new(&graph.recording, 2).expect("executor");
-            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
-                exec.write_f32(p.value, &v).expect("params");
-            }
+            let mut exec = initialised(&graph, &arch, 2);
             exec.write_bytes(graph.records, &records).expect("records");
             exec
         };
@@ -1212,13 +1218,7 @@ mod tests {
         let graph = ModelGraph::build(&arch, 2, &layout, &GraphOptions::default()).expect("graph");
         let infer = graph.entry(ENTRY_INFER);
         let records = random_records(&layout, 2, 5);
-        let setup = || {
-            let mut exec = CpuExec::new(&graph.recording, 1).expect("executor");
-            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
-                exec.write_f32(p.value, &v).expect("params");
-            }
-            exec
-        };
+        let setup = || initialised(&graph, &arch, 1);
         let predict = |exec: &mut CpuExec| {
             let mut pred = vec![0f32; graph.recording.get(graph.pred).len];
             exec.read_f32(graph.pred, &mut pred).expect("pred");
