@@ -691,8 +691,8 @@ impl CpuExec {
         }
     }
 
-    /// Which batch-1 forward convs of entry `entry` split their channels (timed both ways per
-    /// layer when the executor was made).
+    /// Which batch-1 forward convs of entry `entry` split their channels now (timed both ways
+    /// per layer when the executor was made, and again during its runs).
     pub fn split_choice(&self, entry: usize) -> SplitChoice {
         let mut choice = SplitChoice {
             measured: 0,
