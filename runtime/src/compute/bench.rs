@@ -294,7 +294,6 @@ fn measure(
         let b_over_a = b.median_ms / a.median_ms.max(1e-12);
         AbFigures { a, b, b_over_a }
     });
-    // After the runs: the CPU engine may have chosen its splits again during them.
     let engine = Engine {
         describe: exec.describe(),
         cpu_kernels: exec.cpu_kernels(),

@@ -50,12 +50,6 @@ pub struct CpuExec {
     /// pointwise conv its pixels, others their channels) rather than its batch (chosen by
     /// measurement, see `CpuExec::choose_splits`).
     thread_split: Vec<Vec<bool>>,
-    /// The layers `thread_split` is chosen for, with the fastest time seen of each way.
-    split_timings: Vec<SplitTiming>,
-    /// Per entry: its runs so far, which pace the re-timing of its layers (`retime_splits`).
-    runs: Vec<u64>,
-    /// Whether runs re-time the split layers and re-decide (off where a test forces a split).
-    retime: bool,
     /// Per entry: the kernels a run runs, in order: steps, and steps run as one (see
     /// [`super::fusion`]). Made once, after the splits are chosen.
     schedule: Vec<Vec<Kernel>>,
@@ -197,33 +191,6 @@ impl WorkingMemory {
     }
 }
 
-/// A forward conv that leaves threads idle when split over its batch (see
-/// `CpuExec::choose_splits`): step `step` of entry `entry`, with the fastest time per run seen
-/// of it whole and split within each image.
-#[derive(Debug, Clone, Copy)]
-struct SplitTiming {
-    entry: usize,
-    step: usize,
-    whole: Duration,
-    split: Duration,
-}
-
-impl SplitTiming {
-    /// The split must win clearly, as it costs the other threads' time.
-    fn split_wins(&self) -> bool {
-        self.split.as_secs_f64() < 0.9 * self.whole.as_secs_f64()
-    }
-}
-
-/// Rounds over every split layer when the executor is made (see `CpuExec::choose_splits`).
-const SETUP_ROUNDS: usize = 7;
-/// Runs of a layer each way per timing; the time kept is their mean.
-const TIMING_REPEATS: u32 = 3;
-/// The first runs of an entry re-time one of its split layers each, for this many rounds over
-/// them; after that, one run in [`RETIME_EVERY`] does.
-const EARLY_ROUNDS: u64 = 3;
-const RETIME_EVERY: u64 = 256;
-
 /// Which forward convolutions of an entry split each image over the threads (see
 /// [`crate::compute::cpu::conv2d_forward_split`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -288,9 +255,6 @@ impl CpuExec {
                 .iter()
                 .map(|e| vec![false; e.steps.len()])
                 .collect(),
-            split_timings: Vec::new(),
-            runs: vec![0; recording.entries.len()],
-            retime: true,
             schedule: Vec::new(),
             upsampled_low: vec![0.0; working.upsampled_low],
             fusion: true,
@@ -505,7 +469,6 @@ impl CpuExec {
         input: Option<Input<'_>>,
     ) -> Result<CpuTiming, AccessError> {
         self.recording.check_entry(entry)?;
-        self.retime_splits(entry);
         let started = Instant::now();
         self.timings.clear();
         // Small jobs one after another (see `choose_splits`): keep the pool's threads awake.
@@ -580,119 +543,48 @@ impl CpuExec {
     /// layer does not earn back. So each such layer is timed both ways here, alternating
     /// (the tensors hold zeros; the timing does not depend on values), and keeps the faster.
     /// Both ways give identical outputs.
-    ///
-    /// In rounds over every layer, so that a layer's timings are spread over the whole
-    /// set-up, not one stretch of it that a busy moment of the host can cover; and the
-    /// fastest of each way, as time taken from this process (another one running, a VM's
-    /// core lent elsewhere) only ever adds. Medians of one stretch per layer had flipped the
-    /// choice from one run to the next (3 to 9 of det-s's 19 layers at 2 threads on a shared
-    /// VM, forward 0.24–0.30 ms where every layer split gives 0.19). The set-up still lasts only
-    /// milliseconds, which a VM's other core taken away for as long can spoil (det-s split only
-    /// 5 to 12 of its 19 layers in 3 of 38 runs): so the runs go on timing the layers
-    /// ([`CpuExec::retime_splits`]).
     fn choose_splits(&mut self) {
         let Some(pool) = self.scratch.pool() else {
             return;
         };
         pool.set_spinning(true);
+        // Each candidate layer: its entry, its step, and the fastest time of each way.
+        let mut layers = Vec::new();
         for (e, entry) in self.recording.entries.iter().enumerate() {
             for (i, step) in entry.steps.iter().enumerate() {
                 if let Step::ConvForward { op, .. } = step {
                     if self.split_candidate(op) {
-                        self.split_timings.push(SplitTiming {
-                            entry: e,
-                            step: i,
-                            whole: Duration::MAX,
-                            split: Duration::MAX,
-                        });
+                        layers.push((e, i, Duration::MAX, Duration::MAX));
                     }
                 }
             }
         }
-        for _ in 0..SETUP_ROUNDS {
-            for t in 0..self.split_timings.len() {
-                self.time_split(t);
+        // Rounds over every layer, so that a layer's timings are spread over the whole
+        // set-up, not one stretch of it that a busy moment of the host can cover; and the
+        // fastest of each way, as time taken from this process (another one running, a VM's
+        // core lent elsewhere) only ever adds. Medians of one stretch per layer had flipped
+        // the choice from one run to the next (3 to 9 of det-s's 19 layers at 2 threads on
+        // a shared VM, forward 0.24–0.30 ms where every layer split gives 0.19).
+        for _ in 0..7 {
+            for (e, i, whole, split) in layers.iter_mut() {
+                let step = self.recording.entries[*e].steps[*i].clone();
+                for (best, how) in [(whole, false), (split, true)] {
+                    let t = Instant::now();
+                    for _ in 0..3 {
+                        self.step(&step, how, None);
+                    }
+                    *best = (*best).min(t.elapsed());
+                }
             }
         }
-        for e in 0..self.recording.entries.len() {
-            self.decide_splits(e);
+        // The split must win clearly, as it costs the other threads' time.
+        for (e, i, whole, split) in layers {
+            self.thread_split[e][i] = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
         }
     }
 
-    /// Times split layer `t` both ways, keeping the fastest of each.
-    fn time_split(&mut self, t: usize) {
-        let SplitTiming { entry, step, .. } = self.split_timings[t];
-        let step = self.recording.entries[entry].steps[step].clone();
-        for split in [false, true] {
-            let t0 = Instant::now();
-            for _ in 0..TIMING_REPEATS {
-                self.step(&step, split, None);
-            }
-            let per_run = t0.elapsed() / TIMING_REPEATS;
-            let timing = &mut self.split_timings[t];
-            let best = if split {
-                &mut timing.split
-            } else {
-                &mut timing.whole
-            };
-            *best = (*best).min(per_run);
-        }
-    }
-
-    /// Sets entry `entry`'s splits from the fastest times seen; true where one changed.
-    fn decide_splits(&mut self, entry: usize) -> bool {
-        let mut changed = false;
-        for t in self.split_timings.iter().filter(|t| t.entry == entry) {
-            let split = t.split_wins();
-            changed |= self.thread_split[entry][t.step] != split;
-            self.thread_split[entry][t.step] = split;
-        }
-        changed
-    }
-
-    /// Before a run of `entry`: times one of its split layers both ways (one each of its
-    /// first `EARLY_ROUNDS` × layers runs, then one run in `RETIME_EVERY`), and after each
-    /// round over them decides again from the fastest times seen since the executor was made,
-    /// planning the entry's kernels again where a choice changed. So a set-up that a busy host
-    /// spoiled is mended within the first runs, which a robot spreads over seconds. It runs
-    /// before the run's own timing starts and writes only tensors the run then writes again
-    /// (layer outputs, which the plan never lets share memory with what a run reads before
-    /// writing).
-    fn retime_splits(&mut self, entry: usize) {
-        let layers = self
-            .split_timings
-            .iter()
-            .filter(|t| t.entry == entry)
-            .count() as u64;
-        if !self.retime || layers == 0 {
-            return;
-        }
-        let n = self.runs[entry];
-        self.runs[entry] += 1;
-        let early = n < EARLY_ROUNDS * layers;
-        if !early && !n.is_multiple_of(RETIME_EVERY) {
-            return;
-        }
-        let k = if early { n } else { n / RETIME_EVERY } % layers;
-        let t = self
-            .split_timings
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.entry == entry)
-            .nth(k as usize)
-            .map(|(i, _)| i)
-            .expect("k < layers");
-        if let Some(pool) = self.scratch.pool() {
-            pool.set_spinning(true);
-        }
-        self.time_split(t);
-        if k + 1 == layers && self.decide_splits(entry) {
-            self.schedule[entry] = self.plan(entry);
-        }
-    }
-
-    /// Which batch-1 forward convs of entry `entry` split their channels now (timed both ways
-    /// per layer when the executor was made, and again during its runs).
+    /// Which batch-1 forward convs of entry `entry` split their channels (timed both ways per
+    /// layer when the executor was made).
     pub fn split_choice(&self, entry: usize) -> SplitChoice {
         let mut choice = SplitChoice {
             measured: 0,
@@ -1129,84 +1021,12 @@ mod tests {
         (Arch::new(&model), layout)
     }
 
-    /// An executor of `graph` on `threads` threads with `arch`'s initial parameters.
-    fn initialised(graph: &ModelGraph, arch: &Arch, threads: usize) -> CpuExec {
-        let mut exec = CpuExec::new(&graph.recording, threads).expect("executor");
-        for (p, v) in graph.params.iter().zip(init::init_params(arch, 1)) {
-            exec.write_f32(p.value, &v).expect("params");
-        }
-        exec
-    }
-
     /// `n` records of `layout` filled with random bytes from `seed`.
     fn random_records(layout: &RecordLayout, n: usize, seed: u64) -> Vec<u8> {
         let mut rng = SplitMix64::new(seed);
         (0..n * layout.record_size)
             .map(|_| rng.next_u64() as u8)
             .collect()
-    }
-
-    /// At batch 1 on two threads, runs time the split layers again and mend a choice the
-    /// set-up got wrong: with timings that make every split win, a stale choice of none is
-    /// replaced (and the kernels planned again) within one round of runs over the layers;
-    /// the predictions stay those of an executor that never re-times, bit for bit.
-    #[test]
-    fn runs_mend_a_split_choice_the_set_up_got_wrong() {
-        let (arch, layout) = det_s();
-        let graph = ModelGraph::build(&arch, 1, &layout, &GraphOptions::default()).expect("graph");
-        let infer = graph.entry(ENTRY_INFER);
-        let records = random_records(&layout, 1, 11);
-        let setup = || {
-            let mut exec = initialised(&graph, &arch, 2);
-            exec.write_bytes(graph.records, &records).expect("records");
-            exec
-        };
-        let predict = |exec: &mut CpuExec| {
-            exec.run(infer).expect("run");
-            let mut pred = vec![0f32; graph.recording.get(graph.pred).len];
-            exec.read_f32(graph.pred, &mut pred).expect("pred");
-            pred
-        };
-        let mut fixed = setup();
-        fixed.retime = false;
-        let want = predict(&mut fixed);
-
-        let mut exec = setup();
-        let layers: Vec<usize> = (0..exec.split_timings.len())
-            .filter(|&t| exec.split_timings[t].entry == infer)
-            .collect();
-        assert!(layers.len() > 5, "det-s at batch 1 has split layers");
-        for &t in &layers {
-            // As if the split had taken no time at all, and the set-up had chosen none.
-            exec.split_timings[t].split = Duration::from_nanos(1);
-            exec.thread_split[infer][exec.split_timings[t].step] = false;
-        }
-        exec.schedule[infer] = exec.plan(infer);
-        let stale = exec.schedule[infer].clone();
-        for run in 0..layers.len() {
-            assert!(predict(&mut exec) == want, "run {run}: other predictions");
-            let split = layers
-                .iter()
-                .filter(|&&t| exec.thread_split[infer][exec.split_timings[t].step])
-                .count();
-            let last = run + 1 == layers.len();
-            assert_eq!(
-                split,
-                if last { layers.len() } else { 0 },
-                "after run {run}"
-            );
-        }
-        for &t in &layers {
-            let timing = exec.split_timings[t];
-            assert!(timing.whole < Duration::MAX, "layer {t} timed whole");
-        }
-        assert_ne!(exec.schedule[infer], stale, "planned again");
-        assert_eq!(exec.schedule[infer], exec.plan(infer));
-        assert!(
-            predict(&mut exec) == want,
-            "after the new choice: other predictions"
-        );
-        assert_eq!(exec.split_choice(infer).split.len(), layers.len());
     }
 
     /// A batch read in place predicts what the same batch written into the records tensor
@@ -1218,7 +1038,13 @@ mod tests {
         let graph = ModelGraph::build(&arch, 2, &layout, &GraphOptions::default()).expect("graph");
         let infer = graph.entry(ENTRY_INFER);
         let records = random_records(&layout, 2, 5);
-        let setup = || initialised(&graph, &arch, 1);
+        let setup = || {
+            let mut exec = CpuExec::new(&graph.recording, 1).expect("executor");
+            for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+                exec.write_f32(p.value, &v).expect("params");
+            }
+            exec
+        };
         let predict = |exec: &mut CpuExec| {
             let mut pred = vec![0f32; graph.recording.get(graph.pred).len];
             exec.read_f32(graph.pred, &mut pred).expect("pred");
@@ -1289,7 +1115,6 @@ mod tests {
             for (s, step) in exec.thread_split[infer].iter_mut().zip(steps) {
                 *s = split && matches!(step, Step::ConvForward { .. });
             }
-            exec.retime = false;
             exec.schedule[infer] = exec.plan(infer);
             let count = |e: usize, f: &dyn Fn(&Kernel) -> bool| {
                 exec.schedule[e].iter().filter(|k| f(k)).count()
