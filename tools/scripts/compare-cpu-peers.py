@@ -250,22 +250,24 @@ def main():
     # clock) only ever adds: each engine's fastest round is its figure in the host's quiet
     # state, so the ratio of those is a second view, less moved by which engine drew the
     # busy stretches.
-    best = {k: min(v) for k, v in rows.items() if v}
-    if "litert_fwd" in best:
-        print(f"  fastest rounds: forward fulcrum {best['fulcrum_fwd']:.3f} ms, LiteRT "
-              f"{best['litert_fwd']:.3f} ms → {best['fulcrum_fwd'] / best['litert_fwd']:.2f}×")
-    peer_best = {names[k]: best[f"{k}_step"] for k in ("keras", "torch") if f"{k}_step" in best}
-    if peer_best:
-        b = min(peer_best, key=peer_best.get)
-        print(f"  fastest rounds: step fulcrum {best['fulcrum_step']:.2f} ms, {b} "
-              f"{peer_best[b]:.2f} ms → {best['fulcrum_step'] / peer_best[b]:.2f}×")
+    fastest = {k: min(v) for k, v in rows.items() if v}
+    if "litert_fwd" in fastest:
+        fwd, lite = fastest["fulcrum_fwd"], fastest["litert_fwd"]
+        print(f"  fastest rounds: forward fulcrum {fwd:.3f} ms, LiteRT {lite:.3f} ms "
+              f"→ {fwd / lite:.2f}×")
+    peer_fastest = {names[k]: fastest[f"{k}_step"]
+                    for k in ("keras", "torch") if f"{k}_step" in fastest}
+    if peer_fastest:
+        b = min(peer_fastest, key=peer_fastest.get)
+        print(f"  fastest rounds: step fulcrum {fastest['fulcrum_step']:.2f} ms, {b} "
+              f"{peer_fastest[b]:.2f} ms → {fastest['fulcrum_step'] / peer_fastest[b]:.2f}×")
     for k, v in rows.items():
         if v:
             print(f"    {k:<13} " + "  ".join(f"{x:.3f}" for x in v))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"threads": a.threads, "batch": a.batch, "rounds": rows, "medians": med,
-                       "fastest": best, "names": names}, fh, indent=2)
+                       "fastest": fastest, "names": names}, fh, indent=2)
 
 
 if __name__ == "__main__":
