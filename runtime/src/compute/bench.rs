@@ -83,10 +83,10 @@ pub struct VariantFigures {
 }
 
 impl VariantFigures {
-    fn of(times: &[Duration]) -> VariantFigures {
+    fn of(times: impl Iterator<Item = Duration>) -> VariantFigures {
+        let times: Vec<Duration> = times.collect();
         VariantFigures {
             runs: times.len(),
-            median_ms: median(times.to_vec()).as_secs_f64() * 1e3,
             fastest_ms: times
                 .iter()
                 .min()
@@ -94,6 +94,7 @@ impl VariantFigures {
                 .unwrap_or_default()
                 .as_secs_f64()
                 * 1e3,
+            median_ms: median(times).as_secs_f64() * 1e3,
         }
     }
 }
@@ -275,6 +276,11 @@ fn measure(
             ..config.exec.clone()
         },
     )?;
+    let engine = Engine {
+        describe: exec.describe(),
+        cpu_kernels: exec.cpu_kernels(),
+        cpu_split: exec.cpu_split_choice(entry),
+    };
     setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
     let (mut device, mut wall) = (Vec::new(), Vec::new());
     // The warm-up runs are A and B too; measured run `i − 2` is B where it is odd.
@@ -288,17 +294,11 @@ fn measure(
     }
     super::ab::set_b(false);
     let ab = config.ab.then(|| {
-        let (a, b): (Vec<_>, Vec<_>) = device.iter().enumerate().partition(|(i, _)| i % 2 == 0);
-        let times = |v: Vec<(usize, &Duration)>| v.into_iter().map(|(_, &d)| d).collect::<Vec<_>>();
-        let (a, b) = (VariantFigures::of(&times(a)), VariantFigures::of(&times(b)));
+        let variant = |b: usize| VariantFigures::of(device.iter().skip(b).step_by(2).copied());
+        let (a, b) = (variant(0), variant(1));
         let b_over_a = b.median_ms / a.median_ms.max(1e-12);
         AbFigures { a, b, b_over_a }
     });
-    let engine = Engine {
-        describe: exec.describe(),
-        cpu_kernels: exec.cpu_kernels(),
-        cpu_split: exec.cpu_split_choice(entry),
-    };
     let step_input = if train && exec.is_vulkan() {
         let batch_records = records(&layout, batch, config.classes, 7);
         Some(measure_step_input(
