@@ -44,10 +44,13 @@ impl Arena {
         Arena { ptr, len }
     }
 
-    /// The allocation of `len` floats on a cache line; none for an empty arena.
+    /// The allocation of `len` floats on a cache line; none for an empty arena. Panics where
+    /// `len` floats cannot be one allocation (as `vec!` would).
     fn layout(len: usize) -> Option<std::alloc::Layout> {
-        let bytes = len.checked_mul(std::mem::size_of::<f32>())?;
-        (bytes > 0).then(|| std::alloc::Layout::from_size_align(bytes, LINE).expect("arena size"))
+        let layout = std::alloc::Layout::array::<f32>(len)
+            .and_then(|l| l.align_to(LINE))
+            .unwrap_or_else(|_| panic!("an arena of {len} floats is too large"));
+        (len > 0).then_some(layout)
     }
 
     /// Floats `offset..offset + len`, to read.
@@ -140,6 +143,12 @@ mod tests {
             assert!(arena.slice(0, len).iter().all(|&v| v == 0.0));
         }
         assert_eq!(Arena::zeroed(0).slice(0, 0), &[] as &[f32]);
+    }
+
+    #[test]
+    #[should_panic(expected = "too large")]
+    fn an_arena_past_the_address_space_is_refused() {
+        Arena::zeroed(usize::MAX / 2);
     }
 
     #[test]
