@@ -4,6 +4,11 @@
 //!
 //!     cargo build --release --example forward_loop
 //!     perf record -e cpu-clock target/release/examples/forward_loop 20000 2
+//!
+//! With `serve THREADS` it reads a count of passes per line from stdin and answers each with
+//! the median and the fastest pass of that many, in µs: `tools/scripts/compare-cpu-peers.py`
+//! alternates such short chunks with LiteRT's, so that each pair of chunks meets the host in
+//! one state (a shared host's speed changes from one second to the next).
 
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
 use fulcrum::format::RecordLayout;
@@ -11,8 +16,12 @@ use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_IN
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
+    let mut args = std::env::args().skip(1).peekable();
+    let serve = args.next_if(|a| a == "serve").is_some();
+    let runs: usize = match serve {
+        true => 0,
+        false => args.next().map_or(Ok(10_000), |a| a.parse())?,
+    };
     let threads: usize = args.next().map_or(Ok(0), |a| a.parse())?;
     let model = ModelConfig::named("det-s", 2)?;
     let arch = Arch::new(&model);
@@ -34,6 +43,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|i| (i * 31 % 251) as u8)
         .collect();
     exec.write_bytes(graph.records, &record)?;
+    if serve {
+        return serve_chunks(&mut exec, entry);
+    }
     let t = Instant::now();
     for _ in 0..runs {
         exec.run(entry)?;
@@ -43,5 +55,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}: {us:.1} µs a forward pass (mean of {runs})",
         exec.describe()
     );
+    Ok(())
+}
+
+/// Answers each line of stdin (a count of passes) with the median and the fastest of that many
+/// passes, timed one by one, in µs; the first line out names the engine.
+fn serve_chunks(exec: &mut Exec, entry: usize) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", exec.describe())?;
+    out.flush()?;
+    let mut times = Vec::new();
+    for line in std::io::stdin().lock().lines() {
+        let passes: usize = line?.trim().parse()?;
+        times.clear();
+        for _ in 0..passes.max(1) {
+            let t = Instant::now();
+            exec.run(entry)?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        writeln!(out, "{:.2} {:.2}", times[times.len() / 2], times[0])?;
+        out.flush()?;
+    }
     Ok(())
 }

@@ -8,8 +8,15 @@ with, `tensorflow-cpu` (Keras and the TFLite converter) and optionally `ai-edge-
 LiteRT interpreter; TensorFlow's own is used without it) and `torch`:
 
     python3 -m venv /tmp/peers && /tmp/peers/bin/pip install tensorflow-cpu ai-edge-litert torch
-    cargo build --release
+    cargo build --release && cargo build --release --example forward_loop
     /tmp/peers/bin/python tools/scripts/compare-cpu-peers.py --threads 2 --rounds 3
+
+The forward pass is compared in pairs of short chunks (`--pairs`, `--chunk` passes each), fulcrum's
+(`forward_loop serve`) and LiteRT's, each engine in a process of its own that stays up, the order
+swapped from pair to pair: a shared host's speed changes from one second to the next (another
+tenant on a core's SMT sibling halves it), so only chunks a fraction of a second apart meet it in
+the same state. Each pair gives a ratio; their median is the figure. The training step is
+compared in rounds of `bench compute` and the peers' processes, as its runs are long.
 
 The Keras and PyTorch models are det-s layer for layer (the script checks the parameter count
 against fulcrum's 54,758). Their training step uses a mean-squared-error loss on the output
@@ -189,6 +196,101 @@ def worker(kind, threads, runs, batch):
     return f"PyTorch {torch.__version__}", median_ms(step, runs)
 
 
+def serve_litert(threads):
+    """LiteRT's half of the paired forward comparison: a line per chunk asked for on stdin
+    (a count of passes), answered with the median and the fastest pass in µs."""
+    import numpy as np
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    tflite = tf.lite.TFLiteConverter.from_keras_model(keras_det_s()).convert()
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+        name = "LiteRT (ai-edge-litert) + XNNPACK"
+    except ImportError:
+        Interpreter = tf.lite.Interpreter
+        name = "TF Lite interpreter + XNNPACK"
+    interp = Interpreter(model_content=tflite, num_threads=threads)
+    interp.allocate_tensors()
+    x = np.random.default_rng(0).integers(0, 256, (1, INPUT, INPUT, 3)).astype(np.float32)
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    print("READY " + name, flush=True)
+    for line in sys.stdin:
+        times = []
+        for _ in range(max(1, int(line))):
+            t = time.perf_counter()
+            interp.invoke()
+            times.append((time.perf_counter() - t) * 1e6)
+        times.sort()
+        print(f"{times[len(times) // 2]:.2f} {times[0]:.2f}", flush=True)
+
+
+class ChunkServer:
+    """A process that answers a count of forward passes with their median and fastest (µs)."""
+
+    def __init__(self, cmd, ready):
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        # The first line that `ready` accepts names the engine (libraries may print before it).
+        for line in self.p.stdout:
+            name = ready(line.strip())
+            if name:
+                self.name = name
+                return
+        sys.exit(f"{cmd[0]} exited before it was ready")
+
+    def chunk(self, passes):
+        self.p.stdin.write(f"{passes}\n")
+        self.p.stdin.flush()
+        median, fastest = map(float, self.p.stdout.readline().split())
+        return median / 1e3, fastest / 1e3
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def paired_forward(a):
+    """The forward pass at batch 1, fulcrum and LiteRT in alternating chunks (module docs)."""
+    if not os.path.exists(a.forward_loop):
+        sys.exit(f"{a.forward_loop} not found: run `cargo build --release --example forward_loop`")
+    ful = ChunkServer([a.forward_loop, "serve", str(a.threads)], lambda l: l or None)
+    lite = ChunkServer([sys.executable, __file__, "--worker", "litert-serve",
+                        "--threads", str(a.threads)],
+                       lambda l: l[len("READY "):] if l.startswith("READY ") else None)
+    for s in (ful, lite):  # warm-up
+        s.chunk(a.chunk)
+    pairs = []
+    for i in range(a.pairs):
+        order = (ful, lite) if i % 2 == 0 else (lite, ful)
+        got = {id(s): s.chunk(a.chunk) for s in order}
+        pairs.append((got[id(ful)], got[id(lite)]))
+    ful.close()
+    lite.close()
+    return ful.name, lite.name, pairs
+
+
+def quartiles(v):
+    q = statistics.quantiles(v, n=4)
+    return q[0], statistics.median(v), q[2]
+
+
+def report_pairs(fname, lname, pairs, a):
+    ratio = [f[0] / l[0] for f, l in pairs]
+    fast = [f[1] / l[1] for f, l in pairs]
+    q1, med, q3 = quartiles(ratio)
+    print(f"det-s forward at batch 1, {a.threads} thread(s), {len(pairs)} pairs of chunks of "
+          f"{a.chunk} passes; fulcrum: {fname}")
+    print(f"  chunk medians: fulcrum {statistics.median(f[0] for f, _ in pairs):.3f} ms, "
+          f"{lname} {statistics.median(l[0] for _, l in pairs):.3f} ms")
+    print(f"  fulcrum / LiteRT per pair: median {med:.2f}× (quartiles {q1:.2f}–{q3:.2f}×)  "
+          f"(goal ≤ 1.0×); fastest passes {statistics.median(fast):.2f}×")
+    return {"pairs": [[f[0], f[1], l[0], l[1]] for f, l in pairs], "ratio_median": med,
+            "ratio_quartiles": [q1, q3], "fastest_ratio_median": statistics.median(fast),
+            "names": {"fulcrum": fname, "litert": lname}}
+
+
 def run_worker(kind, a):
     out = subprocess.run(
         [sys.executable, __file__, "--worker", kind, "--threads", str(a.threads),
@@ -210,8 +312,17 @@ def main():
     p.add_argument("--runs", type=int, default=30, help="timed runs per figure (medians)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of every engine, alternating")
     p.add_argument("--json", help="also write the figures to this file")
-    p.add_argument("--worker", choices=["litert", "keras", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--forward-loop", default="target/release/examples/forward_loop",
+                   help="fulcrum's side of the paired forward comparison")
+    p.add_argument("--pairs", type=int, default=60,
+                   help="pairs of forward chunks, fulcrum's and LiteRT's (0: none)")
+    p.add_argument("--chunk", type=int, default=100, help="forward passes per chunk")
+    p.add_argument("--worker", choices=["litert", "keras", "torch", "litert-serve"],
+                   help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.worker == "litert-serve":
+        serve_litert(a.threads)
+        return
     if a.worker:
         name, ms = worker(a.worker, a.threads, a.runs, a.batch)
         print(json.dumps({"name": name, "ms": ms}))
@@ -219,6 +330,14 @@ def main():
     if not os.path.exists(a.fulcrum):
         sys.exit(f"{a.fulcrum} not found: run `cargo build --release` first")
 
+    paired = None
+    if a.pairs > 0:
+        paired = report_pairs(*paired_forward(a), a)
+    if a.rounds <= 0:
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump({"threads": a.threads, "forward_pairs": paired}, fh, indent=2)
+        return
     rows = {k: [] for k in ("fulcrum_fwd", "fulcrum_step", "litert_fwd", "keras_step", "torch_step")}
     names = {}
     for r in range(a.rounds):
@@ -266,8 +385,9 @@ def main():
             print(f"    {k:<13} " + "  ".join(f"{x:.3f}" for x in v))
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"threads": a.threads, "batch": a.batch, "rounds": rows, "medians": med,
-                       "fastest": fastest, "names": names}, fh, indent=2)
+            json.dump({"threads": a.threads, "batch": a.batch, "forward_pairs": paired,
+                       "rounds": rows, "medians": med, "fastest": fastest, "names": names},
+                      fh, indent=2)
 
 
 if __name__ == "__main__":
