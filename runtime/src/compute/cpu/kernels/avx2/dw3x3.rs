@@ -65,10 +65,12 @@ pub(in super::super) unsafe fn conv(
     }
 }
 
-/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Eight outputs at a time; a
-/// row's neighbours to the left and right are unaligned loads, or the row's own lanes shifted
-/// one place with a zero brought in at the plane's edges. The edges are const parameters of
-/// [`Plane::chunk`], so the loop over a row's middle has no branch.
+/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Eight outputs at a time,
+/// two output rows at a time where the band has two left (the input rows between them loaded
+/// once for both); a row's neighbours to the left and right are unaligned loads, or the row's
+/// own lanes shifted one place with a zero brought in at the plane's edges. The edges are
+/// const parameters of [`Plane::chunk`] and [`Plane::pair_chunk`], so the loop over a row's
+/// middle has no branch.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(in super::super) unsafe fn same(
@@ -82,18 +84,45 @@ pub(in super::super) unsafe fn same(
     oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 1, 8, |t, o, n| {
-        // SAFETY: AVX2 as for this function; `plane::rows` hands over rows of `ow` floats,
-        // present as `t` says, and `o` pointing at `ow`, as `row` requires.
-        unsafe {
-            match (t.top, t.bottom) {
-                (true, true) => k.row::<true, true>(t.rows, o, ow, n),
-                (false, true) => k.row::<false, true>(t.rows, o, ow, n),
-                (true, false) => k.row::<true, false>(t.rows, o, ow, n),
-                (false, false) => k.row::<false, false>(t.rows, o, ow, n),
+    plane::row_pairs(
+        x,
+        w,
+        bias,
+        relu,
+        out,
+        ow,
+        (oy0, oh),
+        8,
+        |t, o, n| {
+            // SAFETY: AVX2 as for this function; `plane::row_pairs` hands over rows of `ow`
+            // floats, present as `t` says, and both `o` pointing at `ow`, as `pair_row`
+            // requires.
+            unsafe {
+                match (t.top, t.bottom, relu) {
+                    (true, true, true) => k.pair_row::<true, true, true>(t.rows, o, ow, n),
+                    (true, false, true) => k.pair_row::<true, false, true>(t.rows, o, ow, n),
+                    (false, true, true) => k.pair_row::<false, true, true>(t.rows, o, ow, n),
+                    (false, false, true) => k.pair_row::<false, false, true>(t.rows, o, ow, n),
+                    (true, true, false) => k.pair_row::<true, true, false>(t.rows, o, ow, n),
+                    (true, false, false) => k.pair_row::<true, false, false>(t.rows, o, ow, n),
+                    (false, true, false) => k.pair_row::<false, true, false>(t.rows, o, ow, n),
+                    (false, false, false) => k.pair_row::<false, false, false>(t.rows, o, ow, n),
+                }
             }
-        }
-    });
+        },
+        |t, o, n| {
+            // SAFETY: AVX2 as for this function; `plane::row_pairs` hands over rows of `ow`
+            // floats, present as `t` says, and `o` pointing at `ow`, as `row` requires.
+            unsafe {
+                match (t.top, t.bottom) {
+                    (true, true) => k.row::<true, true>(t.rows, o, ow, n),
+                    (false, true) => k.row::<false, true>(t.rows, o, ow, n),
+                    (true, false) => k.row::<true, false>(t.rows, o, ow, n),
+                    (false, false) => k.row::<false, false>(t.rows, o, ow, n),
+                }
+            }
+        },
+    );
 }
 
 /// See [`super::super::Dw3x3InPlace`] (stride 2, and its safety). Eight outputs at a time from
@@ -195,28 +224,11 @@ impl Plane {
     ) {
         let zero = _mm256_setzero_ps();
         let taps = |ky: usize, init: __m256| {
-            let r = p[ky];
             // SAFETY: the caller's.
-            unsafe {
-                let mid = _mm256_loadu_ps(r.add(c));
-                let left = if LEFT {
-                    let shifted =
-                        _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
-                    _mm256_blend_ps::<0b0000_0001>(shifted, zero)
-                } else {
-                    _mm256_loadu_ps(r.add(c - 1))
-                };
-                let right = if RIGHT {
-                    let shifted =
-                        _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7));
-                    _mm256_blend_ps::<0b1000_0000>(shifted, zero)
-                } else {
-                    _mm256_loadu_ps(r.add(c + 1))
-                };
-                let a = _mm256_fmadd_ps(self.w[3 * ky], left, init);
-                let a = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, a);
-                _mm256_fmadd_ps(self.w[3 * ky + 2], right, a)
-            }
+            let [left, mid, right] = unsafe { row_taps::<LEFT, RIGHT>(p[ky], c) };
+            let a = _mm256_fmadd_ps(self.w[3 * ky], left, init);
+            let a = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, a);
+            _mm256_fmadd_ps(self.w[3 * ky + 2], right, a)
         };
         let a0 = if TOP { taps(0, self.bias) } else { self.bias };
         let a1 = taps(1, zero);
@@ -229,6 +241,92 @@ impl Plane {
         let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
         // SAFETY: the caller's: `o` holds c .. c + 8.
         unsafe { _mm256_storeu_ps(o.add(c), v) };
+    }
+
+    /// Columns `0 .. w8` of two output rows (`o[0]`, `o[1]` below it) from input rows `p`
+    /// (`p[0]` above the first, present when `TOP`; `p[3]` below the second, present when
+    /// `BOTTOM`), with ReLU where `RELU`.
+    ///
+    /// Safety: AVX2 + FMA; the present rows and both `o` point at `width` floats, `w8 =
+    /// width − width % 8`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn pair_row<const TOP: bool, const BOTTOM: bool, const RELU: bool>(
+        &self,
+        p: [*const f32; 4],
+        o: [*mut f32; 2],
+        width: usize,
+        w8: usize,
+    ) {
+        if w8 == 0 {
+            return;
+        }
+        // SAFETY (all four runs): as in `row`.
+        unsafe {
+            if width == 8 {
+                self.pair_chunk::<TOP, BOTTOM, true, true, RELU>(p, o, 0);
+                return;
+            }
+            self.pair_chunk::<TOP, BOTTOM, true, false, RELU>(p, o, 0);
+            let mut c = 8;
+            while c + 8 < width && c < w8 {
+                self.pair_chunk::<TOP, BOTTOM, false, false, RELU>(p, o, c);
+                c += 8;
+            }
+            if c < w8 {
+                self.pair_chunk::<TOP, BOTTOM, false, true, RELU>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 8` of two rows: each input row's three taps loaded once, and summed
+    /// into both rows it reaches, each row's sums in [`Plane::chunk`]'s order (the row above's
+    /// taps with the bias, plus the middle row's, plus the row below's), so the results are
+    /// the same. Safety: as [`Plane::chunk`]'s, for the four rows.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn pair_chunk<
+        const TOP: bool,
+        const BOTTOM: bool,
+        const LEFT: bool,
+        const RIGHT: bool,
+        const RELU: bool,
+    >(
+        &self,
+        p: [*const f32; 4],
+        o: [*mut f32; 2],
+        c: usize,
+    ) {
+        let zero = _mm256_setzero_ps();
+        // SAFETY: the caller's.
+        let taps = |r: usize| unsafe { row_taps::<LEFT, RIGHT>(p[r], c) };
+        let sum = |t: [__m256; 3], ky: usize, init: __m256| {
+            let a = _mm256_fmadd_ps(self.w[3 * ky], t[0], init);
+            let a = _mm256_fmadd_ps(self.w[3 * ky + 1], t[1], a);
+            _mm256_fmadd_ps(self.w[3 * ky + 2], t[2], a)
+        };
+        let store = |o: *mut f32, v: __m256| {
+            let v = if RELU { _mm256_max_ps(v, zero) } else { v };
+            // SAFETY: the caller's: `o` holds c .. c + 8.
+            unsafe { _mm256_storeu_ps(o.add(c), v) };
+        };
+        let first = if TOP {
+            sum(taps(0), 0, self.bias)
+        } else {
+            self.bias
+        };
+        let t1 = taps(1);
+        let first = _mm256_add_ps(first, sum(t1, 1, zero));
+        let second = sum(t1, 0, self.bias);
+        let t2 = taps(2);
+        store(o[0], _mm256_add_ps(first, sum(t2, 2, zero)));
+        let second = _mm256_add_ps(second, sum(t2, 1, zero));
+        let second = if BOTTOM {
+            _mm256_add_ps(second, sum(taps(3), 2, zero))
+        } else {
+            second
+        };
+        store(o[1], second);
     }
 
     /// Columns `0 .. w8` of one stride-2 output row from input rows `p` (`p[0]` above,
@@ -275,6 +373,36 @@ impl Plane {
         let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
         // SAFETY: the caller's: `o` holds c .. c + 8.
         unsafe { _mm256_storeu_ps(o.add(c), v) };
+    }
+}
+
+/// The left, centre and right taps of outputs `c .. c + 8` of a stride-1, pad-1 row `r`:
+/// input columns `c + l − 1`, `c + l` and `c + l + 1` for lane `l`, unaligned loads, or the
+/// centre lanes shifted one place with a zero brought in at the row's left edge (`LEFT`) or
+/// its right one (`RIGHT`).
+///
+/// Safety: AVX2; `r` holds columns `c .. c + 8`, and `c − 1` unless `LEFT`, `c + 8` unless
+/// `RIGHT`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn row_taps<const LEFT: bool, const RIGHT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
+    let zero = _mm256_setzero_ps();
+    // SAFETY: the caller's.
+    unsafe {
+        let mid = _mm256_loadu_ps(r.add(c));
+        let left = if LEFT {
+            let shifted = _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+            _mm256_blend_ps::<0b0000_0001>(shifted, zero)
+        } else {
+            _mm256_loadu_ps(r.add(c - 1))
+        };
+        let right = if RIGHT {
+            let shifted = _mm256_permutevar8x32_ps(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7));
+            _mm256_blend_ps::<0b1000_0000>(shifted, zero)
+        } else {
+            _mm256_loadu_ps(r.add(c + 1))
+        };
+        [left, mid, right]
     }
 }
 
