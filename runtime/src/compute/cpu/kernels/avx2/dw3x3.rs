@@ -4,11 +4,11 @@ use super::super::operands::{Taps, WeightGrad};
 use super::super::plane;
 use super::super::portable::{self, s2_pixels};
 use std::arch::x86_64::{
-    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_castpd_ps, _mm256_castps_pd,
-    _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps,
-    _mm256_permute2f128_ps, _mm256_permute4x64_pd, _mm256_permutevar8x32_ps, _mm256_set1_ps,
-    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps,
-    _mm256_unpacklo_ps, _CMP_GT_OQ,
+    __m256, _mm256_add_ps, _mm256_and_ps, _mm256_blend_ps, _mm256_broadcast_ss, _mm256_castpd_ps,
+    _mm256_castps_pd, _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_max_ps,
+    _mm256_mul_ps, _mm256_permute2f128_ps, _mm256_permute4x64_pd, _mm256_permutevar8x32_ps,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
+    _mm256_unpackhi_ps, _mm256_unpacklo_ps, _CMP_GT_OQ,
 };
 
 /// Horizontal sum of eight lanes, in the pairwise order of `portable::hsum`.
@@ -370,6 +370,8 @@ impl Plane {
         };
         let a0 = if TOP { taps(0, self.bias) } else { self.bias };
         let v = _mm256_add_ps(_mm256_add_ps(a0, taps(1, zero)), taps(2, zero));
+        // The taps' lanes are scrambled (see `half_taps`): one permutation puts them in order.
+        let v = in_order(v);
         let v = if self.relu { _mm256_max_ps(v, zero) } else { v };
         // SAFETY: the caller's: `o` holds c .. c + 8.
         unsafe { _mm256_storeu_ps(o.add(c), v) };
@@ -406,11 +408,15 @@ unsafe fn row_taps<const LEFT: bool, const RIGHT: bool>(r: *const f32, c: usize)
     }
 }
 
-/// The left, centre and right taps of outputs `c .. c + 8` of a stride-2, pad-1 row: input
-/// columns `2(c + l) − 1`, `2(c + l)` and `2(c + l) + 1` for lane `l`, from sixteen input
-/// columns split into even (centre) and odd (right) lanes; the left taps are the even lanes of
-/// the run one column earlier, or the odd lanes shifted one place with a zero brought in at
-/// the row's left edge (`LEFT`).
+/// The left, centre and right taps of outputs `c .. c + 8` of a stride-2, pad-1 row (input
+/// columns `2(c + l) − 1`, `2(c + l)` and `2(c + l) + 1` for output column `c + l`), with the
+/// lanes in the order [`scrambled_pairs`] leaves them (output columns 0 1 4 5 2 3 6 7): the
+/// centre and right taps are the even and odd floats of sixteen columns without the two lane
+/// permutations that put them in order, and the left taps are the right ones moved one column
+/// on, the column left of the run (or zero at the row's left edge, `LEFT`) brought in from a
+/// broadcast. One permutation of the result ([`in_order`]) puts the outputs in order: 10
+/// shuffles an output vector where in-order taps took 18, and 7–10 % less time for the plane
+/// (`dw3x3_half` alone, 16–32 planes of 16–32 columns).
 ///
 /// Safety: AVX2; `r` holds input columns `2c .. 2c + 16`, and `2c − 1` unless `LEFT`.
 #[target_feature(enable = "avx2,fma")]
@@ -418,16 +424,42 @@ unsafe fn row_taps<const LEFT: bool, const RIGHT: bool>(r: *const f32, c: usize)
 unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
     // SAFETY: the caller's.
     unsafe {
-        let [mid, right] = even_odd(r.add(2 * c));
-        let left = if LEFT {
-            let shifted =
-                _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
-            _mm256_blend_ps::<0b0000_0001>(shifted, _mm256_setzero_ps())
+        let [mid, right] = scrambled_pairs(r.add(2 * c));
+        // Left tap of output column j is the right tap of column j − 1: in the scrambled
+        // order (columns 0 1 4 5 | 2 3 6 7) lane k takes the lane holding column
+        // (its column) − 1; lane 0 (column 0) takes the column left of the run.
+        let moved = _mm256_permutevar8x32_ps(right, _mm256_setr_epi32(0, 0, 5, 2, 1, 4, 3, 6));
+        let before = if LEFT {
+            _mm256_setzero_ps()
         } else {
-            even_odd(r.add(2 * c - 1))[0]
+            _mm256_broadcast_ss(&*r.add(2 * c - 1))
         };
-        [left, mid, right]
+        [_mm256_blend_ps::<0b0000_0001>(moved, before), mid, right]
     }
+}
+
+/// The even floats and the odd ones of the sixteen at `r`, each in the order one shuffle of
+/// the two halves leaves them: floats 0 2 8 10 4 6 12 14 and 1 3 9 11 5 7 13 15 (output
+/// columns 0 1 4 5 2 3 6 7); [`in_order`] puts a vector so scrambled in order.
+///
+/// Safety: AVX2; `r` holds 16 floats.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scrambled_pairs(r: *const f32) -> [__m256; 2] {
+    // SAFETY: the caller's.
+    let (a, b) = unsafe { (_mm256_loadu_ps(r), _mm256_loadu_ps(r.add(8))) };
+    [
+        _mm256_shuffle_ps::<0b10_00_10_00>(a, b),
+        _mm256_shuffle_ps::<0b11_01_11_01>(a, b),
+    ]
+}
+
+/// The 64-bit pairs of `t` in the order (0, 2, 1, 3): what puts the lanes of a shuffle of two
+/// halves ([`scrambled_pairs`]) in order.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn in_order(t: __m256) -> __m256 {
+    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
 }
 
 /// The even floats (0, 2, …, 14) and the odd ones (1, 3, …, 15) of the sixteen at `r`, each
@@ -437,14 +469,9 @@ unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [__m256; 3] {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(super) unsafe fn even_odd(r: *const f32) -> [__m256; 2] {
-    let in_order =
-        |t: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)));
     // SAFETY: the caller's.
-    let (a, b) = unsafe { (_mm256_loadu_ps(r), _mm256_loadu_ps(r.add(8))) };
-    [
-        in_order(_mm256_shuffle_ps::<0b10_00_10_00>(a, b)),
-        in_order(_mm256_shuffle_ps::<0b11_01_11_01>(a, b)),
-    ]
+    let [even, odd] = unsafe { scrambled_pairs(r) };
+    [in_order(even), in_order(odd)]
 }
 
 /// See [`super::super::Dw3x3WeightGrad`] (and its safety).
