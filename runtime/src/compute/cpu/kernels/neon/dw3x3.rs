@@ -54,10 +54,12 @@ pub(super) unsafe fn conv(
     }
 }
 
-/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Four outputs at a time; a
-/// row's neighbours to the left and right are unaligned loads, or the row's own lanes shifted
-/// one place (`ext`) with a zero brought in at the plane's edges. The edges are const
-/// parameters of [`Plane::chunk`], so the loop over a row's middle has no branch.
+/// See [`super::super::Dw3x3InPlace`] (stride 1, and its safety). Four outputs at a time,
+/// two output rows at a time where the band has two left (the input rows between them loaded
+/// once for both, as the AVX2 set does); a row's neighbours to the left and right are
+/// unaligned loads, or the row's own lanes shifted one place (`ext`) with a zero brought in
+/// at the plane's edges. The edges are const parameters of [`Plane::chunk`] and
+/// [`Plane::pair_chunk`], so the loop over a row's middle has no branch.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn same(
     x: &[f32],
@@ -70,18 +72,40 @@ pub(super) unsafe fn same(
     oh: usize,
 ) {
     let k = Plane::new(w, bias, relu);
-    plane::rows(x, w, bias, relu, out, ow, (oy0, oh), 1, 4, |t, o, n| {
-        // SAFETY: `plane::rows` hands over rows of `ow` floats, present as `t` says, and `o`
-        // pointing at `ow`, as `row` requires.
-        unsafe {
-            match (t.top, t.bottom) {
-                (true, true) => k.row::<true, true>(t.rows, o, ow, n),
-                (false, true) => k.row::<false, true>(t.rows, o, ow, n),
-                (true, false) => k.row::<true, false>(t.rows, o, ow, n),
-                (false, false) => k.row::<false, false>(t.rows, o, ow, n),
+    plane::row_pairs(
+        x,
+        w,
+        bias,
+        relu,
+        out,
+        ow,
+        (oy0, oh),
+        4,
+        |t, o, n| {
+            // SAFETY: `plane::row_pairs` hands over rows of `ow` floats, present as `t` says,
+            // and both `o` pointing at `ow`, as `pair_row` requires.
+            unsafe {
+                match (t.top, t.bottom) {
+                    (true, true) => k.pair_row::<true, true>(t.rows, o, ow, n),
+                    (false, true) => k.pair_row::<false, true>(t.rows, o, ow, n),
+                    (true, false) => k.pair_row::<true, false>(t.rows, o, ow, n),
+                    (false, false) => k.pair_row::<false, false>(t.rows, o, ow, n),
+                }
             }
-        }
-    });
+        },
+        |t, o, n| {
+            // SAFETY: `plane::row_pairs` hands over rows of `ow` floats, present as `t` says,
+            // and `o` pointing at `ow`, as `row` requires.
+            unsafe {
+                match (t.top, t.bottom) {
+                    (true, true) => k.row::<true, true>(t.rows, o, ow, n),
+                    (false, true) => k.row::<false, true>(t.rows, o, ow, n),
+                    (true, false) => k.row::<true, false>(t.rows, o, ow, n),
+                    (false, false) => k.row::<false, false>(t.rows, o, ow, n),
+                }
+            }
+        },
+    );
 }
 
 /// See [`super::super::Dw3x3InPlace`] (stride 2, and its safety). Four outputs at a time from
@@ -181,18 +205,7 @@ impl Plane {
         unsafe {
             let zero = vdupq_n_f32(0.0);
             let taps = |ky: usize, init: float32x4_t| {
-                let r = p[ky];
-                let mid = vld1q_f32(r.add(c));
-                let left = if LEFT {
-                    vextq_f32::<3>(zero, mid)
-                } else {
-                    vld1q_f32(r.add(c - 1))
-                };
-                let right = if RIGHT {
-                    vextq_f32::<1>(mid, zero)
-                } else {
-                    vld1q_f32(r.add(c + 1))
-                };
+                let [left, mid, right] = row_taps::<LEFT, RIGHT>(p[ky], c);
                 let a = vfmaq_f32(init, self.w[3 * ky], left);
                 let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
                 vfmaq_f32(a, self.w[3 * ky + 2], right)
@@ -206,6 +219,88 @@ impl Plane {
             };
             let v = if self.relu { vmaxq_f32(v, zero) } else { v };
             vst1q_f32(o.add(c), v);
+        }
+    }
+
+    /// Columns `0 .. w4` of two output rows (`o[0]`, `o[1]` below it) from input rows `p`
+    /// (`p[0]` above the first, present when `TOP`; `p[3]` below the second, present when
+    /// `BOTTOM`).
+    ///
+    /// Safety: the present rows and both `o` point at `width` floats, `w4 = width − width % 4`.
+    #[inline(always)]
+    unsafe fn pair_row<const TOP: bool, const BOTTOM: bool>(
+        &self,
+        p: [*const f32; 4],
+        o: [*mut f32; 2],
+        width: usize,
+        w4: usize,
+    ) {
+        if w4 == 0 {
+            return;
+        }
+        // SAFETY (all four runs): as in `row`.
+        unsafe {
+            if width == 4 {
+                self.pair_chunk::<TOP, BOTTOM, true, true>(p, o, 0);
+                return;
+            }
+            self.pair_chunk::<TOP, BOTTOM, true, false>(p, o, 0);
+            let mut c = 4;
+            while c + 4 < width && c < w4 {
+                self.pair_chunk::<TOP, BOTTOM, false, false>(p, o, c);
+                c += 4;
+            }
+            if c < w4 {
+                self.pair_chunk::<TOP, BOTTOM, false, true>(p, o, c);
+            }
+        }
+    }
+
+    /// Outputs `c .. c + 4` of two rows: each input row's three taps loaded once and summed
+    /// into both rows it reaches, each row's sums in [`Plane::chunk`]'s order, so the results
+    /// are the same. Safety: as [`Plane::chunk`]'s, for the four rows.
+    #[inline(always)]
+    unsafe fn pair_chunk<
+        const TOP: bool,
+        const BOTTOM: bool,
+        const LEFT: bool,
+        const RIGHT: bool,
+    >(
+        &self,
+        p: [*const f32; 4],
+        o: [*mut f32; 2],
+        c: usize,
+    ) {
+        // SAFETY: NEON is baseline; the reads and the stores are the caller's.
+        unsafe {
+            let zero = vdupq_n_f32(0.0);
+            let taps = |r: usize| row_taps::<LEFT, RIGHT>(p[r], c);
+            let sum = |t: [float32x4_t; 3], ky: usize, init: float32x4_t| {
+                let a = vfmaq_f32(init, self.w[3 * ky], t[0]);
+                let a = vfmaq_f32(a, self.w[3 * ky + 1], t[1]);
+                vfmaq_f32(a, self.w[3 * ky + 2], t[2])
+            };
+            let store = |o: *mut f32, v: float32x4_t| {
+                let v = if self.relu { vmaxq_f32(v, zero) } else { v };
+                vst1q_f32(o.add(c), v);
+            };
+            let first = if TOP {
+                sum(taps(0), 0, self.bias)
+            } else {
+                self.bias
+            };
+            let t1 = taps(1);
+            let first = vaddq_f32(first, sum(t1, 1, zero));
+            let second = sum(t1, 0, self.bias);
+            let t2 = taps(2);
+            store(o[0], vaddq_f32(first, sum(t2, 2, zero)));
+            let second = vaddq_f32(second, sum(t2, 1, zero));
+            let second = if BOTTOM {
+                vaddq_f32(second, sum(taps(3), 2, zero))
+            } else {
+                second
+            };
+            store(o[1], second);
         }
     }
 
@@ -272,6 +367,35 @@ unsafe fn half_taps<const LEFT: bool>(r: *const f32, c: usize) -> [float32x4_t; 
             vld2q_f32(r.add(2 * c - 1)).0
         };
         [left, pair.0, pair.1]
+    }
+}
+
+/// The left, centre and right taps of outputs `c .. c + 4` of a stride-1, pad-1 row `r`:
+/// input columns `c + l − 1`, `c + l` and `c + l + 1` for lane `l`, unaligned loads, or the
+/// centre lanes shifted one place (`ext`) with a zero brought in at the row's left edge
+/// (`LEFT`) or its right one (`RIGHT`).
+///
+/// Safety: `r` holds columns `c .. c + 4`, and `c − 1` unless `LEFT`, `c + 4` unless `RIGHT`.
+#[inline(always)]
+unsafe fn row_taps<const LEFT: bool, const RIGHT: bool>(
+    r: *const f32,
+    c: usize,
+) -> [float32x4_t; 3] {
+    // SAFETY: NEON is baseline; the reads are the caller's.
+    unsafe {
+        let zero = vdupq_n_f32(0.0);
+        let mid = vld1q_f32(r.add(c));
+        let left = if LEFT {
+            vextq_f32::<3>(zero, mid)
+        } else {
+            vld1q_f32(r.add(c - 1))
+        };
+        let right = if RIGHT {
+            vextq_f32::<1>(mid, zero)
+        } else {
+            vld1q_f32(r.add(c + 1))
+        };
+        [left, mid, right]
     }
 }
 
