@@ -141,6 +141,22 @@ def torch_det_s():
     return DetS()
 
 
+def litert_interpreter(tf, model, x, threads):
+    """`model` converted to a float32 LiteRT model, in an interpreter on `threads` threads
+    (LiteRT's default CPU delegate is XNNPACK) with `x` as its input, and the runtime's name."""
+    tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+        name = "LiteRT (ai-edge-litert) + XNNPACK"
+    except ImportError:
+        Interpreter = tf.lite.Interpreter
+        name = "TF Lite interpreter + XNNPACK"
+    interp = Interpreter(model_content=tflite, num_threads=threads)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    return name, interp
+
+
 def worker(kind, threads, runs, batch):
     """One peer's figure, in a process of its own: TensorFlow and PyTorch each bundle LLVM,
     and both in one process abort on their duplicate command-line options."""
@@ -162,17 +178,7 @@ def worker(kind, threads, runs, batch):
         if model.count_params() != DET_S_PARAMS:
             sys.exit(f"the Keras det-s has {model.count_params()} parameters, not {DET_S_PARAMS}")
         if kind == "litert":
-            # LiteRT's default CPU delegate is XNNPACK; a float32 model.
-            tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
-            try:
-                from ai_edge_litert.interpreter import Interpreter
-                name = "LiteRT (ai-edge-litert) + XNNPACK"
-            except ImportError:
-                Interpreter = tf.lite.Interpreter
-                name = "TF Lite interpreter + XNNPACK"
-            interp = Interpreter(model_content=tflite, num_threads=threads)
-            interp.allocate_tensors()
-            interp.set_tensor(interp.get_input_details()[0]["index"], xb[:1])
+            name, interp = litert_interpreter(tf, model, xb[:1], threads)
             return name, median_ms(interp.invoke, runs * 10)
         model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="mse", jit_compile=False)
         return f"Keras {keras.__version__} (TensorFlow {tf.__version__})", median_ms(
@@ -204,17 +210,8 @@ def serve_litert(threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
-    tflite = tf.lite.TFLiteConverter.from_keras_model(keras_det_s()).convert()
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-        name = "LiteRT (ai-edge-litert) + XNNPACK"
-    except ImportError:
-        Interpreter = tf.lite.Interpreter
-        name = "TF Lite interpreter + XNNPACK"
-    interp = Interpreter(model_content=tflite, num_threads=threads)
-    interp.allocate_tensors()
     x = np.random.default_rng(0).integers(0, 256, (1, INPUT, INPUT, 3)).astype(np.float32)
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    name, interp = litert_interpreter(tf, keras_det_s(), x, threads)
     print("READY " + name, flush=True)
     for line in sys.stdin:
         times = []
