@@ -195,9 +195,9 @@ impl WorkingMemory {
 /// [`crate::compute::cpu::conv2d_forward_split`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SplitChoice {
-    /// Layers with fewer images than threads, where the choice was measured.
+    /// Layers with fewer images than threads, where the choice was made.
     pub measured: usize,
-    /// Those whose channel split was faster, named by shape.
+    /// Those that split, named by shape.
     pub split: Vec<String>,
 }
 
@@ -551,11 +551,24 @@ impl CpuExec {
         // Each candidate layer: its entry, its step, and the fastest time of each way.
         let mut layers = Vec::new();
         for (e, entry) in self.recording.entries.iter().enumerate() {
+            let stems = fusion::normalized_stems(&self.recording, e);
             for (i, step) in entry.steps.iter().enumerate() {
                 if let Step::ConvForward { op, .. } = step {
-                    if self.split_candidate(op) {
-                        layers.push((e, i, Duration::MAX, Duration::MAX));
+                    if !self.split_candidate(op) {
+                        continue;
                     }
+                    // A stem that runs fused with its normalisation splits its output rows
+                    // (`stem::forward_split_rows`: each thread reads only its band's input
+                    // rows), which the conv timed alone here cannot show: alone it splits
+                    // its channels, every thread splitting every input row, and often lost
+                    // by that. The stem is det-s's largest layer, and whether it split
+                    // changed from one process to the next (alone, at 2 threads: 64 against
+                    // 116 µs, one thread 111). Its row split does no work twice: always.
+                    if self.fusion && i > 0 && stems[i - 1] {
+                        self.thread_split[e][i] = true;
+                        continue;
+                    }
+                    layers.push((e, i, Duration::MAX, Duration::MAX));
                 }
             }
         }
@@ -583,8 +596,8 @@ impl CpuExec {
         }
     }
 
-    /// Which batch-1 forward convs of entry `entry` split their channels (timed both ways per
-    /// layer when the executor was made).
+    /// Which batch-1 forward convs of entry `entry` split over the threads (timed both ways per
+    /// layer when the executor was made; a stem fused with its normalisation always splits).
     pub fn split_choice(&self, entry: usize) -> SplitChoice {
         let mut choice = SplitChoice {
             measured: 0,
@@ -1027,6 +1040,22 @@ mod tests {
         (0..n * layout.record_size)
             .map(|_| rng.next_u64() as u8)
             .collect()
+    }
+
+    /// At batch 1 on two threads the stem, fused with its normalisation, always splits (its
+    /// rows, which the channel split timed alone cannot show), whatever the timings say.
+    #[test]
+    fn a_fused_stem_always_splits_at_batch_1() {
+        let (arch, layout) = det_s();
+        let graph = ModelGraph::build(&arch, 1, &layout, &GraphOptions::default()).expect("graph");
+        let infer = graph.entry(ENTRY_INFER);
+        let stem = |choice: &SplitChoice| choice.split.iter().any(|s| s.starts_with("Dense 3→16"));
+        for _ in 0..3 {
+            let exec = CpuExec::new(&graph.recording, 2).expect("executor");
+            let choice = exec.split_choice(infer);
+            assert_eq!(choice.measured, 19, "det-s's batch-1 convs: {choice:?}");
+            assert!(stem(&choice), "the stem did not split: {choice:?}");
+        }
     }
 
     /// A batch read in place predicts what the same batch written into the records tensor
