@@ -175,6 +175,17 @@ impl Plane {
         }
     }
 
+    /// `init` plus kernel row `ky`'s three taps (`t`: left, centre, right) times its weights,
+    /// in that order: every plane kernel sums a row this way, so their results agree bit for
+    /// bit.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn row_sum(&self, t: [__m256; 3], ky: usize, init: __m256) -> __m256 {
+        let a = _mm256_fmadd_ps(self.w[3 * ky], t[0], init);
+        let a = _mm256_fmadd_ps(self.w[3 * ky + 1], t[1], a);
+        _mm256_fmadd_ps(self.w[3 * ky + 2], t[2], a)
+    }
+
     /// Columns `0 .. w8` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///
@@ -223,13 +234,9 @@ impl Plane {
         c: usize,
     ) {
         let zero = _mm256_setzero_ps();
-        let taps = |ky: usize, init: __m256| {
-            // SAFETY: the caller's.
-            let [left, mid, right] = unsafe { row_taps::<LEFT, RIGHT>(p[ky], c) };
-            let a = _mm256_fmadd_ps(self.w[3 * ky], left, init);
-            let a = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, a);
-            _mm256_fmadd_ps(self.w[3 * ky + 2], right, a)
-        };
+        // SAFETY: the caller's.
+        let taps =
+            |ky: usize, init| self.row_sum(unsafe { row_taps::<LEFT, RIGHT>(p[ky], c) }, ky, init);
         let a0 = if TOP { taps(0, self.bias) } else { self.bias };
         let a1 = taps(1, zero);
         let v = _mm256_add_ps(a0, a1);
@@ -300,11 +307,7 @@ impl Plane {
         let zero = _mm256_setzero_ps();
         // SAFETY: the caller's.
         let taps = |r: usize| unsafe { row_taps::<LEFT, RIGHT>(p[r], c) };
-        let sum = |t: [__m256; 3], ky: usize, init: __m256| {
-            let a = _mm256_fmadd_ps(self.w[3 * ky], t[0], init);
-            let a = _mm256_fmadd_ps(self.w[3 * ky + 1], t[1], a);
-            _mm256_fmadd_ps(self.w[3 * ky + 2], t[2], a)
-        };
+        let sum = |t, ky, init| self.row_sum(t, ky, init);
         let store = |o: *mut f32, v: __m256| {
             let v = if RELU { _mm256_max_ps(v, zero) } else { v };
             // SAFETY: the caller's: `o` holds c .. c + 8.
@@ -361,13 +364,8 @@ impl Plane {
         c: usize,
     ) {
         let zero = _mm256_setzero_ps();
-        let taps = |ky: usize, init: __m256| {
-            // SAFETY: the caller's.
-            let [left, mid, right] = unsafe { half_taps::<LEFT>(p[ky], c) };
-            let acc = _mm256_fmadd_ps(self.w[3 * ky], left, init);
-            let acc = _mm256_fmadd_ps(self.w[3 * ky + 1], mid, acc);
-            _mm256_fmadd_ps(self.w[3 * ky + 2], right, acc)
-        };
+        // SAFETY: the caller's.
+        let taps = |ky: usize, init| self.row_sum(unsafe { half_taps::<LEFT>(p[ky], c) }, ky, init);
         let a0 = if TOP { taps(0, self.bias) } else { self.bias };
         let v = _mm256_add_ps(_mm256_add_ps(a0, taps(1, zero)), taps(2, zero));
         // The taps' lanes are scrambled (see `half_taps`): one permutation puts them in order.

@@ -157,6 +157,18 @@ impl Plane {
         }
     }
 
+    /// `init` plus kernel row `ky`'s three taps (`t`: left, centre, right) times its weights,
+    /// in that order: every plane kernel sums a row this way, so their results agree bit for
+    /// bit.
+    fn row_sum(&self, t: [float32x4_t; 3], ky: usize, init: float32x4_t) -> float32x4_t {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe {
+            let a = vfmaq_f32(init, self.w[3 * ky], t[0]);
+            let a = vfmaq_f32(a, self.w[3 * ky + 1], t[1]);
+            vfmaq_f32(a, self.w[3 * ky + 2], t[2])
+        }
+    }
+
     /// Columns `0 .. w4` of one output row from input rows `p` (`p[0]` above, present when
     /// `TOP`; `p[2]` below, present when `BOTTOM`).
     ///
@@ -204,12 +216,7 @@ impl Plane {
         // SAFETY: NEON is baseline; the reads and the store are the caller's.
         unsafe {
             let zero = vdupq_n_f32(0.0);
-            let taps = |ky: usize, init: float32x4_t| {
-                let [left, mid, right] = row_taps::<LEFT, RIGHT>(p[ky], c);
-                let a = vfmaq_f32(init, self.w[3 * ky], left);
-                let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
-                vfmaq_f32(a, self.w[3 * ky + 2], right)
-            };
+            let taps = |ky: usize, init| self.row_sum(row_taps::<LEFT, RIGHT>(p[ky], c), ky, init);
             let a0 = if TOP { taps(0, self.bias) } else { self.bias };
             let v = vaddq_f32(a0, taps(1, zero));
             let v = if BOTTOM {
@@ -275,11 +282,7 @@ impl Plane {
         unsafe {
             let zero = vdupq_n_f32(0.0);
             let taps = |r: usize| row_taps::<LEFT, RIGHT>(p[r], c);
-            let sum = |t: [float32x4_t; 3], ky: usize, init: float32x4_t| {
-                let a = vfmaq_f32(init, self.w[3 * ky], t[0]);
-                let a = vfmaq_f32(a, self.w[3 * ky + 1], t[1]);
-                vfmaq_f32(a, self.w[3 * ky + 2], t[2])
-            };
+            let sum = |t, ky, init| self.row_sum(t, ky, init);
             let store = |o: *mut f32, v: float32x4_t| {
                 let v = if self.relu { vmaxq_f32(v, zero) } else { v };
                 vst1q_f32(o.add(c), v);
@@ -335,12 +338,7 @@ impl Plane {
         // SAFETY: NEON is baseline; the reads and the store are the caller's.
         unsafe {
             let zero = vdupq_n_f32(0.0);
-            let taps = |ky: usize, init: float32x4_t| {
-                let [left, mid, right] = half_taps::<LEFT>(p[ky], c);
-                let a = vfmaq_f32(init, self.w[3 * ky], left);
-                let a = vfmaq_f32(a, self.w[3 * ky + 1], mid);
-                vfmaq_f32(a, self.w[3 * ky + 2], right)
-            };
+            let taps = |ky: usize, init| self.row_sum(half_taps::<LEFT>(p[ky], c), ky, init);
             let a0 = if TOP { taps(0, self.bias) } else { self.bias };
             let v = vaddq_f32(vaddq_f32(a0, taps(1, zero)), taps(2, zero));
             let v = if self.relu { vmaxq_f32(v, zero) } else { v };
