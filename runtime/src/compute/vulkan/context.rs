@@ -28,6 +28,10 @@ pub const VALIDATION_ENV: &str = "FULCRUM_VULKAN_VALIDATION";
 /// Environment variable: `0` keeps the plain kernels where subgroup variants would run, `1`
 /// asks for the variants (see [`Options::subgroups`]), for A/B runs.
 pub const SUBGROUPS_ENV: &str = "FULCRUM_VULKAN_SUBGROUPS";
+/// Environment variable: `0` keeps the GPUs' kernels where direct variants would run (on a
+/// CPU-type device), `1` asks for the direct variants on any device (see [`Options::direct`]),
+/// for A/B runs.
+pub const DIRECT_ENV: &str = "FULCRUM_VULKAN_DIRECT";
 
 const DEFAULT_LOADER: &str = "libvulkan.so.1";
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -52,8 +56,8 @@ pub struct Options {
     /// GPUs, ~1e-3 relative error); ignored, with a log line, where it does not.
     pub fp16: bool,
     /// Use the direct kernel variants (no shared memory, no barriers) where a step has one;
-    /// `None`: on CPU-type devices (lavapipe), which pay for every workgroup barrier by
-    /// switching between all the groups of lanes.
+    /// `None`: `FULCRUM_VULKAN_DIRECT` if set, else on CPU-type devices (lavapipe), which pay
+    /// for every workgroup barrier by switching between all the groups of lanes.
     pub direct: Option<bool>,
     /// Use the subgroup kernel variants (a workgroup's sums by `subgroupAdd` rather than a
     /// tree of barriers in shared memory) where a step has one; `None`: `FULCRUM_VULKAN_SUBGROUPS`
@@ -93,19 +97,21 @@ impl Options {
     /// Whether the subgroup variants are asked for: the option, else `FULCRUM_VULKAN_SUBGROUPS`
     /// (`0` or `1`), else `None` (wherever the device has them).
     fn subgroups_asked(&self) -> Result<Option<bool>> {
-        if self.subgroups.is_some() {
-            return Ok(self.subgroups);
-        }
-        match std::env::var(SUBGROUPS_ENV) {
-            Err(_) => Ok(None),
-            Ok(v) if v == "1" => Ok(Some(true)),
-            Ok(v) if v == "0" => Ok(Some(false)),
-            Ok(value) => Err(Error::BadEnv {
-                name: SUBGROUPS_ENV,
-                value,
-                expected: "0 (plain kernels) or 1 (subgroup variants)",
-            }),
-        }
+        switch_asked(
+            self.subgroups,
+            SUBGROUPS_ENV,
+            "0 (plain kernels) or 1 (subgroup variants)",
+        )
+    }
+
+    /// Whether the direct variants are asked for: the option, else `FULCRUM_VULKAN_DIRECT`
+    /// (`0` or `1`), else `None` (on CPU-type devices).
+    fn direct_asked(&self) -> Result<Option<bool>> {
+        switch_asked(
+            self.direct,
+            DIRECT_ENV,
+            "0 (the GPUs' kernels) or 1 (direct variants)",
+        )
     }
 
     fn loader_path(&self) -> Option<PathBuf> {
@@ -114,6 +120,28 @@ impl Options {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         })
+    }
+}
+
+/// A switch: `option` if set, else environment variable `env` (`0` or `1`; anything else is
+/// an error naming the `expected` values), else `None`.
+fn switch_asked(
+    option: Option<bool>,
+    env: &'static str,
+    expected: &'static str,
+) -> Result<Option<bool>> {
+    if option.is_some() {
+        return Ok(option);
+    }
+    match std::env::var(env) {
+        Err(_) => Ok(None),
+        Ok(v) if v == "1" => Ok(Some(true)),
+        Ok(v) if v == "0" => Ok(Some(false)),
+        Ok(value) => Err(Error::BadEnv {
+            name: env,
+            value,
+            expected,
+        }),
     }
 }
 
@@ -938,6 +966,7 @@ impl Device {
     /// and allocator.
     pub(crate) fn new(options: &Options) -> Result<Arc<Device>> {
         let subgroups_asked = options.subgroups_asked()?;
+        let direct_asked = options.direct_asked()?;
         let instance = Instance::new(options)?;
         let devices = instance.devices()?;
         let infos: Vec<DeviceInfo> = devices.iter().map(|(_, d)| d.clone()).collect();
@@ -1049,9 +1078,7 @@ impl Device {
                 ""
             }
         );
-        let direct = options
-            .direct
-            .unwrap_or(info.device_type == DeviceType::Cpu);
+        let direct = direct_asked.unwrap_or(info.device_type == DeviceType::Cpu);
         if subgroups_asked == Some(true) && !info.subgroup_arithmetic {
             log::info!(
                 "Vulkan: {} has no subgroup arithmetic in compute shaders: plain kernels only",
