@@ -8,7 +8,8 @@
 // invocation loads its PX input values (neighbouring invocations read neighbouring pixels)
 // and multiplies them into PX × 8 accumulators by weights that are the same for every
 // invocation of the workgroup, each loaded once for the PX pixels. Padding is applied on the
-// fly; bias and ReLU are fused into the store.
+// fly; bias and ReLU are fused into the store. With F16 the inputs and weights are f16
+// (f16.glsl).
 //
 // With RGB_INPUT defined, binding 0 is the records instead (u8 HWC RGB images,
 // pc.record_stride bytes apart, read as little-endian words, or as byte texels with TEXELS;
@@ -46,6 +47,7 @@ layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
 
 #include "conv_push.glsl"
+#include "f16.glsl"
 
 #ifdef RGB_INPUT
 // Where row iy of channel ci of image b starts, and its value at column ix.
@@ -103,16 +105,16 @@ void main() {
             bool row_in = uint(iy) < pc.h;
             uint x_row = ROW_AT(b, ci, uint(iy));
             for (uint kx = 0u; kx < pc.k; kx++) {
-                float v[PX];
+                OPERAND v[PX];
                 for (uint q = 0u; q < PX; q++) {
                     int ix = ix0 + int(q * pc.stride + kx);
-                    v[q] = (row_in && uint(ix) < pc.w) ? input_at(x_row, uint(ix)) : 0.0;
+                    v[q] = OPERAND((row_in && uint(ix) < pc.w) ? input_at(x_row, uint(ix)) : 0.0);
                 }
                 uint r = (ci * pc.k + ky) * pc.k + kx;
                 for (uint j = 0u; j < OCB; j++) {
-                    float wv = WT_AT(w_base + min(j, rows - 1u) * red + r);
+                    OPERAND wv = OPERAND(WT_AT(w_base + min(j, rows - 1u) * red + r));
                     for (uint q = 0u; q < PX; q++) {
-                        acc[q][j] += wv * v[q];
+                        acc[q][j] += float(wv * v[q]);
                     }
                 }
             }

@@ -11,17 +11,4 @@
 // into registers, instead of one value per tap and output (12): on a CPU-type device every
 // such load is a gather, and they bound the kernel.
 
-layout(local_size_x = 256) in;
-layout(local_size_x_id = 0) in;
-
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
-layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer Y { float y[]; };
-#define STORE(i, v) y[i] = (v)
-#define X_AT(i) x[i]
-#define WT_AT(i) wt[i]
-#define BIAS_AT(i) bias[i]
-
-#include "conv_push.glsl"
-#include "depthwise.glsl"
+#include "depthwise_storage.glsl"

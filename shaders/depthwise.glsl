@@ -10,17 +10,18 @@
 #define OY 1u
 #endif
 #include "block_store.glsl"
+#include "f16.glsl"
 
 // The 3×3 sums of outputs ox0 .. ox0 + OX − 1 of rows oy0 .. oy0 + OY − 1, stride 1 or 2,
 // into s: each input row's window (stride·(OX − 1) + 3 values, zero outside the input)
 // loaded once for every output row it serves, and the nine weights once. The taps are added
-// in the generic loop's order.
+// in the generic loop's order. With F16 the window and the weights are f16 (f16.glsl).
 void window3(uint xbase, uint wbase, uint oy0, uint ox0, inout float s[OY][OX]) {
     uint ix0 = ox0 * pc.stride - pc.pad; // wraps when negative
     uint span = pc.stride * (OX - 1u) + 3u;
-    float w[9];
+    OPERAND w[9];
     for (uint t = 0u; t < 9u; t++) {
-        w[t] = WT_AT(wbase + t);
+        w[t] = OPERAND(WT_AT(wbase + t));
     }
     // Input rows oy0·stride − pad + r: (OY − 1)·stride + 3 of them.
     for (uint r = 0u; r < 2u * (OY - 1u) + 3u; r++) {
@@ -29,10 +30,10 @@ void window3(uint xbase, uint wbase, uint oy0, uint ox0, inout float s[OY][OX]) 
             continue;
         }
         uint xrow = xbase + iy * pc.w;
-        float win[2u * OX + 1u];
+        OPERAND win[2u * OX + 1u];
         for (uint t = 0u; t < 2u * OX + 1u; t++) {
             uint ix = ix0 + t;
-            win[t] = (ix < pc.w && t < span) ? X_AT(xrow + ix) : 0.0;
+            win[t] = OPERAND((ix < pc.w && t < span) ? X_AT(xrow + ix) : 0.0);
         }
         for (uint dy = 0u; dy < OY; dy++) {
             uint ky = r - dy * pc.stride; // wraps when r < dy·stride
@@ -41,9 +42,9 @@ void window3(uint xbase, uint wbase, uint oy0, uint ox0, inout float s[OY][OX]) 
             }
             for (uint j = 0u; j < OX; j++) {
                 uint at = j * pc.stride;
-                s[dy][j] += w[ky * 3u] * win[at];
-                s[dy][j] += w[ky * 3u + 1u] * win[at + 1u];
-                s[dy][j] += w[ky * 3u + 2u] * win[at + 2u];
+                s[dy][j] += float(w[ky * 3u] * win[at]);
+                s[dy][j] += float(w[ky * 3u + 1u] * win[at + 1u]);
+                s[dy][j] += float(w[ky * 3u + 2u] * win[at + 2u]);
             }
         }
     }
@@ -78,11 +79,11 @@ void main() {
                 }
                 uint xrow = xbase + iy * pc.w;
                 for (uint kx = 0u; kx < pc.k; kx++) {
-                    float wv = WT_AT(wbase + ky * pc.k + kx);
+                    OPERAND wv = OPERAND(WT_AT(wbase + ky * pc.k + kx));
                     for (uint j = 0u; j < OX; j++) {
                         uint ix = (ox0 + j) * pc.stride + kx - pc.pad;
                         if (ix < pc.w) {
-                            s[dy][j] += wv * X_AT(xrow + ix);
+                            s[dy][j] += float(wv * OPERAND(X_AT(xrow + ix)));
                         }
                     }
                 }

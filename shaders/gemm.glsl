@@ -25,13 +25,9 @@
 
 layout(local_size_x = 16, local_size_y = 16, local_size_z = 1) in;
 
-// With GEMM_F16 (the kernel enables GL_EXT_shader_explicit_arithmetic_types_float16) the
-// tiles hold f16 and the products are f16; the sums stay f32.
-#ifdef GEMM_F16
-#define GEMM_T float16_t
-#else
-#define GEMM_T float
-#endif
+// With F16 (f16.glsl) the tiles hold f16 and the products are f16; the sums stay f32.
+#include "f16.glsl"
+#define GEMM_T OPERAND
 
 shared GEMM_T gemm_as[GEMM_BK * GEMM_BM];
 shared GEMM_T gemm_bs[GEMM_BK * GEMM_BN];

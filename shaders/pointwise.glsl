@@ -1,5 +1,5 @@
 // The pointwise kernel's body, shared by pointwise.comp (f32 arithmetic) and pointwise_f16.comp
-// (the GEMM's products in f16 where the device offers shaderFloat16; GEMM_F16 defined).
+// (the GEMM's products in f16 where the device offers shaderFloat16; F16 defined).
 // pointwise: y = relu?(W·x + b) for a 1×1, stride-1, unpadded, one-group convolution
 // (ops::ConvKind::Pointwise), a tiled matrix product per image:
 //     Y[o][p] = Σ_c W[o][c] · X[c][p]

@@ -7,5 +7,5 @@
 // error is that of rounding the inputs to f16 (about 5e-4 relative each), not of the depth.
 // Opt-in (--fp16): training and the tight CPU-twin checks use the f32 kernel.
 
-#define GEMM_F16
+#define F16
 #include "pointwise.glsl"

@@ -219,8 +219,9 @@ impl Exec {
         }
     }
 
-    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)[, fp16][, direct
-    /// kernels][, subgroup sums]`.
+    /// `cpu (2 threads, avx2 kernels)` or `vulkan: NAME (type)[, fp16 forward convs][,
+    /// direct kernels][, subgroup sums]` (with both, the forward convs are the GPUs' kernels
+    /// in f16 and the rest direct).
     pub fn describe(&self) -> String {
         match self {
             Exec::Cpu(c) => format!(
@@ -234,7 +235,11 @@ impl Exec {
                 format!(
                     "vulkan: {}{}{}{}",
                     v.engine().info().label(),
-                    if variants.fp16 { ", fp16" } else { "" },
+                    if variants.fp16 {
+                        ", fp16 forward convs"
+                    } else {
+                        ""
+                    },
                     if variants.direct {
                         ", direct kernels"
                     } else {

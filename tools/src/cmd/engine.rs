@@ -18,8 +18,9 @@ pub struct EngineArgs {
     /// Enable the Khronos validation layer (slow; for debugging shaders).
     #[arg(long)]
     pub validation: bool,
-    /// Vulkan: use the fp16 kernel variants where the device offers shaderFloat16 (faster on
-    /// most GPUs; about 1e-3 relative error, so meant for inference).
+    /// Vulkan: run the forward pass's convolutions (stem, depthwise, pointwise) with f16
+    /// operands and f32 sums where the device offers shaderFloat16 (faster on most GPUs;
+    /// about 5e-4 of the largest output in error, so meant for inference; gradients stay f32).
     #[arg(long)]
     pub fp16: bool,
 }

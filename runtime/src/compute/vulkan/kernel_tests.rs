@@ -511,13 +511,16 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
     let small = (2, 14, 18);
     // Enough output pixels for four an invocation on GPUs (QUAD_MIN_PIXELS).
     let batch = (16, 128, 128);
-    for ((n, h, w), flip, direct) in [
-        (small, false, false),
-        (small, true, false),
-        (small, false, true),
-        (small, true, true),
-        (batch, true, false),
-        (batch, true, true),
+    // (size, flip, direct, fp16): the fp16 variants on the GPUs' kernels.
+    for ((n, h, w), flip, direct, fp16) in [
+        (small, false, false, false),
+        (small, true, false, false),
+        (small, false, true, false),
+        (small, true, true, false),
+        (batch, true, false, false),
+        (batch, true, true, false),
+        (small, true, false, true),
+        (batch, false, false, true),
     ] {
         let op = Conv2d::dense(n, 3, h, w, 16, 3, 2, true);
         let norm = Normalize {
@@ -551,7 +554,12 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
             direct: Some(direct),
             ..super::Options::default()
         };
-        let Some(engine) = super::testing::engine_with_options("stem_rgb", &options) else {
+        let engine = if fp16 {
+            fp16_engine("stem_rgb_f16")
+        } else {
+            super::testing::engine_with_options("stem_rgb", &options)
+        };
+        let Some(engine) = engine else {
             return;
         };
         let mut exec = VulkanExec::separate(engine, &rec, false).unwrap();
@@ -568,14 +576,20 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
         }
         exec.run(0).unwrap();
         cpu.run(0).unwrap();
-        let kernel = format!("{}_rgb", dense_kernel(&op, direct));
+        let kernel = format!(
+            "{}_rgb{}",
+            dense_kernel(&op, direct),
+            if fp16 { "_f16" } else { "" }
+        );
         assert_eq!(exec.kernels(0), [(kernel.as_str(), 1)], "flip {flip}");
         let want = cpu_read(&mut cpu, y, op.output_len());
-        close(
-            &format!("stem, flip {flip}, direct {direct}"),
-            &read(&mut exec, y, op.output_len()),
-            &want,
-        );
+        let got = read(&mut exec, y, op.output_len());
+        let name = format!("{kernel}, flip {flip}");
+        if fp16 {
+            assert_f16_close(&name, &got, &want);
+        } else {
+            close(&name, &got, &want);
+        }
         assert_clean(exec.engine());
     }
 }
@@ -1909,8 +1923,8 @@ fn loss_gradient_matches_central_differences_on_the_gpu() {
     assert_clean(exec.engine());
 }
 
-/// One entry per pointwise conv of `cases` (`case{i}`: input, weight, bias, output).
-fn pointwise_entries(cases: &[Conv2d]) -> (Recording, Vec<[TensorId; 4]>) {
+/// One entry per conv of `cases` (forward only) (`case{i}`: input, weight, bias, output).
+fn conv_forward_entries(cases: &[Conv2d]) -> (Recording, Vec<[TensorId; 4]>) {
     let mut rec = Recording::new();
     let mut ids = Vec::new();
     for (i, op) in cases.iter().enumerate() {
@@ -1935,9 +1949,9 @@ fn pointwise_entries(cases: &[Conv2d]) -> (Recording, Vec<[TensorId; 4]>) {
     (rec, ids)
 }
 
-/// Runs entry `i` ([`pointwise_entries`]) on random inputs: the GPU's output and the CPU
+/// Runs entry `i` ([`conv_forward_entries`]) on random inputs: the GPU's output and the CPU
 /// twin's.
-fn run_pointwise_case(
+fn run_conv_forward_case(
     exec: &mut VulkanExec,
     rng: &mut SplitMix64,
     op: &Conv2d,
@@ -1958,63 +1972,96 @@ fn run_pointwise_case(
     (read(exec, y_id, want.len()), want)
 }
 
-/// The fp16 variant of the pointwise conv (f16 tiles and products, f32 sums) against the f32
-/// CPU twin. Rounding each input to f16 costs at most 2⁻¹¹ relative, so every output is within
-/// `FP16_TOL · max|y|` (sums of up to 65 products of values in [-1, 1]); and it must differ
-/// from the f32 result somewhere, or the variant was not in use.
-#[test]
-fn pointwise_fp16_variant_matches_the_cpu_twin_within_f16_rounding() {
-    const FP16_TOL: f64 = 4e-3;
-    let cases = [
-        Conv2d::pointwise(3, 33, 5, 7, 65, true),
-        Conv2d::pointwise(2, 64, 16, 16, 48, false),
-    ];
-    let (rec, ids) = pointwise_entries(&cases);
+/// The tolerance of the fp16 variants against the f32 CPU twin, relative to the output's
+/// largest value: rounding each operand and product to f16 costs at most 2⁻¹¹ relative each,
+/// and the sums (up to 125 products of values in [-1, 1] here) stay f32.
+const FP16_TOL: f64 = 4e-3;
+
+/// Checks an fp16 variant's output against the f32 result: within [`FP16_TOL`] of the
+/// largest value, and different from it somewhere, or the variant was not in use.
+fn assert_f16_close(name: &str, got: &[f32], want: &[f32]) {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() as f64)
+        .fold(0.0, f64::max);
+    assert!(
+        worst <= FP16_TOL * scale,
+        "{name}: worst error {worst:e} over {FP16_TOL} × max|y| = {scale}"
+    );
+    assert!(worst > 1e-6 * scale, "{name}: no f16 rounding seen");
+    eprintln!("{name}: worst error {:.1e} × max|y|", worst / scale);
+}
+
+/// A validated engine with the fp16 variants, or `None` (skipped) without Vulkan or, unless
+/// Vulkan is required, without `shaderFloat16`.
+fn fp16_engine(test: &str) -> Option<super::Engine> {
     let options = super::Options {
         validation: true,
         pipeline_cache: super::CacheDir::Off,
         fp16: true,
         ..super::Options::default()
     };
-    let Some(engine) = super::testing::engine_with_options("pointwise_fp16", &options) else {
-        return;
-    };
+    let engine = super::testing::engine_with_options(test, &options)?;
     if !engine.fp16() {
         assert!(
             !super::testing::required(),
-            "FULCRUM_REQUIRE_VULKAN=1: {} has no shaderFloat16 for the fp16 variant",
+            "FULCRUM_REQUIRE_VULKAN=1: {} has no shaderFloat16 for the fp16 variants",
             engine.info().label()
         );
         eprintln!(
-            "SKIP: pointwise_fp16: {} has no shaderFloat16",
+            "SKIP: {test}: {} has no shaderFloat16",
             engine.info().label()
         );
-        return;
+        return None;
     }
+    Some(engine)
+}
+
+/// Every fp16 variant of a forward conv (f16 operands and products, f32 sums;
+/// [`super::kernels::Kernel::fp16_variant`]) against the f32 CPU twin: the tiled and thin
+/// pointwise kernels, the depthwise kernel (3×3 at strides 1 and 2, 5×5, unpadded) and the
+/// dense conv's one- and four-pixel kernels. The GPUs' kernels, which have the variants, run
+/// on every device (CPU-type ones included) when fp16 is asked for.
+#[test]
+fn fp16_variants_match_the_cpu_twin_within_f16_rounding() {
+    let cases = [
+        Conv2d::pointwise(3, 33, 5, 7, 65, true),
+        Conv2d::pointwise(2, 64, 16, 16, 48, false),
+        // More tiles than THIN_MAX_TILES: the tiled kernel.
+        Conv2d::pointwise(2, 24, 32, 32, 64, true),
+        Conv2d::depthwise(2, 5, 9, 7, 3, 2, true),
+        Conv2d::depthwise(2, 2, 48, 49, 3, 1, true),
+        Conv2d::depthwise(1, 3, 6, 11, 5, 1, false),
+        Conv2d {
+            pad: 0,
+            ..Conv2d::depthwise(2, 4, 7, 7, 3, 1, true)
+        },
+        Conv2d::dense(2, 3, 13, 11, 16, 3, 2, true),
+        Conv2d::dense(1, 5, 9, 6, 7, 5, 1, false),
+        Conv2d::dense(16, 3, 128, 128, 16, 3, 2, true),
+    ];
+    let (rec, ids) = conv_forward_entries(&cases);
+    let Some(engine) = fp16_engine("fp16_variants") else {
+        return;
+    };
     let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
     let mut rng = SplitMix64::new(5);
     for (i, (op, &ids)) in cases.iter().zip(&ids).enumerate() {
+        let f32_kernel = match op.kind() {
+            ConvKind::Pointwise => pointwise_kernel(op, false),
+            ConvKind::Depthwise => "depthwise",
+            ConvKind::Dense | ConvKind::Grouped => dense_kernel(op, false),
+        };
+        let kernel = format!("{f32_kernel}_f16");
         assert_eq!(
             exec.kernels(i)[0].0,
-            "pointwise_f16",
-            "the variant is lowered"
+            kernel,
+            "case {i}: the variant is lowered"
         );
-        let (got, want) = run_pointwise_case(&mut exec, &mut rng, op, ids, i);
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(g, w)| (g - w).abs() as f64)
-            .fold(0.0, f64::max);
-        assert!(
-            worst <= FP16_TOL * scale,
-            "case {i}: worst error {worst:e} over {FP16_TOL} × max|y| = {scale}"
-        );
-        assert!(worst > 1e-6 * scale, "case {i}: no f16 rounding seen");
-        eprintln!(
-            "pointwise_fp16 case {i}: worst error {:.1e} × max|y|",
-            worst / scale
-        );
+        let (got, want) = run_conv_forward_case(&mut exec, &mut rng, op, ids, i);
+        assert_f16_close(&format!("{kernel} case {i}"), &got, &want);
     }
     assert_clean(exec.engine());
 }
@@ -2032,7 +2079,7 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         // In vec4s on the direct path: a ragged last workgroup of pixels and of channels.
         Conv2d::pointwise(3, 8, 5, 4, 37, true),
     ];
-    let (rec, ids) = pointwise_entries(&cases);
+    let (rec, ids) = conv_forward_entries(&cases);
     for direct in [false, true] {
         let options = super::Options {
             validation: true,
@@ -2049,7 +2096,7 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
         for (i, (op, &ids)) in cases.iter().zip(&ids).enumerate() {
             let kernel = pointwise_kernel(op, direct);
             assert_eq!(exec.kernels(i)[0].0, kernel, "the variant is lowered");
-            let (got, want) = run_pointwise_case(&mut exec, &mut rng, op, ids, i);
+            let (got, want) = run_conv_forward_case(&mut exec, &mut rng, op, ids, i);
             close(&format!("{kernel} case {i}"), &got, &want);
         }
         assert_clean(exec.engine());

@@ -138,7 +138,10 @@ pub struct Lowered {
 /// grid, only the kernel a dispatch runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Variants {
-    /// The fp16 variants (f16 tiles and products, f32 sums).
+    /// The fp16 variants of the forward convolutions ([`Kernel::fp16_variant`]: f16 operands
+    /// and products, f32 sums): the stem, depthwise and pointwise kernels, so a forward pass
+    /// multiplies in f16 throughout. Those steps then take the GPUs' kernels, which have the
+    /// variants, where `direct` is also set; every other step keeps its f32 kernel.
     pub fp16: bool,
     /// The direct variants, without shared memory or barriers (for CPU-type devices).
     pub direct: bool,
@@ -243,6 +246,12 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         if variants.subgroups {
             for d in &mut dispatches {
                 d.kernel = d.kernel.subgroup_variant().unwrap_or(d.kernel);
+            }
+        }
+        if variants.fp16 {
+            // After the stem's dispatch reads the records (its `_rgb` kernel has a variant).
+            for d in &mut dispatches {
+                d.kernel = d.kernel.fp16_variant().unwrap_or(d.kernel);
             }
         }
         if variants.shapes {
@@ -654,7 +663,7 @@ fn lower_step(
                 ConvKind::Depthwise => {
                     // An invocation per four outputs of a row (depthwise.glsl), on CPU-type
                     // devices per eight outputs of each of two rows.
-                    let (kernel, outputs, rows_each) = if variants.direct {
+                    let (kernel, outputs, rows_each) = if variants.direct && !variants.fp16 {
                         (
                             Kernel::DepthwiseDirect,
                             DEPTHWISE_DIRECT_OUTPUTS,
@@ -688,9 +697,7 @@ fn lower_step(
                         "pointwise conv",
                     )?;
                     let tiles = grid.iter().map(|&g| u64::from(g)).product::<u64>();
-                    if variants.fp16 {
-                        push(Kernel::PointwiseF16, bindings, push_block, grid);
-                    } else if variants.direct {
+                    if variants.direct && !variants.fp16 {
                         let grid = checked(
                             [
                                 plane.div_ceil(u64::from(POINTWISE_DIRECT_PIXELS)),
@@ -726,7 +733,7 @@ fn lower_step(
                     // pixels to keep a GPU busy with a quarter as many invocations.
                     let rows = u64::from(op.n) * u64::from(op.out_h());
                     let pixels = rows * u64::from(op.out_w());
-                    let (kernel, per_invocation) = if variants.direct {
+                    let (kernel, per_invocation) = if variants.direct && !variants.fp16 {
                         (Kernel::Conv2dDirect, 8)
                     } else if pixels >= QUAD_MIN_PIXELS {
                         (Kernel::Conv2dQuad, 4)
@@ -1113,6 +1120,57 @@ mod tests {
                 floats <= TARGET_GROUPS * tile * 2,
                 "{model} b={batch}@{size}: {floats} partial floats"
             );
+        }
+    }
+
+    /// With fp16, every forward conv of det-s (training's, evaluation's and inference's; the
+    /// stem reading the records included) runs as an fp16 variant, on a CPU-type device too,
+    /// and nothing else does: the gradients, adds and the optimizer keep their f32 kernels
+    /// (the direct ones there).
+    #[test]
+    fn fp16_takes_the_forward_convs_variants_and_nothing_else() {
+        use crate::format::RecordLayout;
+        use crate::model::arch::{Arch, ModelConfig};
+        use crate::model::graph::{GraphOptions, ModelGraph};
+        let arch = Arch::new(&ModelConfig::named_at("det-s", 2, 128).unwrap());
+        let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
+        for batch in [1, 8] {
+            let g = ModelGraph::build(&arch, batch, &layout, &GraphOptions::default()).unwrap();
+            let rec = &g.recording;
+            for direct in [false, true] {
+                let plain = Variants {
+                    direct,
+                    ..Variants::default()
+                };
+                let f32s = lower_with(rec, plain).unwrap();
+                let f16s = lower_with(
+                    rec,
+                    Variants {
+                        fp16: true,
+                        ..plain
+                    },
+                )
+                .unwrap();
+                let mut variants = 0;
+                for (e, (a, b)) in f32s.entries.iter().zip(&f16s.entries).enumerate() {
+                    assert_eq!(a.len(), b.len());
+                    for (a, b) in a.iter().zip(b) {
+                        let forward_conv =
+                            matches!(rec.entries[e].steps[b.step], Step::ConvForward { .. });
+                        assert_eq!(b.kernel.info().fp16, forward_conv, "{}", b.kernel);
+                        if forward_conv {
+                            variants += 1;
+                        } else {
+                            assert_eq!(a.kernel, b.kernel);
+                        }
+                        assert_eq!((&a.bindings, a.step), (&b.bindings, b.step));
+                    }
+                }
+                assert!(
+                    variants > 3 * 19,
+                    "batch {batch}: {variants} fp16 dispatches"
+                );
+            }
         }
     }
 
