@@ -8,7 +8,7 @@
 // exists where q + pad − (ky, kx) is a multiple of the stride inside the output. G is the
 // output gradient masked by y > 0 when the conv has a ReLU (the gradient at exactly 0 is 0).
 //
-// Grid: (⌈N/64⌉, ⌈M/32⌉, n·groups).
+// Grid: (⌈N/GEMM_BN⌉, ⌈M/GEMM_BM⌉, n·groups).
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { float wt[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
@@ -96,12 +96,12 @@ void main() {
     uint m0 = gl_WorkGroupID.y * GEMM_BM;
     uint n0 = gl_WorkGroupID.x * GEMM_BN;
     gemm_tile(m0, n0, 0u, cog * taps);
-    for (uint i = 0u; i < 2u; i++) {
+    for (uint i = 0u; i < GEMM_TM; i++) {
         uint m = m0 + gl_LocalInvocationID.y + 16u * i;
         if (m >= cig) {
             continue;
         }
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < GEMM_TN; j++) {
             uint q = n0 + gl_LocalInvocationID.x + 16u * j;
             if (q < plane) {
                 gx[(img * pc.c_in + grp * cig + m) * plane + q] = acc[i][j];

@@ -11,7 +11,7 @@
 // fixed order: deterministic, no float atomics. With one part the results go straight to gw
 // and gb.
 //
-// Grid: (⌈R/64⌉, ⌈M/32⌉, groups·splits).
+// Grid: (⌈R/GEMM_BN⌉, ⌈M/GEMM_BM⌉, groups·splits).
 
 #define GEMM_ROW_SUMS
 
@@ -96,13 +96,13 @@ void main() {
     uint n0 = gl_WorkGroupID.x * GEMM_BN;
     gemm_tile(m0, n0, k_begin, k_end);
     uint row = red + 1u;
-    for (uint i = 0u; i < 2u; i++) {
+    for (uint i = 0u; i < GEMM_TM; i++) {
         uint m = m0 + gl_LocalInvocationID.y + 16u * i;
         if (m >= cog) {
             continue;
         }
         uint o = grp * cog + m;
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < GEMM_TN; j++) {
             uint r = n0 + gl_LocalInvocationID.x + 16u * j;
             if (r >= red) {
                 continue;

@@ -8,7 +8,7 @@
 // are fused into the store, and a residual add where the lowering folds one in (pc.skip:
 // y = relu?(W·x + b) + skip, the add's own dispatch and pass over memory saved).
 //
-// Grid: (⌈N/64⌉, ⌈M/32⌉, n).
+// Grid: (⌈N/GEMM_BN⌉, ⌈M/GEMM_BM⌉, n).
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float wt[]; };
@@ -46,13 +46,13 @@ void main() {
     uint m0 = gl_WorkGroupID.y * GEMM_BM;
     uint n0 = gl_WorkGroupID.x * GEMM_BN;
     gemm_tile(m0, n0, 0u, pc.c_in);
-    for (uint i = 0u; i < 2u; i++) {
+    for (uint i = 0u; i < GEMM_TM; i++) {
         uint o = m0 + gl_LocalInvocationID.y + 16u * i;
         if (o >= pc.c_out) {
             continue;
         }
         float b = bias[o];
-        for (uint j = 0u; j < 4u; j++) {
+        for (uint j = 0u; j < GEMM_TN; j++) {
             uint p = n0 + gl_LocalInvocationID.x + 16u * j;
             if (p < plane) {
                 float v = acc[i][j] + b;

@@ -32,6 +32,9 @@ pub const SUBGROUPS_ENV: &str = "FULCRUM_VULKAN_SUBGROUPS";
 /// CPU-type device), `1` asks for the direct variants on any device (see [`Options::direct`]),
 /// for A/B runs.
 pub const DIRECT_ENV: &str = "FULCRUM_VULKAN_DIRECT";
+/// Environment variable: `ROWSxCOLS` (say `32x64`) gives every tiled GEMM dispatch that tile
+/// (see [`Options::gemm_tile`]), for A/B runs.
+pub const GEMM_TILE_ENV: &str = "FULCRUM_VULKAN_GEMM_TILE";
 
 const DEFAULT_LOADER: &str = "libvulkan.so.1";
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -70,6 +73,11 @@ pub struct Options {
     /// (det-s's training step on lavapipe: 1.4× faster), at the cost of more pipelines to
     /// create (kept in the pipeline cache).
     pub specialise: bool,
+    /// The tile (rows, columns) of every tiled GEMM dispatch, rows from
+    /// [`GEMM_TILE_ROWS`](super::kernels::GEMM_TILE_ROWS) and columns from
+    /// [`GEMM_TILE_COLS`](super::kernels::GEMM_TILE_COLS); `None`: `FULCRUM_VULKAN_GEMM_TILE`
+    /// if set, else each dispatch's own, chosen for its shape. For tests and A/B runs.
+    pub gemm_tile: Option<[u32; 2]>,
 }
 
 impl Default for Options {
@@ -84,6 +92,7 @@ impl Default for Options {
             direct: None,
             subgroups: None,
             specialise: true,
+            gemm_tile: None,
         }
     }
 }
@@ -112,6 +121,41 @@ impl Options {
             DIRECT_ENV,
             "0 (the GPUs' kernels) or 1 (direct variants)",
         )
+    }
+
+    /// The tile every tiled GEMM dispatch is given: the option, else `FULCRUM_VULKAN_GEMM_TILE`
+    /// (`ROWSxCOLS`), else `None`; an error where it is not one the kernels take.
+    fn gemm_tile_asked(&self) -> Result<Option<[u32; 2]>> {
+        use super::kernels::{GEMM_TILE_COLS, GEMM_TILE_ROWS};
+        const EXPECTED: &str = "ROWSxCOLS, rows 16, 32 or 64 and columns 16, 32, 64 or 128";
+        let tile = match (self.gemm_tile, std::env::var(GEMM_TILE_ENV)) {
+            (Some(tile), _) => tile,
+            (None, Err(_)) => return Ok(None),
+            (None, Ok(value)) => {
+                let parsed = value
+                    .split_once('x')
+                    .and_then(|(r, c)| Some([r.parse().ok()?, c.parse().ok()?]));
+                match parsed {
+                    Some(tile) => tile,
+                    None => {
+                        return Err(Error::BadEnv {
+                            name: GEMM_TILE_ENV,
+                            value,
+                            expected: EXPECTED,
+                        })
+                    }
+                }
+            }
+        };
+        if GEMM_TILE_ROWS.contains(&tile[0]) && GEMM_TILE_COLS.contains(&tile[1]) {
+            Ok(Some(tile))
+        } else {
+            Err(Error::BadEnv {
+                name: GEMM_TILE_ENV,
+                value: format!("{}x{}", tile[0], tile[1]),
+                expected: EXPECTED,
+            })
+        }
     }
 
     fn loader_path(&self) -> Option<PathBuf> {
@@ -952,6 +996,8 @@ pub(crate) struct Device {
     pub(crate) subgroups: bool,
     /// Kernels that allow it are compiled per shape ([`Options::specialise`]).
     pub(crate) specialise: bool,
+    /// The tile every tiled GEMM dispatch is given ([`Options::gemm_tile`]).
+    pub(crate) gemm_tile: Option<[u32; 2]>,
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported, and the
     /// imports live now.
     pub(crate) host_import: Option<HostImport>,
@@ -967,6 +1013,7 @@ impl Device {
     pub(crate) fn new(options: &Options) -> Result<Arc<Device>> {
         let subgroups_asked = options.subgroups_asked()?;
         let direct_asked = options.direct_asked()?;
+        let gemm_tile = options.gemm_tile_asked()?;
         let instance = Instance::new(options)?;
         let devices = instance.devices()?;
         let infos: Vec<DeviceInfo> = devices.iter().map(|(_, d)| d.clone()).collect();
@@ -1103,6 +1150,7 @@ impl Device {
             direct,
             subgroups,
             specialise: options.specialise,
+            gemm_tile,
             host_import,
             memory_types,
             instance,

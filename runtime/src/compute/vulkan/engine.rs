@@ -670,13 +670,15 @@ impl Engine {
     /// The kernel variants recordings are lowered to on this engine: fp16 where enabled,
     /// direct ones per [`Options::direct`] (by default on CPU-type devices), subgroup ones
     /// per [`Options::subgroups`] (by default where the device has them), the kernels that
-    /// allow it compiled per shape per [`Options::specialise`].
+    /// allow it compiled per shape per [`Options::specialise`], the tiled GEMMs' tiles forced
+    /// per [`Options::gemm_tile`].
     pub fn variants(&self) -> Variants {
         Variants {
             fp16: self.device.fp16,
             direct: self.device.direct,
             subgroups: self.device.subgroups,
             shapes: self.device.specialise,
+            gemm_tile: self.device.gemm_tile,
         }
     }
 

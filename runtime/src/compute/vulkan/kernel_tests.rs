@@ -175,19 +175,44 @@ fn pointwise_kernel(op: &Conv2d, direct: bool) -> &'static str {
 /// ([`super::Options::specialise`]).
 #[test]
 fn conv_forward_and_backward_match_the_cpu_twin() {
+    let cases = conv_cases();
     for direct in [false, true] {
         for specialise in [true, false] {
-            conv_forward_and_backward_with(direct, specialise, true);
+            conv_forward_and_backward_with(&cases, direct, specialise, true, None);
         }
     }
     // The tiled kernels' plain sums too, where the device has subgroup variants.
-    conv_forward_and_backward_with(false, true, false);
+    conv_forward_and_backward_with(&cases, false, true, false, None);
 }
 
-/// `subgroups`: the subgroup variants where the device has them (else the plain kernels).
-fn conv_forward_and_backward_with(direct: bool, specialise: bool, subgroups: bool) {
+/// The tiled GEMM kernels (the pointwise conv, the dense and pointwise gradients) with every
+/// tile they can be specialised to ([`super::Options::gemm_tile`]), against the CPU twin: the
+/// dense, grouped and pointwise cases of [`conv_cases`] but the large stem, so that tiles
+/// larger than the output, ragged edges and a single row of invocations are all met.
+#[test]
+fn every_gemm_tile_matches_the_cpu_twin() {
+    use super::kernels::{GEMM_TILE_COLS, GEMM_TILE_ROWS};
+    let cases: Vec<Conv2d> = conv_cases()
+        .into_iter()
+        .filter(|op| op.kind() != ConvKind::Depthwise && op.input_len() < 20_000)
+        .collect();
+    for rows in GEMM_TILE_ROWS {
+        for cols in GEMM_TILE_COLS {
+            conv_forward_and_backward_with(&cases, false, true, true, Some([rows, cols]));
+        }
+    }
+}
+
+/// `subgroups`: the subgroup variants where the device has them (else the plain kernels);
+/// `gemm_tile`: the tile every tiled GEMM dispatch takes (else each its own).
+fn conv_forward_and_backward_with(
+    cases: &[Conv2d],
+    direct: bool,
+    specialise: bool,
+    subgroups: bool,
+    gemm_tile: Option<[u32; 2]>,
+) {
     let mut rng = SplitMix64::new(11);
-    let cases = conv_cases();
     let mut rec = Recording::new();
     struct Ids {
         x: TensorId,
@@ -248,6 +273,7 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool, subgroups: boo
         direct: Some(direct),
         subgroups: Some(subgroups),
         specialise,
+        gemm_tile,
         ..super::Options::default()
     };
     let Some(engine) = super::testing::engine_with_options("conv_forward_and_backward", &options)
@@ -297,7 +323,8 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool, subgroups: boo
         }
         exec.run(i).unwrap();
         let what = format!(
-            "{:?} {op:?}, direct {direct}, specialised {specialise}, subgroups {subgroups}",
+            "{:?} {op:?}, direct {direct}, specialised {specialise}, subgroups {subgroups}, \
+             tile {gemm_tile:?}",
             op.kind()
         );
         let suffix = if direct { "_direct" } else { "" };
@@ -352,35 +379,60 @@ fn conv_forward_and_backward_with(direct: bool, specialise: bool, subgroups: boo
             &gb,
         );
     }
-    // The split reductions were exercised: dense, pointwise and depthwise cases above are
-    // long enough to be cut into parts.
+    // The split reductions were exercised: dense, pointwise and depthwise cases of
+    // conv_cases are long enough to be cut into parts (and one with every forced tile).
     let reduce = format!("conv2d_grad_reduce{}", if direct { "_direct" } else { "" });
     let reduces = (0..cases.len())
         .filter(|&e| exec.kernels(e).iter().any(|k| k.0 == reduce))
         .count();
-    assert!(reduces >= 3, "{reduces} cases split their weight gradient");
+    let least = if gemm_tile.is_some() { 1 } else { 3 };
+    assert!(
+        reduces >= least,
+        "{reduces} cases split their weight gradient"
+    );
     // Compiled per shape: several pipelines of a kernel, each with its shape's constants;
-    // else one pipeline a kernel, with none.
+    // else one pipeline a kernel and tile, with none but the tile's. A tiled GEMM's tile
+    // constants are there where its tile is not the default (the forced one, where forced).
+    use super::kernels::{GEMM_TILE, GEMM_TILE_IDS};
     let pipelines = exec.pipelines();
-    let kernels: std::collections::HashSet<_> = pipelines.iter().map(|p| p.kernel()).collect();
+    let mut tiled = std::collections::HashSet::new();
     for p in pipelines {
         let spec = p.spec_constants();
+        let tile: Vec<u32> = spec
+            .iter()
+            .filter(|c| GEMM_TILE_IDS.contains(&c.id))
+            .map(|c| c.bits)
+            .collect();
+        tiled.insert((p.kernel(), tile.clone()));
+        let info = p.kernel().info();
+        assert!(
+            tile.is_empty() || (info.tiles && tile.len() == 2),
+            "{}",
+            p.kernel()
+        );
+        if let Some(forced) = gemm_tile.filter(|t| info.tiles && t[..] != GEMM_TILE[..2]) {
+            assert_eq!(tile, forced, "{}", p.kernel());
+        }
+        let shape = &spec[..spec.len() - tile.len()];
         if specialise {
             assert_eq!(
-                spec[0],
+                shape[0],
                 super::SpecConstant::bool(1, true),
                 "{}",
                 p.kernel()
             );
-            assert_eq!(spec.len(), 1 + super::kernels::CONV_PUSH_BYTES as usize / 4);
+            assert_eq!(
+                shape.len(),
+                1 + super::kernels::CONV_PUSH_BYTES as usize / 4
+            );
         } else {
-            assert!(spec.is_empty(), "{}", p.kernel());
+            assert!(shape.is_empty(), "{}", p.kernel());
         }
     }
     if specialise {
-        assert!(pipelines.len() > kernels.len() + cases.len());
+        assert!(pipelines.len() > tiled.len() + cases.len());
     } else {
-        assert_eq!(pipelines.len(), kernels.len());
+        assert_eq!(pipelines.len(), tiled.len());
     }
     assert_clean(exec.engine());
 }

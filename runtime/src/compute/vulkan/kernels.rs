@@ -294,6 +294,9 @@ pub struct KernelInfo {
     /// set, to be compiled per shape ([`super::lower::shape_constants`]): every convolution
     /// kernel (`shaders/conv_push.glsl`) and the index-heavy elementwise ones.
     pub shapes: bool,
+    /// A tiled GEMM kernel (`shaders/gemm.glsl`) whose tile rows and columns are the
+    /// specialisation constants [`GEMM_TILE_IDS`] (default [`GEMM_TILE`]).
+    pub tiles: bool,
 }
 
 macro_rules! spirv {
@@ -324,6 +327,7 @@ macro_rules! kernel {
             fp16: false,
             subgroups: false,
             shapes: $p == CONV_PUSH_BYTES,
+            tiles: false,
         }
     };
 }
@@ -347,9 +351,19 @@ pub fn add_direct4_fits(len: u32) -> bool {
 pub const POINTWISE_THIN_GROUP: [u32; 2] = [64, 4];
 /// Push bytes of the loss kernels (`shaders/loss.glsl`).
 pub const LOSS_PUSH_BYTES: u32 = 44;
-/// The tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output rows,
-/// output columns and reduction depth per step.
+/// The default tile of the implicit-GEMM convolution kernels (`shaders/gemm.glsl`): output
+/// rows, output columns and reduction depth per step. The rows and columns are specialisation
+/// constants ([`GEMM_TILE_IDS`]), chosen per shape from [`GEMM_TILE_ROWS`] and
+/// [`GEMM_TILE_COLS`] ([`super::lower`]'s `gemm_tile`).
 pub const GEMM_TILE: [u32; 3] = [32, 64, 16];
+/// The specialisation constants that set a tiled GEMM kernel's tile rows and columns
+/// (`GEMM_BM`, `GEMM_BN` in `shaders/gemm.glsl`; [`KernelInfo::tiles`]).
+pub const GEMM_TILE_IDS: [u32; 2] = [30, 31];
+/// The tile rows a tiled GEMM kernel can be specialised to (16 per invocation row).
+pub const GEMM_TILE_ROWS: [u32; 3] = [16, 32, 64];
+/// The tile columns a tiled GEMM kernel can be specialised to (16 per invocation column;
+/// each divides the workgroup's 256 invocations, so an invocation loads one column).
+pub const GEMM_TILE_COLS: [u32; 4] = [16, 32, 64, 128];
 /// Output channels and weight columns one workgroup of `conv2d_grad_weight_direct` sums
 /// (`TM`, `TN` in its shader).
 pub const CONV_GRAD_WEIGHT_DIRECT_TILE: [u32; 2] = [16, 9];
@@ -378,12 +392,13 @@ pub const SUM_SQUARES_GROUP: usize = 4;
 pub const DECODE_SLOTS: u32 = 1024;
 
 const GEMM_LOCAL: [u32; 3] = [16, 16, 1];
-/// The two tiles, plus at most four double-buffered tables of `GEMM_BK` words.
+/// The two tiles at their largest, plus at most four double-buffered tables of `GEMM_BK`
+/// words.
 const GEMM_SHARED: u32 =
-    4 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
+    4 * GEMM_TILE[2] * (GEMM_TILE_ROWS[2] + GEMM_TILE_COLS[3]) + 4 * 2 * 4 * GEMM_TILE[2];
 /// The same with f16 tiles.
 const GEMM_SHARED_F16: u32 =
-    2 * GEMM_TILE[2] * (GEMM_TILE[0] + GEMM_TILE[1]) + 4 * 2 * 4 * GEMM_TILE[2];
+    2 * GEMM_TILE[2] * (GEMM_TILE_ROWS[2] + GEMM_TILE_COLS[3]) + 4 * 2 * 4 * GEMM_TILE[2];
 const LINEAR: [u32; 3] = [256, 1, 1];
 
 static SAXPY: KernelInfo =
@@ -422,8 +437,11 @@ static CONV2D_DIRECT_RGB: KernelInfo = KernelInfo {
     ..kernel!("conv2d_direct_rgb", bindings 4, push CONV_PUSH_BYTES, local LINEAR, x None,
         shared 0)
 };
-static POINTWISE: KernelInfo = kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES,
-    local GEMM_LOCAL, x None, shared GEMM_SHARED);
+static POINTWISE: KernelInfo = KernelInfo {
+    tiles: true,
+    ..kernel!("pointwise", bindings 5, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
+        shared GEMM_SHARED)
+};
 static POINTWISE_DIRECT: KernelInfo = kernel!("pointwise_direct", bindings 5,
     push CONV_PUSH_BYTES, local [16, 4, 1], x None, shared 0);
 static POINTWISE_DIRECT4: KernelInfo = KernelInfo {
@@ -440,8 +458,11 @@ static POINTWISE_F16: KernelInfo = KernelInfo {
     ..fp16_variant!(POINTWISE, "pointwise_f16")
 };
 static POINTWISE_THIN_F16: KernelInfo = fp16_variant!(POINTWISE_THIN, "pointwise_thin_f16");
-static CONV2D_GRAD_INPUT: KernelInfo = kernel!("conv2d_grad_input", bindings 4,
-    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+static CONV2D_GRAD_INPUT: KernelInfo = KernelInfo {
+    tiles: true,
+    ..kernel!("conv2d_grad_input", bindings 4, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
+        shared GEMM_SHARED)
+};
 static CONV2D_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_input_direct", bindings 4, push CONV_PUSH_BYTES, local [16, 4, 1],
@@ -453,8 +474,11 @@ static CONV2D_GRAD_INPUT_DIRECT4: KernelInfo = KernelInfo {
     ..kernel!("conv2d_grad_input_direct4", bindings 4, push CONV_PUSH_BYTES, local [16, 2, 1],
         x None, shared 0)
 };
-static CONV2D_GRAD_WEIGHT: KernelInfo = kernel!("conv2d_grad_weight", bindings 6,
-    push CONV_PUSH_BYTES, local GEMM_LOCAL, x None, shared GEMM_SHARED);
+static CONV2D_GRAD_WEIGHT: KernelInfo = KernelInfo {
+    tiles: true,
+    ..kernel!("conv2d_grad_weight", bindings 6, push CONV_PUSH_BYTES, local GEMM_LOCAL, x None,
+        shared GEMM_SHARED)
+};
 static CONV2D_GRAD_WEIGHT_DIRECT: KernelInfo = KernelInfo {
     texels: 0b111,
     ..kernel!("conv2d_grad_weight_direct", bindings 6, push CONV_PUSH_BYTES, local [64, 1, 1],
@@ -870,12 +894,15 @@ mod tests {
                 assert!(info.shapes, "{k}");
                 convs += 1;
             }
+            let tile_ids = GEMM_TILE_IDS.iter().filter(|id| ids.contains(id)).count();
+            assert_eq!(tile_ids, if info.tiles { 2 } else { 0 }, "{k}: {ids:?}");
             if info.shapes {
                 assert!(ids.contains(&SHAPE_SPECIALISED_ID), "{k}: {ids:?}");
                 // Some shape word, at least, is in every such kernel's index arithmetic.
                 assert!(ids.len() > 2, "{k}: {ids:?}");
                 assert!(
-                    ids.iter().all(|id| *id == 0 || shape_ids.contains(id)),
+                    ids.iter()
+                        .all(|id| *id == 0 || shape_ids.contains(id) || GEMM_TILE_IDS.contains(id)),
                     "{k}: {ids:?}"
                 );
             } else {
@@ -913,7 +940,8 @@ mod tests {
                     vi.push_bytes,
                     vi.local_size,
                     vi.local_size_ids,
-                    vi.shapes
+                    vi.shapes,
+                    vi.tiles
                 ),
                 (
                     info.bindings,
@@ -921,7 +949,8 @@ mod tests {
                     info.push_bytes,
                     info.local_size,
                     info.local_size_ids,
-                    info.shapes
+                    info.shapes,
+                    info.tiles
                 ),
                 "{k} → {v}"
             );

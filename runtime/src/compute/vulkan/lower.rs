@@ -32,7 +32,8 @@ use super::kernels::{
     add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
     DEPTHWISE_DIRECT_MAX_TAPS, DEPTHWISE_DIRECT_OUTPUTS, DEPTHWISE_DIRECT_ROWS, GEMM_TILE,
-    LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS, POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    GEMM_TILE_COLS, GEMM_TILE_IDS, GEMM_TILE_ROWS, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS,
+    POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, GradStore, ResidualAdd};
@@ -117,8 +118,8 @@ pub struct LoweredDispatch {
     /// Index of the step (in its entry) this dispatch belongs to.
     pub step: usize,
     /// The specialisation constants of its pipeline ([`shape_constants`] where
-    /// [`Variants::shapes`], else none): dispatches of one kernel share a pipeline where
-    /// these are equal.
+    /// [`Variants::shapes`], and a tiled GEMM's tile where it is not the default
+    /// [`GEMM_TILE`]): dispatches of one kernel share a pipeline where these are equal.
     pub spec: Vec<SpecConstant>,
 }
 
@@ -152,6 +153,9 @@ pub struct Variants {
     /// says so) compiled per shape: each dispatch's push block also as specialisation
     /// constants ([`shape_constants`]), which the compiler folds into the code.
     pub shapes: bool,
+    /// The tile every tiled GEMM dispatch takes (rows from [`GEMM_TILE_ROWS`], columns from
+    /// [`GEMM_TILE_COLS`]), for tests and A/B runs; `None`: each its own, chosen for its shape.
+    pub gemm_tile: Option<[u32; 2]>,
 }
 
 /// Lowers every entry of `recording` (which must validate) to the f32 tiled kernels.
@@ -258,7 +262,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
             // After every push block is final (a stem's is patched to read the records).
             for d in &mut dispatches {
                 if d.kernel.info().shapes {
-                    d.spec = shape_constants(&d.push);
+                    d.spec.splice(0..0, shape_constants(&d.push));
                 }
             }
         }
@@ -624,6 +628,63 @@ fn checked(groups: [u64; 3], what: &str) -> Result<[u32; 3], String> {
     Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
 }
 
+/// Workgroups a tiled GEMM's grid should have before its tile grows: fewer leave a GPU's
+/// cores idle (an NVIDIA H100 has 132 of them, a Mali-G610 MC4 four, each running several
+/// workgroups at once).
+const GEMM_FILL_GROUPS: u64 = 128;
+/// How much padding a tile side may add to the side it covers and still be preferred to a
+/// smaller one that pads less: a quarter.
+const GEMM_PAD_ALLOWED: (u64, u64) = (5, 4);
+
+/// The tile (rows, columns) of a tiled GEMM dispatch over an `m × n` output, `depth` grids
+/// deep (images, groups or parts), with `fill`: each side the largest of [`GEMM_TILE_ROWS`] /
+/// [`GEMM_TILE_COLS`] that pads it by at most a quarter (else the one that pads it least),
+/// halved (the longer side first) to the default tile's area, then while the grid has fewer
+/// than [`GEMM_FILL_GROUPS`] workgroups where `fill`. So small layers get tiles that are not
+/// mostly padding and workgroups enough to spread over a GPU, and large ones keep the
+/// default [`GEMM_TILE`], which the GPU figures were measured with. Larger tiles (to 64 × 128,
+/// a third of the loads per multiply-add) are there to be forced
+/// ([`Variants::gemm_tile`]) and measured on a GPU: on lavapipe, as each layer's own, they made
+/// the pointwise conv and its input gradient 1.3–1.5× slower.
+fn gemm_tile(m: u64, n: u64, depth: u64, fill: bool) -> [u32; 2] {
+    let max_area = u64::from(GEMM_TILE[0] * GEMM_TILE[1]);
+    let side = |len: u64, choices: &[u32]| -> u64 {
+        let padded = |c: u64| len.div_ceil(c) * c;
+        let (num, den) = GEMM_PAD_ALLOWED;
+        let sides = choices.iter().map(|&c| u64::from(c));
+        sides
+            .clone()
+            .filter(|&c| padded(c) * den <= len * num)
+            .max()
+            .unwrap_or_else(|| sides.min_by_key(|&c| (padded(c), u64::MAX - c)).unwrap())
+    };
+    let (mut bm, mut bn) = (side(m, &GEMM_TILE_ROWS), side(n, &GEMM_TILE_COLS));
+    let min = u64::from(GEMM_TILE_ROWS[0]);
+    let groups = |bm: u64, bn: u64| m.div_ceil(bm) * n.div_ceil(bn) * depth;
+    while bm * bn > max_area || (fill && groups(bm, bn) < GEMM_FILL_GROUPS) {
+        if bn > bm || (bn > min && bm == min) {
+            bn /= 2;
+        } else if bm > min {
+            bm /= 2;
+        } else {
+            break;
+        }
+    }
+    [bm as u32, bn as u32]
+}
+
+/// The specialisation constants of a tiled GEMM dispatch with `tile`: none for the default.
+fn tile_constants(tile: [u32; 2]) -> Vec<SpecConstant> {
+    if tile == [GEMM_TILE[0], GEMM_TILE[1]] {
+        return Vec::new();
+    }
+    GEMM_TILE_IDS
+        .iter()
+        .zip(tile)
+        .map(|(&id, v)| SpecConstant::u32(id, v))
+        .collect()
+}
+
 /// `(splits, chunk)` for a sum of `terms` terms onto outputs spread over `tiles` workgroups:
 /// `chunk` a multiple of `rule.align`, `splits · chunk ≥ terms`.
 fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
@@ -643,17 +704,29 @@ fn lower_step(
     out: &mut Vec<LoweredDispatch>,
 ) -> Result<(), String> {
     use Slot::Tensor as T;
+    // The tile of the next dispatch pushed, where it is a tiled GEMM's.
+    let next_tile = std::cell::Cell::new(None);
     let mut push = |kernel: Kernel, bindings: Vec<Slot>, push: Vec<u8>, groups: [u32; 3]| {
         debug_assert_eq!(bindings.len(), kernel.info().bindings as usize, "{kernel}");
         debug_assert_eq!(push.len(), kernel.info().push_bytes as usize, "{kernel}");
+        let tile = next_tile.take();
+        debug_assert_eq!(tile.is_some(), kernel.info().tiles, "{kernel}");
         out.push(LoweredDispatch {
             kernel,
             bindings,
             push,
             groups,
             step: index,
-            spec: Vec::new(),
+            spec: tile.map_or_else(Vec::new, tile_constants),
         });
+    };
+    // A tiled GEMM's tile over an m × n output, `depth` grids deep (forced by the variants).
+    let tile_for = |m: u64, n: u64, depth: u64, fill: bool| {
+        let tile = variants
+            .gemm_tile
+            .unwrap_or_else(|| gemm_tile(m, n, depth, fill));
+        next_tile.set(Some(tile));
+        tile.map(u64::from)
     };
     let [bm, bn, _] = GEMM_TILE.map(u64::from);
     match *step {
@@ -724,6 +797,12 @@ fn lower_step(
                         )?;
                         push(Kernel::PointwiseThin, bindings, push_block, grid);
                     } else {
+                        let (n, c_out) = (u64::from(op.n), u64::from(op.c_out));
+                        let [tm, tn] = tile_for(c_out, plane, n, true);
+                        let grid = checked(
+                            [plane.div_ceil(tn), c_out.div_ceil(tm), n],
+                            "pointwise conv",
+                        )?;
                         push(Kernel::Pointwise, bindings, push_block, grid);
                     }
                 }
@@ -784,24 +863,26 @@ fn lower_step(
                     push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
                     let plane = u64::from(op.h) * u64::from(op.w);
-                    let grid = checked(
-                        [
-                            plane.div_ceil(bn),
-                            u64::from(op.c_in_per_group()).div_ceil(bm),
-                            u64::from(op.n) * u64::from(op.groups),
-                        ],
-                        "conv input gradient",
-                    )?;
-                    let kernel = if variants.direct
+                    let (m, depth) = (
+                        u64::from(op.c_in_per_group()),
+                        u64::from(op.n) * u64::from(op.groups),
+                    );
+                    // The direct kernels' grid is the default tile's.
+                    let (kernel, [tm, tn]) = if variants.direct
                         && op.kind() == ConvKind::Pointwise
                         && pointwise_direct4_fits(op.c_in, plane)
                     {
-                        Kernel::Conv2dGradInputDirect4
+                        (Kernel::Conv2dGradInputDirect4, [bm, bn])
                     } else if variants.direct {
-                        Kernel::Conv2dGradInputDirect
+                        (Kernel::Conv2dGradInputDirect, [bm, bn])
                     } else {
-                        Kernel::Conv2dGradInput
+                        let tile = tile_for(m, plane, depth, true);
+                        (Kernel::Conv2dGradInput, tile)
                     };
+                    let grid = checked(
+                        [plane.div_ceil(tn), m.div_ceil(tm), depth],
+                        "conv input gradient",
+                    )?;
                     push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
             }
@@ -846,7 +927,11 @@ fn lower_step(
                     let [tm, tn] = tile.map(u64::from);
                     (kernel, [tm, tn], DIRECT_SPLIT)
                 } else {
-                    (Kernel::Conv2dGradWeight, [bm, bn], TILED_SPLIT)
+                    // The parts fill the device. The default tile's area bounds the partial
+                    // sums' scratch (TARGET_GROUPS).
+                    let m = u64::from(op.c_out_per_group());
+                    let tile = tile_for(m, red, 1, false);
+                    (Kernel::Conv2dGradWeight, tile, TILED_SPLIT)
                 };
                 let tiles = red.div_ceil(tn)
                     * u64::from(op.c_out_per_group()).div_ceil(tm)
@@ -1121,6 +1206,46 @@ mod tests {
                 "{model} b={batch}@{size}: {floats} partial floats"
             );
         }
+    }
+
+    /// A tiled GEMM's tile: the default where the output is large and the grid full, no side
+    /// padded by more than a quarter where a smaller side would not be, shrunk until the grid
+    /// fills a GPU (down to 16 × 16), and never larger than the default.
+    #[test]
+    fn gemm_tiles_follow_the_shape() {
+        let default = [GEMM_TILE[0], GEMM_TILE[1]];
+        // det-s's pointwise convs at batch 32: 32 and 64 channels over 32 × 32 and 16 × 16.
+        assert_eq!(gemm_tile(32, 1024, 32, true), default);
+        assert_eq!(gemm_tile(64, 256, 32, true), default);
+        assert_eq!(gemm_tile(128, 4096, 16, true), default);
+        // 48 rows: 16-row tiles pad nothing, 32 or 64 pad by a third.
+        assert_eq!(gemm_tile(48, 4096, 8, true), [16, 128]);
+        // One image's small layer: shrunk to 16 × 16 for workgroups, as far as it goes.
+        assert_eq!(gemm_tile(64, 256, 1, true), [16, 16]);
+        assert_eq!(gemm_tile(16, 35, 1, true), [16, 16]);
+        // Weight gradients (no fill: their parts fill the device).
+        assert_eq!(gemm_tile(64, 64, 1, false), default);
+        assert_eq!(gemm_tile(16, 32, 1, false), [16, 32]);
+        assert_eq!(gemm_tile(16, 27, 1, false), [16, 32]);
+        assert_eq!(gemm_tile(128, 128, 1, false), default);
+        for m in [1, 7, 16, 33, 64, 100, 128, 1000] {
+            for n in [1, 9, 27, 64, 200, 1024, 5000] {
+                for fill in [true, false] {
+                    let [bm, bn] = gemm_tile(m, n, 2, fill);
+                    assert!(GEMM_TILE_ROWS.contains(&bm) && GEMM_TILE_COLS.contains(&bn));
+                    assert!(bm * bn <= default[0] * default[1], "{m} × {n}: {bm} × {bn}");
+                }
+            }
+        }
+        // The default tile needs no constants; another names both sides.
+        assert!(tile_constants(default).is_empty());
+        assert_eq!(
+            tile_constants([16, 128]),
+            [
+                SpecConstant::u32(GEMM_TILE_IDS[0], 16),
+                SpecConstant::u32(GEMM_TILE_IDS[1], 128)
+            ]
+        );
     }
 
     /// With fp16, every forward conv of det-s (training's, evaluation's and inference's; the
