@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Vulkan engine on a real GPU in one short run: its tests under validation, `bench compute`
-# for the three presets, PyTorch CUDA's det-s for scale, and the demo on both engines.
+# for the three presets (det-s with the fp16 variants too, and with the GEMM tiles forced for
+# an A/B of the per-shape ones), PyTorch CUDA's det-s for scale, and the demo on both engines.
 # A developer tool for a borrowed GPU machine, not a test. Build here, run there:
 #
 #   cargo build --release -p fulcrum-tools --bin fulcrum
@@ -36,8 +37,21 @@ if [ -n "${BASE:-}" ]; then
     done
 fi
 
-section "bench compute det-s"
-timeout 90 "$BIN/fulcrum" bench compute --runs 30 --top 12 --json "$OUT/bench-s.json"
+section "bench compute det-s (with the fp16 variants too)"
+timeout 120 "$BIN/fulcrum" bench compute --runs 30 --top 12 --fp16 --json "$OUT/bench-s.json"
+
+section "det-s, per-shape GEMM tiles against every tile 32x64 and 64x128, twice"
+for round in 1 2; do
+    for tile in own 32x64 64x128; do
+        echo "--- tile $tile (round $round)"
+        if [ "$tile" = own ]; then
+            timeout 60 "$BIN/fulcrum" bench compute --runs 30 --top 12 | grep -E 'step|forward|pointwise|conv2d_grad'
+        else
+            FULCRUM_VULKAN_GEMM_TILE=$tile timeout 60 "$BIN/fulcrum" bench compute --runs 30 --top 12 \
+                | grep -E 'step|forward|pointwise|conv2d_grad'
+        fi
+    done
+done
 
 section "tests (Vulkan, validation on)"
 export FULCRUM_REQUIRE_VULKAN=1
