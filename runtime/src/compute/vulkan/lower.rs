@@ -628,9 +628,9 @@ fn checked(groups: [u64; 3], what: &str) -> Result<[u32; 3], String> {
     Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
 }
 
-/// Workgroups a tiled GEMM's grid should have before its tile grows: fewer leave a GPU's
-/// cores idle (an NVIDIA H100 has 132 of them, a Mali-G610 MC4 four, each running several
-/// workgroups at once).
+/// Workgroups a tiled GEMM's grid should have, its tile shrunk until it does: fewer leave a
+/// GPU's cores idle (an NVIDIA H100 has 132 of them, a Mali-G610 MC4 four, each running
+/// several workgroups at once).
 const GEMM_FILL_GROUPS: u64 = 128;
 /// How much padding a tile side may add to the side it covers and still be preferred to a
 /// smaller one that pads less: a quarter.
@@ -643,9 +643,8 @@ const GEMM_PAD_ALLOWED: (u64, u64) = (5, 4);
 /// than [`GEMM_FILL_GROUPS`] workgroups where `fill`. So small layers get tiles that are not
 /// mostly padding and workgroups enough to spread over a GPU, and large ones keep the
 /// default [`GEMM_TILE`], which the GPU figures were measured with. Larger tiles (to 64 × 128,
-/// a third of the loads per multiply-add) are there to be forced
-/// ([`Variants::gemm_tile`]) and measured on a GPU: on lavapipe, as each layer's own, they made
-/// the pointwise conv and its input gradient 1.3–1.5× slower.
+/// a third of the loads per multiply-add) are there to be forced ([`Variants::gemm_tile`])
+/// and measured on a GPU.
 fn gemm_tile(m: u64, n: u64, depth: u64, fill: bool) -> [u32; 2] {
     let max_area = u64::from(GEMM_TILE[0] * GEMM_TILE[1]);
     let side = |len: u64, choices: &[u32]| -> u64 {
