@@ -18,6 +18,7 @@ layout(std430, set = 0, binding = 4) readonly buffer Skip { float skip[]; };
 
 #include "conv_push.glsl"
 #include "gemm.glsl"
+#include "pointwise_store.glsl"
 
 uint x_base; // this image's input
 uint col;    // this invocation's B column (pixel)
@@ -55,15 +56,7 @@ void main() {
         for (uint j = 0u; j < GEMM_TN; j++) {
             uint p = n0 + gl_LocalInvocationID.x + 16u * j;
             if (p < plane) {
-                float v = acc[i][j] + b;
-                if (pc.relu != 0u) {
-                    v = max(v, 0.0);
-                }
-                uint at = (img * pc.c_out + o) * plane + p;
-                if (pc.skip != 0u) {
-                    v += skip[at];
-                }
-                y[at] = v;
+                store_output((img * pc.c_out + o) * plane + p, acc[i][j] + b);
             }
         }
     }

@@ -18,6 +18,7 @@ layout(std430, set = 0, binding = 4) readonly buffer Skip { float skip[]; };
 
 #include "conv_push.glsl"
 #include "f16.glsl"
+#include "pointwise_store.glsl"
 
 void main() {
     uint img = gl_WorkGroupID.z;
@@ -33,13 +34,5 @@ void main() {
     for (uint c = 0u; c < pc.c_in; c++) {
         s += float(OPERAND(wt[wi + c]) * OPERAND(x[xi + c * plane]));
     }
-    float v = s + bias[o];
-    if (pc.relu != 0u) {
-        v = max(v, 0.0);
-    }
-    uint at = (img * pc.c_out + o) * plane + p;
-    if (pc.skip != 0u) {
-        v += skip[at];
-    }
-    y[at] = v;
+    store_output((img * pc.c_out + o) * plane + p, s + bias[o]);
 }
