@@ -694,6 +694,42 @@ fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
     (splits as u32, chunk as u32)
 }
 
+/// The dispatches one step lowers to, appended to the recording's as they are made.
+struct StepDispatches<'a> {
+    out: &'a mut Vec<LoweredDispatch>,
+    step: usize,
+}
+
+impl StepDispatches<'_> {
+    /// A dispatch of a kernel that is not a tiled GEMM.
+    fn push(&mut self, kernel: Kernel, bindings: Vec<Slot>, push: Vec<u8>, groups: [u32; 3]) {
+        self.push_tiled(kernel, bindings, push, groups, None);
+    }
+
+    /// A dispatch, with its tile where the kernel is a tiled GEMM (`KernelInfo::tiles`): the
+    /// tile travels as specialisation constants.
+    fn push_tiled(
+        &mut self,
+        kernel: Kernel,
+        bindings: Vec<Slot>,
+        push: Vec<u8>,
+        groups: [u32; 3],
+        tile: Option<[u32; 2]>,
+    ) {
+        debug_assert_eq!(bindings.len(), kernel.info().bindings as usize, "{kernel}");
+        debug_assert_eq!(push.len(), kernel.info().push_bytes as usize, "{kernel}");
+        debug_assert_eq!(tile.is_some(), kernel.info().tiles, "{kernel}");
+        self.out.push(LoweredDispatch {
+            kernel,
+            bindings,
+            push,
+            groups,
+            step: self.step,
+            spec: tile.map_or_else(Vec::new, tile_constants),
+        });
+    }
+}
+
 fn lower_step(
     step: &Step,
     index: usize,
@@ -703,29 +739,12 @@ fn lower_step(
     out: &mut Vec<LoweredDispatch>,
 ) -> Result<(), String> {
     use Slot::Tensor as T;
-    // The tile of the next dispatch pushed, where it is a tiled GEMM's.
-    let next_tile = std::cell::Cell::new(None);
-    let mut push = |kernel: Kernel, bindings: Vec<Slot>, push: Vec<u8>, groups: [u32; 3]| {
-        debug_assert_eq!(bindings.len(), kernel.info().bindings as usize, "{kernel}");
-        debug_assert_eq!(push.len(), kernel.info().push_bytes as usize, "{kernel}");
-        let tile = next_tile.take();
-        debug_assert_eq!(tile.is_some(), kernel.info().tiles, "{kernel}");
-        out.push(LoweredDispatch {
-            kernel,
-            bindings,
-            push,
-            groups,
-            step: index,
-            spec: tile.map_or_else(Vec::new, tile_constants),
-        });
-    };
+    let mut dispatches = StepDispatches { out, step: index };
     // A tiled GEMM's tile over an m × n output, `depth` grids deep (forced by the variants).
     let tile_for = |m: u64, n: u64, depth: u64, fill: bool| {
-        let tile = variants
+        variants
             .gemm_tile
-            .unwrap_or_else(|| gemm_tile(m, n, depth, fill));
-        next_tile.set(Some(tile));
-        tile.map(u64::from)
+            .unwrap_or_else(|| gemm_tile(m, n, depth, fill))
     };
     let [bm, bn, _] = GEMM_TILE.map(u64::from);
     match *step {
@@ -748,7 +767,7 @@ fn lower_step(
                     let rows = planes * u64::from(op.out_h().div_ceil(rows_each));
                     let per_row = u64::from(op.out_w().div_ceil(outputs));
                     let groups = linear_groups(rows * per_row);
-                    push(kernel, bindings, conv_push(&op, 1, 0), groups);
+                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {
                     // Binding 4 is the residual the store adds; unread (x stands in) without.
@@ -783,7 +802,7 @@ fn lower_step(
                         } else {
                             Kernel::PointwiseDirect
                         };
-                        push(kernel, bindings, push_block, grid);
+                        dispatches.push(kernel, bindings, push_block, grid);
                     } else if tiles <= THIN_MAX_TILES {
                         let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
                         let grid = checked(
@@ -794,15 +813,22 @@ fn lower_step(
                             ],
                             "pointwise conv",
                         )?;
-                        push(Kernel::PointwiseThin, bindings, push_block, grid);
+                        dispatches.push(Kernel::PointwiseThin, bindings, push_block, grid);
                     } else {
                         let (n, c_out) = (u64::from(op.n), u64::from(op.c_out));
-                        let [tm, tn] = tile_for(c_out, plane, n, true);
+                        let tile = tile_for(c_out, plane, n, true);
+                        let [tm, tn] = tile.map(u64::from);
                         let grid = checked(
                             [plane.div_ceil(tn), c_out.div_ceil(tm), n],
                             "pointwise conv",
                         )?;
-                        push(Kernel::Pointwise, bindings, push_block, grid);
+                        dispatches.push_tiled(
+                            Kernel::Pointwise,
+                            bindings,
+                            push_block,
+                            grid,
+                            Some(tile),
+                        );
                     }
                 }
                 ConvKind::Dense | ConvKind::Grouped => {
@@ -827,7 +853,7 @@ fn lower_step(
                         ],
                         "conv",
                     )?;
-                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
+                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
             }
         }
@@ -859,7 +885,7 @@ fn lower_step(
                     let planes = u64::from(op.n) * u64::from(op.c_in);
                     let rows = planes * u64::from(op.h.div_ceil(rows_each));
                     let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
-                    push(kernel, bindings, conv_push(&op, 1, 0), groups);
+                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
                     let plane = u64::from(op.h) * u64::from(op.w);
                     let (m, depth) = (
@@ -867,22 +893,24 @@ fn lower_step(
                         u64::from(op.n) * u64::from(op.groups),
                     );
                     // The direct kernels' grid is the default tile's.
-                    let (kernel, [tm, tn]) = if variants.direct
+                    let (kernel, tile) = if variants.direct
                         && op.kind() == ConvKind::Pointwise
                         && pointwise_direct4_fits(op.c_in, plane)
                     {
-                        (Kernel::Conv2dGradInputDirect4, [bm, bn])
+                        (Kernel::Conv2dGradInputDirect4, None)
                     } else if variants.direct {
-                        (Kernel::Conv2dGradInputDirect, [bm, bn])
+                        (Kernel::Conv2dGradInputDirect, None)
                     } else {
                         let tile = tile_for(m, plane, depth, true);
-                        (Kernel::Conv2dGradInput, tile)
+                        (Kernel::Conv2dGradInput, Some(tile))
                     };
+                    let [tm, tn] = tile.map_or([bm, bn], |t| t.map(u64::from));
                     let grid = checked(
                         [plane.div_ceil(tn), m.div_ceil(tm), depth],
                         "conv input gradient",
                     )?;
-                    push(kernel, bindings, conv_push(&op, 1, 0), grid);
+                    let push = conv_push(&op, 1, 0);
+                    dispatches.push_tiled(kernel, bindings, push, grid, tile);
                 }
             }
             let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
@@ -909,10 +937,12 @@ fn lower_step(
                     [u64::from(op.c_out), per_channel, u64::from(splits)],
                     "depthwise weight gradient",
                 )?;
-                push(kernel, bindings, conv_push(&op, splits, chunk), grid);
+                dispatches.push(kernel, bindings, conv_push(&op, splits, chunk), grid);
                 splits
             } else {
-                let (kernel, [tm, tn], rule) = if variants.direct {
+                // `gemm`: the tiled GEMM's tile, which its dispatch carries; the direct
+                // kernels' tiles are fixed.
+                let (kernel, [tm, tn], gemm, rule) = if variants.direct {
                     let plane = u64::from(op.h) * u64::from(op.w);
                     // Pointwise over whole vec4s of pixels: four terms a fetch.
                     let (kernel, tile) = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
@@ -923,14 +953,14 @@ fn lower_step(
                     } else {
                         (Kernel::Conv2dGradWeightDirect, CONV_GRAD_WEIGHT_DIRECT_TILE)
                     };
-                    let [tm, tn] = tile.map(u64::from);
-                    (kernel, [tm, tn], DIRECT_SPLIT)
+                    (kernel, tile.map(u64::from), None, DIRECT_SPLIT)
                 } else {
                     // The parts fill the device. The default tile's area bounds the partial
                     // sums' scratch (TARGET_GROUPS).
                     let m = u64::from(op.c_out_per_group());
                     let tile = tile_for(m, red, 1, false);
-                    (Kernel::Conv2dGradWeight, tile, TILED_SPLIT)
+                    let sides = tile.map(u64::from);
+                    (Kernel::Conv2dGradWeight, sides, Some(tile), TILED_SPLIT)
                 };
                 let tiles = red.div_ceil(tn)
                     * u64::from(op.c_out_per_group()).div_ceil(tm)
@@ -944,7 +974,8 @@ fn lower_step(
                     ],
                     "conv weight gradient",
                 )?;
-                push(kernel, bindings, conv_push(&op, splits, chunk), grid);
+                let push = conv_push(&op, splits, chunk);
+                dispatches.push_tiled(kernel, bindings, push, grid, gemm);
                 splits
             };
             if splits > 1 {
@@ -959,7 +990,7 @@ fn lower_step(
                     let blocks = blocks.min(u64::from(MAX_GROUPS)) as u32;
                     (Kernel::Conv2dGradReduce, [blocks, 1, 1])
                 };
-                push(
+                dispatches.push(
                     kernel,
                     vec![Slot::ConvPartial, T(gw), T(gb)],
                     conv_push(&op, splits, 0),
@@ -967,25 +998,28 @@ fn lower_step(
                 );
             }
         }
-        Step::Add { op, a, b, out } if variants.direct && add_direct4_fits(op.len) => push(
-            Kernel::AddDirect4,
-            vec![T(a), T(b), T(out)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len / 4)),
-        ),
-        Step::Add { op, a, b, out } => push(
+        Step::Add { op, a, b, out } if variants.direct && add_direct4_fits(op.len) => dispatches
+            .push(
+                Kernel::AddDirect4,
+                vec![T(a), T(b), T(out)],
+                words(&[op.len]),
+                linear_groups(u64::from(op.len / 4)),
+            ),
+        Step::Add { op, a, b, out } => dispatches.push(
             Kernel::Add,
             vec![T(a), T(b), T(out)],
             words(&[op.len]),
             linear_groups(u64::from(op.len)),
         ),
-        Step::AddAssign { op, dst, src } if variants.direct && add_direct4_fits(op.len) => push(
-            Kernel::AddAssignDirect4,
-            vec![T(dst), T(src), T(dst)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len / 4)),
-        ),
-        Step::AddAssign { op, dst, src } => push(
+        Step::AddAssign { op, dst, src } if variants.direct && add_direct4_fits(op.len) => {
+            dispatches.push(
+                Kernel::AddAssignDirect4,
+                vec![T(dst), T(src), T(dst)],
+                words(&[op.len]),
+                linear_groups(u64::from(op.len / 4)),
+            )
+        }
+        Step::AddAssign { op, dst, src } => dispatches.push(
             Kernel::AddAssign,
             vec![T(dst), T(src)],
             words(&[op.len]),
@@ -994,26 +1028,26 @@ fn lower_step(
         Step::UpsampleForward { op, x, y } => {
             // Binding 2 is the residual the store adds; unread (x stands in) without.
             let (out, skip) = add.map_or((y, x), |a| (a.out, a.residual));
-            push(
+            dispatches.push(
                 Kernel::Upsample,
                 vec![T(x), T(out), T(skip)],
                 words(&[op.n, op.c, op.h, op.w, u32::from(add.is_some())]),
                 linear_groups(op.output_len() as u64),
             )
         }
-        Step::UpsampleBackward { op, gy, gx } => push(
+        Step::UpsampleBackward { op, gy, gx } => dispatches.push(
             Kernel::UpsampleGrad,
             vec![T(gy), T(gx)],
             words(&[op.n, op.c, op.h, op.w]),
             linear_groups(op.input_len() as u64),
         ),
-        Step::Normalize { op, records, out } => push(
+        Step::Normalize { op, records, out } => dispatches.push(
             Kernel::Normalize,
             vec![T(records), T(out)],
             words(&[op.n, op.h, op.w, op.record_stride, u32::from(op.flip)]),
             linear_groups(op.output_len() as u64),
         ),
-        Step::Targets { op, records, out } => push(
+        Step::Targets { op, records, out } => dispatches.push(
             Kernel::Targets,
             vec![T(records), T(out)],
             words(
@@ -1034,7 +1068,7 @@ fn lower_step(
             ),
             linear_groups(u64::from(op.n) * op.levels.total_cells() as u64),
         ),
-        Step::RowCopy { op, src, dst } => push(
+        Step::RowCopy { op, src, dst } => dispatches.push(
             Kernel::RowCopy,
             vec![T(src), T(dst)],
             words(&[
@@ -1054,9 +1088,9 @@ fn lower_step(
             loss,
         } => {
             let (first, parts, lp) = loss_partial(&op, [pred, target, loss], index, lowered);
-            push(first.kernel, first.bindings, first.push, first.groups);
+            dispatches.push(first.kernel, first.bindings, first.push, first.groups);
             if parts > 1 {
-                push(
+                dispatches.push(
                     Kernel::LossFinish,
                     vec![Slot::LossPartial, T(loss)],
                     lp,
@@ -1070,7 +1104,7 @@ fn lower_step(
             target,
             loss,
             grad,
-        } => push(
+        } => dispatches.push(
             Kernel::LossGrad,
             vec![T(pred), T(target), T(loss), T(grad)],
             loss_push(&op, 1, 0),
@@ -1078,9 +1112,9 @@ fn lower_step(
         ),
         Step::SumSquares { op, x, sums } => {
             let d = sum_squares(&[(x, op)], sums, index);
-            push(d.kernel, d.bindings, d.push, d.groups);
+            dispatches.push(d.kernel, d.bindings, d.push, d.groups);
         }
-        Step::ClipGrad { op, sums, hyper } => push(
+        Step::ClipGrad { op, sums, hyper } => dispatches.push(
             Kernel::ClipGrad,
             vec![T(sums), T(hyper)],
             words(&[op.tensors, op.max_norm.to_bits()]),
@@ -1093,7 +1127,7 @@ fn lower_step(
             m,
             v,
             hyper,
-        } => push(
+        } => dispatches.push(
             Kernel::AdamW,
             vec![T(param), T(grad), T(m), T(v), T(hyper)],
             adamw_push(&op),
@@ -1104,7 +1138,7 @@ fn lower_step(
             param,
             ema,
             hyper,
-        } => push(
+        } => dispatches.push(
             Kernel::Ema,
             vec![T(ema), T(param), T(hyper)],
             words(&[op.len]),
@@ -1116,7 +1150,7 @@ fn lower_step(
             grad,
             velocity,
             hyper,
-        } => push(
+        } => dispatches.push(
             Kernel::Sgd,
             vec![T(param), T(grad), T(velocity), T(hyper)],
             words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
@@ -1136,7 +1170,7 @@ fn lower_step(
                 ));
             }
             let grid = checked([u64::from(op.n), 1, 1], "decode")?;
-            push(
+            dispatches.push(
                 Kernel::Decode,
                 vec![T(pred), T(dets), T(counts)],
                 words(
