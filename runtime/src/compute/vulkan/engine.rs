@@ -25,9 +25,10 @@ use ash::vk;
 
 use super::buffer::{AllocationReport, Buffer, Location};
 use super::cache::{CacheLoad, PipelineCache};
-use super::context::{Device, DeviceInfo, Options, Queue, ValidationLog};
+use super::context::{Device, DeviceInfo, Queue, ValidationLog};
 use super::kernels::{Kernel, TexelFormat};
 use super::lower::Variants;
+use super::options::Options;
 use super::pipeline::{Pipeline, SpecConstant};
 use super::{Error, Result};
 use crate::ring::SlotBytes;

@@ -68,6 +68,7 @@ pub mod host_import;
 mod kernel_tests;
 pub mod kernels;
 pub mod lower;
+pub mod options;
 pub mod pipeline;
 pub mod program;
 #[doc(hidden)]
@@ -78,13 +79,14 @@ use ash::vk;
 pub use buffer::{AllocationReport, Buffer, BufferRecord, Location};
 pub use cache::{default_cache_dir, CacheDir, CacheLoad, CacheStatus};
 pub use context::{
-    list_devices, pick_device, DeviceInfo, DeviceList, DeviceType, Limits, MemoryHeapInfo, Options,
-    QueueFamilyInfo, ValidationLog, LOADER_ENV, VALIDATION_ENV,
+    list_devices, pick_device, DeviceInfo, DeviceList, DeviceType, Limits, MemoryHeapInfo,
+    QueueFamilyInfo, ValidationLog,
 };
 pub use engine::{Dispatch, Engine, Timestamps, Timing};
 pub use exec::VulkanExec;
 pub use host_import::{HostImporter, ImportedHostMemory, IMPORTED_KIND};
 pub use kernels::{Kernel, KernelInfo, MAX_INVOCATIONS, MAX_SHARED_BYTES};
+pub use options::{Options, LOADER_ENV, VALIDATION_ENV};
 pub use pipeline::{Pipeline, SpecConstant};
 pub use program::{Program, ProgramDispatch};
 
@@ -119,6 +121,12 @@ pub enum Error {
          but {what} is not installed (Debian: apt install vulkan-validationlayers)"
     )]
     ValidationUnavailable { what: &'static str },
+    #[error("{name} = {value}: use {expected}")]
+    BadOption {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error("{name}={value:?}: use {expected}, or unset it")]
     BadEnv {
         name: &'static str,
