@@ -42,10 +42,8 @@ fn gpu(test: &str, rec: &Recording) -> Option<VulkanExec> {
 /// also whether the variants are used.
 fn gpu_subgroups(test: &str, rec: &Recording, subgroups: bool) -> Option<(VulkanExec, bool)> {
     let options = super::Options {
-        validation: true,
-        pipeline_cache: super::CacheDir::Off,
         subgroups: Some(subgroups),
-        ..super::Options::default()
+        ..super::testing::options()
     };
     let engine = super::testing::engine_with_options(test, &options)?;
     let used = engine.variants().subgroups;
@@ -268,13 +266,11 @@ fn conv_forward_and_backward_with(
         ids.push(id);
     }
     let options = super::Options {
-        validation: true,
-        pipeline_cache: super::CacheDir::Off,
         direct: Some(direct),
         subgroups: Some(subgroups),
         specialise,
         gemm_tile,
-        ..super::Options::default()
+        ..super::testing::options()
     };
     let Some(engine) = super::testing::engine_with_options("conv_forward_and_backward", &options)
     else {
@@ -474,10 +470,8 @@ fn a_residual_add_in_the_pointwise_store_matches_the_cpu_twin() {
             ],
         );
         let options = super::Options {
-            validation: true,
-            pipeline_cache: super::CacheDir::Off,
             direct: Some(direct),
-            ..super::Options::default()
+            ..super::testing::options()
         };
         let Some(engine) = super::testing::engine_with_options("pointwise_skip", &options) else {
             return;
@@ -600,15 +594,13 @@ fn a_stem_reading_the_records_matches_the_cpu_twin() {
                 Step::ConvForward { op, x, w, b, y },
             ],
         );
-        let options = super::Options {
-            validation: true,
-            pipeline_cache: super::CacheDir::Off,
-            direct: Some(direct),
-            ..super::Options::default()
-        };
         let engine = if fp16 {
             fp16_engine("stem_rgb_f16")
         } else {
+            let options = super::Options {
+                direct: Some(direct),
+                ..super::testing::options()
+            };
             super::testing::engine_with_options("stem_rgb", &options)
         };
         let Some(engine) = engine else {
@@ -918,10 +910,8 @@ fn elementwise_kernels_with(specialise: bool) {
     });
     rec.entry("all", steps);
     let options = super::Options {
-        validation: true,
-        pipeline_cache: super::CacheDir::Off,
         specialise,
-        ..super::Options::default()
+        ..super::testing::options()
     };
     let Some(engine) = super::testing::engine_with_options("elementwise_kernels", &options) else {
         return;
@@ -2050,10 +2040,8 @@ fn assert_f16_close(name: &str, got: &[f32], want: &[f32]) {
 /// Vulkan is required, without `shaderFloat16`.
 fn fp16_engine(test: &str) -> Option<super::Engine> {
     let options = super::Options {
-        validation: true,
-        pipeline_cache: super::CacheDir::Off,
         fp16: true,
-        ..super::Options::default()
+        ..super::testing::options()
     };
     let engine = super::testing::engine_with_options(test, &options)?;
     if !engine.fp16() {
@@ -2134,10 +2122,8 @@ fn pointwise_tiled_and_direct_kernels_match_the_cpu_twin() {
     let (rec, ids) = conv_forward_entries(&cases);
     for direct in [false, true] {
         let options = super::Options {
-            validation: true,
-            pipeline_cache: super::CacheDir::Off,
             direct: Some(direct),
-            ..super::Options::default()
+            ..super::testing::options()
         };
         let test = format!("pointwise, direct {direct}");
         let Some(engine) = super::testing::engine_with_options(&test, &options) else {
@@ -2217,10 +2203,8 @@ fn masked_gradient_adds_match_the_cpu_twin() {
             ],
         );
         let options = super::Options {
-            validation: true,
-            pipeline_cache: super::CacheDir::Off,
             direct: Some(direct),
-            ..super::Options::default()
+            ..super::testing::options()
         };
         let Some(engine) = super::testing::engine_with_options("masked_gradient_adds", &options)
         else {

@@ -23,11 +23,20 @@ pub fn engine(test: &str) -> Option<Engine> {
 /// As [`engine`], with the pipeline cache in `cache`.
 pub fn engine_with(test: &str, cache: CacheDir) -> Option<Engine> {
     let options = Options {
-        validation: true,
         pipeline_cache: cache,
-        ..Options::default()
+        ..options()
     };
     engine_with_options(test, &options)
+}
+
+/// The options of [`engine`]: validation on and no pipeline cache. Tests that change one
+/// start from these (`Options { direct: Some(true), ..options() }`).
+pub fn options() -> Options {
+    Options {
+        validation: true,
+        pipeline_cache: CacheDir::Off,
+        ..Options::default()
+    }
 }
 
 /// As [`engine`], with `options` (which should ask for validation).
