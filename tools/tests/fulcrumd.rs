@@ -777,6 +777,8 @@ fn bad_options_are_clear_errors() {
         "--weights",
         "--socket",
         "--engine",
+        "--device",
+        "--fp16",
         "--allow-uid",
         "--allow-gid",
         "--mem-budget",
@@ -810,6 +812,23 @@ fn bad_options_are_clear_errors() {
         "{err}"
     );
     assert!(!Path::new("/tmp/never.sock").exists());
+    // A Vulkan device that is not there: refused at start as the engine's error, naming the
+    // devices there are, not blamed on the weights.
+    if std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+        let (st, _, err) = run(Command::new(FULCRUMD)
+            .arg("--weights")
+            .arg(weights())
+            .args(["--socket", "/tmp/never.sock", "--engine", "vulkan"])
+            .args(["--device", "99", "--fp16"]));
+        assert_eq!(st.code(), Some(2));
+        assert!(
+            err.contains("no Vulkan device 99")
+                && err.contains("the devices are: 0 ")
+                && !err.contains("weights"),
+            "{err}"
+        );
+        assert!(!Path::new("/tmp/never.sock").exists());
+    }
     let plain = dir.path().join("plain");
     std::fs::write(&plain, b"keep").unwrap();
     let (st, _, err) = run(Command::new(FULCRUMD)

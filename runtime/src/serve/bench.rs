@@ -112,12 +112,9 @@ fn forward_baseline(
     desc: FrameDesc,
     bytes: &[u8],
 ) -> Result<(LatencyHistogram, LatencyHistogram, String), Error> {
-    let weights_error = |e: crate::infer::Error| Error::Weights {
-        path: PathBuf::from("(benchmark model)"),
-        reason: e.to_string(),
-    };
-    let mut predictor =
-        Predictor::new(checkpoint, &config.exec, 0.3, 100).map_err(weights_error)?;
+    let model = Path::new("(benchmark model)");
+    let mut predictor = Predictor::new(checkpoint, &config.exec, 0.3, 100)
+        .map_err(|e| Error::predictor(model, e))?;
     predictor.reserve_sources(u32::from(config.width.max(config.height)));
     let view =
         FrameView::new(desc, bytes).ok_or_else(|| Error::Config("bad benchmark frame".into()))?;
@@ -126,7 +123,7 @@ fn forward_baseline(
     for i in 0..220 {
         let t = predictor
             .predict_into(&view, &mut out)
-            .map_err(weights_error)?;
+            .map_err(|e| Error::predictor(model, e))?;
         if i >= 20 {
             forward.record(t.device.as_micros() as u64);
             prepare.record(t.prepare.as_micros() as u64);

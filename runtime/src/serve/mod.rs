@@ -33,6 +33,10 @@ pub enum Error {
     },
     #[error("weights {}: {reason}", path.display())]
     Weights { path: PathBuf, reason: String },
+    /// The engine could not be set up (no such device, no Vulkan, a budget it cannot keep):
+    /// nothing the weights can mend.
+    #[error("{0}")]
+    Engine(#[source] crate::compute::exec::Error),
     #[error("{0}")]
     Config(String),
     #[error(
@@ -53,4 +57,18 @@ pub enum Error {
     Remote { code: ErrorCode, text: String },
     #[error("unexpected reply from the daemon: {0}")]
     Unexpected(String),
+}
+
+impl Error {
+    /// A predictor that could not be made for the weights at `path`: the engine's errors as
+    /// [`Error::Engine`], the rest as the weights'.
+    pub(crate) fn predictor(path: &std::path::Path, e: crate::infer::Error) -> Error {
+        match e {
+            crate::infer::Error::Exec(e) => Error::Engine(e),
+            e => Error::Weights {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
+        }
+    }
 }

@@ -171,12 +171,8 @@ impl Model {
             });
         }
         let mut predictor =
-            Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k).map_err(
-                |e| Error::Weights {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                },
-            )?;
+            Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k)
+                .map_err(|e| Error::predictor(path, e))?;
         predictor
             .set_nms_iou(config.nms_iou)
             .map_err(|e| Error::Config(format!("--nms: {e}")))?;
