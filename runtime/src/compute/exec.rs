@@ -62,7 +62,7 @@ pub enum Error {
     #[error("Vulkan engine: {0}")]
     Vulkan(#[from] vulkan::Error),
     #[error("Vulkan engine: {0}")]
-    VulkanExec(String),
+    VulkanExec(#[from] vulkan::exec::ExecError),
     #[error("CPU engine: {0}")]
     Cpu(String),
     #[error("{0}")]
@@ -214,7 +214,8 @@ impl Exec {
     pub fn memory_plan(recording: &Recording, options: &ExecOptions) -> Result<MemoryPlan> {
         let options = options.resolved()?;
         match options.engine {
-            EngineChoice::Vulkan => VulkanExec::memory_plan(recording).map_err(Error::VulkanExec),
+            EngineChoice::Vulkan => VulkanExec::memory_plan(recording)
+                .map_err(|e| Error::VulkanExec(vulkan::exec::ExecError::from(e))),
             _ => Ok(CpuExec::memory_plan(recording, options.threads)),
         }
     }

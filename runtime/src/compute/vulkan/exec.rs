@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use super::buffer::{Buffer, Location};
 use super::engine::{Engine, Timestamps, Timing};
-use super::lower::{joined_steps, lower_with, Slot, Variants};
+use super::lower::{joined_steps, lower_with, LowerError, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
 use crate::balance::MemoryPlan;
@@ -37,6 +37,38 @@ pub struct VulkanExec {
 }
 
 /// What the buffers of a recording take: tensors and scratch.
+/// Why a [`VulkanExec`] could not be set up for a recording.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(
+        "the Vulkan engine needs {needed} bytes ({tensors} of tensors, {scratch} of scratch), \
+         over the memory budget of {budget} bytes; the largest tensors: {largest}; {fits}"
+    )]
+    OverBudget {
+        needed: u64,
+        budget: u64,
+        tensors: u64,
+        scratch: u64,
+        /// The five largest tensors, named with their bytes.
+        largest: String,
+        /// What would fit: a smaller batch, or none.
+        fits: String,
+    },
+    #[error(
+        "buffer {name:?} takes {bytes} bytes, more than the {max_range} this device binds as \
+         one storage buffer; lower the batch"
+    )]
+    BufferTooLarge {
+        name: String,
+        bytes: u64,
+        max_range: u64,
+    },
+    #[error(transparent)]
+    Vulkan(#[from] super::Error),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Sizes {
     tensors: u64,
@@ -48,7 +80,7 @@ impl Sizes {
     /// The tensors of `storage` and the scratch of `recording` lowered to whichever kernel
     /// variants need more of it (tiled or direct: how a sum is split depends on them), so
     /// that the plan made before a device is chosen is what any device allocates.
-    fn of(storage: &StoragePlan, recording: &Recording) -> Result<Sizes, String> {
+    fn of(storage: &StoragePlan, recording: &Recording) -> Result<Sizes, LowerError> {
         let (mut conv, mut loss) = (1, 1);
         for direct in [false, true] {
             let l = lower_with(
@@ -77,7 +109,7 @@ impl Sizes {
 /// The refusal of a recording over the budget: how much it needs, the largest tensors, and
 /// the batch that would fit (the tensors other than parameters and optimizer state scale with
 /// the batch).
-fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> String {
+fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> ExecError {
     let needed = sizes.total();
     let mut largest: Vec<_> = recording.tensors.iter().collect();
     largest.sort_by_key(|t| std::cmp::Reverse(t.bytes()));
@@ -117,13 +149,14 @@ fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> String {
             format!("a batch of at most about {most} would fit (it is {batch}); lower --batch")
         }
     };
-    format!(
-        "the Vulkan engine needs {needed} bytes ({} of tensors, {} of scratch), over the memory \
-         budget of {budget} bytes; the largest tensors: {}; {fits}",
-        sizes.tensors,
-        sizes.conv_partial + sizes.loss_partial,
-        list.join(", ")
-    )
+    ExecError::OverBudget {
+        needed,
+        budget,
+        tensors: sizes.tensors,
+        scratch: sizes.conv_partial + sizes.loss_partial,
+        largest: list.join(", "),
+        fits,
+    }
 }
 
 /// The batch a step works on (0 for steps that have none).
@@ -162,7 +195,7 @@ impl VulkanExec {
         recording: &Recording,
         timestamps: bool,
         mem_budget: Option<u64>,
-    ) -> Result<VulkanExec, String> {
+    ) -> Result<VulkanExec, ExecError> {
         let storage = Self::storage_plan(recording);
         Self::with_storage(engine, recording, timestamps, mem_budget, storage)
     }
@@ -173,7 +206,7 @@ impl VulkanExec {
         engine: Engine,
         recording: &Recording,
         timestamps: bool,
-    ) -> Result<VulkanExec, String> {
+    ) -> Result<VulkanExec, ExecError> {
         let storage = StoragePlan::separate(recording);
         Self::with_storage(engine, recording, timestamps, None, storage)
     }
@@ -189,7 +222,7 @@ impl VulkanExec {
         timestamps: bool,
         mem_budget: Option<u64>,
         storage: StoragePlan,
-    ) -> Result<VulkanExec, String> {
+    ) -> Result<VulkanExec, ExecError> {
         let lowered = lower_with(recording, engine.variants())?;
         let sizes = Sizes::of(&storage, recording)?;
         if let Some(budget) = mem_budget {
@@ -208,13 +241,14 @@ impl VulkanExec {
             .map(|b| (recording.get(b.tensors[0]).name.as_str(), b.bytes()))
             .chain(scratch);
         if let Some((name, bytes)) = all.find(|&(_, b)| b > max_range) {
-            return Err(format!(
-                "buffer {name:?} takes {bytes} bytes, more than the {max_range} this device \
-                 binds as one storage buffer; lower the batch"
-            ));
+            return Err(ExecError::BufferTooLarge {
+                name: name.to_owned(),
+                bytes,
+                max_range,
+            });
         }
 
-        let err = |e: super::Error| e.to_string();
+        let err = ExecError::Vulkan;
         let mut buffers = Vec::with_capacity(storage.buffers.len() + 2);
         for b in &storage.buffers {
             // Named by its first tenant (the allocation report's label).
@@ -302,13 +336,13 @@ impl VulkanExec {
     /// Bytes of device buffers [`VulkanExec::new`] would allocate for `recording`: its
     /// tensors and the scratch of split reductions (what the memory budget is checked
     /// against).
-    pub fn needed_bytes(recording: &Recording) -> Result<u64, String> {
+    pub fn needed_bytes(recording: &Recording) -> Result<u64, LowerError> {
         Ok(Sizes::of(&Self::storage_plan(recording), recording)?.total())
     }
 
     /// [`VulkanExec::needed_bytes`] item by item: the tensor buffers and the reduction
     /// scratch.
-    pub fn memory_plan(recording: &Recording) -> Result<MemoryPlan, String> {
+    pub fn memory_plan(recording: &Recording) -> Result<MemoryPlan, LowerError> {
         let storage = Self::storage_plan(recording);
         let sizes = Sizes::of(&storage, recording)?;
         let mut plan = MemoryPlan::default();

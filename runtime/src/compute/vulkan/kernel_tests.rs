@@ -1397,6 +1397,12 @@ fn memory_budget_is_checked_before_allocating() {
         return;
     };
     let e = VulkanExec::new(engine, &g.recording, false, Some(needed - 1)).unwrap_err();
+    assert!(
+        matches!(e, super::exec::ExecError::OverBudget { needed: n, budget: b, .. }
+            if n == needed && b == needed - 1),
+        "{e}"
+    );
+    let e = e.to_string();
     assert!(e.contains(&format!("needs {needed} bytes")), "{e}");
     assert!(e.contains("over the memory budget"), "{e}");
     assert!(e.contains("the largest tensors: "), "{e}");
@@ -1406,7 +1412,7 @@ fn memory_budget_is_checked_before_allocating() {
     );
     let engine = super::testing::engine("memory_budget").unwrap();
     let e = VulkanExec::new(engine, &g.recording, false, Some(1000)).unwrap_err();
-    assert!(e.contains("no batch fits"), "{e}");
+    assert!(e.to_string().contains("no batch fits"), "{e}");
     let engine = super::testing::engine("memory_budget").unwrap();
     let exec = VulkanExec::new(engine, &g.recording, false, Some(needed)).unwrap();
     assert_eq!(exec.bytes(), needed);

@@ -158,14 +158,42 @@ pub struct Variants {
     pub gemm_tile: Option<[u32; 2]>,
 }
 
+/// Why a recording could not be lowered.
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    /// The recording does not validate (the reason from [`Recording::validate`]).
+    #[error("{0}")]
+    Recording(String),
+    /// A step has no dispatch on every device.
+    #[error("entry {entry:?}, step {step} ({name}): {problem}")]
+    Step {
+        entry: String,
+        step: usize,
+        name: &'static str,
+        problem: StepError,
+    },
+}
+
+/// Why one step has no dispatch.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("{what}: workgroup grid {groups:?} is outside 1..={MAX_GROUPS} per dimension")]
+    Grid {
+        what: &'static str,
+        groups: [u64; 3],
+    },
+    #[error("decode top_k {top_k} is more than the {kept} the GPU decode keeps per image")]
+    DecodeTopK { top_k: u32, kept: u32 },
+}
+
 /// Lowers every entry of `recording` (which must validate) to the f32 tiled kernels.
-pub fn lower(recording: &Recording) -> Result<Lowered, String> {
+pub fn lower(recording: &Recording) -> Result<Lowered, LowerError> {
     lower_with(recording, Variants::default())
 }
 
 /// As [`lower`], with the kernel `variants` where steps have them (fp16 wins over direct).
-pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, String> {
-    recording.validate()?;
+pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, LowerError> {
+    recording.validate().map_err(LowerError::Recording)?;
     let mut lowered = Lowered {
         entries: Vec::with_capacity(recording.entries.len()),
         conv_partial_floats: 0,
@@ -215,8 +243,14 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 // The stem after it reads the records.
                 let (j, stem) = steps.next().expect("a stem follows");
                 let at = dispatches.len();
-                lower_step(stem, j, None, variants, &mut lowered, &mut dispatches)
-                    .map_err(|e| format!("entry {:?}, step {j} (stem): {e}", entry.name))?;
+                lower_step(stem, j, None, variants, &mut lowered, &mut dispatches).map_err(
+                    |problem| LowerError::Step {
+                        entry: entry.name.clone(),
+                        step: j,
+                        name: "stem",
+                        problem,
+                    },
+                )?;
                 reading_records(&mut dispatches[at], *records, op);
                 continue;
             }
@@ -225,8 +259,14 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 steps.next();
             }
             let at = dispatches.len();
-            lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
-                .map_err(|e| format!("entry {:?}, step {i} ({}): {e}", entry.name, step.name()))?;
+            lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches).map_err(
+                |problem| LowerError::Step {
+                    entry: entry.name.clone(),
+                    step: i,
+                    name: step.name(),
+                    problem,
+                },
+            )?;
             if gy_masked[i] {
                 // Its output gradient is masked already: no ReLU mask in its kernels.
                 for d in &mut dispatches[at..] {
@@ -619,11 +659,9 @@ fn linear_groups(len: u64) -> [u32; 3] {
 }
 
 /// Checks a grid against the limit every device supports.
-fn checked(groups: [u64; 3], what: &str) -> Result<[u32; 3], String> {
+fn checked(groups: [u64; 3], what: &'static str) -> Result<[u32; 3], StepError> {
     if groups.iter().any(|&g| g == 0 || g > u64::from(MAX_GROUPS)) {
-        return Err(format!(
-            "{what}: workgroup grid {groups:?} is outside 1..={MAX_GROUPS} per dimension"
-        ));
+        return Err(StepError::Grid { what, groups });
     }
     Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
 }
@@ -737,7 +775,7 @@ fn lower_step(
     variants: Variants,
     lowered: &mut Lowered,
     out: &mut Vec<LoweredDispatch>,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     use Slot::Tensor as T;
     let mut dispatches = StepDispatches { out, step: index };
     // A tiled GEMM's tile over an m × n output, `depth` grids deep (forced by the variants).
@@ -1163,11 +1201,10 @@ fn lower_step(
             counts,
         } => {
             if op.top_k > DECODE_SLOTS / 2 {
-                return Err(format!(
-                    "decode top_k {} is more than the {} the GPU decode keeps per image",
-                    op.top_k,
-                    DECODE_SLOTS / 2
-                ));
+                return Err(StepError::DecodeTopK {
+                    top_k: op.top_k,
+                    kept: DECODE_SLOTS / 2,
+                });
             }
             let grid = checked([u64::from(op.n), 1, 1], "decode")?;
             dispatches.push(

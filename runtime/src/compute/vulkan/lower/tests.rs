@@ -499,5 +499,14 @@ fn push_constants_carry_the_op_fields() {
         }],
     );
     let e = lower(&r).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            LowerError::Step { entry, problem: StepError::DecodeTopK { top_k: 600, .. }, .. }
+                if entry == "decode"
+        ),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains("top_k 600") && e.contains("\"decode\""), "{e}");
 }
