@@ -27,7 +27,7 @@ pub const GEMM_TILE_ENV: &str = "FULCRUM_VULKAN_GEMM_TILE";
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Enable the Khronos validation layer and `VK_EXT_debug_utils`, recording every warning
-    /// and error into the [`ValidationLog`]. Also on when `FULCRUM_VULKAN_VALIDATION=1`. Asking
+    /// and error into the [`ValidationLog`](super::ValidationLog). Also on when `FULCRUM_VULKAN_VALIDATION=1`. Asking
     /// for it where the layer is not installed is an error (tests must not silently run
     /// unvalidated).
     pub validation: bool,
