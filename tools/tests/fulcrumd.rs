@@ -814,18 +814,22 @@ fn bad_options_are_clear_errors() {
     assert!(!Path::new("/tmp/never.sock").exists());
     // A Vulkan device that is not there: refused at start as the engine's error, naming the
     // devices there are, not blamed on the weights.
-    if std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+    // Whether the engine is asked for or chosen (`auto`).
+    for engine in ["vulkan", "auto"] {
+        if !std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+            break;
+        }
         let (st, _, err) = run(Command::new(FULCRUMD)
             .arg("--weights")
             .arg(weights())
-            .args(["--socket", "/tmp/never.sock", "--engine", "vulkan"])
+            .args(["--socket", "/tmp/never.sock", "--engine", engine])
             .args(["--device", "99", "--fp16"]));
         assert_eq!(st.code(), Some(2));
         assert!(
             err.contains("no Vulkan device 99")
                 && err.contains("the devices are: 0 ")
                 && !err.contains("weights"),
-            "{err}"
+            "--engine {engine}: {err}"
         );
         assert!(!Path::new("/tmp/never.sock").exists());
     }

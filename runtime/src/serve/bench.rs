@@ -114,7 +114,7 @@ fn forward_baseline(
 ) -> Result<(LatencyHistogram, LatencyHistogram, String), Error> {
     let model = Path::new("(benchmark model)");
     let mut predictor = Predictor::new(checkpoint, &config.exec, 0.3, 100)
-        .map_err(|e| Error::predictor(model, e))?;
+        .map_err(|e| Error::from_infer(model, e))?;
     predictor.reserve_sources(u32::from(config.width.max(config.height)));
     let view =
         FrameView::new(desc, bytes).ok_or_else(|| Error::Config("bad benchmark frame".into()))?;
@@ -123,7 +123,7 @@ fn forward_baseline(
     for i in 0..220 {
         let t = predictor
             .predict_into(&view, &mut out)
-            .map_err(|e| Error::predictor(model, e))?;
+            .map_err(|e| Error::from_infer(model, e))?;
         if i >= 20 {
             forward.record(t.device.as_micros() as u64);
             prepare.record(t.prepare.as_micros() as u64);

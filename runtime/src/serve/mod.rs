@@ -35,8 +35,8 @@ pub enum Error {
     Weights { path: PathBuf, reason: String },
     /// The engine could not be set up (no such device, no Vulkan, a budget it cannot keep):
     /// nothing the weights can mend.
-    #[error("{0}")]
-    Engine(#[source] crate::compute::exec::Error),
+    #[error(transparent)]
+    Engine(crate::compute::exec::Error),
     #[error("{0}")]
     Config(String),
     #[error(
@@ -60,11 +60,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// A predictor that could not be made for the weights at `path`: the engine's errors as
-    /// [`Error::Engine`], the rest as the weights'.
-    pub(crate) fn predictor(path: &std::path::Path, e: crate::infer::Error) -> Error {
+    /// A failure to set up or run a predictor for the weights at `path`: the engine's errors
+    /// as [`Error::Engine`] (the weights cannot mend them), the rest as the weights'.
+    pub(crate) fn from_infer(path: &std::path::Path, e: crate::infer::Error) -> Error {
+        use crate::model::checkpoint::LoadError;
         match e {
-            crate::infer::Error::Exec(e) => Error::Engine(e),
+            crate::infer::Error::Exec(e) | crate::infer::Error::Load(LoadError::Exec(e)) => {
+                Error::Engine(e)
+            }
             e => Error::Weights {
                 path: path.to_path_buf(),
                 reason: e.to_string(),

@@ -86,8 +86,11 @@ impl ServeConfig {
     /// warms up. (Clients' memfd rings are the clients' memory, mapped, not allocated here.)
     pub fn plan(&self, model: &crate::model::ModelConfig) -> Result<MemoryPlan, Error> {
         let max_side = u32::from(self.max_frame_side);
-        let engine = Predictor::plan(model, &self.exec, self.top_k, max_side)
-            .map_err(|e| Error::Config(format!("planning {}: {e}", self.weights.display())))?;
+        let engine =
+            Predictor::plan(model, &self.exec, self.top_k, max_side).map_err(|e| match e {
+                crate::infer::Error::Exec(e) => Error::Engine(e),
+                e => Error::Config(format!("planning {}: {e}", self.weights.display())),
+            })?;
         let mut plan = engine.clone();
         plan.add("request buffer", 1, (MAX_MESSAGE_LEN + 1) as u64);
         plan.add("reply buffer", 1, self.max_reply() as u64);
@@ -172,7 +175,7 @@ impl Model {
         }
         let mut predictor =
             Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k)
-                .map_err(|e| Error::predictor(path, e))?;
+                .map_err(|e| Error::from_infer(path, e))?;
         predictor
             .set_nms_iou(config.nms_iou)
             .map_err(|e| Error::Config(format!("--nms: {e}")))?;
@@ -185,9 +188,12 @@ impl Model {
         let mut out = Vec::with_capacity(predictor.top_k());
         predictor
             .predict_into(&grey, &mut out)
-            .map_err(|e| Error::Weights {
-                path: path.to_path_buf(),
-                reason: format!("warm-up inference failed: {e}"),
+            .map_err(|e| match Error::from_infer(path, e) {
+                Error::Weights { path, reason } => Error::Weights {
+                    path,
+                    reason: format!("warm-up inference failed: {reason}"),
+                },
+                e => e,
             })?;
         if let Some(bad) = out
             .iter()

@@ -54,9 +54,10 @@ struct Args {
     /// Run the Vulkan engine's forward convolutions with fp16 operands and f32 sums where the
     /// device offers shaderFloat16, when serving and fine-tuning alike (faster on most GPUs;
     /// about 5e-4 of the largest output in error; gradients stay f32). Ignored, with a log
-    /// line, on a device without it; the CPU engine is always f32.
-    #[arg(long)]
-    fp16: bool,
+    /// line, on a device without it; the CPU engine is always f32. `--fp16=false` turns off
+    /// the config file's `fp16 = true`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    fp16: Option<bool>,
     /// Also allow clients running as this uid (repeatable); the daemon's own uid and gid are
     /// always allowed.
     #[arg(long = "allow-uid", value_name = "UID")]
@@ -204,9 +205,10 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
             .or(file.threads)
             .unwrap_or_else(fulcrum_board::host_cores),
         per_kernel_timing: false,
-        validation: std::env::var_os("FULCRUM_VULKAN_VALIDATION").is_some(),
+        // FULCRUM_VULKAN_VALIDATION=1 turns it on (`vulkan::Options::validation_enabled`).
+        validation: false,
         mem_budget,
-        fp16: args.fp16 || file.fp16.unwrap_or(false),
+        fp16: args.fp16.or(file.fp16).unwrap_or(false),
     };
     let mut c = ServeConfig::new(socket, weights, exec);
     c.state_dir = state_dir;
