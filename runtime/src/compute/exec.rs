@@ -214,8 +214,9 @@ impl Exec {
     pub fn memory_plan(recording: &Recording, options: &ExecOptions) -> Result<MemoryPlan> {
         let options = options.resolved()?;
         match options.engine {
-            EngineChoice::Vulkan => VulkanExec::memory_plan(recording)
-                .map_err(|e| Error::VulkanExec(vulkan::exec::ExecError::from(e))),
+            EngineChoice::Vulkan => {
+                Ok(VulkanExec::memory_plan(recording).map_err(vulkan::exec::ExecError::from)?)
+            }
             _ => Ok(CpuExec::memory_plan(recording, options.threads)),
         }
     }

@@ -36,7 +36,6 @@ pub struct VulkanExec {
     f32_bytes: Vec<u8>,
 }
 
-/// What the buffers of a recording take: tensors and scratch.
 /// Why a [`VulkanExec`] could not be set up for a recording.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -69,6 +68,7 @@ pub enum ExecError {
     Vulkan(#[from] super::Error),
 }
 
+/// What the buffers of a recording take: tensors and scratch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Sizes {
     tensors: u64,
@@ -248,25 +248,18 @@ impl VulkanExec {
             });
         }
 
-        let err = ExecError::Vulkan;
         let mut buffers = Vec::with_capacity(storage.buffers.len() + 2);
         for b in &storage.buffers {
             // Named by its first tenant (the allocation report's label).
             let t = recording.get(b.tensors[0]);
-            buffers.push(
-                engine
-                    .buffer(&t.name, b.bytes(), location(t.role))
-                    .map_err(err)?,
-            );
+            buffers.push(engine.buffer(&t.name, b.bytes(), location(t.role))?);
         }
         let conv_partial = buffers.len();
         let loss_partial = conv_partial + 1;
         for (name, bytes) in scratch {
-            buffers.push(engine.buffer(name, bytes, Location::GpuOnly).map_err(err)?);
+            buffers.push(engine.buffer(name, bytes, Location::GpuOnly)?);
         }
-        engine
-            .fill_zero(&buffers.iter().collect::<Vec<&Buffer>>())
-            .map_err(err)?;
+        engine.fill_zero(&buffers.iter().collect::<Vec<&Buffer>>())?;
 
         // One pipeline per kernel and specialisation (per shape where the lowering
         // specialises one, else per kernel: the shapes are push constants), shared by every
@@ -281,7 +274,7 @@ impl VulkanExec {
                 let pipeline = match pipeline_of.get(&(d.kernel, &d.spec)) {
                     Some(&i) => i,
                     None => {
-                        pipelines.push(engine.pipeline(d.kernel, &d.spec).map_err(err)?);
+                        pipelines.push(engine.pipeline(d.kernel, &d.spec)?);
                         pipeline_of.insert((d.kernel, &d.spec), pipelines.len() - 1);
                         pipelines.len() - 1
                     }
@@ -320,8 +313,7 @@ impl VulkanExec {
             } else {
                 Timestamps::Step
             },
-        )
-        .map_err(err)?;
+        )?;
         Ok(VulkanExec {
             program,
             engine,

@@ -165,11 +165,12 @@ pub enum LowerError {
     #[error("{0}")]
     Recording(String),
     /// A step has no dispatch on every device.
-    #[error("entry {entry:?}, step {step} ({name}): {problem}")]
+    #[error("entry {entry:?}, step {step} ({kind}): {problem}")]
     Step {
         entry: String,
         step: usize,
-        name: &'static str,
+        /// What the step is (`Step::name`).
+        kind: &'static str,
         problem: StepError,
     },
 }
@@ -247,7 +248,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                     |problem| LowerError::Step {
                         entry: entry.name.clone(),
                         step: j,
-                        name: "stem",
+                        kind: "stem",
                         problem,
                     },
                 )?;
@@ -263,7 +264,7 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 |problem| LowerError::Step {
                     entry: entry.name.clone(),
                     step: i,
-                    name: step.name(),
+                    kind: step.name(),
                     problem,
                 },
             )?;
@@ -740,27 +741,31 @@ struct StepDispatches<'a> {
 
 impl StepDispatches<'_> {
     /// A dispatch of a kernel that is not a tiled GEMM.
-    fn push(&mut self, kernel: Kernel, bindings: Vec<Slot>, push: Vec<u8>, groups: [u32; 3]) {
-        self.push_tiled(kernel, bindings, push, groups, None);
+    fn add(&mut self, kernel: Kernel, bindings: Vec<Slot>, constants: Vec<u8>, groups: [u32; 3]) {
+        self.add_tiled(kernel, bindings, constants, groups, None);
     }
 
-    /// A dispatch, with its tile where the kernel is a tiled GEMM (`KernelInfo::tiles`): the
-    /// tile travels as specialisation constants.
-    fn push_tiled(
+    /// A dispatch (its push `constants`), with its tile where the kernel is a tiled GEMM
+    /// (`KernelInfo::tiles`): the tile travels as specialisation constants.
+    fn add_tiled(
         &mut self,
         kernel: Kernel,
         bindings: Vec<Slot>,
-        push: Vec<u8>,
+        constants: Vec<u8>,
         groups: [u32; 3],
         tile: Option<[u32; 2]>,
     ) {
         debug_assert_eq!(bindings.len(), kernel.info().bindings as usize, "{kernel}");
-        debug_assert_eq!(push.len(), kernel.info().push_bytes as usize, "{kernel}");
+        debug_assert_eq!(
+            constants.len(),
+            kernel.info().push_bytes as usize,
+            "{kernel}"
+        );
         debug_assert_eq!(tile.is_some(), kernel.info().tiles, "{kernel}");
         self.out.push(LoweredDispatch {
             kernel,
             bindings,
-            push,
+            push: constants,
             groups,
             step: self.step,
             spec: tile.map_or_else(Vec::new, tile_constants),
@@ -805,7 +810,7 @@ fn lower_step(
                     let rows = planes * u64::from(op.out_h().div_ceil(rows_each));
                     let per_row = u64::from(op.out_w().div_ceil(outputs));
                     let groups = linear_groups(rows * per_row);
-                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), groups);
+                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
                 }
                 ConvKind::Pointwise => {
                     // Binding 4 is the residual the store adds; unread (x stands in) without.
@@ -840,7 +845,7 @@ fn lower_step(
                         } else {
                             Kernel::PointwiseDirect
                         };
-                        dispatches.push(kernel, bindings, push_block, grid);
+                        dispatches.add(kernel, bindings, push_block, grid);
                     } else if tiles <= THIN_MAX_TILES {
                         let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
                         let grid = checked(
@@ -851,7 +856,7 @@ fn lower_step(
                             ],
                             "pointwise conv",
                         )?;
-                        dispatches.push(Kernel::PointwiseThin, bindings, push_block, grid);
+                        dispatches.add(Kernel::PointwiseThin, bindings, push_block, grid);
                     } else {
                         let (n, c_out) = (u64::from(op.n), u64::from(op.c_out));
                         let tile = tile_for(c_out, plane, n, true);
@@ -860,7 +865,7 @@ fn lower_step(
                             [plane.div_ceil(tn), c_out.div_ceil(tm), n],
                             "pointwise conv",
                         )?;
-                        dispatches.push_tiled(
+                        dispatches.add_tiled(
                             Kernel::Pointwise,
                             bindings,
                             push_block,
@@ -891,7 +896,7 @@ fn lower_step(
                         ],
                         "conv",
                     )?;
-                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), grid);
+                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), grid);
                 }
             }
         }
@@ -923,7 +928,7 @@ fn lower_step(
                     let planes = u64::from(op.n) * u64::from(op.c_in);
                     let rows = planes * u64::from(op.h.div_ceil(rows_each));
                     let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
-                    dispatches.push(kernel, bindings, conv_push(&op, 1, 0), groups);
+                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
                 } else {
                     let plane = u64::from(op.h) * u64::from(op.w);
                     let (m, depth) = (
@@ -948,7 +953,7 @@ fn lower_step(
                         "conv input gradient",
                     )?;
                     let push = conv_push(&op, 1, 0);
-                    dispatches.push_tiled(kernel, bindings, push, grid, tile);
+                    dispatches.add_tiled(kernel, bindings, push, grid, tile);
                 }
             }
             let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
@@ -975,12 +980,12 @@ fn lower_step(
                     [u64::from(op.c_out), per_channel, u64::from(splits)],
                     "depthwise weight gradient",
                 )?;
-                dispatches.push(kernel, bindings, conv_push(&op, splits, chunk), grid);
+                dispatches.add(kernel, bindings, conv_push(&op, splits, chunk), grid);
                 splits
             } else {
-                // `gemm`: the tiled GEMM's tile, which its dispatch carries; the direct
+                // `tiled`: the tiled GEMM's tile, which its dispatch carries; the direct
                 // kernels' tiles are fixed.
-                let (kernel, [tm, tn], gemm, rule) = if variants.direct {
+                let (kernel, [tm, tn], tiled, rule) = if variants.direct {
                     let plane = u64::from(op.h) * u64::from(op.w);
                     // Pointwise over whole vec4s of pixels: four terms a fetch.
                     let (kernel, tile) = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
@@ -1013,7 +1018,7 @@ fn lower_step(
                     "conv weight gradient",
                 )?;
                 let push = conv_push(&op, splits, chunk);
-                dispatches.push_tiled(kernel, bindings, push, grid, gemm);
+                dispatches.add_tiled(kernel, bindings, push, grid, tiled);
                 splits
             };
             if splits > 1 {
@@ -1028,7 +1033,7 @@ fn lower_step(
                     let blocks = blocks.min(u64::from(MAX_GROUPS)) as u32;
                     (Kernel::Conv2dGradReduce, [blocks, 1, 1])
                 };
-                dispatches.push(
+                dispatches.add(
                     kernel,
                     vec![Slot::ConvPartial, T(gw), T(gb)],
                     conv_push(&op, splits, 0),
@@ -1037,27 +1042,27 @@ fn lower_step(
             }
         }
         Step::Add { op, a, b, out } if variants.direct && add_direct4_fits(op.len) => dispatches
-            .push(
+            .add(
                 Kernel::AddDirect4,
                 vec![T(a), T(b), T(out)],
                 words(&[op.len]),
                 linear_groups(u64::from(op.len / 4)),
             ),
-        Step::Add { op, a, b, out } => dispatches.push(
+        Step::Add { op, a, b, out } => dispatches.add(
             Kernel::Add,
             vec![T(a), T(b), T(out)],
             words(&[op.len]),
             linear_groups(u64::from(op.len)),
         ),
         Step::AddAssign { op, dst, src } if variants.direct && add_direct4_fits(op.len) => {
-            dispatches.push(
+            dispatches.add(
                 Kernel::AddAssignDirect4,
                 vec![T(dst), T(src), T(dst)],
                 words(&[op.len]),
                 linear_groups(u64::from(op.len / 4)),
             )
         }
-        Step::AddAssign { op, dst, src } => dispatches.push(
+        Step::AddAssign { op, dst, src } => dispatches.add(
             Kernel::AddAssign,
             vec![T(dst), T(src)],
             words(&[op.len]),
@@ -1066,26 +1071,26 @@ fn lower_step(
         Step::UpsampleForward { op, x, y } => {
             // Binding 2 is the residual the store adds; unread (x stands in) without.
             let (out, skip) = add.map_or((y, x), |a| (a.out, a.residual));
-            dispatches.push(
+            dispatches.add(
                 Kernel::Upsample,
                 vec![T(x), T(out), T(skip)],
                 words(&[op.n, op.c, op.h, op.w, u32::from(add.is_some())]),
                 linear_groups(op.output_len() as u64),
             )
         }
-        Step::UpsampleBackward { op, gy, gx } => dispatches.push(
+        Step::UpsampleBackward { op, gy, gx } => dispatches.add(
             Kernel::UpsampleGrad,
             vec![T(gy), T(gx)],
             words(&[op.n, op.c, op.h, op.w]),
             linear_groups(op.input_len() as u64),
         ),
-        Step::Normalize { op, records, out } => dispatches.push(
+        Step::Normalize { op, records, out } => dispatches.add(
             Kernel::Normalize,
             vec![T(records), T(out)],
             words(&[op.n, op.h, op.w, op.record_stride, u32::from(op.flip)]),
             linear_groups(op.output_len() as u64),
         ),
-        Step::Targets { op, records, out } => dispatches.push(
+        Step::Targets { op, records, out } => dispatches.add(
             Kernel::Targets,
             vec![T(records), T(out)],
             words(
@@ -1106,7 +1111,7 @@ fn lower_step(
             ),
             linear_groups(u64::from(op.n) * op.levels.total_cells() as u64),
         ),
-        Step::RowCopy { op, src, dst } => dispatches.push(
+        Step::RowCopy { op, src, dst } => dispatches.add(
             Kernel::RowCopy,
             vec![T(src), T(dst)],
             words(&[
@@ -1126,9 +1131,9 @@ fn lower_step(
             loss,
         } => {
             let (first, parts, lp) = loss_partial(&op, [pred, target, loss], index, lowered);
-            dispatches.push(first.kernel, first.bindings, first.push, first.groups);
+            dispatches.add(first.kernel, first.bindings, first.push, first.groups);
             if parts > 1 {
-                dispatches.push(
+                dispatches.add(
                     Kernel::LossFinish,
                     vec![Slot::LossPartial, T(loss)],
                     lp,
@@ -1142,7 +1147,7 @@ fn lower_step(
             target,
             loss,
             grad,
-        } => dispatches.push(
+        } => dispatches.add(
             Kernel::LossGrad,
             vec![T(pred), T(target), T(loss), T(grad)],
             loss_push(&op, 1, 0),
@@ -1150,9 +1155,9 @@ fn lower_step(
         ),
         Step::SumSquares { op, x, sums } => {
             let d = sum_squares(&[(x, op)], sums, index);
-            dispatches.push(d.kernel, d.bindings, d.push, d.groups);
+            dispatches.add(d.kernel, d.bindings, d.push, d.groups);
         }
-        Step::ClipGrad { op, sums, hyper } => dispatches.push(
+        Step::ClipGrad { op, sums, hyper } => dispatches.add(
             Kernel::ClipGrad,
             vec![T(sums), T(hyper)],
             words(&[op.tensors, op.max_norm.to_bits()]),
@@ -1165,7 +1170,7 @@ fn lower_step(
             m,
             v,
             hyper,
-        } => dispatches.push(
+        } => dispatches.add(
             Kernel::AdamW,
             vec![T(param), T(grad), T(m), T(v), T(hyper)],
             adamw_push(&op),
@@ -1176,7 +1181,7 @@ fn lower_step(
             param,
             ema,
             hyper,
-        } => dispatches.push(
+        } => dispatches.add(
             Kernel::Ema,
             vec![T(ema), T(param), T(hyper)],
             words(&[op.len]),
@@ -1188,7 +1193,7 @@ fn lower_step(
             grad,
             velocity,
             hyper,
-        } => dispatches.push(
+        } => dispatches.add(
             Kernel::Sgd,
             vec![T(param), T(grad), T(velocity), T(hyper)],
             words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
@@ -1207,7 +1212,7 @@ fn lower_step(
                 });
             }
             let grid = checked([u64::from(op.n), 1, 1], "decode")?;
-            dispatches.push(
+            dispatches.add(
                 Kernel::Decode,
                 vec![T(pred), T(dets), T(counts)],
                 words(

@@ -27,9 +27,9 @@ pub const GEMM_TILE_ENV: &str = "FULCRUM_VULKAN_GEMM_TILE";
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Enable the Khronos validation layer and `VK_EXT_debug_utils`, recording every warning
-    /// and error into the [`ValidationLog`](super::ValidationLog). Also on when `FULCRUM_VULKAN_VALIDATION=1`. Asking
-    /// for it where the layer is not installed is an error (tests must not silently run
-    /// unvalidated).
+    /// and error into the [`ValidationLog`](super::ValidationLog). Also on when
+    /// `FULCRUM_VULKAN_VALIDATION=1`. Asking for it where the layer is not installed is an
+    /// error (tests must not silently run unvalidated).
     pub validation: bool,
     /// The loader library; `None`: `FULCRUM_VULKAN_LOADER` if set, else `libvulkan.so.1`.
     pub loader: Option<PathBuf>,
@@ -111,7 +111,12 @@ impl Options {
     /// (`ROWSxCOLS`), else `None`; an error where it is not one the kernels take.
     pub(super) fn gemm_tile_asked(&self) -> Result<Option<[u32; 2]>> {
         use super::kernels::{GEMM_TILE_COLS, GEMM_TILE_ROWS};
-        const EXPECTED: &str = "ROWSxCOLS, rows 16, 32 or 64 and columns 16, 32, 64 or 128";
+        // The choices of GEMM_TILE_ROWS and GEMM_TILE_COLS, in words.
+        macro_rules! choices {
+            () => {
+                "rows 16, 32 or 64 and columns 16, 32, 64 or 128"
+            };
+        }
         let taken =
             |tile: [u32; 2]| GEMM_TILE_ROWS.contains(&tile[0]) && GEMM_TILE_COLS.contains(&tile[1]);
         if let Some(tile) = self.gemm_tile {
@@ -120,7 +125,7 @@ impl Options {
                 false => Err(Error::BadOption {
                     name: "Options::gemm_tile",
                     value: format!("[{}, {}]", tile[0], tile[1]),
-                    expected: "rows 16, 32 or 64 and columns 16, 32, 64 or 128",
+                    expected: choices!(),
                 }),
             };
         }
@@ -135,7 +140,7 @@ impl Options {
             _ => Err(Error::BadEnv {
                 name: GEMM_TILE_ENV,
                 value,
-                expected: EXPECTED,
+                expected: concat!("ROWSxCOLS, ", choices!()),
             }),
         }
     }
