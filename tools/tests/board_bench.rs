@@ -70,7 +70,7 @@ fn a_quick_report_has_every_section_and_names_the_kernel_set() {
         .unwrap()
         .contains(&format!("{set} kernels")));
     assert!(cpu["train_step_ms"].as_f64().unwrap() > 0.0);
-    if std::env::var("FULCRUM_REQUIRE_VULKAN").as_deref() == Ok("1") {
+    if fulcrum::compute::vulkan::testing::required() {
         assert!(
             compute
                 .iter()

@@ -745,7 +745,7 @@ fn devices_lists_vulkan_and_the_cpu_and_survives_a_machine_without_vulkan() {
     run.expect(0);
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert!(v["vulkan"].is_null() && v["cpu_threads"].as_u64().unwrap() >= 1);
-    if std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+    if fulcrum::compute::vulkan::testing::required() {
         let run = fulcrum(tmp.path(), &["devices", "--json"]);
         let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
         assert!(

@@ -815,10 +815,11 @@ fn bad_options_are_clear_errors() {
     // A Vulkan device that is not there: refused at start as the engine's error, naming the
     // devices there are, not blamed on the weights.
     // Whether the engine is asked for or chosen (`auto`).
-    for engine in ["vulkan", "auto"] {
-        if !std::env::var("FULCRUM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
-            break;
-        }
+    let engines: &[&str] = match fulcrum::compute::vulkan::testing::required() {
+        true => &["vulkan", "auto"],
+        false => &[],
+    };
+    for engine in engines {
         let (st, _, err) = run(Command::new(FULCRUMD)
             .arg("--weights")
             .arg(weights())

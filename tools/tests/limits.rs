@@ -121,7 +121,7 @@ fn no_home_and_an_unwritable_cache_still_run_vulkan() {
         let text = String::from_utf8_lossy(&out.stderr);
         if !out.status.success()
             && text.contains("Vulkan")
-            && std::env::var("FULCRUM_REQUIRE_VULKAN").map_or(true, |v| v != "1")
+            && !fulcrum::compute::vulkan::testing::required()
         {
             eprintln!("SKIP: no Vulkan device: {text}");
             return;
