@@ -215,7 +215,7 @@ impl Exec {
         let options = options.resolved()?;
         match options.engine {
             EngineChoice::Vulkan => {
-                Ok(VulkanExec::memory_plan(recording).map_err(vulkan::exec::ExecError::from)?)
+                VulkanExec::memory_plan(recording).map_err(|e| Error::VulkanExec(e.into()))
             }
             _ => Ok(CpuExec::memory_plan(recording, options.threads)),
         }

@@ -205,6 +205,14 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
         let stems = normalized_stems(recording, e);
         let (masked_stores, gy_masked) = gradient_masks(recording, e);
         let mut dispatches = Vec::new();
+        let step_error = |step: usize, kind: &'static str| {
+            move |problem| LowerError::Step {
+                entry: entry.name.clone(),
+                step,
+                kind,
+                problem,
+            }
+        };
         let mut steps = entry.steps.iter().enumerate().peekable();
         while let Some((i, step)) = steps.next() {
             if let Step::SumSquares { op, x, sums } = *step {
@@ -244,14 +252,8 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 // The stem after it reads the records.
                 let (j, stem) = steps.next().expect("a stem follows");
                 let at = dispatches.len();
-                lower_step(stem, j, None, variants, &mut lowered, &mut dispatches).map_err(
-                    |problem| LowerError::Step {
-                        entry: entry.name.clone(),
-                        step: j,
-                        kind: "stem",
-                        problem,
-                    },
-                )?;
+                lower_step(stem, j, None, variants, &mut lowered, &mut dispatches)
+                    .map_err(step_error(j, "stem"))?;
                 reading_records(&mut dispatches[at], *records, op);
                 continue;
             }
@@ -260,14 +262,8 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                 steps.next();
             }
             let at = dispatches.len();
-            lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches).map_err(
-                |problem| LowerError::Step {
-                    entry: entry.name.clone(),
-                    step: i,
-                    kind: step.name(),
-                    problem,
-                },
-            )?;
+            lower_step(step, i, adds[i], variants, &mut lowered, &mut dispatches)
+                .map_err(step_error(i, step.name()))?;
             if gy_masked[i] {
                 // Its output gradient is masked already: no ReLU mask in its kernels.
                 for d in &mut dispatches[at..] {
