@@ -255,16 +255,16 @@ fn measure(
     breakdown: bool,
 ) -> Result<(EntryFigures, Engine, Option<StepInputFigures>)> {
     let model =
-        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
+        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Model)?;
     let arch = Arch::new(&model);
     let layout =
-        RecordLayout::new(model.input, model.input, 3, 8).map_err(super::exec::Error::Cpu)?;
+        RecordLayout::new(model.input, model.input, 3, 8).map_err(super::exec::Error::Model)?;
     let options = GraphOptions {
         train,
         ..GraphOptions::default()
     };
     let graph =
-        ModelGraph::build(&arch, batch, &layout, &options).map_err(super::exec::Error::Cpu)?;
+        ModelGraph::build(&arch, batch, &layout, &options).map_err(super::exec::Error::Model)?;
     let entry = graph.entry(if train { ENTRY_TRAIN } else { ENTRY_INFER });
 
     // Whole-entry timing: per-step timestamps only (per-kernel timing adds barriers and
@@ -418,7 +418,7 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     progress(&format!("training step at batch {}", config.train_batch));
     let (train_step, _, step_input) = measure(config, config.train_batch, true, true)?;
     let model =
-        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Cpu)?;
+        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Model)?;
     Ok(ComputeBenchReport {
         engine: engine.describe,
         cpu_kernels: engine.cpu_kernels,

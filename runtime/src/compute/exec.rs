@@ -64,7 +64,10 @@ pub enum Error {
     #[error("Vulkan engine: {0}")]
     VulkanExec(#[from] vulkan::exec::ExecError),
     #[error("CPU engine: {0}")]
-    Cpu(String),
+    Cpu(#[from] crate::compute::cpu::exec::SetupError),
+    /// The model or the record layout a measurement asked for.
+    #[error("{0}")]
+    Model(String),
     #[error("{0}")]
     Access(#[from] crate::compute::recording::AccessError),
     #[error(
@@ -201,7 +204,7 @@ impl Exec {
             .map_err(Error::VulkanExec)?;
             Ok(Exec::Vulkan(Box::new(exec)))
         } else {
-            let mut exec = CpuExec::new(recording, options.threads).map_err(Error::Cpu)?;
+            let mut exec = CpuExec::new(recording, options.threads)?;
             exec.set_per_step_timing(options.per_kernel_timing);
             Ok(Exec::Cpu(Box::new(exec)))
         }

@@ -22,22 +22,32 @@
 /// Largest number of elements any buffer may hold: indices must fit in a shader's `uint`.
 pub const MAX_ELEMENTS: u64 = u32::MAX as u64;
 
-fn check_nonzero(fields: &[(&str, u32)]) -> Result<(), String> {
-    for (name, v) in fields {
-        if *v == 0 {
-            return Err(format!("{name} is 0; it must be at least 1"));
-        }
-    }
-    Ok(())
+/// Why an op's `validate` refused its description. The messages name the op and the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// A size or count that must be at least 1 is 0.
+    #[error("{field} is 0; it must be at least 1")]
+    Zero { field: &'static str },
+    /// A buffer too large for a kernel's `u32` indices ([`MAX_ELEMENTS`]).
+    #[error("{what} has {len} elements, more than the {MAX_ELEMENTS} a kernel can index")]
+    TooLarge { what: &'static str, len: u64 },
+    /// A field out of its range, or fields that do not agree with each other, in words.
+    #[error("{0}")]
+    Invalid(String),
 }
 
-fn check_fits(what: &str, len: u64) -> Result<(), String> {
-    if len > MAX_ELEMENTS {
-        return Err(format!(
-            "{what} has {len} elements, more than the {MAX_ELEMENTS} a kernel can index"
-        ));
+fn check_nonzero(fields: &[(&'static str, u32)]) -> Result<(), OpError> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some(&(field, _)) => Err(OpError::Zero { field }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+fn check_fits(what: &'static str, len: u64) -> Result<(), OpError> {
+    match len > MAX_ELEMENTS {
+        true => Err(OpError::TooLarge { what, len }),
+        false => Ok(()),
+    }
 }
 
 /// Which code path a convolution takes (both engines specialise on it).
@@ -184,7 +194,7 @@ impl Conv2d {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("conv n", self.n),
             ("conv c_in", self.c_in),
@@ -196,26 +206,26 @@ impl Conv2d {
             ("conv groups", self.groups),
         ])?;
         if !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "conv groups {} must divide c_in {} and c_out {}",
                 self.groups, self.c_in, self.c_out
-            ));
+            )));
         }
         if self.pad >= self.kernel {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "conv pad {} must be below the kernel size {} (det-s pads kernel/2)",
                 self.pad, self.kernel
-            ));
+            )));
         }
         let (hp, wp) = (
             self.h as u64 + 2 * self.pad as u64,
             self.w as u64 + 2 * self.pad as u64,
         );
         if hp < self.kernel as u64 || wp < self.kernel as u64 {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "conv kernel {} larger than the padded input {hp}×{wp}",
                 self.kernel
-            ));
+            )));
         }
         check_fits("conv input", self.input_len() as u64)?;
         check_fits("conv output", self.output_len() as u64)?;
@@ -232,7 +242,7 @@ pub struct Add {
 }
 
 impl Add {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("add len", self.len)])
     }
 }
@@ -257,7 +267,7 @@ impl Upsample2x {
         4 * self.input_len()
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("upsample n", self.n),
             ("upsample c", self.c),
@@ -298,17 +308,17 @@ impl Normalize {
         self.n as usize * self.image_bytes()
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("normalize n", self.n),
             ("normalize h", self.h),
             ("normalize w", self.w),
         ])?;
         if (self.record_stride as usize) < self.image_bytes() {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "normalize record_stride {} is smaller than one {}×{}×3 image",
                 self.record_stride, self.h, self.w
-            ));
+            )));
         }
         check_fits("normalize input", self.input_bytes() as u64)?;
         check_fits("normalize output", self.output_len() as u64)
@@ -409,29 +419,31 @@ impl Levels {
         [self.count, a, b, c, self.input_h, self.input_w]
     }
 
-    pub fn validate(&self, what: &str) -> Result<(), String> {
+    pub fn validate(&self, what: &str) -> Result<(), OpError> {
         if !(1..=MAX_LEVELS as u32).contains(&self.count) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "{what}: {} levels; a detector has 1 to {MAX_LEVELS}",
                 self.count
-            ));
+            )));
         }
         for l in 0..self.len() {
             let s = self.strides[l];
             if s == 0 || !self.input_h.is_multiple_of(s) || !self.input_w.is_multiple_of(s) {
-                return Err(format!(
+                return Err(OpError::Invalid(format!(
                     "{what}: stride {s} of level {l} does not divide the {}×{} input",
                     self.input_w, self.input_h
-                ));
+                )));
             }
             if l > 0 && s <= self.strides[l - 1] {
-                return Err(format!("{what}: level strides must increase"));
+                return Err(OpError::Invalid(format!(
+                    "{what}: level strides must increase"
+                )));
             }
         }
         if self.strides[self.len()..].iter().any(|&s| s != 0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "{what}: strides beyond the levels in use must be 0"
-            ));
+            )));
         }
         Ok(())
     }
@@ -505,39 +517,39 @@ impl Targets {
             + 20 * self.max_boxes as usize
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("targets n", self.n), ("targets classes", self.classes)])?;
         self.levels.validate("targets")?;
         if !self.meta_offset.is_multiple_of(4) || !self.record_stride.is_multiple_of(4) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "targets meta_offset {} and record_stride {} must be multiples of 4",
                 self.meta_offset, self.record_stride
-            ));
+            )));
         }
         let record_part = self.meta_offset as u64 + 40 + 20 * self.max_boxes as u64;
         if self.n > 1 && (self.record_stride as u64) < record_part {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "targets record_stride {} is smaller than the {record_part} bytes of a record",
                 self.record_stride
-            ));
+            )));
         }
         if !(self.min_overlap > 0.0 && self.min_overlap < 1.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "targets min_overlap {} must be in (0, 1)",
                 self.min_overlap
-            ));
+            )));
         }
         if !(0.0..1.0).contains(&self.neighbour_weight) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "targets neighbour_weight {} must be in [0, 1)",
                 self.neighbour_weight
-            ));
+            )));
         }
         if !(1..=MAX_NEIGHBOUR_RADIUS).contains(&self.neighbour_radius) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "targets neighbour_radius {} must be 1 to {MAX_NEIGHBOUR_RADIUS}",
                 self.neighbour_radius
-            ));
+            )));
         }
         check_fits("targets input", self.input_bytes() as u64)?;
         check_fits("targets output", self.output_len() as u64)
@@ -606,7 +618,7 @@ impl CenterLoss {
         self.n as usize * (self.classes as usize + 5) * self.grid_h as usize * self.grid_w as usize
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("loss n", self.n),
             ("loss classes", self.classes),
@@ -621,9 +633,9 @@ impl CenterLoss {
             ("giou_weight", self.giou_weight),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!(
+                return Err(OpError::Invalid(format!(
                     "loss {name} is {v}; it must be finite and not negative"
-                ));
+                )));
             }
         }
         check_fits("loss targets", self.target_len() as u64)
@@ -695,7 +707,7 @@ pub struct Ema {
 }
 
 impl Ema {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("ema len", self.len)])
     }
 }
@@ -726,7 +738,7 @@ pub struct SumSquares {
 }
 
 impl SumSquares {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("sum-squares len", self.len),
             ("sum-squares tensors", self.tensors),
@@ -766,13 +778,13 @@ impl GradClip {
         (self.max_norm / (norm + 1e-6)).min(1.0)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("clip tensors", self.tensors)])?;
         if !(self.max_norm.is_finite() && self.max_norm > 0.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "clip max_norm {} must be finite and positive",
                 self.max_norm
-            ));
+            )));
         }
         Ok(())
     }
@@ -789,22 +801,25 @@ pub struct SgdMomentum {
 }
 
 impl SgdMomentum {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("sgd len", self.len)])?;
         if !(self.lr.is_finite() && self.lr >= 0.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "sgd lr {} must be finite and not negative",
                 self.lr
-            ));
+            )));
         }
         if !(0.0..1.0).contains(&self.momentum) {
-            return Err(format!("sgd momentum {} must be in [0, 1)", self.momentum));
+            return Err(OpError::Invalid(format!(
+                "sgd momentum {} must be in [0, 1)",
+                self.momentum
+            )));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "sgd weight_decay {} must be finite and not negative",
                 self.weight_decay
-            ));
+            )));
         }
         Ok(())
     }
@@ -858,27 +873,32 @@ impl AdamW {
         [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("adamw len", self.len), ("adamw step", self.step)])?;
         if !(self.lr.is_finite() && self.lr >= 0.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "adamw lr {} must be finite and not negative",
                 self.lr
-            ));
+            )));
         }
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(format!("adamw {name} {b} must be in [0, 1)"));
+                return Err(OpError::Invalid(format!(
+                    "adamw {name} {b} must be in [0, 1)"
+                )));
             }
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(format!("adamw eps {} must be positive", self.eps));
+            return Err(OpError::Invalid(format!(
+                "adamw eps {} must be positive",
+                self.eps
+            )));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "adamw weight_decay {} must be finite and not negative",
                 self.weight_decay
-            ));
+            )));
         }
         Ok(())
     }
@@ -914,7 +934,7 @@ impl Decode {
         self.n as usize * self.top_k as usize
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[
             ("decode n", self.n),
             ("decode classes", self.classes),
@@ -922,10 +942,10 @@ impl Decode {
         ])?;
         self.levels.validate("decode")?;
         if !(0.0..=1.0).contains(&self.threshold) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "decode threshold {} must be in [0, 1]",
                 self.threshold
-            ));
+            )));
         }
         check_fits("decode input", self.input_len() as u64)
     }
@@ -999,22 +1019,22 @@ impl RowCopy {
             && u64::from(self.rows) * u64::from(self.len) == u64::from(self.dst_size)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OpError> {
         check_nonzero(&[("copy rows", self.rows), ("copy len", self.len)])?;
         if self.src_stride < self.len || self.dst_stride < self.len {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "copy: rows of {} overlap (strides {} and {})",
                 self.len, self.src_stride, self.dst_stride
-            ));
+            )));
         }
         let src = Self::extent(self.rows, self.len, self.src_stride, self.src_offset);
         let dst = Self::extent(self.rows, self.len, self.dst_stride, self.dst_offset);
         if src > u64::from(self.src_size) || dst > u64::from(self.dst_size) {
-            return Err(format!(
+            return Err(OpError::Invalid(format!(
                 "copy: the rows reach element {src} of a {}-element source and {dst} of a \
                  {}-element destination",
                 self.src_size, self.dst_size
-            ));
+            )));
         }
         Ok(())
     }
@@ -1070,11 +1090,17 @@ mod tests {
         let ok = Conv2d::dense(1, 4, 8, 8, 6, 3, 1, true);
         ok.validate().unwrap();
         let e = Conv2d { groups: 3, ..ok }.validate().unwrap_err();
-        assert!(e.contains("groups 3"), "{e}");
+        assert!(e.to_string().contains("groups 3"), "{e}");
         let e = Conv2d { stride: 0, ..ok }.validate().unwrap_err();
-        assert!(e.contains("stride"), "{e}");
+        assert_eq!(
+            e,
+            OpError::Zero {
+                field: "conv stride"
+            }
+        );
+        assert_eq!(e.to_string(), "conv stride is 0; it must be at least 1");
         let e = Conv2d { pad: 3, ..ok }.validate().unwrap_err();
-        assert!(e.contains("pad"), "{e}");
+        assert!(e.to_string().contains("pad"), "{e}");
         let e = Conv2d {
             h: 1,
             kernel: 5,
@@ -1083,7 +1109,7 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert!(e.contains("larger than"), "{e}");
+        assert!(e.to_string().contains("larger than"), "{e}");
         let e = Conv2d {
             n: 1 << 20,
             c_in: 1 << 12,
@@ -1092,7 +1118,10 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert!(e.contains("elements"), "{e}");
+        assert!(
+            matches!(e, OpError::TooLarge { what: "conv input", len } if len > MAX_ELEMENTS),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1141,7 +1170,7 @@ mod tests {
             }
             .validate()
             .unwrap_err();
-            assert!(e.contains("neighbour_radius"), "{e}");
+            assert!(e.to_string().contains("neighbour_radius"), "{e}");
         }
         assert!(Targets {
             meta_offset: 2,

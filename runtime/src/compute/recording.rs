@@ -14,8 +14,8 @@
 //! recorded command buffer stays valid for the whole run.
 
 use super::ops::{
-    AdamW, Add, CenterLoss, Conv2d, Decode, GradClip, Normalize, RowCopy, SgdMomentum, SumSquares,
-    Targets, Upsample2x, CLIP_SUMS,
+    AdamW, Add, CenterLoss, Conv2d, Decode, GradClip, Normalize, OpError, RowCopy, SgdMomentum,
+    SumSquares, Targets, Upsample2x, CLIP_SUMS,
 };
 
 /// Index of a tensor in its [`Recording`].
@@ -324,7 +324,7 @@ impl Step {
 
     /// `(tensor, elements it must hold, element type, written by this step)` for each tensor
     /// the step touches, and the op's own validation.
-    fn uses(&self) -> Result<Vec<(TensorId, usize, Elem, bool)>, String> {
+    fn uses(&self) -> Result<Vec<(TensorId, usize, Elem, bool)>, OpError> {
         use Elem::{Bytes, F32};
         Ok(match *self {
             Step::ConvForward { op, x, w, b, y } => {
@@ -363,7 +363,9 @@ impl Step {
             Step::Add { op, a, b, out } => {
                 op.validate()?;
                 if out == a || out == b {
-                    return Err("add: out must differ from a and b (use AddAssign)".into());
+                    return Err(OpError::Invalid(
+                        "add: out must differ from a and b (use AddAssign)".into(),
+                    ));
                 }
                 let n = op.len as usize;
                 vec![(a, n, F32, false), (b, n, F32, false), (out, n, F32, true)]
@@ -371,7 +373,9 @@ impl Step {
             Step::AddAssign { op, dst, src } => {
                 op.validate()?;
                 if dst == src {
-                    return Err("add-assign: dst and src are the same tensor".into());
+                    return Err(OpError::Invalid(
+                        "add-assign: dst and src are the same tensor".into(),
+                    ));
                 }
                 let n = op.len as usize;
                 vec![(src, n, F32, false), (dst, n, F32, true)]
@@ -393,7 +397,9 @@ impl Step {
             Step::RowCopy { op, src, dst } => {
                 op.validate()?;
                 if src == dst {
-                    return Err("copy: src and dst are the same tensor".into());
+                    return Err(OpError::Invalid(
+                        "copy: src and dst are the same tensor".into(),
+                    ));
                 }
                 vec![
                     (src, op.src_len(), F32, false),
@@ -445,10 +451,10 @@ impl Step {
             Step::SumSquares { op, x, sums } => {
                 op.validate()?;
                 if op.slot >= op.tensors {
-                    return Err(format!(
+                    return Err(OpError::Invalid(format!(
                         "sum-squares: slot {} of {} sums",
                         op.slot, op.tensors
-                    ));
+                    )));
                 }
                 vec![
                     (x, op.len as usize, F32, false),
@@ -638,61 +644,110 @@ impl Recording {
     /// Checks every step: its op is valid, its tensors exist, have the op's sizes and element
     /// types, and nothing is written as a parameter except by an optimizer step. The error
     /// names the entry, the step and the tensor.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RecordingError> {
         let mut names = std::collections::HashSet::new();
         for t in &self.tensors {
             if t.len == 0 {
-                return Err(format!("tensor {:?} has no elements", t.name));
+                return Err(RecordingError::EmptyTensor(t.name.clone()));
             }
             if !names.insert(t.name.as_str()) {
-                return Err(format!("two tensors are named {:?}", t.name));
+                return Err(RecordingError::DuplicateName(t.name.clone()));
             }
         }
         for entry in &self.entries {
             for (i, step) in entry.steps.iter().enumerate() {
-                let at = || format!("entry {:?}, step {i} ({})", entry.name, step.name());
-                let uses = step.uses().map_err(|e| format!("{}: {e}", at()))?;
-                for (id, len, elem, writes) in uses {
-                    let t = self
-                        .tensors
-                        .get(id.index())
-                        .ok_or_else(|| format!("{}: tensor {} does not exist", at(), id.0))?;
-                    // Byte tensors (records) may hold more than an op reads: a whole
-                    // slot of page-rounded records.
-                    let fits = match elem {
-                        Elem::F32 => t.len == len,
-                        Elem::Bytes => t.len >= len,
-                    };
-                    if t.elem != elem || !fits {
-                        return Err(format!(
-                            "{}: tensor {:?} is {} {:?}; the op needs {len} {elem:?}",
-                            at(),
-                            t.name,
-                            t.len,
-                            t.elem
-                        ));
-                    }
-                    let optimizer = matches!(
-                        step,
-                        Step::AdamW { .. } | Step::Sgd { .. } | Step::Ema { .. }
-                    );
-                    if writes && matches!(t.role, Role::Param | Role::State) && !optimizer {
-                        return Err(format!(
-                            "{}: writes {:?}, a {:?} tensor (only optimizer steps may)",
-                            at(),
-                            t.name,
-                            t.role
-                        ));
-                    }
-                    let clip_scale = matches!(step, Step::ClipGrad { hyper, .. } if *hyper == id);
-                    if writes && t.role == Role::Input && !clip_scale {
-                        return Err(format!("{}: writes the input tensor {:?}", at(), t.name));
-                    }
-                }
+                self.check_step(step)
+                    .map_err(|problem| RecordingError::Step {
+                        entry: entry.name.clone(),
+                        step: i,
+                        kind: step.name(),
+                        problem,
+                    })?;
             }
         }
         Ok(())
     }
+
+    /// [`Recording::validate`] of one step.
+    fn check_step(&self, step: &Step) -> Result<(), StepProblem> {
+        for (id, len, elem, writes) in step.uses()? {
+            let t = self
+                .tensors
+                .get(id.index())
+                .ok_or(StepProblem::NoTensor(id))?;
+            // Byte tensors (records) may hold more than an op reads: a whole slot of
+            // page-rounded records.
+            let fits = match elem {
+                Elem::F32 => t.len == len,
+                Elem::Bytes => t.len >= len,
+            };
+            if t.elem != elem || !fits {
+                return Err(StepProblem::WrongTensor {
+                    tensor: t.name.clone(),
+                    len: t.len,
+                    elem: t.elem,
+                    needs: len,
+                    needs_elem: elem,
+                });
+            }
+            let optimizer = matches!(
+                step,
+                Step::AdamW { .. } | Step::Sgd { .. } | Step::Ema { .. }
+            );
+            if writes && matches!(t.role, Role::Param | Role::State) && !optimizer {
+                return Err(StepProblem::WritesParam {
+                    tensor: t.name.clone(),
+                    role: t.role,
+                });
+            }
+            let clip_scale = matches!(step, Step::ClipGrad { hyper, .. } if *hyper == id);
+            if writes && t.role == Role::Input && !clip_scale {
+                return Err(StepProblem::WritesInput(t.name.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why [`Recording::validate`] refused a recording.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordingError {
+    #[error("tensor {0:?} has no elements")]
+    EmptyTensor(String),
+    #[error("two tensors are named {0:?}")]
+    DuplicateName(String),
+    /// Step `step` of entry `entry`, a step of kind `kind` ([`Step::name`]).
+    #[error("entry {entry:?}, step {step} ({kind}): {problem}")]
+    Step {
+        entry: String,
+        step: usize,
+        kind: &'static str,
+        problem: StepProblem,
+    },
+}
+
+/// What is wrong with one step of a recording.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepProblem {
+    /// Its op's description ([`OpError`]).
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error("tensor {} does not exist", .0 .0)]
+    NoTensor(TensorId),
+    /// A tensor of another length or element type than the op's.
+    #[error("tensor {tensor:?} is {len} {elem:?}; the op needs {needs} {needs_elem:?}")]
+    WrongTensor {
+        tensor: String,
+        len: usize,
+        elem: Elem,
+        needs: usize,
+        needs_elem: Elem,
+    },
+    /// A parameter or optimizer state written by a step that is not an optimizer's.
+    #[error("writes {tensor:?}, a {role:?} tensor (only optimizer steps may)")]
+    WritesParam { tensor: String, role: Role },
+    #[error("writes the input tensor {0:?}")]
+    WritesInput(String),
 }
 
 #[cfg(test)]
@@ -756,7 +811,7 @@ mod tests {
             sums: other,
             hyper,
         };
-        let e = r.validate().unwrap_err();
+        let e = r.validate().unwrap_err().to_string();
         assert!(
             e.contains("\"other\" is 6") || e.contains("input tensor \"other\""),
             "{e}"
@@ -772,6 +827,7 @@ mod tests {
         assert!(r
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("writes the input tensor \"hyper\""));
     }
 
@@ -782,8 +838,26 @@ mod tests {
         assert_eq!(r.bytes(), 4 * (18 + 8 + 4 + 36));
         r.tensors[3].len = 35;
         let e = r.validate().unwrap_err();
-        assert!(e.contains("\"y\" is 35") && e.contains("needs 36"), "{e}");
-        assert!(e.contains("entry \"forward\", step 0 (pointwise)"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                RecordingError::Step {
+                    step: 0,
+                    kind: "pointwise",
+                    problem: StepProblem::WrongTensor {
+                        len: 35,
+                        needs: 36,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "entry \"forward\", step 0 (pointwise): tensor \"y\" is 35 F32; the op needs 36 F32"
+        );
     }
 
     #[test]
@@ -798,11 +872,24 @@ mod tests {
                 src: r.find("w").unwrap(),
             }],
         );
-        assert!(r.validate().unwrap_err().contains("same tensor"));
+        assert!(r
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("same tensor"));
         r.entries.pop();
         let g = r.f32("g", 8, Role::Activation);
         r.entry("bad", vec![Step::AddAssign { op, dst: w, src: g }]);
-        assert!(r.validate().unwrap_err().contains("only optimizer"));
+        assert!(matches!(
+            r.validate().unwrap_err(),
+            RecordingError::Step {
+                problem: StepProblem::WritesParam {
+                    role: Role::Param,
+                    ..
+                },
+                ..
+            }
+        ));
         assert_eq!(r.find("y"), Some(y));
         assert_eq!(r.find_entry("bad"), Some(1));
     }
@@ -811,9 +898,12 @@ mod tests {
     fn duplicate_names_and_empty_tensors_are_refused() {
         let (mut r, _, _) = small();
         r.f32("x", 3, Role::Activation);
-        assert!(r.validate().unwrap_err().contains("two tensors"));
+        assert_eq!(r.validate(), Err(RecordingError::DuplicateName("x".into())));
         let (mut r, _, _) = small();
         r.f32("empty", 0, Role::Activation);
-        assert!(r.validate().unwrap_err().contains("no elements"));
+        assert_eq!(
+            r.validate().unwrap_err().to_string(),
+            "tensor \"empty\" has no elements"
+        );
     }
 }

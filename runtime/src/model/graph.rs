@@ -612,7 +612,7 @@ impl ModelGraph {
         }
         rec.entry(ENTRY_EVAL, eval);
         rec.entry(ENTRY_INFER, infer);
-        rec.validate()?;
+        rec.validate().map_err(|e| e.to_string())?;
         Ok(ModelGraph {
             arch: arch.clone(),
             batch,

@@ -21,7 +21,8 @@ use crate::balance::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::ops::CLIP_SUMS;
 use crate::compute::recording::{
-    AccessError, Elem, Recording, Step, TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN,
+    AccessError, Elem, Recording, RecordingError, Step, TensorId, HYPER_EMA_DECAY,
+    HYPER_GRAD_SCALE, HYPER_LEN,
 };
 use crate::compute::storage::ArenaPlan;
 
@@ -201,12 +202,21 @@ pub struct SplitChoice {
     pub split: Vec<String>,
 }
 
+/// Why [`CpuExec::new`] refused a recording.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    #[error(transparent)]
+    Kernels(#[from] kernels::ChoiceError),
+}
+
 impl CpuExec {
     /// Allocates every tensor (zeroed; intermediate ones sharing memory where their
     /// lifetimes allow, [`ArenaPlan::shared`]) and the kernels' working memory for `threads`
     /// threads. A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any
     /// kernel runs.
-    pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
+    pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
         Self::with_layout(recording, threads, Self::layout(recording))
     }
 
@@ -218,7 +228,7 @@ impl CpuExec {
 
     /// As [`CpuExec::new`], every tensor in its own memory: for comparisons that read
     /// intermediate activations after a run.
-    pub fn separate(recording: &Recording, threads: usize) -> Result<CpuExec, String> {
+    pub fn separate(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
         Self::with_layout(recording, threads, ArenaPlan::separate(recording))
     }
 
@@ -226,9 +236,9 @@ impl CpuExec {
         recording: &Recording,
         threads: usize,
         layout: ArenaPlan,
-    ) -> Result<CpuExec, String> {
+    ) -> Result<CpuExec, SetupError> {
         recording.validate()?;
-        kernels::chosen().map_err(|e| e.to_string())?;
+        kernels::chosen()?;
         let arena = Arena::zeroed(layout.len);
         let byte_tensors = recording
             .tensors

@@ -38,7 +38,7 @@ use super::kernels::{
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, GradStore, ResidualAdd};
 use crate::compute::ops::{AdamW, CenterLoss, Conv2d, ConvKind, Normalize, SumSquares};
-use crate::compute::recording::{Recording, Step, TensorId};
+use crate::compute::recording::{Recording, RecordingError, Step, TensorId};
 
 /// Invocations of the one-dimensional kernels' workgroups (their default workgroup size).
 pub const LINEAR_WORKGROUP: u32 = 256;
@@ -161,9 +161,9 @@ pub struct Variants {
 /// Why a recording could not be lowered.
 #[derive(Debug, thiserror::Error)]
 pub enum LowerError {
-    /// The recording does not validate (the reason from [`Recording::validate`]).
+    /// The recording does not validate.
     #[error("{0}")]
-    Recording(String),
+    Recording(RecordingError),
     /// A step has no dispatch on every device.
     #[error("entry {entry:?}, step {step} ({kind}): {problem}")]
     Step {
