@@ -31,7 +31,8 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use super::context::{Device, DeviceInfo};
+use super::context::DeviceInfo;
+use super::device::Device;
 use super::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"FLCMPCv1";

@@ -23,9 +23,11 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::buffer::{AllocationReport, Buffer, Location};
+use super::allocation::{AllocationReport, Location};
+use super::buffer::Buffer;
 use super::cache::{CacheLoad, PipelineCache};
-use super::context::{Device, DeviceInfo, Queue, ValidationLog};
+use super::context::{DeviceInfo, ValidationLog};
+use super::device::{Device, Queue};
 use super::kernels::{Kernel, TexelFormat};
 use super::lower::Variants;
 use super::options::Options;

@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 
-use super::buffer::{Buffer, Location};
+use super::allocation::Location;
+use super::buffer::Buffer;
 use super::engine::{Engine, Timestamps, Timing};
 use super::lower::{joined_steps, lower_with, LowerError, Slot, Variants};
 use super::pipeline::Pipeline;

@@ -3,7 +3,7 @@
 //! The loaders read records into plain, page-aligned host memory, which is what `O_DIRECT` and
 //! io_uring's registered buffers need, and the device imports that same memory as a
 //! `VkDeviceMemory` with a transfer-source buffer over it. A slot's bytes carry the import's
-//! id ([`SlotBytes`]); an upload of them is one `vkCmdCopyBuffer` from
+//! id ([`crate::ring::SlotBytes`]); an upload of them is one `vkCmdCopyBuffer` from
 //! the slot to the tensor, recorded ahead of the step in the same submission
 //! ([`super::exec::VulkanExec::run_reading`]): the GPU reads the batch where the disk put it
 //! and the CPU copies nothing. On a unified-memory board those pages are the GPU's own memory,
@@ -19,98 +19,21 @@
 //! step's fence (one slot of the ring's prefetch), the price of one submission per step.
 //!
 //! Lifetimes: the Vulkan objects go before the host pages (see [`ImportedHostMemory`]'s
-//! `Drop`), and each live import is listed in `HostImport` by its id so that an upload can find
-//! it. Dropping an import takes the same lock an upload holds until its copy has finished, so
-//! an import cannot go away while the GPU reads from it.
+//! `Drop`), and each live import is listed in the device's `import_registry::HostImport` by
+//! its id so that an upload can find it. Dropping an import takes the same lock an upload
+//! holds until its copy has finished, so an import cannot go away while the GPU reads from it.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ash::vk;
 
-use super::context::Device;
+use super::device::Device;
 use super::{Error, Result};
-use crate::ring::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
+use crate::ring::{HostMemory, ImportId, SlotAllocator, SlotMemory};
 
 const HANDLE: vk::ExternalMemoryHandleTypeFlags =
     vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
-
-/// What the device needs to import host memory, and the imports alive now.
-pub(crate) struct HostImport {
-    fns: ash::ext::external_memory_host::Device,
-    /// `minImportedHostPointerAlignment`: start and size of an import are multiples of it.
-    alignment: u64,
-    live: Mutex<Vec<LiveImport>>,
-    /// The id of the next import.
-    next_id: AtomicU64,
-}
-
-/// One live import: its id, length and the buffer over it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LiveImport {
-    id: ImportId,
-    len: u64,
-    buffer: vk::Buffer,
-}
-
-impl LiveImport {
-    /// Whether `len` bytes at `at` lie wholly inside this import.
-    fn holds(&self, at: ImportedAt, len: usize) -> bool {
-        at.import == self.id
-            && at
-                .offset
-                .checked_add(len as u64)
-                .is_some_and(|end| end <= self.len)
-    }
-}
-
-/// The import holding some bytes: its buffer and where the bytes start in it. The guard keeps
-/// every import alive (none can be unregistered) until it is dropped.
-pub(crate) struct Found<'a> {
-    _guard: MutexGuard<'a, Vec<LiveImport>>,
-    pub(crate) buffer: vk::Buffer,
-    pub(crate) offset: u64,
-}
-
-impl HostImport {
-    pub(crate) fn new(fns: ash::ext::external_memory_host::Device, alignment: u64) -> HostImport {
-        HostImport {
-            fns,
-            alignment,
-            live: Mutex::new(Vec::new()),
-            next_id: AtomicU64::new(0),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<LiveImport>> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The live import `data` lies in, found by the id it carries. `None` for plain or empty
-    /// bytes, and for an import of another device, one dropped since, or a range past its end.
-    pub(crate) fn find(&self, data: SlotBytes<'_>) -> Option<Found<'_>> {
-        let at = data.imported()?;
-        if data.is_empty() {
-            return None;
-        }
-        let guard = self.lock();
-        let Some(&hit) = guard.iter().find(|i| i.holds(at, data.len())) else {
-            log::debug!("Vulkan: {at:?} is no live import of this device; copying on the host");
-            return None;
-        };
-        Some(Found {
-            _guard: guard,
-            buffer: hit.buffer,
-            offset: at.offset,
-        })
-    }
-
-    /// How many imports are alive.
-    pub(crate) fn live(&self) -> usize {
-        self.lock().len()
-    }
-}
 
 /// Zeroed host memory the device has imported: see the module docs. It backs ring slots
 /// ([`SlotMemory`]); uploads of bytes inside it are copies on the GPU.
@@ -134,10 +57,10 @@ impl ImportedHostMemory {
             what("the device does not have VK_EXT_external_memory_host".to_owned())
         })?;
         let host =
-            HostMemory::zeroed_aligned(bytes, import.alignment as usize).ok_or_else(|| {
+            HostMemory::zeroed_aligned(bytes, import.alignment() as usize).ok_or_else(|| {
                 what(format!(
                     "could not allocate {bytes} bytes aligned to {}",
-                    import.alignment
+                    import.alignment()
                 ))
             })?;
         let pointer = host.base().as_ptr().cast::<std::ffi::c_void>();
@@ -146,7 +69,7 @@ impl ImportedHostMemory {
         // pointer is to live host memory aligned to minImportedHostPointerAlignment; the
         // output struct lives across the call.
         unsafe {
-            (import.fns.fp().get_memory_host_pointer_properties_ext)(
+            (import.fns().fp().get_memory_host_pointer_properties_ext)(
                 device.raw.handle(),
                 HANDLE,
                 pointer,
@@ -167,7 +90,7 @@ impl ImportedHostMemory {
         let buffer = unsafe { device.raw.create_buffer(&info, None) }
             .map_err(Error::vk("vkCreateBuffer"))?;
         let mut made = ImportedHostMemory {
-            id: ImportId(import.next_id.fetch_add(1, Ordering::Relaxed)),
+            id: import.next_id(),
             buffer,
             memory: vk::DeviceMemory::null(),
             device: Arc::clone(device),
@@ -213,11 +136,7 @@ impl ImportedHostMemory {
         // SAFETY: the memory is of a type the buffer accepts and at least its size; bound once.
         unsafe { device.raw.bind_buffer_memory(buffer, made.memory, 0) }
             .map_err(Error::vk("vkBindBufferMemory"))?;
-        import.lock().push(LiveImport {
-            id: made.id,
-            len: made.host.len() as u64,
-            buffer,
-        });
+        import.add(made.id, made.host.len() as u64, buffer);
         Ok(made)
     }
 }
@@ -225,8 +144,8 @@ impl ImportedHostMemory {
 impl Drop for ImportedHostMemory {
     fn drop(&mut self) {
         if let Some(import) = &self.device.host_import {
-            // Waits for an upload copying from this memory to finish (it holds the lock).
-            import.lock().retain(|i| i.buffer != self.buffer);
+            // Waits for an upload copying from this memory to finish.
+            import.remove(self.buffer);
         }
         // SAFETY: made from this device; no GPU work uses them (every submission is waited for,
         // and an upload from here holds the lock taken above); null handles are ignored.
@@ -285,36 +204,5 @@ impl SlotAllocator for HostImporter {
         ImportedHostMemory::new(&self.device, bytes)
             .map(|m| Box::new(m) as Box<dyn SlotMemory>)
             .map_err(|e| e.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_ranges_wholly_inside_the_named_import_are_found() {
-        let import = LiveImport {
-            id: ImportId(3),
-            len: 0x3000,
-            buffer: vk::Buffer::null(),
-        };
-        let at = |offset| ImportedAt {
-            import: ImportId(3),
-            offset,
-        };
-        assert!(import.holds(at(0), 0x3000));
-        assert!(import.holds(at(0x2000), 0x1000), "ends at the end");
-        assert!(
-            !import.holds(at(0x2000), 0x1001),
-            "runs one byte past the end"
-        );
-        assert!(!import.holds(at(0x3000), 1), "starts at the end");
-        assert!(!import.holds(at(u64::MAX), 2), "overflows");
-        let other = ImportedAt {
-            import: ImportId(4),
-            offset: 0,
-        };
-        assert!(!import.holds(other, 1), "another import");
     }
 }

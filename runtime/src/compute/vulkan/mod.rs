@@ -7,8 +7,10 @@
 //!   no loader gets [`Error::NoLoader`], not a failed start), the instance (with the Khronos
 //!   validation layer and a [`ValidationLog`] when asked), every device described as a plain
 //!   [`DeviceInfo`], the choice of device ([`pick_device`]: discrete > integrated > virtual >
-//!   CPU, or an explicit index) and the logical device with its compute queue (plus a transfer
-//!   queue where the device has a transfer-only family) and its allocator.
+//!   CPU, or an explicit index).
+//! - `device`: the logical device with its compute queue (plus a transfer queue where the
+//!   device has a transfer-only family), its allocator, and the lists of what lives on it:
+//!   its buffers ([`allocation`]) and its host-memory imports (`import_registry`).
 //! - [`buffer`]: named buffers; every live one is listed in the [`AllocationReport`].
 //! - [`kernels`]: the table of kernels (one GLSL file a kernel in `shaders/`, embedded SPIR-V).
 //! - [`pipeline`]: a kernel's compute pipeline, specialised by [`SpecConstant`]s.
@@ -57,13 +59,16 @@
 //! otherwise leave undefined (buffer counts and push-constant sizes against the kernel,
 //! objects from another device, grid limits, workgroup sizes).
 
+pub mod allocation;
 pub mod barriers;
 pub mod buffer;
 pub mod cache;
 pub mod context;
+pub(crate) mod device;
 pub mod engine;
 pub mod exec;
 pub mod host_import;
+pub(crate) mod import_registry;
 #[cfg(test)]
 mod kernel_tests;
 pub mod kernels;
@@ -76,7 +81,8 @@ pub mod testing;
 
 use ash::vk;
 
-pub use buffer::{AllocationReport, Buffer, BufferRecord, Location};
+pub use allocation::{AllocationReport, BufferRecord, Location};
+pub use buffer::Buffer;
 pub use cache::{default_cache_dir, CacheDir, CacheLoad, CacheStatus};
 pub use context::{
     list_devices, pick_device, DeviceInfo, DeviceList, DeviceType, Limits, MemoryHeapInfo,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::context::Device;
+use super::device::Device;
 use super::kernels::{Kernel, MAX_INVOCATIONS};
 use super::{Error, Result};
 

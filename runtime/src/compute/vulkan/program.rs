@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use super::buffer::Buffer;
-use super::context::Device;
+use super::device::Device;
 use super::engine::{
     record_dispatches, Barriers, Commands, DescriptorSets, Engine, QueryPool, RawDispatch,
     Timestamps, Timing,
