@@ -218,7 +218,7 @@ fn planned(data: &Path, loaders: usize) -> u64 {
     )
     .unwrap();
     loader::plan(&dataset, &lc, IoKind::Auto).total()
-        + trainer::model_memory_plan(&graph, &options().exec)
+        + fulcrum::train::plan::model_memory_plan(&graph, &options().exec)
             .unwrap()
             .total()
 }

@@ -3,6 +3,7 @@
 
 pub mod autotune;
 pub mod bench_balance;
+pub mod plan;
 pub mod recipe;
 pub mod schedule;
 pub mod trainer;

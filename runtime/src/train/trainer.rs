@@ -1,5 +1,8 @@
 //! The step loop: Ready slots from the ring → the recorded training step → the slot back.
 //!
+//! A run is sized before anything is allocated ([`super::plan`]); [`train`] then sets up the
+//! engine, the autotuner and the starting weights, and `Steps` runs the loop.
+//!
 //! Per step: wait for the next batch (the time waited is the device's idle time), copy its
 //! records into the step's input tensor and give the slot back at once (so the loaders fill
 //! it while the device computes), write the step's hyper-parameters ([`AdamW::hyper`]), run
@@ -27,11 +30,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
+use super::plan::{self, loader_tuning, tuned_loader_config, Planner};
 use super::schedule::Schedule;
 use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
 use crate::compute::exec::{self, Exec, ExecOptions};
 use crate::compute::ops::{AdamW, CLIP_NORM, CLIP_SCALE};
-use crate::compute::recording::{Role, LOSS_LEN};
+use crate::compute::recording::LOSS_LEN;
 use crate::io::{DirectMode, IoKind};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig, OnCorrupt};
 use crate::model::checkpoint::{self, Checkpoint, LoadError, Progress, StateTensor};
@@ -95,7 +99,7 @@ fn one_cell() -> u32 {
     1
 }
 
-fn default_io_depth() -> u32 {
+pub(super) fn default_io_depth() -> u32 {
     crate::io::UringOptions::default().queue_depth
 }
 
@@ -107,6 +111,19 @@ impl TrainConfig {
             loaders: self.loaders,
             ring: self.ring,
             io_depth: self.io_depth,
+        }
+    }
+
+    /// The model graph's training options: the optimizer's and the loss's settings.
+    pub fn graph_options(&self) -> GraphOptions {
+        GraphOptions {
+            train: true,
+            weight_decay: self.weight_decay,
+            giou_weight: self.giou,
+            clip_norm: (self.clip_norm > 0.0).then_some(self.clip_norm),
+            neighbour_weight: self.neighbours,
+            neighbour_radius: self.neighbour_radius,
+            ..GraphOptions::default()
         }
     }
 
@@ -351,7 +368,6 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let dataset = Dataset::open(&config.data, options.direct)?;
-    let classes = dataset.manifest.classes.clone();
     let model = model_for(&config.model, &dataset)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
     // One run per output folder: a second would overwrite the first's checkpoints.
@@ -362,99 +378,33 @@ pub fn train(
     let config = &config;
 
     let arch = Arch::new(&model);
-    let graph_options = GraphOptions {
-        train: true,
-        weight_decay: config.weight_decay,
-        giou_weight: config.giou,
-        clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
-        neighbour_weight: config.neighbours,
-        neighbour_radius: config.neighbour_radius,
-        ..GraphOptions::default()
-    };
-    let mut loader_config = loader_config_of(config, options);
-    // The run's memory, planned in one place before anything is allocated: the loader's
-    // plan and the engine's own (its tensor buffers and working memory) for the batch.
+    let graph_options = config.graph_options();
     let exec_options = options.exec.resolved()?;
-    let model_plan = |batch: u32| -> Result<MemoryPlan> {
-        let g = ModelGraph::build(&arch, batch, &dataset.layout, &graph_options)
-            .map_err(Error::Config)?;
-        model_memory_plan(&g, &exec_options)
+    let planner = Planner {
+        dataset: &dataset,
+        arch: &arch,
+        graph_options: &graph_options,
+        exec: &exec_options,
+        io: options.io,
     };
-    let memory_of = |lc: &LoaderConfig, model: &MemoryPlan| {
-        let mut plan = loader::plan(&dataset, lc, options.io);
-        plan.items.extend(model.items.iter().cloned());
-        plan
-    };
-    // The largest batch up to `most` whose run fits the budget, the loader set up by
-    // `loader_at` for that batch.
-    let largest_batch = |most: u32, budget: u64, loader_at: &dyn Fn(u32) -> LoaderConfig| {
-        balance::largest_fitting(u64::from(most), |b| {
-            model_plan(b as u32)
-                .is_ok_and(|m| memory_of(&loader_at(b as u32), &m).fits(Some(budget)))
-        })
-        .map(|b| b as u32)
-    };
-
     // The autotuner picks the batch first: the largest up to the requested that fits.
     let fresh_tuning = config.autotune && resumed.is_none();
-    let mut decisions_before_start = Vec::new();
-    if let (true, Some(budget)) = (fresh_tuning, options.mem_budget) {
-        let start = |b: u32| tuned_loader_config(&loader_config, &start_tuning(b));
-        match largest_batch(config.batch, budget, &start) {
-            Some(b) if b < config.batch => {
-                decisions_before_start.push(Decision {
-                    step: 0,
-                    what: format!("batch {b}"),
-                    why: format!(
-                        "batch {} does not fit --mem-budget {} with one loader and a ring of 2; \
-                         {b} is the largest that does",
-                        config.batch,
-                        balance::human(budget)
-                    ),
-                });
-                loader_config.batch = b as usize;
-            }
-            _ => {}
-        }
-    }
-    let batch_size = loader_config.batch as u32;
-    let graph = ModelGraph::build(&arch, batch_size, &dataset.layout, &graph_options)
-        .map_err(Error::Config)?;
-    let engine_plan = model_plan(batch_size)?;
-    if fresh_tuning {
-        loader_config = tuned_loader_config(&loader_config, &start_tuning(batch_size));
-    }
-
-    let memory = memory_of(&loader_config, &engine_plan);
-    if let Some(budget) = options.mem_budget {
-        if !memory.fits(Some(budget)) {
-            let at = |b: u32| LoaderConfig {
-                batch: b as usize,
-                ..loader_config.clone()
-            };
-            return Err(budget_error(
-                budget,
-                &memory,
-                largest_batch(batch_size, budget, &at),
-            ));
-        }
-    }
-
-    within_process_limit(&memory)?;
-    let batches_per_epoch = batches_per_epoch(config, &dataset, batch_size)?;
+    let sized = plan::size_run(
+        &planner,
+        config,
+        loader_config_of(config, options),
+        options.mem_budget,
+        fresh_tuning,
+    )?;
+    let graph = &sized.graph;
+    let batches_per_epoch = batches_per_epoch(config, &dataset, sized.batch)?;
     let total_steps = batches_per_epoch * config.epochs;
-    let schedule = Schedule {
-        base: config.lr,
-        floor: config.lr * config.lr_floor,
-        warmup: config.warmup.min(total_steps / 2),
-        total: total_steps,
-    };
 
     let mut exec = Exec::new(&graph.recording, &exec_options)?;
+    let mut loader_config = sized.loader.clone();
     if options.ring_memory == RingMemory::Auto {
         loader_config.slot_allocator = exec.slot_allocator();
     }
-    let train_entry = graph.entry(ENTRY_TRAIN);
     let first_step = resumed.as_ref().map_or(0, |c| c.progress.step);
     if first_step >= total_steps {
         return Err(Error::Config(format!(
@@ -463,221 +413,93 @@ pub fn train(
         )));
     }
 
-    // The autotuner's start: the equation from a probe, or the checkpoint's tuning.
-    // (Over a copy: the tuned fields are the tuning's, the rest stays as it is now.)
-    let base = loader_config.clone();
-    let part_records = |loaders: usize| {
-        LoaderConfig {
-            loaders,
-            ..base.clone()
-        }
-        .part_records()
+    // The autotuner's start: the equation from a probe, or the checkpoint's tuning; over
+    // the configuration as it is now (the tuned fields are the tuning's, the rest stays).
+    let tuning_base = TuningBase {
+        planner: &planner,
+        loader: loader_config.clone(),
+        engine: &sized.engine,
+        budget: options.mem_budget,
     };
-    let fits_tuning = |t: &Tuning| {
-        memory_of(&tuned_loader_config(&base, t), &engine_plan).fits(options.mem_budget)
-    };
-    let mut probe_time = None;
-    let mut tuner = if !config.autotune {
-        None
-    } else {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let limits = Limits::for_machine(cores, exec.host_threads());
-        let tuner = if fresh_tuning {
-            // Before the weights are written: the probe's steps leave nothing behind.
-            let started = Instant::now();
-            let probe = probe(&mut exec, train_entry, &graph, &dataset, &loader_config)?;
-            probe_time = Some(started.elapsed());
-            let mut t = Autotuner::start(batch_size, &probe, limits, part_records, &fits_tuning);
-            t.prepend(decisions_before_start);
-            t
-        } else {
-            Autotuner::resumed(config.tuning(), limits)
-        };
-        for d in tuner.decisions() {
-            observer.tuned(d);
-        }
+    let (tuner, probe_time) = if config.autotune {
+        let (tuner, probe_time) = start_tuner(
+            &mut exec,
+            &sized,
+            &tuning_base,
+            resumed.is_none().then_some(&dataset),
+            config,
+            observer,
+        )?;
         loader_config = tuned_loader_config(&loader_config, &tuner.tuning());
-        Some(tuner)
+        (Some(tuner), probe_time)
+    } else {
+        (None, None)
     };
 
-    let mut progress = initial_state(
+    let progress = initial_state(
         &mut exec,
-        &graph,
+        graph,
         config,
         resumed.as_ref(),
         options.init_from.as_deref(),
     )?;
-
-    let start_loader = |lc: &LoaderConfig, at: u64| {
-        Loader::start(
-            &dataset,
-            &LoaderConfig {
-                start_batch: at,
-                ..lc.clone()
-            },
-        )
+    let saver = Saver {
+        graph,
+        config,
+        classes: &dataset.manifest.classes,
+        path: &checkpoint_path,
     };
-    // The last tenth of the epochs trains on flips only (a resumed run starts there if due).
-    let quiet_from = quiet_from(config.epochs);
-    if progress.epoch >= quiet_from {
-        loader_config.augment = loader_config.augment.quiet();
-    }
-    let mut loader = start_loader(&loader_config, progress.step)?;
-    let engine = exec.describe();
+    let mut steps = Steps::start(
+        exec,
+        graph,
+        &dataset,
+        config,
+        options,
+        loader_config,
+        tuner,
+        progress,
+        batches_per_epoch,
+    )?;
+    let engine = steps.exec.describe();
+    let loader = running(&mut steps.loader)?;
+    let (backend, ring_memory) = (loader.backend().name(), loader.ring_memory().to_owned());
     observer.start(&RunInfo {
         model: model.name.clone(),
         engine: engine.clone(),
         records: dataset.records(),
         batches_per_epoch,
         total_steps,
-        first_step: progress.step,
-        memory: memory_of(&loader_config, &engine_plan),
-        backend: loader.backend().name().to_owned(),
-        ring_memory: loader.ring_memory().to_owned(),
+        first_step: steps.progress.step,
+        memory: planner.run(&steps.loader_config, &sized.engine),
+        backend: backend.to_owned(),
+        ring_memory,
         param_count: arch.param_count(),
     });
 
-    let save = |exec: &mut Exec,
-                progress: &Progress,
-                tuning: &Tuning,
-                observer: &mut dyn Observer|
-     -> Result<()> {
-        let c = snapshot(
-            exec,
-            &graph,
-            &config.with_tuning(tuning),
-            &classes,
-            progress,
-        )?;
-        c.save(&checkpoint_path)?;
-        observer.checkpoint(&checkpoint_path, progress);
-        Ok(())
-    };
-
-    let mut epochs = Vec::new();
-    let mut step_submissions = 0u64;
-    let mut loss = [0f32; LOSS_LEN];
-    // The clip's norm, scale and per-tensor sums (read whole after each step).
-    let mut clip = vec![0f32; graph.grad_norm.map_or(0, |id| graph.recording.get(id).len)];
-    let mut interrupted = false;
-    let mut final_loss = None;
-    let mut epoch_acc = EpochAcc::new(loader.counters());
-    let mut window = tuner.as_ref().map(|_| WindowAcc::new(&loader_config, None));
     let run_started = Instant::now();
-    let mut total_waited = Duration::ZERO;
-    let mut settled_at: Option<(Instant, Duration)> = None;
-    loop {
-        if stop.load(Ordering::Relaxed) || options.max_steps.is_some_and(|m| progress.step >= m) {
-            interrupted = stop.load(Ordering::Relaxed);
-            break;
-        }
-        let started = Instant::now();
-        let Some(batch) = loader.next_batch()? else {
-            break;
-        };
-        let waited = started.elapsed();
-        let (epoch, batch_index) = (batch.epoch, batch.index);
-
-        let step = progress.step + 1;
-        let lr = schedule.lr(step);
-        // Everything the step moves in and out (hyper-parameters, batch, loss) is counted.
-        let submitted = exec.submissions();
-        exec.write_f32(graph.hyper, &graph_options.hyper(lr, step as u32))?;
-        let step_started = options.trace.as_ref().map(|log| log.now());
-        // The batch is read where the loader put it (on Vulkan, copied from its slot in the
-        // step's own submission), so its slot goes back to the loaders after the step.
-        let timing = exec.run_reading(train_entry, graph.records, batch.slot_bytes())?;
-        drop(batch);
-        if let (Some(log), Some(t0)) = (&options.trace, step_started) {
-            log.record(
-                crate::trace::Kind::Step,
-                crate::trace::CONSUMER_ROW,
-                batch_index,
-                t0,
-                log.now(),
-            );
-        }
-        let grad_norm = read_step_outputs(&mut exec, &graph, &mut loss, &mut clip)?;
-        step_submissions += exec.submissions() - submitted;
-        check_finite(&loss, grad_norm, step, epoch, config.lr)?;
-        progress.step = step;
-        progress.epoch = step / batches_per_epoch;
-        progress.batch_in_epoch = step % batches_per_epoch;
-        final_loss = Some(loss[0]);
-        let report = StepReport {
-            step,
-            epoch,
-            loss,
-            lr,
-            waited,
-            device: timing.device,
-            wall: started.elapsed(),
-            grad_norm,
-        };
-        total_waited += waited;
-        epoch_acc.add(&report);
-        observer.step(&report);
-
-        // The autotuner looks at whole windows and may restart the loader at the next batch.
-        if let (Some(tuner), Some(acc)) = (&mut tuner, &mut window) {
-            if let Some(w) = acc.add(&report, &loader.counters()) {
-                let seen = tuner.decisions().len();
-                let change = tuner.observe(step, &w, part_records, &fits_tuning);
-                for d in &tuner.decisions()[seen..] {
-                    observer.tuned(d);
-                }
-                if let Some(t) = change {
-                    loader_config = tuned_loader_config(&loader_config, &t);
-                    drop(loader);
-                    loader = start_loader(&loader_config, progress.step)?;
-                }
-                if tuner.settled() {
-                    settled_at = Some((Instant::now(), total_waited));
-                    window = None;
-                } else {
-                    *acc = WindowAcc::new(&loader_config, Some(w.step_mean));
-                }
-            }
-        }
-
-        if progress.batch_in_epoch == 0 {
-            let e = epoch_acc.finish(epoch, loader.counters(), loader_config.loaders, batch_size);
-            observer.epoch(&e);
-            epochs.push(e);
-            epoch_acc = EpochAcc::new(loader.counters());
-            let done = progress.epoch;
-            if done == quiet_from && done < config.epochs && loader_config.augment.enabled {
-                log::info!(
-                    "epoch {}: augmentation down to flips for the last {} epochs",
-                    done + 1,
-                    config.epochs - done
-                );
-                loader_config.augment = loader_config.augment.quiet();
-                drop(loader);
-                loader = start_loader(&loader_config, progress.step)?;
-            }
-            if done % config.checkpoint_every.max(1) == 0 && done < config.epochs {
-                save(
-                    &mut exec,
-                    &progress,
-                    &loader_tuning(&loader_config),
-                    observer,
-                )?;
-            }
-        }
-    }
+    let interrupted = steps.run(stop, &tuning_base, &saver, observer)?;
+    let Steps {
+        mut exec,
+        loader,
+        loader_config,
+        tuner,
+        progress,
+        record,
+        ..
+    } = steps;
     drop(loader);
     let tuning = loader_tuning(&loader_config);
-    save(&mut exec, &progress, &tuning, observer)?;
+    saver.save(&mut exec, &progress, &tuning, observer)?;
     let loop_time = run_started.elapsed();
-    let input_wait = total_waited.as_secs_f64() / loop_time.as_secs_f64().max(1e-9);
+    let waited = record.total_waited;
+    let input_wait = waited.as_secs_f64() / loop_time.as_secs_f64().max(1e-9);
     Ok(TrainReport {
         progress,
         checkpoint: checkpoint_path.clone(),
-        epochs,
+        epochs: record.epochs,
         interrupted,
         engine,
-        final_loss,
+        final_loss: record.final_loss,
         tuning,
         decisions: tuner
             .as_ref()
@@ -686,17 +508,361 @@ pub fn train(
             .as_ref()
             .and_then(|t| t.unbalanced().map(str::to_owned)),
         input_wait,
-        input_wait_settled: settled_at.and_then(|(at, waited_then)| {
+        input_wait_settled: record.settled_at.and_then(|(at, waited_then)| {
             let wall = at.elapsed().as_secs_f64();
-            (wall > 0.0).then(|| (total_waited - waited_then).as_secs_f64() / wall)
+            (wall > 0.0).then(|| (waited - waited_then).as_secs_f64() / wall)
         }),
         loop_time,
         probe_time,
         imported_uploads: exec.imported_uploads(),
-        step_submissions,
-        memory: memory_of(&loader_config, &engine_plan),
+        step_submissions: record.step_submissions,
+        memory: planner.run(&loader_config, &sized.engine),
         peak_resident: balance::peak_resident(),
     })
+}
+
+/// What the autotuner weighs a tuning against: the loaders' configuration it tunes, the
+/// engine's plan beside them and the memory budget.
+struct TuningBase<'a> {
+    planner: &'a Planner<'a>,
+    loader: LoaderConfig,
+    engine: &'a MemoryPlan,
+    budget: Option<u64>,
+}
+
+impl TuningBase<'_> {
+    /// Records each of `loaders` loaders prepares at a time.
+    fn part_records(&self, loaders: usize) -> usize {
+        LoaderConfig {
+            loaders,
+            ..self.loader.clone()
+        }
+        .part_records()
+    }
+
+    /// Whether the run fits the budget with the loaders tuned as `t`.
+    fn fits(&self, t: &Tuning) -> bool {
+        let loader = tuned_loader_config(&self.loader, t);
+        self.planner.run(&loader, self.engine).fits(self.budget)
+    }
+}
+
+/// The autotuner a run starts with, and how long its probe took: for a fresh run
+/// (`fresh_data` given), from a probe of the balance equation run before the weights are
+/// written (its steps leave nothing behind), after the batch decisions [`plan::size_run`]
+/// made; for a resumed run, from the checkpoint's tuning. Each decision is reported.
+fn start_tuner(
+    exec: &mut Exec,
+    sized: &plan::Sized,
+    base: &TuningBase<'_>,
+    fresh_data: Option<&Dataset>,
+    config: &TrainConfig,
+    observer: &mut dyn Observer,
+) -> Result<(Autotuner, Option<Duration>)> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let limits = Limits::for_machine(cores, exec.host_threads());
+    let (tuner, probe_time) = match fresh_data {
+        Some(dataset) => {
+            let started = Instant::now();
+            let train = sized.graph.entry(ENTRY_TRAIN);
+            let probe = probe(exec, train, &sized.graph, dataset, &base.loader)?;
+            let probe_time = started.elapsed();
+            let part_records = |loaders| base.part_records(loaders);
+            let fits = |t: &Tuning| base.fits(t);
+            let mut t = Autotuner::start(sized.batch, &probe, limits, part_records, &fits);
+            t.prepend(sized.decisions.clone());
+            (t, Some(probe_time))
+        }
+        None => (Autotuner::resumed(config.tuning(), limits), None),
+    };
+    for d in tuner.decisions() {
+        observer.tuned(d);
+    }
+    Ok((tuner, probe_time))
+}
+
+/// Writes a run's checkpoint (atomically: see [`Checkpoint::save`]).
+struct Saver<'a> {
+    graph: &'a ModelGraph,
+    config: &'a TrainConfig,
+    classes: &'a [String],
+    path: &'a Path,
+}
+
+impl Saver<'_> {
+    fn save(
+        &self,
+        exec: &mut Exec,
+        progress: &Progress,
+        tuning: &Tuning,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let config = self.config.with_tuning(tuning);
+        let c = snapshot(exec, self.graph, &config, self.classes, progress)?;
+        c.save(self.path)?;
+        observer.checkpoint(self.path, progress);
+        Ok(())
+    }
+}
+
+/// What the step loop has measured for the run's report.
+struct StepRecord {
+    epochs: Vec<EpochReport>,
+    step_submissions: u64,
+    final_loss: Option<f32>,
+    /// Time the loop waited for batches, all told.
+    total_waited: Duration,
+    /// When the autotuner settled, and the time waited until then.
+    settled_at: Option<(Instant, Duration)>,
+}
+
+/// The step loop (see the module docs) and what it owns while it runs: the engine, the
+/// loader, the autotuner, the progress, and the buffers a step's outputs are read into.
+struct Steps<'a> {
+    exec: Exec,
+    graph: &'a ModelGraph,
+    dataset: &'a Dataset,
+    config: &'a TrainConfig,
+    options: &'a RunOptions,
+    /// The optimizer's settings, for each step's hyper-parameters.
+    graph_options: GraphOptions,
+    schedule: Schedule,
+    batches_per_epoch: u64,
+    /// The first epoch of the last tenth, which trains on flips only.
+    quiet_from: u64,
+    /// `None` only while [`Steps::restart_loader`] replaces it (the old one's threads and
+    /// ring go before the new one's start: both at once would be over the memory plan).
+    loader: Option<Loader>,
+    loader_config: LoaderConfig,
+    tuner: Option<Autotuner>,
+    /// The autotuner's window so far, until it settles.
+    window: Option<WindowAcc>,
+    progress: Progress,
+    epoch_acc: EpochAcc,
+    loss: [f32; LOSS_LEN],
+    /// The clip's norm, scale and per-tensor sums (read whole after each step).
+    clip: Vec<f32>,
+    record: StepRecord,
+}
+
+impl<'a> Steps<'a> {
+    /// Starts the loader at `progress` (quiet already where a resumed run is past
+    /// `quiet_from`).
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        exec: Exec,
+        graph: &'a ModelGraph,
+        dataset: &'a Dataset,
+        config: &'a TrainConfig,
+        options: &'a RunOptions,
+        mut loader_config: LoaderConfig,
+        tuner: Option<Autotuner>,
+        progress: Progress,
+        batches_per_epoch: u64,
+    ) -> Result<Steps<'a>> {
+        let total_steps = batches_per_epoch * config.epochs;
+        let quiet_from = quiet_from(config.epochs);
+        if progress.epoch >= quiet_from {
+            loader_config.augment = loader_config.augment.quiet();
+        }
+        let loader = start_loader(dataset, &loader_config, progress.step)?;
+        let clip_len = graph.grad_norm.map_or(0, |id| graph.recording.get(id).len);
+        Ok(Steps {
+            exec,
+            graph,
+            dataset,
+            config,
+            options,
+            graph_options: config.graph_options(),
+            schedule: Schedule {
+                base: config.lr,
+                floor: config.lr * config.lr_floor,
+                warmup: config.warmup.min(total_steps / 2),
+                total: total_steps,
+            },
+            batches_per_epoch,
+            quiet_from,
+            epoch_acc: EpochAcc::new(loader.counters()),
+            window: tuner.as_ref().map(|_| WindowAcc::new(&loader_config, None)),
+            loader: Some(loader),
+            loader_config,
+            tuner,
+            progress,
+            loss: [0f32; LOSS_LEN],
+            clip: vec![0f32; clip_len],
+            record: StepRecord {
+                epochs: Vec::new(),
+                step_submissions: 0,
+                final_loss: None,
+                total_waited: Duration::ZERO,
+                settled_at: None,
+            },
+        })
+    }
+
+    /// Runs steps until the data ends, `--max-steps` is reached or `stop` is set; whether it
+    /// was `stop`.
+    fn run(
+        &mut self,
+        stop: &AtomicBool,
+        tuning: &TuningBase<'_>,
+        saver: &Saver<'_>,
+        observer: &mut dyn Observer,
+    ) -> Result<bool> {
+        loop {
+            let at_max = (self.options.max_steps).is_some_and(|m| self.progress.step >= m);
+            if stop.load(Ordering::Relaxed) || at_max {
+                return Ok(stop.load(Ordering::Relaxed));
+            }
+            let Some(report) = self.step()? else {
+                return Ok(false);
+            };
+            observer.step(&report);
+            self.retune(&report, tuning, observer)?;
+            if self.progress.batch_in_epoch == 0 {
+                self.end_epoch(report.epoch, saver, observer)?;
+            }
+        }
+    }
+
+    /// One training step on the next batch; `None` where the data has ended.
+    fn step(&mut self) -> Result<Option<StepReport>> {
+        let started = Instant::now();
+        let Some(batch) = running(&mut self.loader)?.next_batch()? else {
+            return Ok(None);
+        };
+        let waited = started.elapsed();
+        let (epoch, batch_index) = (batch.epoch, batch.index);
+        let (graph, exec) = (self.graph, &mut self.exec);
+
+        let step = self.progress.step + 1;
+        let lr = self.schedule.lr(step);
+        // Everything the step moves in and out (hyper-parameters, batch, loss) is counted.
+        let submitted = exec.submissions();
+        exec.write_f32(graph.hyper, &self.graph_options.hyper(lr, step as u32))?;
+        let trace = self.options.trace.as_ref();
+        let step_started = trace.map(|log| log.now());
+        // The batch is read where the loader put it (on Vulkan, copied from its slot in the
+        // step's own submission), so its slot goes back to the loaders after the step.
+        let train = graph.entry(ENTRY_TRAIN);
+        let timing = exec.run_reading(train, graph.records, batch.slot_bytes())?;
+        drop(batch);
+        if let (Some(log), Some(t0)) = (trace, step_started) {
+            let row = crate::trace::CONSUMER_ROW;
+            log.record(crate::trace::Kind::Step, row, batch_index, t0, log.now());
+        }
+        let grad_norm = read_step_outputs(exec, graph, &mut self.loss, &mut self.clip)?;
+        self.record.step_submissions += exec.submissions() - submitted;
+        check_finite(&self.loss, grad_norm, step, epoch, self.config.lr)?;
+        self.progress.step = step;
+        self.progress.epoch = step / self.batches_per_epoch;
+        self.progress.batch_in_epoch = step % self.batches_per_epoch;
+        self.record.final_loss = Some(self.loss[0]);
+        let report = StepReport {
+            step,
+            epoch,
+            loss: self.loss,
+            lr,
+            waited,
+            device: timing.device,
+            wall: started.elapsed(),
+            grad_norm,
+        };
+        self.record.total_waited += waited;
+        self.epoch_acc.add(&report);
+        Ok(Some(report))
+    }
+
+    /// The autotuner looks at whole windows and may restart the loader at the next batch.
+    fn retune(
+        &mut self,
+        report: &StepReport,
+        base: &TuningBase<'_>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let counters = running(&mut self.loader)?.counters();
+        let (Some(tuner), Some(acc)) = (&mut self.tuner, &mut self.window) else {
+            return Ok(());
+        };
+        let Some(w) = acc.add(report, &counters) else {
+            return Ok(());
+        };
+        let seen = tuner.decisions().len();
+        let part_records = |loaders| base.part_records(loaders);
+        let change = tuner.observe(report.step, &w, part_records, &|t| base.fits(t));
+        for d in &tuner.decisions()[seen..] {
+            observer.tuned(d);
+        }
+        let settled = tuner.settled();
+        if let Some(t) = change {
+            self.loader_config = tuned_loader_config(&self.loader_config, &t);
+            self.restart_loader()?;
+        }
+        if settled {
+            self.record.settled_at = Some((Instant::now(), self.record.total_waited));
+            self.window = None;
+        } else {
+            self.window = Some(WindowAcc::new(&self.loader_config, Some(w.step_mean)));
+        }
+        Ok(())
+    }
+
+    /// The end of an epoch: its report; augmentation down to flips for the last tenth of the
+    /// epochs; a checkpoint every `checkpoint_every` epochs (the last one is the run's).
+    fn end_epoch(
+        &mut self,
+        epoch: u64,
+        saver: &Saver<'_>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let loader = running(&mut self.loader)?;
+        let (ended, now) = (loader.counters(), loader.counters());
+        let acc = std::mem::replace(&mut self.epoch_acc, EpochAcc::new(now));
+        let e = acc.finish(epoch, ended, self.loader_config.loaders, self.graph.batch);
+        observer.epoch(&e);
+        self.record.epochs.push(e);
+        let (done, epochs) = (self.progress.epoch, self.config.epochs);
+        if done == self.quiet_from && done < epochs && self.loader_config.augment.enabled {
+            log::info!(
+                "epoch {}: augmentation down to flips for the last {} epochs",
+                done + 1,
+                epochs - done
+            );
+            self.loader_config.augment = self.loader_config.augment.quiet();
+            self.restart_loader()?;
+        }
+        if done % self.config.checkpoint_every.max(1) == 0 && done < epochs {
+            let tuning = loader_tuning(&self.loader_config);
+            saver.save(&mut self.exec, &self.progress, &tuning, observer)?;
+        }
+        Ok(())
+    }
+
+    /// The loader stopped, then started again at the next batch with `loader_config`.
+    fn restart_loader(&mut self) -> Result<()> {
+        drop(self.loader.take());
+        let at = self.progress.step;
+        self.loader = Some(start_loader(self.dataset, &self.loader_config, at)?);
+        Ok(())
+    }
+}
+
+/// The loader running now ([`Steps::loader`]).
+fn running(loader: &mut Option<Loader>) -> Result<&mut Loader> {
+    loader
+        .as_mut()
+        .ok_or_else(|| Error::Config("the loader is not running: its restart failed".to_owned()))
+}
+
+/// The loader over `dataset` per `lc`, starting at batch `at`.
+fn start_loader(dataset: &Dataset, lc: &LoaderConfig, at: u64) -> Result<Loader> {
+    Ok(Loader::start(
+        dataset,
+        &LoaderConfig {
+            start_batch: at,
+            ..lc.clone()
+        },
+    )?)
 }
 
 /// The first configuration the autotuner's probe runs with.
@@ -749,21 +915,6 @@ fn loader_config_of(config: &TrainConfig, options: &RunOptions) -> LoaderConfig 
         slow_down: options.loader_slow_down,
         counters: Some(Default::default()),
         ..LoaderConfig::default()
-    }
-}
-
-/// Refuses a plan over the limit the system puts on this process (`ulimit -v`, a cgroup),
-/// which would otherwise be killed or fail mid-run.
-fn within_process_limit(memory: &MemoryPlan) -> Result<()> {
-    match balance::process_memory_limit() {
-        Some(limit) if memory.total() > limit.bytes => Err(Error::Config(format!(
-            "the run plans {} of memory but {} allows this process {}: lower --batch or \
-             --ring (--mem-budget says what fits), or raise that limit",
-            balance::human(memory.total()),
-            limit.source,
-            balance::human(limit.bytes)
-        ))),
-        _ => Ok(()),
     }
 }
 
@@ -867,39 +1018,6 @@ fn check_finite(
             epoch + 1,
         ))),
         None => Ok(()),
-    }
-}
-
-fn start_tuning(batch: u32) -> Tuning {
-    Tuning {
-        batch,
-        loaders: 1,
-        ring: 2,
-        io_depth: default_io_depth(),
-    }
-}
-
-/// The loader configuration for a tuning.
-fn tuned_loader_config(base: &LoaderConfig, t: &Tuning) -> LoaderConfig {
-    LoaderConfig {
-        batch: t.batch as usize,
-        loaders: t.loaders,
-        ring_slots: t.ring,
-        uring: crate::io::UringOptions {
-            queue_depth: t.io_depth,
-            ..base.uring
-        },
-        ..base.clone()
-    }
-}
-
-/// The tuning a loader configuration runs with.
-fn loader_tuning(lc: &LoaderConfig) -> Tuning {
-    Tuning {
-        batch: lc.batch as u32,
-        loaders: lc.loaders,
-        ring: lc.ring_slots,
-        io_depth: lc.uring.queue_depth,
     }
 }
 
@@ -1239,44 +1357,6 @@ fn describe_difference(saved: &TrainConfig, now: &TrainConfig) -> String {
         }
     }
     diffs.join(", ")
-}
-
-/// What training `graph` on the engine `exec` chooses allocates besides the loader: the
-/// engine's own plan ([`Exec::memory_plan`]) and the checkpoint's copy while saving (the
-/// weights and state read back, which the file is written from).
-pub fn model_memory_plan(graph: &ModelGraph, exec: &ExecOptions) -> Result<MemoryPlan> {
-    let mut plan = Exec::memory_plan(&graph.recording, exec)?;
-    let saved: u64 = graph
-        .recording
-        .tensors
-        .iter()
-        .filter(|t| matches!(t.role, Role::Param | Role::State))
-        .map(|t| t.bytes())
-        .sum();
-    plan.add("checkpoint: weights and state read back", 1, saved);
-    Ok(plan)
-}
-
-/// The refusal of a run over `budget`: what it needs, its largest item, and `best`, the
-/// largest batch that fits at this ring depth.
-fn budget_error(budget: u64, memory: &MemoryPlan, best: Option<u32>) -> Error {
-    Error::Budget {
-        budget: balance::human(budget),
-        needed: balance::human(memory.total()),
-        detail: match memory.items.iter().max_by_key(|i| i.bytes()) {
-            Some(i) => format!(
-                "largest: {} ×{} = {}",
-                i.name,
-                i.count,
-                balance::human(i.bytes())
-            ),
-            None => "nothing planned".to_owned(),
-        },
-        advice: match best {
-            Some(b) => format!("--batch {b} fits at this ring depth"),
-            None => "no batch fits: raise --mem-budget or lower --ring".to_owned(),
-        },
-    }
 }
 
 #[cfg(test)]
