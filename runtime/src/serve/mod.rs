@@ -74,4 +74,40 @@ impl Error {
             },
         }
     }
+
+    /// A weights error with `what` (what failed) before its reason; any other error as it
+    /// is (the engine's errors say what failed themselves).
+    pub(crate) fn while_doing(self, what: &str) -> Error {
+        match self {
+            Error::Weights { path, reason } => Error::Weights {
+                path,
+                reason: format!("{what}: {reason}"),
+            },
+            e => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_failed_goes_before_a_weights_reason_only() {
+        let weights = Error::Weights {
+            path: "w.safetensors".into(),
+            reason: "NaN in the output".into(),
+        };
+        match weights.while_doing("warm-up inference failed") {
+            Error::Weights { reason, .. } => {
+                assert_eq!(reason, "warm-up inference failed: NaN in the output")
+            }
+            e => panic!("{e:?}"),
+        }
+        let config = Error::Config("--nms: 2".into());
+        assert_eq!(
+            config.while_doing("warm-up inference failed").to_string(),
+            Error::Config("--nms: 2".into()).to_string()
+        );
+    }
 }

@@ -188,13 +188,7 @@ impl Model {
         let mut out = Vec::with_capacity(predictor.top_k());
         predictor
             .predict_into(&grey, &mut out)
-            .map_err(|e| match Error::from_infer(path, e) {
-                Error::Weights { path, reason } => Error::Weights {
-                    path,
-                    reason: format!("warm-up inference failed: {reason}"),
-                },
-                e => e,
-            })?;
+            .map_err(|e| Error::from_infer(path, e).while_doing("warm-up inference failed"))?;
         if let Some(bad) = out
             .iter()
             .find(|d| !d.score.is_finite() || !d.x0.is_finite())
