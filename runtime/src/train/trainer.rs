@@ -815,10 +815,15 @@ impl<'a> Steps<'a> {
         saver: &Saver<'_>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
-        let loader = running(&mut self.loader)?;
-        let (ended, now) = (loader.counters(), loader.counters());
-        let acc = std::mem::replace(&mut self.epoch_acc, EpochAcc::new(now));
-        let e = acc.finish(epoch, ended, self.loader_config.loaders, self.graph.batch);
+        // One snapshot ends this epoch's counts and starts the next one's.
+        let counters = running(&mut self.loader)?.counters();
+        let acc = std::mem::replace(&mut self.epoch_acc, EpochAcc::new(counters));
+        let e = acc.finish(
+            epoch,
+            counters,
+            self.loader_config.loaders,
+            self.graph.batch,
+        );
         observer.epoch(&e);
         self.record.epochs.push(e);
         let (done, epochs) = (self.progress.epoch, self.config.epochs);
