@@ -6,7 +6,7 @@
 //! same L1 set and every row set would fetch them again.
 
 use super::operands::{Epilogue, Mat};
-use super::{rm, Dense3x3Input, RgbRow, RGB_MAX_W};
+use super::{rm, tr, Dense3x3Input, RgbRow, RGB_MAX_W};
 
 /// Rows of B packed per column tile by the register-tile GEMMs: a `KC × 16` panel (16 KiB, on the
 /// stack).
@@ -222,6 +222,10 @@ const STRIP_MAX: usize = RGB_MAX_W / 2 + 16;
 /// channel, each split into its even and its odd columns, over a strip of output columns.
 const HALF_CACHE: usize = 3 * 3 * 2 * (STRIP_MAX + 16);
 
+/// Most weights (`m · c_in·9`) [`dense3x3_half`] copies into a column-major block (7 KiB on
+/// the stack): 64 output channels of an RGB stem.
+const COLUMNS_MAX: usize = 64 * 27;
+
 /// The zero rows above the input (pad 1), as long as any run a tile reads.
 static ZERO_ROW: [f32; STRIP_MAX + 32] = [0.0; STRIP_MAX + 32];
 
@@ -237,6 +241,11 @@ static ZERO_ROW: [f32; STRIP_MAX + 32] = [0.0; STRIP_MAX + 32];
 /// An RGB image's rows are first normalised by `rgb_row` (the set's own [`RgbRow`]) into a
 /// row of floats per channel; its whole width is one strip. Planes are split straight from
 /// their rows, in strips as wide as the cache allows for `c_in` channels.
+///
+/// The weights (A, `m × c_in·9`) are first copied column by column where they fit
+/// ([`COLUMNS_MAX`]): a tile's rows at one tap are then consecutive floats, reached through
+/// one pointer, which leaves the registers for more rows of C (`rows[1]` at most a tile;
+/// `rows[0]` where A stays row-major).
 ///
 /// A set brings `split(src, [even, odd])`: `lanes` output columns, the even floats of the
 /// `2·lanes` at `src` to `even`, the odd ones to `odd`. Columns a whole vector does not
@@ -257,7 +266,7 @@ pub(super) fn dense3x3_half(
     (oh, ow): (usize, usize),
     oys: std::ops::Range<usize>,
     lanes: usize,
-    rows: usize,
+    rows: [usize; 2],
     rgb_row: RgbRow,
     mut split: impl FnMut(*const f32, [*mut f32; 2]),
     mut tile: impl FnMut(&RowTiles<'_, Gathered<'_>>, usize, usize, usize, usize),
@@ -290,6 +299,17 @@ pub(super) fn dense3x3_half(
             assert!(strip >= ow, "an RGB image is one strip");
             (None, Some((image, flip)))
         }
+    };
+    let mut columns = [0f32; COLUMNS_MAX];
+    let (a, rows) = if m * kl <= COLUMNS_MAX {
+        for (i, w) in weight[..m * kl].chunks_exact(kl).enumerate() {
+            for (p, &v) in w.iter().enumerate() {
+                columns[p * m + i] = v;
+            }
+        }
+        (tr(&columns[..m * kl], m), rows[1])
+    } else {
+        (rm(weight, kl), rows[0])
     };
     let mut starts = [std::ptr::null::<f32>(); KC];
     for x0 in (0..ow).step_by(strip) {
@@ -349,7 +369,7 @@ pub(super) fn dense3x3_half(
             }
             for j in (0..width).step_by(16) {
                 let t = RowTiles {
-                    a: rm(weight, kl),
+                    a,
                     k0: 0,
                     panel: Gathered {
                         starts: &starts[..kl],

@@ -287,9 +287,19 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
             .dense3x3_half
             .expect("every SIMD set builds the stem's panels in place");
         // Widths 1–19 and 33: every tail of a vector, one and several 16-column tiles; at
-        // 28 channels, also strips of 32 columns.
+        // 28 channels, also strips of 32 columns. Weights of 64 × 27 and fewer are read by
+        // columns, more (65 × 27, 8 × 252) row-major.
         for ow in (1..=19).chain([33]) {
-            for (c_in, m, oh) in [(3, 16, 2), (1, 5, 3), (2, 3, 1), (5, 6, 2), (28, 4, 2)] {
+            for (c_in, m, oh) in [
+                (3, 16, 2),
+                (1, 5, 3),
+                (2, 3, 1),
+                (5, 6, 2),
+                (28, 4, 2),
+                (3, 64, 1),
+                (3, 65, 1),
+                (28, 8, 1),
+            ] {
                 let (ih, iw) = (2 * oh, 2 * ow);
                 let x = wave(c_in * ih * iw, 0.43);
                 let weight = wave(m * c_in * 9, 0.77);

@@ -159,10 +159,11 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         8,
-        // Not TILE_ROWS: with B's rows gathered by pointer, a 5- or 6-row tile runs out of
-        // registers and recomputes its A pointers every step; timed against 4 rows,
-        // alternating run by run in one process, it was no faster.
-        4,
+        // Row-major weights: not TILE_ROWS: with B's rows gathered by pointer, a 5- or 6-row
+        // tile runs out of registers and recomputes its A pointers every step; timed against
+        // 4 rows, alternating run by run in one process, it was no faster. By columns, one
+        // pointer reaches every row.
+        [4, TILE_ROWS],
         super::elementwise::rgb_row,
         |src, [e, o]| {
             // SAFETY: AVX2 as for this function; `panel::dense3x3_half` hands over 16 floats
@@ -177,11 +178,17 @@ pub(super) unsafe fn dense3x3_half(
             // SAFETY: AVX2 and FMA as for this function; the tile (rows i.., columns
             // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
-                match rows {
-                    4 => t.tile::<4, false>(i, j, w),
-                    3 => t.tile::<3, false>(i, j, w),
-                    2 => t.tile::<2, false>(i, j, w),
-                    _ => t.tile::<1, false>(i, j, w),
+                match (t.a.rs == 1, rows) {
+                    (true, 6) => t.tile_columns::<6>(i, j, w),
+                    (true, 5) => t.tile_columns::<5>(i, j, w),
+                    (true, 4) => t.tile_columns::<4>(i, j, w),
+                    (true, 3) => t.tile_columns::<3>(i, j, w),
+                    (true, 2) => t.tile_columns::<2>(i, j, w),
+                    (true, _) => t.tile_columns::<1>(i, j, w),
+                    (false, 4) => t.tile::<4, false>(i, j, w),
+                    (false, 3) => t.tile::<3, false>(i, j, w),
+                    (false, 2) => t.tile::<2, false>(i, j, w),
+                    (false, _) => t.tile::<1, false>(i, j, w),
                 }
             }
         },
@@ -199,24 +206,12 @@ impl<P: PanelRows> RowTiles<'_, P> {
     #[inline]
     unsafe fn tile<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
         use std::arch::x86_64::{
-            __m256i, _mm256_add_ps, _mm256_broadcast_ss, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
-            _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
-            _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
-            _mm256_storeu_ps,
+            _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
         };
         let a = &self.a;
-        let full = w == 16;
-        // Lane l of half h is live when 8·h + l < w.
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let mask: [__m256i; 2] = [
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
-        ];
-        // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
-        // (`PanelRows`' contract); A reads (i + r, k0 + p) with r < R, p < kl; C accesses
-        // (i + r)·ldc + j + 8h .. + 8, and the residual the same elements, live lanes only
-        // when ragged; all inside the checked views. Pointers that may point past them are
-        // formed with wrapping arithmetic.
+        // SAFETY: the panel's rows p < rows(), 16 floats each (`PanelRows`' contract); A
+        // reads (i + r, k0 + p) with r < R, p < kl, inside A as the caller promised; pointers
+        // that may point past it are formed with wrapping arithmetic.
         unsafe {
             let mut ap: [*const f32; R] = std::array::from_fn(|r| {
                 a.data
@@ -235,6 +230,73 @@ impl<P: PanelRows> RowTiles<'_, P> {
                     acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
                 }
             }
+            self.store::<R, RES>(acc, i, j, w);
+        }
+    }
+
+    /// [`Self::tile`] where A's columns are contiguous (`a.rs == 1`: its `R` rows at step
+    /// `p` are consecutive floats), read through one pointer: six rows fit in the registers
+    /// where six row pointers, with B's rows gathered by pointer, did not.
+    ///
+    /// Safety: as [`Self::tile`], and `a.rs == 1`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn tile_columns<const R: usize>(&self, i: usize, j: usize, w: usize) {
+        use std::arch::x86_64::{
+            _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
+        };
+        let a = &self.a;
+        debug_assert_eq!(a.rs, 1);
+        // SAFETY: as in `tile`; A's rows i .. i + R at column k0 + p are the R floats from
+        // `ap` (rs = 1).
+        unsafe {
+            let mut ap = a.data.as_ptr().wrapping_add(i + self.k0 * a.cs);
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for p in 0..self.panel.rows() {
+                let row = self.panel.row(p);
+                let b0 = _mm256_loadu_ps(row);
+                let b1 = _mm256_loadu_ps(row.add(8));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*ap.add(r));
+                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                }
+                ap = ap.wrapping_add(a.cs);
+            }
+            self.store::<R, false>(acc, i, j, w);
+        }
+    }
+
+    /// Stores the sums `acc` of rows `i .. i + R`, columns `j .. j + w` through the epilogue.
+    ///
+    /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R`, columns `j .. j + w` are inside
+    /// C (and the residual with `RES`).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn store<const R: usize, const RES: bool>(
+        &self,
+        mut acc: [[std::arch::x86_64::__m256; 2]; R],
+        i: usize,
+        j: usize,
+        w: usize,
+    ) {
+        use std::arch::x86_64::{
+            __m256i, _mm256_add_ps, _mm256_cmpgt_epi32, _mm256_fmadd_ps, _mm256_loadu_ps,
+            _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
+            _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
+            _mm256_storeu_ps,
+        };
+        let full = w == 16;
+        // Lane l of half h is live when 8·h + l < w.
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mask: [__m256i; 2] = [
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
+        ];
+        // SAFETY (all raw accesses below): C accesses (i + r)·ldc + j + 8h .. + 8, and the
+        // residual the same elements, live lanes only when ragged; all inside the checked
+        // views. Pointers that may point past them are formed with wrapping arithmetic.
+        unsafe {
             let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
             // With a residual (RES), every value of the tile first, then every store: a residual row
             // read after the store of the row above it would wait on that store wherever the

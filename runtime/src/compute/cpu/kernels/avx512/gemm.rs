@@ -128,7 +128,7 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         16,
-        TILE_ROWS,
+        [TILE_ROWS; 2],
         super::avx2::elementwise::rgb_row,
         |src, [e, o]| {
             // SAFETY: AVX-512F as for this function; `panel::dense3x3_half` hands over 32

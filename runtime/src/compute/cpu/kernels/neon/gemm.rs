@@ -129,7 +129,7 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         4,
-        4,
+        [4, 4],
         super::elementwise::rgb_row,
         |src, [e, o]| {
             // SAFETY: NEON is baseline; `panel::dense3x3_half` hands over eight floats at
