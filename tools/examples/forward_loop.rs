@@ -5,6 +5,9 @@
 //!     cargo build --release --example forward_loop
 //!     perf record -e cpu-clock target/release/examples/forward_loop 20000 2
 //!
+//! With `layers RUNS THREADS` it prints each kernel's median time over that many passes, in
+//! the pass's order (a layer-by-layer comparison with another runtime's profile).
+//!
 //! With `serve THREADS` it reads a count of passes per line from stdin and answers each with
 //! the median and the fastest pass of that many, in µs: `tools/scripts/compare-cpu-peers.py`
 //! alternates such short chunks with LiteRT's, so that each pair of chunks meets the host in
@@ -18,6 +21,7 @@ use std::time::Instant;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1).peekable();
     let serve = args.next_if(|a| a == "serve").is_some();
+    let layers = !serve && args.next_if(|a| a == "layers").is_some();
     let runs: usize = match serve {
         true => 0,
         false => args.next().map_or(Ok(10_000), |a| a.parse())?,
@@ -33,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &ExecOptions {
             engine: EngineChoice::Cpu,
             threads,
+            per_kernel_timing: layers,
             ..ExecOptions::default()
         },
     )?;
@@ -45,6 +50,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     exec.write_bytes(graph.records, &record)?;
     if serve {
         return serve_chunks(&mut exec, entry);
+    }
+    if layers {
+        return layer_medians(&mut exec, entry, runs);
     }
     let t = Instant::now();
     for _ in 0..runs {
@@ -78,5 +86,29 @@ fn serve_chunks(exec: &mut Exec, entry: usize) -> Result<(), Box<dyn std::error:
         writeln!(out, "{:.2} {:.2}", times[times.len() / 2], times[0])?;
         out.flush()?;
     }
+    Ok(())
+}
+
+/// The median time of each kernel of the pass over `runs` passes, in µs, in the pass's order.
+fn layer_medians(
+    exec: &mut Exec,
+    entry: usize,
+    runs: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let names = exec.kernel_names(entry);
+    let mut times = vec![Vec::with_capacity(runs); names.len()];
+    for _ in 0..runs.max(1) {
+        let t = exec.run(entry)?;
+        for (v, d) in times.iter_mut().zip(&t.per_kernel) {
+            v.push(d.as_secs_f64() * 1e6);
+        }
+    }
+    let mut total = 0.0;
+    for (name, mut v) in names.iter().zip(times) {
+        v.sort_by(f64::total_cmp);
+        total += v[v.len() / 2];
+        println!("{:8.2} µs  {name}", v[v.len() / 2]);
+    }
+    println!("{total:8.2} µs  sum of medians ({})", exec.describe());
     Ok(())
 }
