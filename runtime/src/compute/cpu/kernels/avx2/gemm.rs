@@ -73,18 +73,18 @@ pub(super) unsafe fn fused(
             // element the caller checked, and among the elements of C it vouched for.
             unsafe {
                 match (rows, t.ep.residual.is_some()) {
-                    (6, false) => t.tile::<6, false>(i, j, w),
-                    (5, false) => t.tile::<5, false>(i, j, w),
-                    (4, false) => t.tile::<4, false>(i, j, w),
-                    (3, false) => t.tile::<3, false>(i, j, w),
-                    (2, false) => t.tile::<2, false>(i, j, w),
-                    (_, false) => t.tile::<1, false>(i, j, w),
-                    (6, true) => t.tile::<6, true>(i, j, w),
-                    (5, true) => t.tile::<5, true>(i, j, w),
-                    (4, true) => t.tile::<4, true>(i, j, w),
-                    (3, true) => t.tile::<3, true>(i, j, w),
-                    (2, true) => t.tile::<2, true>(i, j, w),
-                    (_, true) => t.tile::<1, true>(i, j, w),
+                    (6, false) => t.tile::<6, false, false>(i, j, w),
+                    (5, false) => t.tile::<5, false, false>(i, j, w),
+                    (4, false) => t.tile::<4, false, false>(i, j, w),
+                    (3, false) => t.tile::<3, false, false>(i, j, w),
+                    (2, false) => t.tile::<2, false, false>(i, j, w),
+                    (_, false) => t.tile::<1, false, false>(i, j, w),
+                    (6, true) => t.tile::<6, true, false>(i, j, w),
+                    (5, true) => t.tile::<5, true, false>(i, j, w),
+                    (4, true) => t.tile::<4, true, false>(i, j, w),
+                    (3, true) => t.tile::<3, true, false>(i, j, w),
+                    (2, true) => t.tile::<2, true, false>(i, j, w),
+                    (_, true) => t.tile::<1, true, false>(i, j, w),
                 }
             }
         },
@@ -179,16 +179,16 @@ pub(super) unsafe fn dense3x3_half(
             // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
                 match (t.a.rs == 1, rows) {
-                    (true, 6) => t.tile_columns::<6>(i, j, w),
-                    (true, 5) => t.tile_columns::<5>(i, j, w),
-                    (true, 4) => t.tile_columns::<4>(i, j, w),
-                    (true, 3) => t.tile_columns::<3>(i, j, w),
-                    (true, 2) => t.tile_columns::<2>(i, j, w),
-                    (true, _) => t.tile_columns::<1>(i, j, w),
-                    (false, 4) => t.tile::<4, false>(i, j, w),
-                    (false, 3) => t.tile::<3, false>(i, j, w),
-                    (false, 2) => t.tile::<2, false>(i, j, w),
-                    (false, _) => t.tile::<1, false>(i, j, w),
+                    (true, 6) => t.tile::<6, false, true>(i, j, w),
+                    (true, 5) => t.tile::<5, false, true>(i, j, w),
+                    (true, 4) => t.tile::<4, false, true>(i, j, w),
+                    (true, 3) => t.tile::<3, false, true>(i, j, w),
+                    (true, 2) => t.tile::<2, false, true>(i, j, w),
+                    (true, _) => t.tile::<1, false, true>(i, j, w),
+                    (false, 4) => t.tile::<4, false, false>(i, j, w),
+                    (false, 3) => t.tile::<3, false, false>(i, j, w),
+                    (false, 2) => t.tile::<2, false, false>(i, j, w),
+                    (false, _) => t.tile::<1, false, false>(i, j, w),
                 }
             }
         },
@@ -197,95 +197,30 @@ pub(super) unsafe fn dense3x3_half(
 
 impl<P: PanelRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
-    /// residual added (which must then be given).
+    /// residual added (which must then be given). With `COLUMNS`, A's columns are contiguous
+    /// (`a.rs == 1`: its `R` rows at step `p` are consecutive floats) and read through one
+    /// pointer: six rows then fit in the registers where six row pointers, with B's rows
+    /// gathered by pointer, did not. (One function with the epilogue inline: with the
+    /// epilogue in a function of its own, the sums were stored to the stack at every step.)
     ///
     /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R` and columns `k0 .. k0 + kl`
-    /// are inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
+    /// are inside A (whose `rs` is 1 with `COLUMNS`), and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
     /// elements the caller checked against their slices).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn tile<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
-        use std::arch::x86_64::{
-            _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
-        };
-        let a = &self.a;
-        // SAFETY: the panel's rows p < rows(), 16 floats each (`PanelRows`' contract); A
-        // reads (i + r, k0 + p) with r < R, p < kl, inside A as the caller promised; pointers
-        // that may point past it are formed with wrapping arithmetic.
-        unsafe {
-            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
-                a.data
-                    .as_ptr()
-                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
-            });
-            let mut acc = [[_mm256_setzero_ps(); 2]; R];
-            for p in 0..self.panel.rows() {
-                let row = self.panel.row(p);
-                let b0 = _mm256_loadu_ps(row);
-                let b1 = _mm256_loadu_ps(row.add(8));
-                for r in 0..R {
-                    let av = _mm256_broadcast_ss(&*ap[r]);
-                    ap[r] = ap[r].wrapping_add(a.cs);
-                    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-                    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-                }
-            }
-            self.store::<R, RES>(acc, i, j, w);
-        }
-    }
-
-    /// [`Self::tile`] where A's columns are contiguous (`a.rs == 1`: its `R` rows at step
-    /// `p` are consecutive floats), read through one pointer: six rows fit in the registers
-    /// where six row pointers, with B's rows gathered by pointer, did not.
-    ///
-    /// Safety: as [`Self::tile`], and `a.rs == 1`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn tile_columns<const R: usize>(&self, i: usize, j: usize, w: usize) {
-        use std::arch::x86_64::{
-            _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
-        };
-        let a = &self.a;
-        debug_assert_eq!(a.rs, 1);
-        // SAFETY: as in `tile`; A's rows i .. i + R at column k0 + p are the R floats from
-        // `ap` (rs = 1).
-        unsafe {
-            let mut ap = a.data.as_ptr().wrapping_add(i + self.k0 * a.cs);
-            let mut acc = [[_mm256_setzero_ps(); 2]; R];
-            for p in 0..self.panel.rows() {
-                let row = self.panel.row(p);
-                let b0 = _mm256_loadu_ps(row);
-                let b1 = _mm256_loadu_ps(row.add(8));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let av = _mm256_broadcast_ss(&*ap.add(r));
-                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
-                }
-                ap = ap.wrapping_add(a.cs);
-            }
-            self.store::<R, false>(acc, i, j, w);
-        }
-    }
-
-    /// Stores the sums `acc` of rows `i .. i + R`, columns `j .. j + w` through the epilogue.
-    ///
-    /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R`, columns `j .. j + w` are inside
-    /// C (and the residual with `RES`).
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn store<const R: usize, const RES: bool>(
+    unsafe fn tile<const R: usize, const RES: bool, const COLUMNS: bool>(
         &self,
-        mut acc: [[std::arch::x86_64::__m256; 2]; R],
         i: usize,
         j: usize,
         w: usize,
     ) {
         use std::arch::x86_64::{
-            __m256i, _mm256_add_ps, _mm256_cmpgt_epi32, _mm256_fmadd_ps, _mm256_loadu_ps,
-            _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
+            __m256i, _mm256_add_ps, _mm256_broadcast_ss, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
+            _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_max_ps, _mm256_mul_ps,
             _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
             _mm256_storeu_ps,
         };
+        let a = &self.a;
         let full = w == 16;
         // Lane l of half h is live when 8·h + l < w.
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -293,17 +228,53 @@ impl<P: PanelRows> RowTiles<'_, P> {
             _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lanes),
             _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32 - 8), lanes),
         ];
-        // SAFETY (all raw accesses below): C accesses (i + r)·ldc + j + 8h .. + 8, and the
-        // residual the same elements, live lanes only when ragged; all inside the checked
-        // views. Pointers that may point past them are formed with wrapping arithmetic.
+        // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
+        // (`PanelRows`' contract); A reads (i + r, k0 + p) with r < R, p < kl; C accesses
+        // (i + r)·ldc + j + 8h .. + 8, and the residual the same elements, live lanes only
+        // when ragged; all inside the checked views. Pointers that may point past them are
+        // formed with wrapping arithmetic.
         unsafe {
+            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
+                a.data
+                    .as_ptr()
+                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
+            });
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            if COLUMNS {
+                debug_assert_eq!(a.rs, 1);
+                // A's rows i .. i + R at column k0 + p: the R floats from `ac`.
+                let mut ac = ap[0];
+                for p in 0..self.panel.rows() {
+                    let row = self.panel.row(p);
+                    let b0 = _mm256_loadu_ps(row);
+                    let b1 = _mm256_loadu_ps(row.add(8));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let av = _mm256_broadcast_ss(&*ac.add(r));
+                        acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                    }
+                    ac = ac.wrapping_add(a.cs);
+                }
+            } else {
+                for p in 0..self.panel.rows() {
+                    let row = self.panel.row(p);
+                    let b0 = _mm256_loadu_ps(row);
+                    let b1 = _mm256_loadu_ps(row.add(8));
+                    for r in 0..R {
+                        let av = _mm256_broadcast_ss(&*ap[r]);
+                        ap[r] = ap[r].wrapping_add(a.cs);
+                        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                    }
+                }
+            }
             let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
             // With a residual (RES), every value of the tile first, then every store: a residual row
             // read after the store of the row above it would wait on that store wherever the
             // two tensors lie a multiple of 4 KiB apart (planes of 32×32 floats are 4 KiB),
             // which the load cannot tell from a real dependency (4K aliasing). Without one,
             // each row is stored as soon as it is done (measured faster).
-            for r in 0..R {
+            each_row::<R>(|r| {
                 let bias = self.ep.bias.map(|bs| _mm256_set1_ps(bs[i + r]));
                 for h in 0..2 {
                     let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
@@ -339,10 +310,10 @@ impl<P: PanelRows> RowTiles<'_, P> {
                         _mm256_maskstore_ps(o, mask[h], v);
                     }
                 }
-            }
+            });
             if RES {
-                for (r, acc_r) in acc.iter().enumerate() {
-                    for (h, v) in acc_r.iter().enumerate() {
+                each_row::<R>(|r| {
+                    for (h, v) in acc[r].iter().enumerate() {
                         let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
                         if full {
                             _mm256_storeu_ps(o, *v);
@@ -350,10 +321,23 @@ impl<P: PanelRows> RowTiles<'_, P> {
                             _mm256_maskstore_ps(o, mask[h], *v);
                         }
                     }
-                }
+                });
             }
         }
     }
+}
+
+/// `f(r)` for each `r < R` (at most 8), unrolled: a tile's sums indexed by the `r` of a
+/// loop the compiler does not unroll (an epilogue too long for it) must lie in memory, and
+/// were then stored to the stack at every step of the k loop; with each `r` a constant they
+/// stay in registers.
+#[inline(always)]
+fn each_row<const R: usize>(mut f: impl FnMut(usize)) {
+    const { assert!(R <= 8, "each_row unrolls at most 8 rows") };
+    macro_rules! rows {
+        ($($r:literal)*) => { $(if $r < R { f($r) })* };
+    }
+    rows!(0 1 2 3 4 5 6 7);
 }
 
 /// The dot path of [`portable::gemm_body`] (both operands contiguous along k, as in `dW += G·Xᵀ`) with
