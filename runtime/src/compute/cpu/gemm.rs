@@ -302,6 +302,15 @@ mod tests {
                     2.0 * y
                 );
             }
+            // alpha ≠ 1 scales the product, not what C held.
+            sgemm(m, k, n, -0.5, av, bv, 1.0, &mut c, n);
+            for (x, y) in c.iter().zip(&want) {
+                assert!(
+                    (*x as f64 - 1.5 * y).abs() <= tol * (1.0 + y.abs()),
+                    "{set} {m}×{k}×{n}, alpha −0.5: {x} vs {}",
+                    1.5 * y
+                );
+            }
         }
     }
 

@@ -268,58 +268,66 @@ impl<P: PanelRows> RowTiles<'_, P> {
                     }
                 }
             }
-            let (al, be) = (_mm256_set1_ps(self.alpha), _mm256_set1_ps(self.beta));
-            // With a residual (RES), every value of the tile first, then every store: a residual row
-            // read after the store of the row above it would wait on that store wherever the
-            // two tensors lie a multiple of 4 KiB apart (planes of 32×32 floats are 4 KiB),
-            // which the load cannot tell from a real dependency (4K aliasing). Without one,
-            // each row is stored as soon as it is done (measured faster).
-            each_row::<R>(|r| {
-                let bias = self.ep.bias.map(|bs| _mm256_set1_ps(bs[i + r]));
-                for h in 0..2 {
-                    let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
-                    let mut v = _mm256_mul_ps(al, acc[r][h]);
-                    if self.beta != 0.0 {
+            // The epilogue in passes over the tile, each choice made once a tile rather than at
+            // every vector (they had been a fifth of a k = 32 tile's instructions): alpha ≠ 1
+            // and beta ≠ 0 (the backward GEMMs) only where they apply, no bias as −0.0 (x + −0
+            // is x bit for bit), the ReLU, the residual, then the stores, in the order the
+            // sums were always formed. Every residual load comes before every store: a load
+            // after the store of the row above it would wait on that store wherever the two
+            // tensors lie a multiple of 4 KiB apart (planes of 32×32 floats are 4 KiB), which
+            // the load cannot tell from a real dependency (4K aliasing).
+            let at = |r: usize, h: usize| (i + r) * self.ldc + j + 8 * h;
+            if self.alpha != 1.0 {
+                let al = _mm256_set1_ps(self.alpha);
+                each_row::<R>(|r| acc[r] = acc[r].map(|v| _mm256_mul_ps(al, v)));
+            }
+            if self.beta != 0.0 {
+                let be = _mm256_set1_ps(self.beta);
+                each_row::<R>(|r| {
+                    for (h, v) in acc[r].iter_mut().enumerate() {
+                        let o = self.c.wrapping_add(at(r, h));
                         let old = if full {
                             _mm256_loadu_ps(o)
                         } else {
                             _mm256_maskload_ps(o, mask[h])
                         };
-                        v = _mm256_fmadd_ps(be, old, v);
+                        *v = _mm256_fmadd_ps(be, old, *v);
                     }
-                    if let Some(bv) = bias {
-                        v = _mm256_add_ps(v, bv);
-                    }
-                    if self.ep.relu {
-                        v = _mm256_max_ps(v, _mm256_setzero_ps());
-                    }
-                    if let (true, Some(res)) = (RES, self.ep.residual) {
-                        let rp = res.as_ptr().wrapping_add((i + r) * self.ldc + j + 8 * h);
-                        let rv = if full {
-                            _mm256_loadu_ps(rp)
-                        } else {
-                            _mm256_maskload_ps(rp, mask[h])
-                        };
-                        v = _mm256_add_ps(v, rv);
-                    }
-                    if RES {
-                        acc[r][h] = v;
-                    } else if full {
-                        _mm256_storeu_ps(o, v);
-                    } else {
-                        _mm256_maskstore_ps(o, mask[h], v);
-                    }
-                }
+                });
+            }
+            each_row::<R>(|r| {
+                let bias = _mm256_set1_ps(self.ep.bias.map_or(-0.0, |bs| bs[i + r]));
+                acc[r] = acc[r].map(|v| _mm256_add_ps(v, bias));
             });
-            if RES {
+            if self.ep.relu {
+                let zero = _mm256_setzero_ps();
+                each_row::<R>(|r| acc[r] = acc[r].map(|v| _mm256_max_ps(v, zero)));
+            }
+            match (RES, self.ep.residual) {
+                (true, Some(res)) if full => each_row::<R>(|r| {
+                    for (h, v) in acc[r].iter_mut().enumerate() {
+                        *v =
+                            _mm256_add_ps(*v, _mm256_loadu_ps(res.as_ptr().wrapping_add(at(r, h))));
+                    }
+                }),
+                (true, Some(res)) => each_row::<R>(|r| {
+                    for (h, v) in acc[r].iter_mut().enumerate() {
+                        let rp = res.as_ptr().wrapping_add(at(r, h));
+                        *v = _mm256_add_ps(*v, _mm256_maskload_ps(rp, mask[h]));
+                    }
+                }),
+                _ => {}
+            }
+            if full {
                 each_row::<R>(|r| {
                     for (h, v) in acc[r].iter().enumerate() {
-                        let o = self.c.wrapping_add((i + r) * self.ldc + j + 8 * h);
-                        if full {
-                            _mm256_storeu_ps(o, *v);
-                        } else {
-                            _mm256_maskstore_ps(o, mask[h], *v);
-                        }
+                        _mm256_storeu_ps(self.c.wrapping_add(at(r, h)), *v);
+                    }
+                });
+            } else {
+                each_row::<R>(|r| {
+                    for (h, v) in acc[r].iter().enumerate() {
+                        _mm256_maskstore_ps(self.c.wrapping_add(at(r, h)), mask[h], *v);
                     }
                 });
             }
