@@ -200,17 +200,25 @@ pub(super) fn row_sets(m: usize, rows: usize) -> impl Iterator<Item = (usize, us
 /// (columns `j + 16q ..`) at `panel[q·kl·16 ..]`, zero past column `j + cols`.
 #[inline(always)]
 fn pack_rows(panel: &mut [f32; KC * 16], b: Mat<'_>, k0: usize, kl: usize, j: usize, cols: usize) {
-    let full = cols / 16;
+    let (rows16, _) = panel.as_chunks_mut::<16>();
+    // Row p of tile q is row q·kl + p of the panel; checked once here, where an index per row
+    // had been two bounds checks per 16 floats copied.
+    assert!(
+        cols.div_ceil(16) * kl <= rows16.len(),
+        "pack_rows: more than a panel"
+    );
     for p in 0..kl {
         let src = &b.data[(k0 + p) * b.rs + j..][..cols];
-        for (q, s) in src.chunks_exact(16).enumerate() {
-            let d = &mut panel[(q * kl + p) * 16..][..16];
-            d.copy_from_slice(s);
+        let (whole, rest) = src.as_chunks::<16>();
+        for (q, s) in whole.iter().enumerate() {
+            // SAFETY: q < cols / 16 and p < kl, so q·kl + p < cols.div_ceil(16)·kl ≤ the
+            // panel's rows (asserted above).
+            unsafe { *rows16.get_unchecked_mut(q * kl + p) = *s };
         }
-        if !cols.is_multiple_of(16) {
-            let d = &mut panel[(full * kl + p) * 16..][..16];
-            d[..cols % 16].copy_from_slice(&src[full * 16..]);
-            d[cols % 16..].fill(0.0);
+        if !rest.is_empty() {
+            let d = &mut rows16[whole.len() * kl + p];
+            d[..rest.len()].copy_from_slice(rest);
+            d[rest.len()..].fill(0.0);
         }
     }
 }
@@ -336,36 +344,42 @@ pub(super) fn dense3x3_half(
                     };
                     let (even, odd) = cache[slot(iy, ci)..][..2 * run].split_at_mut(run);
                     odd[0] = if x0 == 0 { 0.0 } else { src[2 * x0 - 1] };
-                    let mut t = 0;
-                    while t + lanes <= width {
-                        // 2·(x0 + t + lanes) ≤ 2·ow = iw floats of the row; `lanes` of each
-                        // run from t (t + lanes ≤ width ≤ run − 1).
-                        let from = src[2 * (x0 + t)..][..2 * lanes].as_ptr();
-                        split(
-                            from,
-                            [
-                                even[t..][..lanes].as_mut_ptr(),
-                                odd[t + 1..][..lanes].as_mut_ptr(),
-                            ],
-                        );
-                        t += lanes;
+                    // The strip's 2·width input floats (2·(x0 + width) ≤ 2·ow = iw) and
+                    // `width` of each run (width ≤ run − 1), cut once: then whole vectors by
+                    // chunks, with no bounds check per vector.
+                    let src = &src[2 * x0..][..2 * width];
+                    let (even, odd) = (&mut even[..width], &mut odd[1..][..width]);
+                    let vectors = src.chunks_exact(2 * lanes);
+                    let done = width - width % lanes;
+                    for ((s, e), o) in vectors
+                        .zip(even.chunks_exact_mut(lanes))
+                        .zip(odd.chunks_exact_mut(lanes))
+                    {
+                        split(s.as_ptr(), [e.as_mut_ptr(), o.as_mut_ptr()]);
                     }
-                    for t in t..width {
-                        even[t] = src[2 * (x0 + t)];
-                        odd[t + 1] = src[2 * (x0 + t) + 1];
+                    for t in done..width {
+                        even[t] = src[2 * t];
+                        odd[t] = src[2 * t + 1];
                     }
                 }
             }
-            for (p, start) in starts[..kl].iter_mut().enumerate() {
-                let (ci, ky, kx) = (p / 9, p / 3 % 3, p % 3);
+            // Tap (ci, ky, kx) is B's row ci·9 + ky·3 + kx: loops over the three, not a
+            // division per tap (a tenth of the stem's time had gone to them).
+            for ky in 0..3 {
                 let iy = (2 * oy + ky).wrapping_sub(1);
-                *start = if iy >= ih {
-                    ZERO_ROW.as_ptr()
-                } else {
-                    let even = cache[slot(iy, ci)..].as_ptr();
-                    // Even run at 0, odd at `run` (from the column left of the strip).
-                    even.wrapping_add([run, 0, run + 1][kx])
-                };
+                let taps = starts[..kl].chunks_exact_mut(9).enumerate();
+                for (ci, start) in taps {
+                    let run3 = &mut start[3 * ky..][..3];
+                    if iy >= ih {
+                        run3.fill(ZERO_ROW.as_ptr());
+                    } else {
+                        let even = cache[slot(iy, ci)..].as_ptr();
+                        // Even run at 0, odd at `run` (from the column left of the strip).
+                        run3[0] = even.wrapping_add(run);
+                        run3[1] = even;
+                        run3[2] = even.wrapping_add(run + 1);
+                    }
+                }
             }
             for j in (0..width).step_by(16) {
                 let t = RowTiles {
