@@ -10,6 +10,7 @@ LiteRT interpreter; TensorFlow's own is used without it) and `torch`:
     python3 -m venv /tmp/peers && /tmp/peers/bin/pip install tensorflow-cpu ai-edge-litert torch
     cargo build --release && cargo build --release --example forward_loop
     /tmp/peers/bin/python tools/scripts/compare-cpu-peers.py --threads 2 --rounds 3
+    /tmp/peers/bin/python tools/scripts/compare-cpu-peers.py --layers --threads 1 --rounds 3
 
 The forward pass is compared in pairs of short chunks (`--pairs`, `--chunk` passes each), fulcrum's
 (`forward_loop serve`) and LiteRT's, each engine in a process of its own that stays up, the order
@@ -17,6 +18,9 @@ swapped from pair to pair: a shared host's speed changes from one second to the 
 tenant on a core's SMT sibling halves it), so only chunks a fraction of a second apart meet it in
 the same state. Each pair gives a ratio; their median is the figure. The training step is
 compared in rounds of `bench compute` and the peers' processes, as its runs are long.
+
+`--layers` compares the forward pass block by block (stem, b1–b7, neck, head, out): where
+the whole-pass ratio says how far, this says where.
 
 The Keras and PyTorch models are det-s layer for layer (the script checks the parameter count
 against fulcrum's 54,758). Their training step uses a mean-squared-error loss on the output
@@ -223,6 +227,87 @@ def serve_litert(threads):
         print(f"{times[len(times) // 2]:.2f} {times[0]:.2f}", flush=True)
 
 
+# The blocks the per-layer comparison reports, in order, and which of fulcrum's kernels
+# (`forward_loop layers`, in the pass's order) make up each: its neck is a pointwise conv then
+# an upsample+add, and its decode has no LiteRT counterpart (LiteRT's model ends at the maps).
+LAYERS = ["stem"] + [f"b{i + 1}" for i in range(len(BLOCKS))] + ["neck", "head", "out"]
+FULCRUM_KERNELS = [[0], [1], [2], [3], [4], [5], [6], [7], [8, 9], [10], [11]]
+
+
+def litert_layers(threads, rounds):
+    """LiteRT's time per block of det-s: prefix models (the input through the stem, through
+    b1, ...), each timed in chunks; a block's time is the difference of consecutive prefixes.
+    Prints one JSON line: per prefix, the median pass of each round's chunk."""
+    import numpy as np
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+    from keras import layers
+
+    def conv(x, c, k=1, s=1, relu=True):
+        return layers.Conv2D(c, k, strides=s, padding="same",
+                             activation="relu" if relu else None)(x)
+
+    def dw(x, s=1):
+        return layers.DepthwiseConv2D(3, strides=s, padding="same", activation="relu")(x)
+
+    inp = keras.Input((INPUT, INPUT, 3), batch_size=1)
+    x = conv(layers.Rescaling(1 / 255)(inp), 16, 3, 2)
+    outs, skip = [x], None
+    for i, (cin, cout, s, res) in enumerate(BLOCKS):
+        y = conv(dw(x, s), cout)
+        x = layers.Add()([x, y]) if res else y
+        outs.append(x)
+        if i == SKIP_BLOCK:
+            skip = x
+    x = layers.Add()([conv(layers.UpSampling2D(2)(x), NECK), skip])
+    outs.append(x)
+    x = conv(dw(x), HEAD)
+    outs.append(x)
+    outs.append(conv(x, CLASSES + 4, relu=False))
+    xin = np.random.default_rng(0).integers(0, 256, (1, INPUT, INPUT, 3)).astype(np.float32)
+    interps = [litert_interpreter(tf, keras.Model(inp, o), xin, threads)[1] for o in outs]
+    medians = [[] for _ in interps]
+    for _ in range(rounds):
+        for it, m in zip(interps, medians):
+            times = []
+            for _ in range(100):
+                t = time.perf_counter()
+                it.invoke()
+                times.append((time.perf_counter() - t) * 1e6)
+            m.append(statistics.median(times))
+    print(json.dumps(medians))
+
+
+def per_layer(a):
+    """Each block's time, fulcrum's (`forward_loop layers`: each kernel's median of 300 passes)
+    beside LiteRT's (prefix models, medians of chunks of 100), in alternating rounds; the
+    figures are medians over the rounds. A prefix's difference from the one before carries
+    both prefixes' noise: read the blocks together, not one at a time."""
+    ful, lite = [], []
+    for r in range(a.rounds):
+        print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
+        out = subprocess.run([a.forward_loop, "layers", "300", str(a.threads)],
+                             capture_output=True, text=True, check=True).stdout
+        us = [float(l.split()[0]) for l in out.splitlines()[:-1]]
+        ful.append([sum(us[k] for k in ks) for ks in FULCRUM_KERNELS] + [sum(us[12:])])
+        out = subprocess.run([sys.executable, __file__, "--worker", "litert-layers",
+                              "--threads", str(a.threads), "--rounds", "3"],
+                             capture_output=True, text=True, check=True).stdout
+        prefix = [statistics.median(v) for v in json.loads(out.splitlines()[-1])]
+        lite.append([b - a_ for a_, b in zip([0.0] + prefix[:-1], prefix)])
+    f = [statistics.median(v) for v in zip(*ful)]
+    l = [statistics.median(v) for v in zip(*lite)]
+    print(f"det-s forward at batch 1 by block, {a.threads} thread(s), µs (medians over "
+          f"{a.rounds} rounds):")
+    print(f"  {'block':6} {'fulcrum':>8} {'LiteRT':>8} {'ratio':>6}")
+    for name, x, y in zip(LAYERS, f, l):
+        print(f"  {name:6} {x:8.1f} {y:8.1f} {x / y if y > 0 else float('nan'):6.2f}")
+    print(f"  {'decode':6} {f[-1]:8.1f} {'':>8}")
+    print(f"  {'total':6} {sum(f):8.1f} {sum(l):8.1f} {sum(f) / sum(l):6.2f}")
+
+
 class ChunkServer:
     """A process that answers a count of forward passes with their median and fastest (µs)."""
 
@@ -314,11 +399,21 @@ def main():
     p.add_argument("--pairs", type=int, default=60,
                    help="pairs of forward chunks, fulcrum's and LiteRT's (0: none)")
     p.add_argument("--chunk", type=int, default=100, help="forward passes per chunk")
-    p.add_argument("--worker", choices=["litert", "keras", "torch", "litert-serve"],
+    p.add_argument("--layers", action="store_true",
+                   help="only the forward pass block by block, fulcrum's beside LiteRT's "
+                        "(--rounds rounds)")
+    p.add_argument("--worker", choices=["litert", "keras", "torch", "litert-serve",
+                                        "litert-layers"],
                    help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker == "litert-serve":
         serve_litert(a.threads)
+        return
+    if a.worker == "litert-layers":
+        litert_layers(a.threads, a.rounds)
+        return
+    if a.layers:
+        per_layer(a)
         return
     if a.worker:
         name, ms = worker(a.worker, a.threads, a.runs, a.batch)
