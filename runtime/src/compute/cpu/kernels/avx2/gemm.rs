@@ -204,8 +204,8 @@ impl<P: PanelRows> RowTiles<'_, P> {
     /// epilogue in a function of its own, the sums were stored to the stack at every step.)
     ///
     /// Safety: the CPU has AVX2 and FMA; rows `i .. i + R` and columns `k0 .. k0 + kl`
-    /// are inside A (whose `rs` is 1 with `COLUMNS`), and rows `i .. i + R`, columns `j .. j + w` inside C (whose last
-    /// elements the caller checked against their slices).
+    /// are inside A (whose `rs` is 1 with `COLUMNS`), and rows `i .. i + R`, columns
+    /// `j .. j + w` inside C (whose last elements the caller checked against their slices).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn tile<const R: usize, const RES: bool, const COLUMNS: bool>(
@@ -234,16 +234,13 @@ impl<P: PanelRows> RowTiles<'_, P> {
         // when ragged; all inside the checked views. Pointers that may point past them are
         // formed with wrapping arithmetic.
         unsafe {
-            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
-                a.data
-                    .as_ptr()
-                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
-            });
+            // Row i of A at column k0.
+            let a0 = a.data.as_ptr().wrapping_add(i * a.rs + self.k0 * a.cs);
             let mut acc = [[_mm256_setzero_ps(); 2]; R];
             if COLUMNS {
                 debug_assert_eq!(a.rs, 1);
                 // A's rows i .. i + R at column k0 + p: the R floats from `ac`.
-                let mut ac = ap[0];
+                let mut ac = a0;
                 for p in 0..self.panel.rows() {
                     let row = self.panel.row(p);
                     let b0 = _mm256_loadu_ps(row);
@@ -256,6 +253,7 @@ impl<P: PanelRows> RowTiles<'_, P> {
                     ac = ac.wrapping_add(a.cs);
                 }
             } else {
+                let mut ap: [*const f32; R] = std::array::from_fn(|r| a0.wrapping_add(r * a.rs));
                 for p in 0..self.panel.rows() {
                     let row = self.panel.row(p);
                     let b0 = _mm256_loadu_ps(row);
