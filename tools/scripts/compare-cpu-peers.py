@@ -96,11 +96,11 @@ def keras_det_s():
     skip = None
     for i, (cin, cout, s, res) in enumerate(BLOCKS):
         y = conv(dw(x, s, name=f"b{i+1}dw"), cout, name=f"b{i+1}pw")
-        x = layers.Add()([x, y]) if res else y
+        x = layers.Add(name=f"b{i+1}add")([x, y]) if res else y
         if i == SKIP_BLOCK:
             skip = x
     x = layers.UpSampling2D(2)(x)
-    x = layers.Add()([conv(x, NECK, name="neckpw"), skip])
+    x = layers.Add(name="neckadd")([conv(x, NECK, name="neckpw"), skip])
     x = conv(dw(x, name="headdw"), HEAD, name="headpw")
     out = conv(x, CLASSES + 4, relu=False, name="headout")
     return keras.Model(inp, out)
@@ -243,31 +243,15 @@ def litert_layers(threads, rounds):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import tensorflow as tf
-    from keras import layers
 
-    def conv(x, c, k=1, s=1, relu=True):
-        return layers.Conv2D(c, k, strides=s, padding="same",
-                             activation="relu" if relu else None)(x)
-
-    def dw(x, s=1):
-        return layers.DepthwiseConv2D(3, strides=s, padding="same", activation="relu")(x)
-
-    inp = keras.Input((INPUT, INPUT, 3), batch_size=1)
-    x = conv(layers.Rescaling(1 / 255)(inp), 16, 3, 2)
-    outs, skip = [x], None
-    for i, (cin, cout, s, res) in enumerate(BLOCKS):
-        y = conv(dw(x, s), cout)
-        x = layers.Add()([x, y]) if res else y
-        outs.append(x)
-        if i == SKIP_BLOCK:
-            skip = x
-    x = layers.Add()([conv(layers.UpSampling2D(2)(x), NECK), skip])
-    outs.append(x)
-    x = conv(dw(x), HEAD)
-    outs.append(x)
-    outs.append(conv(x, CLASSES + 4, relu=False))
+    model = keras_det_s()
+    # The layer that ends each block: a residual block's add, else its pointwise conv.
+    blocks = [f"b{i + 1}{'add' if res else 'pw'}" for i, (*_, res) in enumerate(BLOCKS)]
+    ends = ["stem", *blocks, "neckadd", "headpw", "headout"]
+    outs = [model.get_layer(name).output for name in ends]
     xin = np.random.default_rng(0).integers(0, 256, (1, INPUT, INPUT, 3)).astype(np.float32)
-    interps = [litert_interpreter(tf, keras.Model(inp, o), xin, threads)[1] for o in outs]
+    interps = [litert_interpreter(tf, keras.Model(model.input, o), xin, threads)[1]
+               for o in outs]
     medians = [[] for _ in interps]
     for _ in range(rounds):
         for it, m in zip(interps, medians):
@@ -296,7 +280,7 @@ def per_layer(a):
                               "--threads", str(a.threads), "--rounds", "3"],
                              capture_output=True, text=True, check=True).stdout
         prefix = [statistics.median(v) for v in json.loads(out.splitlines()[-1])]
-        lite.append([b - a_ for a_, b in zip([0.0] + prefix[:-1], prefix)])
+        lite.append([now - before for before, now in zip([0.0] + prefix[:-1], prefix)])
     f = [statistics.median(v) for v in zip(*ful)]
     l = [statistics.median(v) for v in zip(*lite)]
     print(f"det-s forward at batch 1 by block, {a.threads} thread(s), µs (medians over "
