@@ -196,6 +196,19 @@ pub(super) fn row_sets(m: usize, rows: usize) -> impl Iterator<Item = (usize, us
     (0..sets).map(move |s| (s * base + s.min(extra), base + usize::from(s < extra)))
 }
 
+/// `f(r)` for each `r < R` (at most 16), unrolled: a tile's sums indexed by the `r` of a
+/// loop the compiler does not unroll (an epilogue too long for it) must lie in memory, and
+/// were then stored to the stack at every step of the k loop; with each `r` a constant they
+/// stay in registers.
+#[inline(always)]
+pub(super) fn each_row<const R: usize>(mut f: impl FnMut(usize)) {
+    const { assert!(R <= 16, "each_row unrolls at most 16 rows") };
+    macro_rules! rows {
+        ($($r:literal)*) => { $(if $r < R { f($r) })* };
+    }
+    rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+}
+
 /// Several column tiles' panels from B with contiguous rows, a row of B at a time: tile `q`
 /// (columns `j + 16q ..`) at `panel[q·kl·16 ..]`, zero past column `j + cols`.
 #[inline(always)]

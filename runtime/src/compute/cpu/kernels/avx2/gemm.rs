@@ -1,7 +1,7 @@
 //! The GEMM panels in AVX2 + FMA.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive, PanelRows, RowTiles};
+use super::super::panel::{self, drive, each_row, PanelRows, RowTiles};
 use super::super::portable;
 use super::super::Dense3x3Input;
 use super::dw3x3::even_odd;
@@ -331,19 +331,6 @@ impl<P: PanelRows> RowTiles<'_, P> {
             }
         }
     }
-}
-
-/// `f(r)` for each `r < R` (at most 8), unrolled: a tile's sums indexed by the `r` of a
-/// loop the compiler does not unroll (an epilogue too long for it) must lie in memory, and
-/// were then stored to the stack at every step of the k loop; with each `r` a constant they
-/// stay in registers.
-#[inline(always)]
-fn each_row<const R: usize>(mut f: impl FnMut(usize)) {
-    const { assert!(R <= 8, "each_row unrolls at most 8 rows") };
-    macro_rules! rows {
-        ($($r:literal)*) => { $(if $r < R { f($r) })* };
-    }
-    rows!(0 1 2 3 4 5 6 7);
 }
 
 /// The dot path of [`portable::gemm_body`] (both operands contiguous along k, as in `dW += G·Xᵀ`) with

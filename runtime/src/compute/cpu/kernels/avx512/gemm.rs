@@ -1,7 +1,7 @@
 //! The GEMM panels in AVX-512: a panel row of 16 columns is one register.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive, PanelRows, RowTiles};
+use super::super::panel::{self, drive, each_row, PanelRows, RowTiles};
 use super::super::Dense3x3Input;
 use std::arch::x86_64::{
     __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
@@ -59,7 +59,13 @@ pub(super) unsafe fn fused(
             // SAFETY: AVX-512F as for this function; the tile (rows i.., columns j..j + w)
             // lies inside A, whose last element the caller checked, and among the elements
             // of C it vouched for.
-            unsafe { tile_any(t, i, j, w, rows, t.ep.residual.is_some()) }
+            unsafe {
+                if t.ep.residual.is_some() {
+                    tile_rows::<_, true, false>(t, i, j, w, rows)
+                } else {
+                    tile_rows::<_, false, false>(t, i, j, w, rows)
+                }
+            }
         },
     );
 }
@@ -69,33 +75,24 @@ pub(super) unsafe fn fused(
 /// Safety: as [`RowTiles::tile512`]'s.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-unsafe fn tile_any<P: PanelRows>(
+unsafe fn tile_rows<P: PanelRows, const RES: bool, const COLUMNS: bool>(
     t: &RowTiles<'_, P>,
     i: usize,
     j: usize,
     w: usize,
     rows: usize,
-    res: bool,
 ) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match (rows, res) {
-            (8, false) => t.tile512::<8, false>(i, j, w),
-            (7, false) => t.tile512::<7, false>(i, j, w),
-            (6, false) => t.tile512::<6, false>(i, j, w),
-            (5, false) => t.tile512::<5, false>(i, j, w),
-            (4, false) => t.tile512::<4, false>(i, j, w),
-            (3, false) => t.tile512::<3, false>(i, j, w),
-            (2, false) => t.tile512::<2, false>(i, j, w),
-            (_, false) => t.tile512::<1, false>(i, j, w),
-            (8, true) => t.tile512::<8, true>(i, j, w),
-            (7, true) => t.tile512::<7, true>(i, j, w),
-            (6, true) => t.tile512::<6, true>(i, j, w),
-            (5, true) => t.tile512::<5, true>(i, j, w),
-            (4, true) => t.tile512::<4, true>(i, j, w),
-            (3, true) => t.tile512::<3, true>(i, j, w),
-            (2, true) => t.tile512::<2, true>(i, j, w),
-            (_, true) => t.tile512::<1, true>(i, j, w),
+        match rows {
+            8 => t.tile512::<8, RES, COLUMNS>(i, j, w),
+            7 => t.tile512::<7, RES, COLUMNS>(i, j, w),
+            6 => t.tile512::<6, RES, COLUMNS>(i, j, w),
+            5 => t.tile512::<5, RES, COLUMNS>(i, j, w),
+            4 => t.tile512::<4, RES, COLUMNS>(i, j, w),
+            3 => t.tile512::<3, RES, COLUMNS>(i, j, w),
+            2 => t.tile512::<2, RES, COLUMNS>(i, j, w),
+            _ => t.tile512::<1, RES, COLUMNS>(i, j, w),
         }
     }
 }
@@ -142,21 +139,35 @@ pub(super) unsafe fn dense3x3_half(
         |t, i, j, w, rows| {
             // SAFETY: AVX-512F as for this function; the tile (rows i.., columns
             // j..j + w) lies inside the weights and the output, as the contract says.
-            unsafe { tile_any(t, i, j, w, rows, false) }
+            unsafe {
+                if t.a.rs == 1 {
+                    tile_rows::<_, false, true>(t, i, j, w, rows)
+                } else {
+                    tile_rows::<_, false, false>(t, i, j, w, rows)
+                }
+            }
         },
     );
 }
 
 impl<P: PanelRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`w ≤ 16`) of C; with `RES`, the epilogue's
-    /// residual added (which must then be given).
+    /// residual added (which must then be given). With `COLUMNS`, A's columns are contiguous
+    /// (`a.rs == 1`: its `R` rows at step `p` are consecutive floats) and read through one
+    /// pointer instead of one a row. The epilogue is the AVX2 tile's, in passes over the
+    /// tile (see there), ragged columns under a lane mask.
     ///
     /// Safety: the CPU has AVX-512F; rows `i .. i + R` and columns `k0 .. k0 + kl` are
-    /// inside A, and rows `i .. i + R`, columns `j .. j + w` inside C (whose last elements
-    /// the caller checked against their slices).
+    /// inside A (whose `rs` is 1 with `COLUMNS`), and rows `i .. i + R`, columns
+    /// `j .. j + w` inside C (whose last elements the caller checked against their slices).
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
-    unsafe fn tile512<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
+    unsafe fn tile512<const R: usize, const RES: bool, const COLUMNS: bool>(
+        &self,
+        i: usize,
+        j: usize,
+        w: usize,
+    ) {
         let a = &self.a;
         let mask = live(w);
         // SAFETY (all raw accesses below): the panel's rows p < rows(), 16 floats each
@@ -166,51 +177,60 @@ impl<P: PanelRows> RowTiles<'_, P> {
         // checked views. Pointers that may point past them are formed with wrapping
         // arithmetic.
         unsafe {
-            let mut ap: [*const f32; R] = std::array::from_fn(|r| {
-                a.data
-                    .as_ptr()
-                    .wrapping_add((i + r) * a.rs + self.k0 * a.cs)
-            });
+            // Row i of A at column k0.
+            let a0 = a.data.as_ptr().wrapping_add(i * a.rs + self.k0 * a.cs);
             let mut acc = [_mm512_setzero_ps(); R];
-            for p in 0..self.panel.rows() {
-                let bv = _mm512_loadu_ps(self.panel.row(p));
-                for r in 0..R {
-                    let av = _mm512_set1_ps(*ap[r]);
-                    ap[r] = ap[r].wrapping_add(a.cs);
-                    acc[r] = _mm512_fmadd_ps(av, bv, acc[r]);
+            if COLUMNS {
+                debug_assert_eq!(a.rs, 1);
+                // A's rows i .. i + R at column k0 + p: the R floats from `ac`.
+                let mut ac = a0;
+                for p in 0..self.panel.rows() {
+                    let bv = _mm512_loadu_ps(self.panel.row(p));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(*ac.add(r)), bv, *acc);
+                    }
+                    ac = ac.wrapping_add(a.cs);
+                }
+            } else {
+                let mut ap: [*const f32; R] = std::array::from_fn(|r| a0.wrapping_add(r * a.rs));
+                for p in 0..self.panel.rows() {
+                    let bv = _mm512_loadu_ps(self.panel.row(p));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*ap[r]);
+                        ap[r] = ap[r].wrapping_add(a.cs);
+                        acc[r] = _mm512_fmadd_ps(av, bv, acc[r]);
+                    }
                 }
             }
-            let (al, be) = (_mm512_set1_ps(self.alpha), _mm512_set1_ps(self.beta));
-            // With a residual, every value first, then every store (4K aliasing: see the
-            // AVX2 tile); without one, each row is stored as soon as it is done.
-            for r in 0..R {
-                let o = self.c.wrapping_add((i + r) * self.ldc + j);
-                let mut v = _mm512_mul_ps(al, acc[r]);
-                if self.beta != 0.0 {
-                    v = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mask, o), v);
-                }
-                if let Some(bs) = self.ep.bias {
-                    v = _mm512_add_ps(v, _mm512_set1_ps(bs[i + r]));
-                }
-                if self.ep.relu {
-                    v = _mm512_max_ps(v, _mm512_setzero_ps());
-                }
-                if let (true, Some(res)) = (RES, self.ep.residual) {
-                    let rp = res.as_ptr().wrapping_add((i + r) * self.ldc + j);
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
-                }
-                if RES {
-                    acc[r] = v;
-                } else {
-                    _mm512_mask_storeu_ps(o, mask, v);
-                }
+            // Each choice once a tile, every residual load before any store: see the AVX2
+            // tile's epilogue.
+            let at = |r: usize| (i + r) * self.ldc + j;
+            if self.alpha != 1.0 {
+                let al = _mm512_set1_ps(self.alpha);
+                each_row::<R>(|r| acc[r] = _mm512_mul_ps(al, acc[r]));
             }
-            if RES {
-                for (r, v) in acc.iter().enumerate() {
-                    let o = self.c.wrapping_add((i + r) * self.ldc + j);
-                    _mm512_mask_storeu_ps(o, mask, *v);
-                }
+            if self.beta != 0.0 {
+                let be = _mm512_set1_ps(self.beta);
+                each_row::<R>(|r| {
+                    let old = _mm512_maskz_loadu_ps(mask, self.c.wrapping_add(at(r)));
+                    acc[r] = _mm512_fmadd_ps(be, old, acc[r]);
+                });
             }
+            each_row::<R>(|r| {
+                let bias = _mm512_set1_ps(self.ep.bias.map_or(-0.0, |bs| bs[i + r]));
+                acc[r] = _mm512_add_ps(acc[r], bias);
+            });
+            if self.ep.relu {
+                let zero = _mm512_setzero_ps();
+                each_row::<R>(|r| acc[r] = _mm512_max_ps(acc[r], zero));
+            }
+            if let (true, Some(res)) = (RES, self.ep.residual) {
+                each_row::<R>(|r| {
+                    let old = _mm512_maskz_loadu_ps(mask, res.as_ptr().wrapping_add(at(r)));
+                    acc[r] = _mm512_add_ps(acc[r], old);
+                });
+            }
+            each_row::<R>(|r| _mm512_mask_storeu_ps(self.c.wrapping_add(at(r)), mask, acc[r]));
         }
     }
 }
