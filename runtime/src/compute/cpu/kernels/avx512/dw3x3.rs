@@ -2,11 +2,13 @@
 //! by lane masks. A masked-off lane of a load reads zero and touches no memory, so the
 //! edges need no code of their own (the AVX2 kernel builds them by lane shifts and blends,
 //! in a variant per edge), and a plane narrower than 16 columns whose width divides 16
-//! (det-s's 8 × 8) fills a vector with whole rows.
+//! (det-s's 8 × 8) fills a vector with whole rows. The stride-2 plane likewise, its even and
+//! odd input columns split by lane permutations.
 
 use std::arch::x86_64::{
-    __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_mask_storeu_ps,
-    _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    __m512, __m512i, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_permutex2var_ps, _mm512_set1_ps,
+    _mm512_setr_epi32, _mm512_setzero_ps,
 };
 
 /// Every lane.
@@ -109,6 +111,61 @@ pub(in super::super) unsafe fn same(
     }
 }
 
+/// See [`super::super::Dw3x3InPlace`] (stride 2, and its safety). 16 outputs a vector from
+/// 32 input columns: the centre taps are their even floats, the right taps their odd ones,
+/// and the left taps the odd floats of the 32 columns two earlier (zero left of the plane,
+/// under a mask). An even-sized input has no right edge and no bottom one: only the row
+/// above the first is missing. Each output is summed as the AVX2 kernel sums it.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(in super::super) unsafe fn half(
+    x: &[f32],
+    w: &[f32; 9],
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+    ow: usize,
+    oy0: usize,
+    oh: usize,
+) {
+    let rows = out.len() / ow;
+    // The contract, again, before any pointer is formed.
+    assert!(out.len().is_multiple_of(ow) && oy0 + rows <= oh && x.len() >= 4 * oh * ow);
+    let k = Plane {
+        w: w.map(|v| _mm512_set1_ps(v)),
+        bias: _mm512_set1_ps(bias),
+        relu,
+        x: x.as_ptr(),
+        ow,
+    };
+    // Indices into (a, b) pairs, b's lanes numbered from 16.
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    if ow == 8 {
+        for oy in (oy0..oy0 + rows).step_by(2) {
+            let o = out.as_mut_ptr().wrapping_add((oy - oy0) * ow);
+            let two = oy + 1 < oy0 + rows;
+            // SAFETY: AVX-512F as for this function; output rows oy − oy0 (and the next,
+            // where `two`) of `out`, input rows 2·oy − 1 (when oy > 0) ..= 2·oy + 3 (when
+            // `two`) < 2·oh of the plane.
+            unsafe { k.half_rows8(oy, o, two, [even, odd]) };
+        }
+        return;
+    }
+    for oy in oy0..oy0 + rows {
+        let o = out.as_mut_ptr().wrapping_add((oy - oy0) * ow);
+        // SAFETY: AVX-512F as for this function; output row oy − oy0 < rows of `out`, and
+        // input rows 2·oy − 1 (when oy > 0) ..= 2·oy + 1 < 2·oh of the plane.
+        unsafe {
+            if oy > 0 {
+                k.half_row::<true>(oy, o, [even, odd]);
+            } else {
+                k.half_row::<false>(oy, o, [even, odd]);
+            }
+        }
+    }
+}
+
 /// One plane's broadcast weights and bias, and its input.
 struct Plane {
     w: [__m512; 9],
@@ -190,6 +247,102 @@ impl Plane {
                 _mm512_mask_storeu_ps(o.wrapping_add(ow + x0), live, zero_below(second));
             }
         }
+    }
+
+    /// Output row `oy` of a stride-2 plane (into `o`, `ow` floats) from input rows
+    /// `2·oy − 1` (where `TOP`), `2·oy` and `2·oy + 1`, each `2·ow` floats; `split` holds the
+    /// even and the odd lanes' indices for two-vector permutations.
+    ///
+    /// Safety: AVX-512F; those rows are the plane's and `o` holds `ow` floats.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn half_row<const TOP: bool>(&self, oy: usize, o: *mut f32, split: [__m512i; 2]) {
+        let (ow, zero) = (self.ow, _mm512_setzero_ps());
+        let iw = 2 * ow;
+        for c in (0..ow).step_by(16) {
+            let live = lanes_below(ow - c);
+            // Input floats 2c .. 2c + 2n for the n live outputs.
+            let n2 = 2 * (ow - c).min(16);
+            // Row iy's taps: 32 floats from `p` (lanes past n2, and those in `skip`, zero)
+            // split into even and odd lanes.
+            let taps = |iy: usize| -> [__m512; 3] {
+                let row = self.x.wrapping_add(iy * iw + 2 * c);
+                let pair = |p: *const f32, skip: __mmask16| {
+                    // SAFETY: the caller's: the kept lanes read input columns
+                    // 2c − 1 ..= 2c + n2 − 1 < iw of row iy (2c − 2 and, at c = 0, 2c − 1
+                    // are skipped).
+                    unsafe {
+                        (
+                            _mm512_maskz_loadu_ps(lanes_below(n2) & !skip, p),
+                            _mm512_maskz_loadu_ps(
+                                lanes_below(n2.saturating_sub(16)),
+                                p.wrapping_add(16),
+                            ),
+                        )
+                    }
+                };
+                let (a, b) = pair(row, 0);
+                let (la, lb) = pair(row.wrapping_sub(2), if c == 0 { 0b11 } else { 0b01 });
+                [
+                    _mm512_permutex2var_ps(la, split[1], lb),
+                    _mm512_permutex2var_ps(a, split[0], b),
+                    _mm512_permutex2var_ps(a, split[1], b),
+                ]
+            };
+            let a0 = if TOP {
+                self.row_sum(taps(2 * oy - 1), 0, self.bias)
+            } else {
+                self.bias
+            };
+            let v = _mm512_add_ps(a0, self.row_sum(taps(2 * oy), 1, zero));
+            let v = _mm512_add_ps(v, self.row_sum(taps(2 * oy + 1), 2, zero));
+            let v = if self.relu { _mm512_max_ps(v, zero) } else { v };
+            // SAFETY: the caller's: `o` holds columns c .. c + n of the row.
+            unsafe { _mm512_mask_storeu_ps(o.wrapping_add(c), live, v) };
+        }
+    }
+
+    /// Output rows `oy` and, where `two`, `oy + 1` of a stride-2 plane 8 columns wide
+    /// (into `o`), one in each half of a vector: input rows 16 floats wide, the second
+    /// half's two rows below the first's. A row above the plane reads zeros; `split` as for
+    /// [`Plane::half_row`].
+    ///
+    /// Safety: AVX-512F; input rows `2·oy − 1` (when oy > 0) ..= `2·oy + 1` (`+ 3` where
+    /// `two`) are the plane's, and `o` holds 8 floats (16 where `two`).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn half_rows8(&self, oy: usize, o: *mut f32, two: bool, split: [__m512i; 2]) {
+        let zero = _mm512_setzero_ps();
+        let second = if two { ALL } else { 0 };
+        // Kernel row ky's taps: input row 2·oy + ky − 1 for the first half, two below it
+        // for the second.
+        let taps = |ky: usize| -> [__m512; 3] {
+            let first = if ky == 0 && oy == 0 { 0 } else { ALL };
+            let row = self.x.wrapping_add((2 * oy + ky) * 16).wrapping_sub(16);
+            // SAFETY: the caller's: the kept lanes read columns 0 .. 16 of the rows it
+            // vouches for (the left taps' first two lanes, columns −2 and −1, are skipped).
+            let (a, b, la, lb) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(first, row),
+                    _mm512_maskz_loadu_ps(second, row.wrapping_add(32)),
+                    _mm512_maskz_loadu_ps(first & !0b11, row.wrapping_sub(2)),
+                    _mm512_maskz_loadu_ps(second & !0b11, row.wrapping_add(30)),
+                )
+            };
+            [
+                _mm512_permutex2var_ps(la, split[1], lb),
+                _mm512_permutex2var_ps(a, split[0], b),
+                _mm512_permutex2var_ps(a, split[1], b),
+            ]
+        };
+        let v = _mm512_add_ps(
+            self.row_sum(taps(0), 0, self.bias),
+            self.row_sum(taps(1), 1, zero),
+        );
+        let v = _mm512_add_ps(v, self.row_sum(taps(2), 2, zero));
+        let v = if self.relu { _mm512_max_ps(v, zero) } else { v };
+        // SAFETY: the caller's: 8 floats at `o`, 16 where `two`.
+        unsafe { _mm512_mask_storeu_ps(o, if two { ALL } else { 0xFF }, v) };
     }
 
     /// `init` plus kernel row `ky`'s three taps (`t`: left, centre, right) times its
