@@ -262,8 +262,8 @@ pub fn conv2d_forward(
     let pool = scratch.pool();
     let parts = scratch.threads().min(n);
     let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
-    let chunks = split_parts(output, n, out_img, parts).zip(split_parts(scr, parts, per, parts));
-    run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
+    let chunks = split_parts(output, n, out_img, parts).zip(scr);
+    run_parts(pool.as_deref(), chunks, |((range, y), scr)| {
         for (b, yb) in range.zip(y.chunks_exact_mut(out_img)) {
             forward_image(op, &input[b * in_img..][..in_img], weight, bias, yb, scr);
         }
@@ -315,15 +315,15 @@ pub fn conv2d_forward_split(
     let depthwise = op.kind() == ConvKind::Depthwise;
     // A depthwise part keeps at least two channels: one would make it a dense 1×1-channel conv.
     let parts = scratch.threads().min(if depthwise { co / 2 } else { co });
-    let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
     // Weights per output channel; a depthwise channel also reads only its own input plane.
     let w_per = op.weight_len() / co;
     let plane_in = op.h as usize * op.w as usize;
     for b in 0..op.n as usize {
         let x = &input[b * in_img..][..in_img];
         let y = &mut output[b * out_img..][..out_img];
-        let chunks = split_parts(y, co, plane_out, parts).zip(split_parts(scr, parts, per, parts));
-        run_parts(pool.as_deref(), chunks, |((range, y), (_, scr))| {
+        let scr = scratch.take(per, parts, "conv2d_forward_scratch_len");
+        let chunks = split_parts(y, co, plane_out, parts).zip(scr);
+        run_parts(pool.as_deref(), chunks, |((range, y), scr)| {
             let c = range.len() as u32;
             let sub = Conv2d {
                 n: 1,
@@ -670,7 +670,7 @@ pub(crate) fn conv2d_backward_with(
     // Each part: its images, its slice of grad_input, and where its weight/bias sums go.
     {
         let (gw0, gb0) = (&mut *grad_weight, &mut *grad_bias);
-        let mut scr_parts = scr.chunks_mut(per);
+        let mut scr_parts = scr;
         let first = scr_parts.next().unwrap();
         let sums = std::iter::once((gw0, gb0, first)).chain(scr_parts.map(|s| {
             let (partial, rest) = s.split_at_mut(wl + bl);
@@ -708,7 +708,10 @@ pub(crate) fn conv2d_backward_with(
             }
         });
     }
-    for s in scr.chunks(per).skip(1) {
+    for s in scratch
+        .take(per, parts, "conv2d_backward_scratch_len")
+        .skip(1)
+    {
         for (d, v) in grad_weight.iter_mut().zip(&s[..wl]) {
             *d += v;
         }

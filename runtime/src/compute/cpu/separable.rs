@@ -134,57 +134,53 @@ pub(crate) fn forward_bands(
     let (x_img, out_img, plane) = (x.len() / n, out.len() / n, oh * ow);
     let parts = pool.threads().min(oh);
     let per = bands_scratch_len(p.dw, parts);
-    let bands = scratch.take(per, parts, "bands_scratch_len");
     let shared = DisjointWrites::new(out);
     for b in 0..n {
         let xb = &x[b * x_img..][..x_img];
-        run_parts(
-            Some(&*pool),
-            bands.chunks_mut(per).take(parts).enumerate(),
-            |(part, buf)| {
-                let rows = part_range(oh, parts, part);
-                let px = rows.len() * ow;
-                let j0 = rows.start * ow;
-                depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
-                let ep = Epilogue {
-                    bias: Some(p.pw_bias),
-                    relu: p.pw.relu,
-                    residual: residual.map(|r| &r[b * out_img + j0..]),
-                };
-                let a = rm(p.pw_weight, ci);
-                let band = Mat {
-                    data: &buf[..ci * px],
-                    rs: px,
-                    cs: 1,
-                };
-                if let Some(r) = ep.residual {
-                    assert!(
-                        r.len() > (co - 1) * plane + px - 1,
-                        "separable pair: residual"
-                    );
-                }
-                // SAFETY: a set this CPU runs (the active table); A is co × ci and B ci × px
-                // inside their slices, the biases hold co values and the residual reaches
-                // element (co − 1)·plane + px − 1 (checked above). C's elements (i, j) for
-                // i < co, j < px, at b·out_img + j0 + i·plane + j, lie inside `out` (the band's
-                // pixels of image b) and only this band writes them; nothing else touches `out`
-                // while its borrow is held here.
-                unsafe {
-                    gemm(
-                        co,
-                        ci,
-                        px,
-                        1.0,
-                        a,
-                        band,
-                        0.0,
-                        shared.at(b * out_img + j0),
-                        plane,
-                        ep,
-                    )
-                };
-            },
-        );
+        let bands = scratch.take(per, parts, "bands_scratch_len");
+        run_parts(Some(&*pool), bands.enumerate(), |(part, buf)| {
+            let rows = part_range(oh, parts, part);
+            let px = rows.len() * ow;
+            let j0 = rows.start * ow;
+            depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
+            let ep = Epilogue {
+                bias: Some(p.pw_bias),
+                relu: p.pw.relu,
+                residual: residual.map(|r| &r[b * out_img + j0..]),
+            };
+            let a = rm(p.pw_weight, ci);
+            let band = Mat {
+                data: &buf[..ci * px],
+                rs: px,
+                cs: 1,
+            };
+            if let Some(r) = ep.residual {
+                assert!(
+                    r.len() > (co - 1) * plane + px - 1,
+                    "separable pair: residual"
+                );
+            }
+            // SAFETY: a set this CPU runs (the active table); A is co × ci and B ci × px
+            // inside their slices, the biases hold co values and the residual reaches
+            // element (co − 1)·plane + px − 1 (checked above). C's elements (i, j) for
+            // i < co, j < px, at b·out_img + j0 + i·plane + j, lie inside `out` (the band's
+            // pixels of image b) and only this band writes them; nothing else touches `out`
+            // while its borrow is held here.
+            unsafe {
+                gemm(
+                    co,
+                    ci,
+                    px,
+                    1.0,
+                    a,
+                    band,
+                    0.0,
+                    shared.at(b * out_img + j0),
+                    plane,
+                    ep,
+                )
+            };
+        });
     }
     true
 }
