@@ -431,6 +431,11 @@ fn rgb_rows_match_the_portable_ones_for_every_byte() {
     let portable = table(KernelSet::Portable).unwrap();
     // Every byte value in every channel position, over rows with every tail of a vector.
     let bytes: Vec<u8> = (0..3 * 19 * 16).map(|i| (i * 7 % 256) as u8).collect();
+    for c in 0..3 {
+        let seen: std::collections::HashSet<u8> =
+            bytes.iter().skip(c).step_by(3).copied().collect();
+        assert_eq!(seen.len(), 256, "every byte in channel {c}");
+    }
     for kern in simd_tables() {
         for w in (1..=19).chain([40]) {
             for src in bytes.chunks_exact(3 * w) {
