@@ -46,16 +46,7 @@ pub(in super::super) unsafe fn same(
     oy0: usize,
     oh: usize,
 ) {
-    let rows = out.len() / ow;
-    // The contract, again, before any pointer is formed.
-    assert!(out.len().is_multiple_of(ow) && oy0 + rows <= oh && x.len() >= oh * ow);
-    let k = Plane {
-        w: w.map(|v| _mm512_set1_ps(v)),
-        bias: _mm512_set1_ps(bias),
-        relu,
-        x: x.as_ptr(),
-        ow,
-    };
+    let (k, rows) = Plane::new(x, w, bias, relu, out.len(), ow, (oy0, oh), 1);
     let o = out.as_mut_ptr();
     if ow.is_power_of_two() && ow < 16 {
         // Whole rows a vector: lane l is column l % ow of its row (ow = 2^s).
@@ -128,16 +119,7 @@ pub(in super::super) unsafe fn half(
     oy0: usize,
     oh: usize,
 ) {
-    let rows = out.len() / ow;
-    // The contract, again, before any pointer is formed.
-    assert!(out.len().is_multiple_of(ow) && oy0 + rows <= oh && x.len() >= 4 * oh * ow);
-    let k = Plane {
-        w: w.map(|v| _mm512_set1_ps(v)),
-        bias: _mm512_set1_ps(bias),
-        relu,
-        x: x.as_ptr(),
-        ow,
-    };
+    let (k, rows) = Plane::new(x, w, bias, relu, out.len(), ow, (oy0, oh), 2);
     // Indices into (a, b) pairs, b's lanes numbered from 16.
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -176,6 +158,35 @@ struct Plane {
 }
 
 impl Plane {
+    /// The plane's broadcast weights and bias, once the contract is checked again (before any
+    /// pointer is formed): `out_len` floats for rows `oy0 ..` of an `oh × ow` output plane
+    /// read from `x` at `stride`. With the band's rows.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        x: &[f32],
+        w: &[f32; 9],
+        bias: f32,
+        relu: bool,
+        out_len: usize,
+        ow: usize,
+        (oy0, oh): (usize, usize),
+        stride: usize,
+    ) -> (Plane, usize) {
+        let rows = out_len / ow;
+        let input = stride * stride * oh * ow;
+        assert!(out_len.is_multiple_of(ow) && oy0 + rows <= oh && x.len() >= input);
+        let plane = Plane {
+            w: w.map(|v| _mm512_set1_ps(v)),
+            bias: _mm512_set1_ps(bias),
+            relu,
+            x: x.as_ptr(),
+            ow,
+        };
+        (plane, rows)
+    }
+
     /// Output row `oy` (into `o`, `ow` floats), 16 columns a vector, the last ragged; the
     /// rows above and below it are read where `TOP` and `BOTTOM` say they exist.
     ///
