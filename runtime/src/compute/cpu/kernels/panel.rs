@@ -199,7 +199,8 @@ pub(super) fn row_sets(m: usize, rows: usize) -> impl Iterator<Item = (usize, us
 /// `f(r)` for each `r < R` (at most 16), unrolled: a tile's sums indexed by the `r` of a
 /// loop the compiler does not unroll (an epilogue too long for it) must lie in memory, and
 /// were then stored to the stack at every step of the k loop; with each `r` a constant they
-/// stay in registers.
+/// stay in registers. Only the x86-64 sets' tiles use it.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn each_row<const R: usize>(mut f: impl FnMut(usize)) {
     const { assert!(R <= 16, "each_row unrolls at most 16 rows") };
