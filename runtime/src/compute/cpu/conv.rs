@@ -663,14 +663,13 @@ pub(crate) fn conv2d_backward_with(
     let parts = scratch.threads().min(n);
     let per = conv2d_backward_scratch_len(op);
     let pool = scratch.pool();
-    let scr = scratch.take(per, parts, "conv2d_backward_scratch_len");
     grad_weight.fill(0.0);
     grad_bias.fill(0.0);
 
     // Each part: its images, its slice of grad_input, and where its weight/bias sums go.
     {
         let (gw0, gb0) = (&mut *grad_weight, &mut *grad_bias);
-        let mut scr_parts = scr;
+        let mut scr_parts = scratch.take(per, parts, "conv2d_backward_scratch_len");
         let first = scr_parts.next().unwrap();
         let sums = std::iter::once((gw0, gb0, first)).chain(scr_parts.map(|s| {
             let (partial, rest) = s.split_at_mut(wl + bl);

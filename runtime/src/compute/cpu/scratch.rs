@@ -93,9 +93,9 @@ impl Scratch {
         self.buf.len() / self.threads
     }
 
-    /// `per_thread` floats for each of `parts` parts, or a panic naming `len_fn` when they
+    /// `per_part` floats for each of `parts` parts, or a panic naming `len_fn` when they
     /// are not there (a set-up bug, not a runtime condition). Part `k`'s floats start at
-    /// `k ×` [`Scratch::per_thread`] whatever `per_thread` is, so every kernel's part `k` works
+    /// `k ×` [`Scratch::per_thread`] whatever `per_part` is, so every kernel's part `k` works
     /// in the same memory (the pool's first part runs on the calling thread, the next on the
     /// first worker): packed end to end, one layer's second part began inside what another
     /// layer's first part had written on the other core, and every store to it fetched the
@@ -103,13 +103,13 @@ impl Scratch {
     /// this layout, runs alternating in one process).
     pub(crate) fn take(
         &mut self,
-        per_thread: usize,
+        per_part: usize,
         parts: usize,
         len_fn: &str,
     ) -> impl Iterator<Item = &mut [f32]> {
         assert!(
-            parts <= self.threads && self.per_thread() >= per_thread,
-            "CPU kernel scratch too small: {} floats per thread for {} threads, {per_thread} \
+            parts <= self.threads && self.per_thread() >= per_part,
+            "CPU kernel scratch too small: {} floats per thread for {} threads, {per_part} \
              needed for {parts} (call Scratch::reserve({len_fn}(op)) at set-up)",
             self.per_thread(),
             self.threads,
@@ -119,7 +119,7 @@ impl Scratch {
         (0..parts).map(move |_| {
             let (part, tail) = std::mem::take(&mut rest).split_at_mut(stride);
             rest = tail;
-            &mut part[..per_thread]
+            &mut part[..per_part]
         })
     }
 }

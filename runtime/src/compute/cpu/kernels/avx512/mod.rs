@@ -10,8 +10,8 @@
 //! is its own (16 columns a vector, the border by lane masks: det-s's forward 0.96–0.97× the
 //! time with the AVX2 plane on a Sapphire Rapids core), and so is the stride-2 one (its
 //! forward 0.98–0.99× the time with the AVX2 plane); the byte-to-float row has no 16-lane
-//! version yet. Every CPU with AVX-512F has AVX2 and FMA
-//! (checked with it), so calling the AVX2 kernels is sound.
+//! version yet. Every CPU with AVX-512F has AVX2 and FMA (checked with it), so calling the
+//! AVX2 kernels is sound.
 
 mod dw3x3;
 mod gemm;
