@@ -187,6 +187,112 @@ pub(super) fn drive<const N: usize>(
     }
 }
 
+/// Two column tiles' panels side by side: row `p` of the first at `16·p`, of the second
+/// `second` floats further.
+#[derive(Clone, Copy)]
+pub(super) struct PackedPair<'a> {
+    pub panels: &'a [f32],
+    pub kl: usize,
+}
+
+impl PanelRows for PackedPair<'_> {
+    #[inline(always)]
+    fn rows(&self) -> usize {
+        self.kl
+    }
+    #[inline(always)]
+    fn row(&self, p: usize) -> *const f32 {
+        self.panels.as_ptr().wrapping_add(16 * p)
+    }
+}
+
+impl PackedPair<'_> {
+    /// Where the second panel's row `p` starts.
+    #[inline(always)]
+    pub fn row2(&self, p: usize) -> *const f32 {
+        self.panels.as_ptr().wrapping_add(16 * (self.kl + p))
+    }
+}
+
+/// [`drive`] where B's rows are contiguous and `k` short enough for a buffer to hold several
+/// column tiles: the tiles two at a time (`pair(t, i, j, w, r)`, `16 < w ≤ 32`), a last odd
+/// one by `tile`. Otherwise as [`drive`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn drive_pairs<const N: usize>(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+    rows: usize,
+    transpose: impl FnMut([&[f32]; N], &mut [f32]),
+    mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
+    mut pair: impl FnMut(&RowTiles<'_, PackedPair<'_>>, usize, usize, usize, usize),
+) {
+    let tiles = if b.cs == 1 { KC / k.clamp(1, KC) } else { 1 };
+    if tiles < 2 || n <= 16 {
+        return drive(
+            (m, k, n),
+            alpha,
+            a,
+            b,
+            beta,
+            c,
+            ldc,
+            ep,
+            rows,
+            transpose,
+            tile,
+        );
+    }
+    let tiles = tiles / 2 * 2;
+    let mut panel = [0f32; KC * 16];
+    for jc in (0..n).step_by(16 * tiles) {
+        let cols = (n - jc).min(16 * tiles);
+        pack_rows(&mut panel, b, 0, k, jc, cols);
+        for (q, j) in (jc..jc + cols).step_by(32).enumerate() {
+            let w = (n - j).min(32);
+            let base = &panel[2 * q * k * 16..];
+            if w > 16 {
+                let t = RowTiles {
+                    a,
+                    k0: 0,
+                    panel: PackedPair {
+                        panels: &base[..2 * k * 16],
+                        kl: k,
+                    },
+                    alpha,
+                    beta,
+                    ep,
+                    c,
+                    ldc,
+                };
+                for (i, r) in row_sets(m, rows) {
+                    pair(&t, i, j, w, r);
+                }
+            } else {
+                let t = RowTiles {
+                    a,
+                    k0: 0,
+                    panel: Packed(&base[..k * 16]),
+                    alpha,
+                    beta,
+                    ep,
+                    c,
+                    ldc,
+                };
+                for (i, r) in row_sets(m, rows) {
+                    tile(&t, i, j, w, r);
+                }
+            }
+        }
+    }
+}
+
 /// C's rows `0 .. m` in as few sets of at most `rows` as cover them, as even as can be
 /// (first row, rows): 32 rows in sixes are 6, 6, 5, 5, 5, 5, not five sixes and a two, whose
 /// tile would have too few accumulators to hide the FMAs' latency.
