@@ -206,11 +206,27 @@ impl PanelRows for PackedPair<'_> {
     }
 }
 
-impl PackedPair<'_> {
-    /// Where the second panel's row `p` starts.
+/// Rows of B for a tile two registers wide: [`PanelRows`]' rows, and beside each another 16
+/// floats.
+pub(super) trait PairRows: PanelRows {
+    /// Where the second 16 floats of row `p < rows()` start; 16 floats from there are
+    /// readable.
+    fn row2(&self, p: usize) -> *const f32;
+}
+
+impl PairRows for PackedPair<'_> {
     #[inline(always)]
-    pub fn row2(&self, p: usize) -> *const f32 {
+    fn row2(&self, p: usize) -> *const f32 {
         self.panels.as_ptr().wrapping_add(16 * (self.kl + p))
+    }
+}
+
+/// The run's next 16 floats: [`dense3x3_half`] hands a tile wider than 16 columns only where
+/// they lie inside the strip.
+impl PairRows for Gathered<'_> {
+    #[inline(always)]
+    fn row2(&self, p: usize) -> *const f32 {
+        self.row(p).wrapping_add(16)
     }
 }
 
@@ -378,7 +394,9 @@ static ZERO_ROW: [f32; STRIP_MAX + 32] = [0.0; STRIP_MAX + 32];
 /// A set brings `split(src, [even, odd])`: `lanes` output columns, the even floats of the
 /// `2·lanes` at `src` to `even`, the odd ones to `odd`. Columns a whole vector does not
 /// cover are split here. `tile(t, i, j, w, r)` does rows `i .. i + r`, columns `j .. j + w`
-/// of `t`.
+/// of `t`, `w ≤ tile_cols` (16, or 32 for a tile two registers of 16 wide: one wider than 16
+/// is handed only where its second 16 columns lie inside the strip, as [`PairRows::row2`]
+/// needs).
 ///
 /// Safety (of what the closures are handed): as [`super::Dense3x3Half`]'s contract, which the
 /// caller checked; this function asserts it again, cheaply, before any pointer is formed.
@@ -394,6 +412,7 @@ pub(super) fn dense3x3_half(
     (oh, ow): (usize, usize),
     oys: std::ops::Range<usize>,
     lanes: usize,
+    tile_cols: usize,
     rows: [usize; 2],
     rgb_row: RgbRow,
     mut split: impl FnMut(*const f32, [*mut f32; 2]),
@@ -501,7 +520,7 @@ pub(super) fn dense3x3_half(
                     }
                 }
             }
-            for j in (0..width).step_by(16) {
+            for j in (0..width).step_by(tile_cols) {
                 let t = RowTiles {
                     a,
                     k0: 0,
@@ -517,7 +536,7 @@ pub(super) fn dense3x3_half(
                     ldc: oh * ow,
                 };
                 for (i, r) in row_sets(m, rows) {
-                    tile(&t, i, j, (width - j).min(16), r);
+                    tile(&t, i, j, (width - j).min(tile_cols), r);
                 }
             }
         }

@@ -287,10 +287,11 @@ fn the_dense_stride_2_conv_without_im2col_matches_its_definition() {
         let dense = kern
             .dense3x3_half
             .expect("every SIMD set builds the stem's panels in place");
-        // Widths 1–19 and 33: every tail of a vector, one and several 16-column tiles; at
-        // 28 channels, also strips of 32 columns. Weights of 64 × 27 and fewer are read by
+        // Widths 1–19, 32, 33 and 48: every tail of a vector, one and several 16-column
+        // tiles, the AVX-512 set's 32-column tiles whole, ragged and followed by a 16-column
+        // one; at 28 channels, also strips of 32 columns. Weights of 64 × 27 and fewer are read by
         // columns, more (65 × 27, 8 × 252) row-major.
-        for ow in (1..=19).chain([33]) {
+        for ow in (1..=19).chain([32, 33, 48]) {
             for (c_in, m, oh) in [
                 (3, 16, 2),
                 (1, 5, 3),

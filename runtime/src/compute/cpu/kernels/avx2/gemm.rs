@@ -159,6 +159,7 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         8,
+        16,
         // Row-major weights: not TILE_ROWS: with B's rows gathered by pointer, a 5- or 6-row
         // tile runs out of registers and recomputes its A pointers every step; timed against
         // 4 rows, alternating run by run in one process, it was no faster. By columns, one

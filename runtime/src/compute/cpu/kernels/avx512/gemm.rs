@@ -1,7 +1,7 @@
 //! The GEMM panels in AVX-512: a panel row of 16 columns is one register.
 
 use super::super::operands::{Epilogue, Mat};
-use super::super::panel::{self, drive_pairs, each_row, PackedPair, PanelRows, RowTiles};
+use super::super::panel::{self, drive_pairs, each_row, PairRows, PanelRows, RowTiles};
 use super::super::Dense3x3Input;
 use std::arch::x86_64::{
     __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
@@ -80,9 +80,9 @@ pub(super) unsafe fn fused(
             // elements of C the caller vouched for.
             unsafe {
                 if t.ep.residual.is_some() {
-                    pair_rows::<true>(t, i, j, w, rows)
+                    pair_rows::<_, true, false>(t, i, j, w, rows)
                 } else {
-                    pair_rows::<false>(t, i, j, w, rows)
+                    pair_rows::<_, false, false>(t, i, j, w, rows)
                 }
             }
         },
@@ -121,8 +121,8 @@ unsafe fn tile_rows<P: PanelRows, const RES: bool, const COLUMNS: bool>(
 /// Safety: as [`RowTiles::pair512`]'s.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-unsafe fn pair_rows<const RES: bool>(
-    t: &RowTiles<'_, PackedPair<'_>>,
+unsafe fn pair_rows<P: PairRows, const RES: bool, const COLUMNS: bool>(
+    t: &RowTiles<'_, P>,
     i: usize,
     j: usize,
     w: usize,
@@ -131,19 +131,19 @@ unsafe fn pair_rows<const RES: bool>(
     // SAFETY: passed on from the caller.
     unsafe {
         match rows {
-            8 => t.pair512::<8, RES>(i, j, w),
-            7 => t.pair512::<7, RES>(i, j, w),
-            6 => t.pair512::<6, RES>(i, j, w),
-            5 => t.pair512::<5, RES>(i, j, w),
-            4 => t.pair512::<4, RES>(i, j, w),
-            3 => t.pair512::<3, RES>(i, j, w),
-            2 => t.pair512::<2, RES>(i, j, w),
-            _ => t.pair512::<1, RES>(i, j, w),
+            8 => t.pair512::<8, RES, COLUMNS>(i, j, w),
+            7 => t.pair512::<7, RES, COLUMNS>(i, j, w),
+            6 => t.pair512::<6, RES, COLUMNS>(i, j, w),
+            5 => t.pair512::<5, RES, COLUMNS>(i, j, w),
+            4 => t.pair512::<4, RES, COLUMNS>(i, j, w),
+            3 => t.pair512::<3, RES, COLUMNS>(i, j, w),
+            2 => t.pair512::<2, RES, COLUMNS>(i, j, w),
+            _ => t.pair512::<1, RES, COLUMNS>(i, j, w),
         }
     }
 }
 
-impl RowTiles<'_, PackedPair<'_>> {
+impl<P: PairRows> RowTiles<'_, P> {
     /// Rows `i .. i + R`, columns `j .. j + w` (`16 < w ≤ 32`) of C from two panels, two
     /// registers a row (the second's ragged lanes under a mask); otherwise as
     /// [`RowTiles::tile512`], whose epilogue passes it repeats for both.
@@ -151,7 +151,12 @@ impl RowTiles<'_, PackedPair<'_>> {
     /// Safety: as [`RowTiles::tile512`]'s, for columns `j .. j + w`.
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
-    unsafe fn pair512<const R: usize, const RES: bool>(&self, i: usize, j: usize, w: usize) {
+    unsafe fn pair512<const R: usize, const RES: bool, const COLUMNS: bool>(
+        &self,
+        i: usize,
+        j: usize,
+        w: usize,
+    ) {
         let a = &self.a;
         let mask = live(w - 16);
         // SAFETY: as `tile512`'s, the second register of a row 16 columns on.
@@ -159,15 +164,30 @@ impl RowTiles<'_, PackedPair<'_>> {
             let a0 = a.data.as_ptr().wrapping_add(i * a.rs + self.k0 * a.cs);
             let mut lo = [_mm512_setzero_ps(); R];
             let mut hi = [_mm512_setzero_ps(); R];
-            let mut ap: [*const f32; R] = std::array::from_fn(|r| a0.wrapping_add(r * a.rs));
-            for p in 0..self.panel.rows() {
-                let b0 = _mm512_loadu_ps(self.panel.row(p));
-                let b1 = _mm512_loadu_ps(self.panel.row2(p));
-                for r in 0..R {
-                    let av = _mm512_set1_ps(*ap[r]);
-                    ap[r] = ap[r].wrapping_add(a.cs);
-                    lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
-                    hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+            if COLUMNS {
+                debug_assert_eq!(a.rs, 1);
+                let mut ac = a0;
+                for p in 0..self.panel.rows() {
+                    let b0 = _mm512_loadu_ps(self.panel.row(p));
+                    let b1 = _mm512_loadu_ps(self.panel.row2(p));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*ac.add(r));
+                        lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
+                        hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+                    }
+                    ac = ac.wrapping_add(a.cs);
+                }
+            } else {
+                let mut ap: [*const f32; R] = std::array::from_fn(|r| a0.wrapping_add(r * a.rs));
+                for p in 0..self.panel.rows() {
+                    let b0 = _mm512_loadu_ps(self.panel.row(p));
+                    let b1 = _mm512_loadu_ps(self.panel.row2(p));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*ap[r]);
+                        ap[r] = ap[r].wrapping_add(a.cs);
+                        lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
+                        hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+                    }
                 }
             }
             let at = |r: usize| (i + r) * self.ldc + j;
@@ -218,7 +238,8 @@ impl RowTiles<'_, PackedPair<'_>> {
 
 /// See [`super::super::Dense3x3Half`] (and its safety): [`panel::dense3x3_half`]'s loops,
 /// 16 output columns' even and odd input columns split by two lane permutations, the tiles of
-/// [`fused`].
+/// [`fused`] (32 columns where the strip has them: det-s's forward 0.98–0.99× the time with
+/// 16-column tiles, `bench compute --ab`).
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dense3x3_half(
@@ -244,6 +265,7 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         16,
+        32,
         [TILE_ROWS; 2],
         super::avx2::elementwise::rgb_row,
         |src, [e, o]| {
@@ -259,10 +281,11 @@ pub(super) unsafe fn dense3x3_half(
             // SAFETY: AVX-512F as for this function; the tile (rows i.., columns
             // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
-                if t.a.rs == 1 {
-                    tile_rows::<_, false, true>(t, i, j, w, rows)
-                } else {
-                    tile_rows::<_, false, false>(t, i, j, w, rows)
+                match (w > 16, t.a.rs == 1) {
+                    (true, true) => pair_rows::<_, false, true>(t, i, j, w, rows),
+                    (true, false) => pair_rows::<_, false, false>(t, i, j, w, rows),
+                    (false, true) => tile_rows::<_, false, true>(t, i, j, w, rows),
+                    (false, false) => tile_rows::<_, false, false>(t, i, j, w, rows),
                 }
             }
         },

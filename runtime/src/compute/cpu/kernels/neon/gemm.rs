@@ -129,6 +129,7 @@ pub(super) unsafe fn dense3x3_half(
         (oh, ow),
         rows,
         4,
+        16,
         [4, 4],
         super::elementwise::rgb_row,
         |src, [e, o]| {
