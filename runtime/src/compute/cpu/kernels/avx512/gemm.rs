@@ -267,7 +267,7 @@ pub(super) unsafe fn dense3x3_half(
         16,
         32,
         [TILE_ROWS; 2],
-        super::avx2::elementwise::rgb_row,
+        super::elementwise::rgb_row,
         |src, [e, o]| {
             // SAFETY: AVX-512F as for this function; `panel::dense3x3_half` hands over 32
             // floats at `src` and 16 at `e` and at `o`.

@@ -11,11 +11,12 @@
 //! Zen 4 executes a 512-bit FMA as two 256-bit halves). The stride-1 3×3 depthwise plane
 //! is its own (16 columns a vector, the border by lane masks: det-s's forward 0.96–0.97× the
 //! time with the AVX2 plane on a Sapphire Rapids core), and so is the stride-2 one (its
-//! forward 0.98–0.99× the time with the AVX2 plane); the byte-to-float row has no 16-lane
-//! version yet. Every CPU with AVX-512F has AVX2 and FMA (checked with it), so calling the
+//! forward 0.98–0.99× the time with the AVX2 plane), and so is the byte-to-float row of the
+//! stem's RGB input (channels gathered by lane permutations, 0.98×). Every CPU with AVX-512F has AVX2 and FMA (checked with it), so calling the
 //! AVX2 kernels is sound.
 
 mod dw3x3;
+mod elementwise;
 mod gemm;
 
 use super::avx2;
@@ -31,7 +32,7 @@ static KERNELS: Kernels = Kernels {
     dense3x3_half: Some(gemm::dense3x3_half),
     dw3x3_weight_grad: avx2::dw3x3::weight_grad,
     dw3x3_input_grad_s2: avx2::dw3x3::input_grad_s2,
-    rgb_row: avx2::elementwise::rgb_row,
+    rgb_row: elementwise::rgb_row,
 };
 
 /// The set, where the CPU has AVX-512F and also AVX2 and FMA (the kernels it shares with
