@@ -187,14 +187,16 @@ pub(super) fn drive<const N: usize>(
     }
 }
 
-/// Two column tiles' panels side by side: row `p` of the first at `16·p`, of the second
-/// `second` floats further.
+/// Two column tiles' panels side by side (as [`pack_rows`] packs them): row `p` of the first
+/// at `16·p`, of the second `16·kl` floats further.
 #[derive(Clone, Copy)]
+#[cfg(target_arch = "x86_64")]
 pub(super) struct PackedPair<'a> {
     pub panels: &'a [f32],
     pub kl: usize,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl PanelRows for PackedPair<'_> {
     #[inline(always)]
     fn rows(&self) -> usize {
@@ -208,12 +210,14 @@ impl PanelRows for PackedPair<'_> {
 
 /// Rows of B for a tile two registers wide: [`PanelRows`]' rows, and beside each another 16
 /// floats.
+#[cfg(target_arch = "x86_64")]
 pub(super) trait PairRows: PanelRows {
     /// Where the second 16 floats of row `p < rows()` start; 16 floats from there are
     /// readable.
     fn row2(&self, p: usize) -> *const f32;
 }
 
+#[cfg(target_arch = "x86_64")]
 impl PairRows for PackedPair<'_> {
     #[inline(always)]
     fn row2(&self, p: usize) -> *const f32 {
@@ -223,6 +227,7 @@ impl PairRows for PackedPair<'_> {
 
 /// The run's next 16 floats: [`dense3x3_half`] hands a tile wider than 16 columns only where
 /// they lie inside the strip.
+#[cfg(target_arch = "x86_64")]
 impl PairRows for Gathered<'_> {
     #[inline(always)]
     fn row2(&self, p: usize) -> *const f32 {
@@ -235,6 +240,7 @@ impl PairRows for Gathered<'_> {
 /// one by `tile`. Otherwise as [`drive`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
 pub(super) fn drive_pairs<const N: usize>(
     (m, k, n): (usize, usize, usize),
     alpha: f32,
