@@ -236,8 +236,9 @@ impl PairRows for Gathered<'_> {
 }
 
 /// [`drive`] where B's rows are contiguous and `k` short enough for a buffer to hold several
-/// column tiles: the tiles two at a time (`pair(t, i, j, w, r)`, `16 < w ≤ 32`), a last odd
-/// one by `tile`. Otherwise as [`drive`].
+/// column tiles: the tiles two at a time, `pair(t, i, j, w, r)` with `w ≤ 32` (a last tile of
+/// `w ≤ 16` reads only the pair's first panel, [`PackedPair`]'s rows as [`PanelRows`]).
+/// Otherwise as [`drive`], with `tile`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
@@ -252,7 +253,7 @@ pub(super) fn drive_pairs<const N: usize>(
     ep: Epilogue<'_>,
     rows: usize,
     transpose: impl FnMut([&[f32]; N], &mut [f32]),
-    mut tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
+    tile: impl FnMut(&RowTiles<'_>, usize, usize, usize, usize),
     mut pair: impl FnMut(&RowTiles<'_, PackedPair<'_>>, usize, usize, usize, usize),
 ) {
     let tiles = if b.cs == 1 { KC / k.clamp(1, KC) } else { 1 };
@@ -277,39 +278,22 @@ pub(super) fn drive_pairs<const N: usize>(
         let cols = (n - jc).min(16 * tiles);
         pack_rows(&mut panel, b, 0, k, jc, cols);
         for (q, j) in (jc..jc + cols).step_by(32).enumerate() {
-            let w = (n - j).min(32);
-            let base = &panel[2 * q * k * 16..];
-            if w > 16 {
-                let t = RowTiles {
-                    a,
-                    k0: 0,
-                    panel: PackedPair {
-                        panels: &base[..2 * k * 16],
-                        kl: k,
-                    },
-                    alpha,
-                    beta,
-                    ep,
-                    c,
-                    ldc,
-                };
-                for (i, r) in row_sets(m, rows) {
-                    pair(&t, i, j, w, r);
-                }
-            } else {
-                let t = RowTiles {
-                    a,
-                    k0: 0,
-                    panel: Packed(&base[..k * 16]),
-                    alpha,
-                    beta,
-                    ep,
-                    c,
-                    ldc,
-                };
-                for (i, r) in row_sets(m, rows) {
-                    tile(&t, i, j, w, r);
-                }
+            // A last tile of 16 columns or fewer finds its panel first in the pair.
+            let t = RowTiles {
+                a,
+                k0: 0,
+                panel: PackedPair {
+                    panels: &panel[2 * q * k * 16..][..2 * k * 16],
+                    kl: k,
+                },
+                alpha,
+                beta,
+                ep,
+                c,
+                ldc,
+            };
+            for (i, r) in row_sets(m, rows) {
+                pair(&t, i, j, (n - j).min(32), r);
             }
         }
     }

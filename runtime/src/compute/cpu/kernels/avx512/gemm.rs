@@ -89,6 +89,26 @@ pub(super) unsafe fn fused(
     );
 }
 
+/// `$call` with the const `$r` set to `$rows` (1 to [`TILE_ROWS`], anything else taken as 1):
+/// a tile's height chosen at run time among its monomorphs.
+macro_rules! by_rows {
+    ($rows:expr, $r:ident => $call:expr) => {
+        by_rows!(@ $rows, $r => $call; 8 7 6 5 4 3 2)
+    };
+    (@ $rows:expr, $r:ident => $call:expr; $($n:literal)*) => {
+        match $rows {
+            $($n => {
+                const $r: usize = $n;
+                $call
+            })*
+            _ => {
+                const $r: usize = 1;
+                $call
+            }
+        }
+    };
+}
+
 /// [`RowTiles::tile512`] for `rows ≤ TILE_ROWS` chosen at run time.
 ///
 /// Safety: as [`RowTiles::tile512`]'s.
@@ -102,21 +122,11 @@ unsafe fn tile_rows<P: PanelRows, const RES: bool, const COLUMNS: bool>(
     rows: usize,
 ) {
     // SAFETY: passed on from the caller.
-    unsafe {
-        match rows {
-            8 => t.tile512::<8, RES, COLUMNS>(i, j, w),
-            7 => t.tile512::<7, RES, COLUMNS>(i, j, w),
-            6 => t.tile512::<6, RES, COLUMNS>(i, j, w),
-            5 => t.tile512::<5, RES, COLUMNS>(i, j, w),
-            4 => t.tile512::<4, RES, COLUMNS>(i, j, w),
-            3 => t.tile512::<3, RES, COLUMNS>(i, j, w),
-            2 => t.tile512::<2, RES, COLUMNS>(i, j, w),
-            _ => t.tile512::<1, RES, COLUMNS>(i, j, w),
-        }
-    }
+    unsafe { by_rows!(rows, R => t.tile512::<R, RES, COLUMNS>(i, j, w)) }
 }
 
-/// [`RowTiles::pair512`] for `rows ≤ TILE_ROWS` chosen at run time.
+/// [`RowTiles::pair512`] for `rows ≤ TILE_ROWS` chosen at run time where `w > 16`, else
+/// [`RowTiles::tile512`] over the pair's first 16 columns.
 ///
 /// Safety: as [`RowTiles::pair512`]'s.
 #[target_feature(enable = "avx512f,avx2,fma")]
@@ -130,15 +140,10 @@ unsafe fn pair_rows<P: PairRows, const RES: bool, const COLUMNS: bool>(
 ) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match rows {
-            8 => t.pair512::<8, RES, COLUMNS>(i, j, w),
-            7 => t.pair512::<7, RES, COLUMNS>(i, j, w),
-            6 => t.pair512::<6, RES, COLUMNS>(i, j, w),
-            5 => t.pair512::<5, RES, COLUMNS>(i, j, w),
-            4 => t.pair512::<4, RES, COLUMNS>(i, j, w),
-            3 => t.pair512::<3, RES, COLUMNS>(i, j, w),
-            2 => t.pair512::<2, RES, COLUMNS>(i, j, w),
-            _ => t.pair512::<1, RES, COLUMNS>(i, j, w),
+        if w > 16 {
+            by_rows!(rows, R => t.pair512::<R, RES, COLUMNS>(i, j, w))
+        } else {
+            tile_rows::<P, RES, COLUMNS>(t, i, j, w, rows)
         }
     }
 }
@@ -281,11 +286,10 @@ pub(super) unsafe fn dense3x3_half(
             // SAFETY: AVX-512F as for this function; the tile (rows i.., columns
             // j..j + w) lies inside the weights and the output, as the contract says.
             unsafe {
-                match (w > 16, t.a.rs == 1) {
-                    (true, true) => pair_rows::<_, false, true>(t, i, j, w, rows),
-                    (true, false) => pair_rows::<_, false, false>(t, i, j, w, rows),
-                    (false, true) => tile_rows::<_, false, true>(t, i, j, w, rows),
-                    (false, false) => tile_rows::<_, false, false>(t, i, j, w, rows),
+                if t.a.rs == 1 {
+                    pair_rows::<_, false, true>(t, i, j, w, rows)
+                } else {
+                    pair_rows::<_, false, false>(t, i, j, w, rows)
                 }
             }
         },
