@@ -12,20 +12,29 @@ use std::arch::x86_64::{
 /// pixel `i` to lane `i` or, with `flip`, `15 − i`. The first takes pixels 0–10 from `v0`
 /// and `v1` (lanes 16 and up name `v1`'s); the second keeps those (from its first operand)
 /// and takes pixels 11–15 from `v2` (lanes 16 and up).
-fn gather(c: usize, flip: bool) -> [[i32; 16]; 2] {
-    let lane = |i: usize| if flip { 15 - i } else { i };
+const fn gather(c: usize, flip: bool) -> [[i32; 16]; 2] {
     let (mut first, mut second) = ([0i32; 16], [0i32; 16]);
-    for i in 0..16 {
+    let mut i = 0;
+    while i < 16 {
+        let lane = if flip { 15 - i } else { i };
         let at = 3 * i + c;
         if at < 32 {
-            first[lane(i)] = at as i32;
-            second[lane(i)] = lane(i) as i32;
+            first[lane] = at as i32;
+            second[lane] = lane as i32;
         } else {
-            second[lane(i)] = (16 + at - 32) as i32;
+            second[lane] = (16 + at - 32) as i32;
         }
+        i += 1;
     }
     [first, second]
 }
+
+/// [`gather`]'s indices for each channel, unmirrored and mirrored: worked out at compile time
+/// rather than for every row.
+static PICKS: [[[[i32; 16]; 2]; 3]; 2] = [
+    [gather(0, false), gather(1, false), gather(2, false)],
+    [gather(0, true), gather(1, true), gather(2, true)],
+];
 
 /// See [`super::super::RgbRow`] (and its safety). Sixteen pixels at a time: their 48 bytes
 /// widened to floats and normalised as they lie (the same product and FMA correction as the
@@ -39,11 +48,10 @@ fn gather(c: usize, flip: bool) -> [[i32; 16]; 2] {
 pub(super) unsafe fn rgb_row(src: &[u8], flip: bool, dst: [&mut [f32]; 3]) {
     let w = src.len() / 3;
     let w16 = w - w % 16;
-    let index = |c: usize| {
+    let picks: [[__m512i; 2]; 3] = PICKS[usize::from(flip)].map(|channel| {
         // SAFETY: 16 i32s are 64 bytes, read unaligned.
-        gather(c, flip).map(|ix| unsafe { _mm512_loadu_si512(ix.as_ptr().cast()) })
-    };
-    let picks: [[__m512i; 2]; 3] = [index(0), index(1), index(2)];
+        channel.map(|ix| unsafe { _mm512_loadu_si512(ix.as_ptr().cast()) })
+    });
     let (scale, inverse) = (_mm512_set1_ps(255.0), _mm512_set1_ps(1.0 / 255.0));
     let mut rows = dst;
     for x in (0..w16).step_by(16) {
