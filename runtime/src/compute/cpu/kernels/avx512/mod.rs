@@ -5,15 +5,15 @@
 //! memory inside the FMA, ragged edges under a lane mask: det-s's weight-gradient shapes
 //! 5–13 % faster than the AVX2 tiles on a Zen 4 core; 8 rows × 32 columns where B's panels
 //! come in pairs, det-s's forward pass 0.85× the time of the 16-column tiles on a Sapphire
-//! Rapids core) and the stem's tap split. The rest is
-//! the AVX2 set's: the dot kernel of the weight gradients ran no faster in 16 lanes, even
-//! in the 4×4 tiles the registers allow (14.0 µs against 13.9 for a 32×1024×16 product;
-//! Zen 4 executes a 512-bit FMA as two 256-bit halves). The stride-1 3×3 depthwise plane
-//! is its own (16 columns a vector, the border by lane masks: det-s's forward 0.96–0.97× the
-//! time with the AVX2 plane on a Sapphire Rapids core), and so is the stride-2 one (its
-//! forward 0.98–0.99× the time with the AVX2 plane), and so is the byte-to-float row of the
-//! stem's RGB input (channels gathered by lane permutations, 0.98×). Every CPU with AVX-512F has AVX2 and FMA (checked with it), so calling the
-//! AVX2 kernels is sound.
+//! Rapids core) and the stem's tap split. The rest is the AVX2 set's: the dot kernel of the
+//! weight gradients ran no faster in 16 lanes, even in the 4×4 tiles the registers allow
+//! (14.0 µs against 13.9 for a 32×1024×16 product; Zen 4 executes a 512-bit FMA as two
+//! 256-bit halves). The stride-1 3×3 depthwise plane is its own (16 columns a vector, the
+//! border by lane masks: det-s's forward 0.96–0.97× the time with the AVX2 plane on a
+//! Sapphire Rapids core), and so is the stride-2 one (its forward 0.98–0.99× the time with
+//! the AVX2 plane), and so is the byte-to-float row of the stem's RGB input (channels
+//! gathered by lane permutations, 0.98×). Every CPU with AVX-512F has AVX2 and FMA (checked
+//! with it), so calling the AVX2 kernels is sound.
 
 mod dw3x3;
 mod elementwise;
