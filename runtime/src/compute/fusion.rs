@@ -194,14 +194,15 @@ pub(crate) fn private(rec: &Recording, entry: usize, t: TensorId, by: &[usize]) 
             .all(|(_, other)| written_first(&other.steps, t))
 }
 
-/// Whether the first step of `steps` that touches `t` (if any) is a conv, an upsampling or a
-/// normalisation that overwrites it.
+/// Whether the first step of `steps` that touches `t` (if any) overwrites it without reading
+/// it first: a conv, an upsampling, a normalisation or an add writing it from other tensors.
 fn written_first(steps: &[Step], t: TensorId) -> bool {
     match steps.iter().find(|s| s.touches().contains(&t)) {
         None => true,
         Some(Step::ConvForward { x, w, b, y, .. }) => *y == t && ![*x, *w, *b].contains(&t),
         Some(Step::UpsampleForward { x, y, .. }) => *y == t && *x != t,
         Some(Step::Normalize { out, .. }) => *out == t,
+        Some(Step::Add { a, b, out, .. }) => *out == t && ![*a, *b].contains(&t),
         Some(_) => false,
     }
 }

@@ -218,6 +218,16 @@ impl ArenaPlan {
     /// already placed whose lifetimes overlap its own (`kernels` as for
     /// [`StoragePlan::shared`]; tensors that may not share overlap everything).
     pub fn shared(recording: &Recording, kernels: &dyn Fn(usize) -> Vec<bool>) -> ArenaPlan {
+        Self::shared_among(recording, kernels, &|_| true)
+    }
+
+    /// As [`ArenaPlan::shared`], for the `f32` tensors `only` takes alone: the others get no
+    /// place ([`ArenaPlan::offset`] panics for them).
+    pub fn shared_among(
+        recording: &Recording,
+        kernels: &dyn Fn(usize) -> Vec<bool>,
+        only: &dyn Fn(TensorId) -> bool,
+    ) -> ArenaPlan {
         let lifetimes = lifetimes(recording, kernels);
         let n = recording.tensors.len();
         let conflict = |a: usize, b: usize| match (&lifetimes[a], &lifetimes[b]) {
@@ -225,7 +235,7 @@ impl ArenaPlan {
             _ => true,
         };
         let mut order: Vec<usize> = (0..n)
-            .filter(|&i| recording.tensors[i].elem == Elem::F32)
+            .filter(|&i| recording.tensors[i].elem == Elem::F32 && only(TensorId(i as u32)))
             .collect();
         order.sort_by_key(|&i| (std::cmp::Reverse(recording.tensors[i].len), i));
         let size = |i: usize| recording.tensors[i].len.next_multiple_of(Self::ALIGN);

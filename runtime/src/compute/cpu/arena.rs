@@ -53,6 +53,15 @@ impl Arena {
         (len > 0).then_some(layout)
     }
 
+    /// The first of floats `offset..offset + len`, for kernels whose threads each write
+    /// parts of them that no `&mut` slice can be cut for (the copies of
+    /// [`super::band_copies`]): what keeps those writes apart is the caller's to show.
+    pub fn at(&self, offset: usize, len: usize) -> *mut f32 {
+        assert!(offset + len <= self.len, "{offset}+{len} of {}", self.len);
+        // SAFETY: in bounds (checked above; a zero-length arena has offset 0 and len 0).
+        unsafe { self.ptr.as_ptr().add(offset) }
+    }
+
     /// Floats `offset..offset + len`, to read.
     pub fn slice(&self, offset: usize, len: usize) -> &[f32] {
         assert!(offset + len <= self.len, "{offset}+{len} of {}", self.len);

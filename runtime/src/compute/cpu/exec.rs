@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use super::arena::{Arena, TensorMut};
+use super::band_copies::{self, BandCopies, BandedKernel, PartCopies};
 use super::decode::Candidate;
 use super::fusion::{self, GradStore, ResidualAdd};
 use super::kernels::{self, KernelSet};
@@ -58,6 +59,10 @@ pub struct CpuExec {
     upsampled_low: Vec<f32>,
     /// Whether steps may run as one (see [`CpuExec::set_fusion`]).
     fusion: bool,
+    /// Per entry and tensor: whether each part of the banded kernels keeps its band of it
+    /// in a copy of its own ([`band_copies`]); the copies.
+    banded: Vec<Vec<bool>>,
+    band_copies: BandCopies,
 }
 
 /// A byte tensor's contents given to a run in place of the tensor's own
@@ -268,9 +273,11 @@ impl CpuExec {
             schedule: Vec::new(),
             upsampled_low: vec![0.0; working.upsampled_low],
             fusion: true,
+            banded: Vec::new(),
+            band_copies: Self::band_copies(recording, threads),
         };
         exec.choose_splits();
-        exec.schedule = (0..recording.entries.len()).map(|e| exec.plan(e)).collect();
+        exec.set_fusion(true);
         Ok(exec)
     }
 
@@ -279,9 +286,36 @@ impl CpuExec {
     /// that nothing else reads unwritten). On by default; the outputs are the same either way.
     pub fn set_fusion(&mut self, on: bool) {
         self.fusion = on;
-        self.schedule = (0..self.recording.entries.len())
-            .map(|e| self.plan(e))
+        let entries = 0..self.recording.entries.len();
+        self.schedule = entries.clone().map(|e| self.plan(e)).collect();
+        self.banded = entries
+            .map(|e| {
+                let kernels = banded_kernels(&self.recording, e, &self.schedule[e]);
+                band_copies::banded_tensors(&self.recording, e, &kernels)
+            })
             .collect();
+    }
+
+    /// The copies for every tensor that could be banded ([`band_copies`]): those banded
+    /// were every batch-1 layer to split (the splits are chosen later, by timing).
+    fn band_copies(recording: &Recording, threads: usize) -> BandCopies {
+        let threads = Scratch::threads_for(threads);
+        let mut could = vec![false; recording.tensors.len()];
+        for (e, entry) in recording.entries.iter().enumerate() {
+            let every_split = vec![true; entry.steps.len()];
+            let schedule = schedule(recording, e, threads, true, &every_split);
+            let kernels = banded_kernels(recording, e, &schedule);
+            let banded = band_copies::banded_tensors(recording, e, &kernels);
+            for (c, b) in could.iter_mut().zip(banded) {
+                *c |= b;
+            }
+        }
+        BandCopies::new(
+            recording,
+            &|e| fusion::joined_steps(recording, e),
+            &could,
+            threads,
+        )
     }
 
     /// Time every step of a run (for per-kernel figures).
@@ -310,6 +344,7 @@ impl CpuExec {
         let mut plan = MemoryPlan::default();
         Self::layout(recording).add_to(recording, &mut plan);
         WorkingMemory::of(recording, threads).add_to(&mut plan);
+        Self::band_copies(recording, threads).add_to(&mut plan);
         plan
     }
 
@@ -321,6 +356,7 @@ impl CpuExec {
                 .iter()
                 .map(|b| b.len() as u64)
                 .sum::<u64>()
+            + self.band_copies.bytes()
             + 4 * (self.scratch.len() + self.upsampled_low.capacity()) as u64
             + (self.decode_scratch.capacity() * std::mem::size_of::<Candidate>()) as u64
     }
@@ -365,65 +401,15 @@ impl CpuExec {
         self.byte_tensors[id.index()] = v;
     }
 
-    /// The kernels of entry `entry`: its steps in order, those that run as one together
-    /// (see [`super::fusion`]). A batch-1 pair keeps the depthwise output out of memory only
-    /// where nothing else reads it and the pointwise conv was measured faster split.
+    /// The kernels of entry `entry` (see [`schedule`]), with the splits chosen.
     fn plan(&self, entry: usize) -> Vec<Kernel> {
-        let rec = &self.recording;
-        let steps = &rec.entries[entry].steps;
-        if !self.fusion {
-            return (0..steps.len()).map(Kernel::Step).collect();
-        }
-        let adds = fusion::residual_adds(rec, entry);
-        let pairs = fusion::separable_pairs(rec, entry);
-        let upsampled = fusion::upsampled_pairs(rec, entry);
-        let stems = fusion::normalized_stems(rec, entry);
-        let grads = fusion::grad_stores(rec, entry);
-        let mut plan = Vec::with_capacity(steps.len());
-        let mut i = 0;
-        while i < steps.len() {
-            let kernel = match (pairs[i], &steps[i]) {
-                (Some(pair), Step::ConvForward { op, .. }) => {
-                    let add = adds.get(i + 1).copied().flatten();
-                    if (op.n as usize) >= self.threads() {
-                        Some(Kernel::Separable {
-                            i,
-                            add,
-                            bands: false,
-                        })
-                    } else if pair.private && self.thread_split[entry][i + 1] {
-                        Some(Kernel::Separable {
-                            i,
-                            add,
-                            bands: true,
-                        })
-                    } else {
-                        None
-                    }
-                }
-                _ if stems[i] => Some(Kernel::NormalizedStem(i)),
-                _ if upsampled[i] => Some(Kernel::Upsampled {
-                    i,
-                    add: adds.get(i + 1).copied().flatten(),
-                }),
-                _ if grads.store[i].is_some() || grads.gy_masked[i].is_some() => {
-                    Some(Kernel::Backward {
-                        i,
-                        store: grads.store[i],
-                        gy_masked: grads.gy_masked[i].is_some(),
-                    })
-                }
-                _ => None,
-            };
-            let kernel = kernel.unwrap_or(match (adds[i], &steps[i]) {
-                (Some(add), Step::UpsampleForward { .. }) => Kernel::UpsampleAdd(i, add),
-                (Some(add), _) => Kernel::ConvAdd(i, add),
-                (None, _) => Kernel::Step(i),
-            });
-            plan.push(kernel);
-            i += kernel.steps();
-        }
-        plan
+        schedule(
+            &self.recording,
+            entry,
+            self.threads(),
+            self.fusion,
+            &self.thread_split[entry],
+        )
     }
 
     /// A name for each kernel a run of entry `entry` runs, in order (what
@@ -513,7 +499,7 @@ impl CpuExec {
                 Kernel::Separable { i, add, bands } => {
                     let steps = &self.recording.entries[entry].steps;
                     let pair = [steps[i].clone(), steps[i + 1].clone()];
-                    self.separable(pair, add, bands);
+                    self.separable(entry, pair, add, bands);
                 }
                 Kernel::Upsampled { i, add } => {
                     let steps = &self.recording.entries[entry].steps;
@@ -638,7 +624,13 @@ impl CpuExec {
 
     /// A depthwise and a pointwise [`Step::ConvForward`] run as one, with the residual add
     /// after them in the store where given (see [`Kernel::Separable`]).
-    fn separable(&mut self, [dw, pw]: [Step; 2], add: Option<ResidualAdd>, bands: bool) {
+    fn separable(
+        &mut self,
+        entry: usize,
+        [dw, pw]: [Step; 2],
+        add: Option<ResidualAdd>,
+        bands: bool,
+    ) {
         let (
             Step::ConvForward {
                 op: dw_op,
@@ -659,8 +651,8 @@ impl CpuExec {
             unreachable!("fusion: a pair is two convs");
         };
         let out_id = add.map_or(y, |a| a.out);
-        let mut out = self.take(out_id);
-        let mut d_v = (!bands).then(|| self.take(d));
+        // Where not banded, the pair writes the depthwise output too.
+        let mut taken = (!bands).then(|| (self.take(out_id), self.take(d)));
         let mut scratch = std::mem::take(&mut self.scratch);
         let pair = separable::Pair {
             dw: &dw_op,
@@ -670,24 +662,41 @@ impl CpuExec {
             pw_weight: self.f32s(pw_w),
             pw_bias: self.f32s(pw_b),
         };
-        let residual = add.map(|a| self.f32s(a.residual));
-        let x = self.f32s(x);
         if bands {
-            let done = separable::forward_bands(&pair, x, residual, &mut out, &mut scratch);
+            let x = self.part_copies(entry, x);
+            let residual = add.map(|a| self.part_copies(entry, a.residual));
+            let out = self.part_copies(entry, out_id);
+            // SAFETY: the three are tensors of the pair's shapes in the arena (and their
+            // copies), placed apart by the layouts (one kernel touches them together), and
+            // nothing else runs while the kernel does; a banded one was written by a banded
+            // kernel before (`banded_tensors`: a banded kernel writes it, only banded ones
+            // read it, and nothing else touches it).
+            let done = unsafe { separable::forward_bands(&pair, x, residual, out, &mut scratch) };
             assert!(
                 done,
                 "a banded pair is planned only with a pool and a fused GEMM"
             );
         } else {
+            let (out, d_v) = taken.as_mut().expect("taken where not banded");
+            let residual = add.map(|a| self.f32s(a.residual));
+            let x = self.f32s(x);
             let pool = scratch.pool();
-            let d_v = d_v.as_mut().expect("taken where not banded");
-            separable::forward_images(&pair, x, d_v, residual, &mut out, pool.as_deref());
+            separable::forward_images(&pair, x, d_v, residual, out, pool.as_deref());
         }
         self.scratch = scratch;
-        if let Some(d_v) = d_v {
+        if let Some((out, d_v)) = taken {
             self.put(d, d_v);
+            self.put(out_id, out);
         }
-        self.put(out_id, out);
+    }
+
+    /// Tensor `id` as the parts of entry `entry`'s banded kernels see it: banded or not
+    /// ([`band_copies`]).
+    fn part_copies(&self, entry: usize, id: TensorId) -> PartCopies {
+        let len = self.recording.get(id).len;
+        let main = self.arena.at(self.layout.offset(id), len);
+        let banded = self.banded[entry][id.index()];
+        self.band_copies.view(main, id, len, banded)
     }
 
     /// An upsampling and the pointwise conv that reads it run as one, with the residual add
@@ -1028,6 +1037,100 @@ impl CpuExec {
     }
 }
 
+/// The kernels of entry `entry` of `rec` on `threads` threads: its steps in order, those that run as one together
+/// (see [`super::fusion`]). A batch-1 pair keeps the depthwise output out of memory only
+/// where nothing else reads it and the pointwise conv was measured faster split
+/// (`thread_split`, per step).
+fn schedule(
+    rec: &Recording,
+    entry: usize,
+    threads: usize,
+    fusion: bool,
+    thread_split: &[bool],
+) -> Vec<Kernel> {
+    let steps = &rec.entries[entry].steps;
+    if !fusion {
+        return (0..steps.len()).map(Kernel::Step).collect();
+    }
+    let adds = fusion::residual_adds(rec, entry);
+    let pairs = fusion::separable_pairs(rec, entry);
+    let upsampled = fusion::upsampled_pairs(rec, entry);
+    let stems = fusion::normalized_stems(rec, entry);
+    let grads = fusion::grad_stores(rec, entry);
+    let mut plan = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        let kernel = match (pairs[i], &steps[i]) {
+            (Some(pair), Step::ConvForward { op, .. }) => {
+                let add = adds.get(i + 1).copied().flatten();
+                if (op.n as usize) >= threads {
+                    Some(Kernel::Separable {
+                        i,
+                        add,
+                        bands: false,
+                    })
+                } else if pair.private && thread_split[i + 1] {
+                    Some(Kernel::Separable {
+                        i,
+                        add,
+                        bands: true,
+                    })
+                } else {
+                    None
+                }
+            }
+            _ if stems[i] => Some(Kernel::NormalizedStem(i)),
+            _ if upsampled[i] => Some(Kernel::Upsampled {
+                i,
+                add: adds.get(i + 1).copied().flatten(),
+            }),
+            _ if grads.store[i].is_some() || grads.gy_masked[i].is_some() => {
+                Some(Kernel::Backward {
+                    i,
+                    store: grads.store[i],
+                    gy_masked: grads.gy_masked[i].is_some(),
+                })
+            }
+            _ => None,
+        };
+        let kernel = kernel.unwrap_or(match (adds[i], &steps[i]) {
+            (Some(add), Step::UpsampleForward { .. }) => Kernel::UpsampleAdd(i, add),
+            (Some(add), _) => Kernel::ConvAdd(i, add),
+            (None, _) => Kernel::Step(i),
+        });
+        plan.push(kernel);
+        i += kernel.steps();
+    }
+    plan
+}
+
+/// The kernels of `schedule` (entry `entry`'s) that read and write tensors in bands: the
+/// batch-1 separable pairs split in bands ([`separable::forward_bands`]).
+fn banded_kernels(rec: &Recording, entry: usize, schedule: &[Kernel]) -> Vec<BandedKernel> {
+    let steps = &rec.entries[entry].steps;
+    let mut banded = Vec::new();
+    for kernel in schedule {
+        let Kernel::Separable {
+            i,
+            add,
+            bands: true,
+        } = *kernel
+        else {
+            continue;
+        };
+        let (Step::ConvForward { x, .. }, Step::ConvForward { y, .. }) = (&steps[i], &steps[i + 1])
+        else {
+            unreachable!("fusion: a pair is two convs");
+        };
+        banded.push(BandedKernel {
+            steps: i..i + kernel.steps(),
+            reads: [Some(*x), add.map(|a| a.residual)],
+            writes: add.map_or(*y, |a| a.out),
+        });
+    }
+    banded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1154,7 +1257,19 @@ mod tests {
             for (s, step) in exec.thread_split[infer].iter_mut().zip(steps) {
                 *s = split && matches!(step, Step::ConvForward { .. });
             }
-            exec.schedule[infer] = exec.plan(infer);
+            exec.set_fusion(true);
+            let banded = exec.banded[infer].iter().filter(|&&b| b).count();
+            // The pairs' outputs that only pairs read (all but the one the neck reads and
+            // the last two, which the neck and the head read), each part's band in its own
+            // copy.
+            assert_eq!(
+                banded,
+                if (batch as usize) < threads && split {
+                    5
+                } else {
+                    0
+                }
+            );
             let count = |e: usize, f: &dyn Fn(&Kernel) -> bool| {
                 exec.schedule[e].iter().filter(|k| f(k)).count()
             };

@@ -7,6 +7,7 @@
 
 pub mod add;
 mod arena;
+mod band_copies;
 pub mod conv;
 pub mod copy;
 pub mod decode;

@@ -8,19 +8,21 @@
 //!   as before (the backward pass reads it).
 //! - [`forward_bands`], the split of one image (batch 1): each thread takes a band of rows,
 //!   computes the depthwise output of the band for every channel into a buffer of its own
-//!   (tens of KiB) and the pointwise conv of the band's pixels from there. No thread reads what
-//!   another wrote, and the depthwise output tensor is never written: only where nothing else
-//!   reads it (inference; see [`super::fusion`]).
+//!   (tens of KiB) and the pointwise conv of the band's pixels from there. The depthwise
+//!   output tensor is never written: only where nothing else reads it (inference; see
+//!   [`super::fusion`]). Between two such pairs each thread keeps its band in a copy of its
+//!   own ([`super::band_copies`]), and only the rows at a band's edge pass between threads.
 //!
 //! Both compute every output with the sums of the two steps, in the same order: the results
 //! are identical.
 
+use super::band_copies::{self, PartCopies};
 use super::conv::pointwise_image;
 use super::depthwise;
 use super::gemm::{rm, Epilogue, Mat};
 use super::kernels;
 use super::pool::Pool;
-use super::scratch::{part_range, run_parts, split_parts, DisjointWrites, Scratch};
+use super::scratch::{part_range, run_parts, split_parts, Scratch};
 use crate::compute::ops::{Conv2d, ConvKind};
 
 /// The two convs and their weights and biases.
@@ -52,6 +54,11 @@ pub(crate) fn bands_scratch_len(dw: &Conv2d, threads: usize) -> usize {
 
 /// Panics unless the pair's tensors have the lengths of its ops.
 fn check(p: &Pair<'_>, x: &[f32], residual: Option<&[f32]>, out: &[f32]) {
+    check_lens(p, x.len(), residual.map(<[f32]>::len), out.len());
+}
+
+/// Panics unless tensors of these lengths are the pair's.
+fn check_lens(p: &Pair<'_>, x: usize, residual: Option<usize>, out: usize) {
     assert!(
         fuses(p.dw, p.pw),
         "not a separable pair: {:?}, {:?}",
@@ -59,13 +66,13 @@ fn check(p: &Pair<'_>, x: &[f32], residual: Option<&[f32]>, out: &[f32]) {
         p.pw
     );
     assert!(
-        x.len() == p.dw.input_len()
+        x == p.dw.input_len()
             && p.dw_weight.len() == p.dw.weight_len()
             && p.dw_bias.len() == p.dw.bias_len()
             && p.pw_weight.len() == p.pw.weight_len()
             && p.pw_bias.len() == p.pw.bias_len()
-            && out.len() == p.pw.output_len()
-            && residual.is_none_or(|r| r.len() == out.len()),
+            && out == p.pw.output_len()
+            && residual.is_none_or(|r| r == out),
         "separable pair: tensor lengths do not match {:?}, {:?}",
         p.dw,
         p.pw
@@ -114,35 +121,58 @@ pub(crate) fn forward_images(
 
 /// Both convs with each image's rows split over the threads in bands, the depthwise output
 /// of a band kept in the thread's scratch ([`bands_scratch_len`]) and never written to a
-/// tensor (see the module docs). False, having done nothing, where there is no pool or the
-/// kernel set has no fused GEMM (whose C can be columns of the output that other threads
-/// share rows with).
-pub(crate) fn forward_bands(
+/// tensor (see the module docs). Each part reads and writes its own copy of `x`, `residual`
+/// and `out` where they are banded ([`super::band_copies`]), first copying into its copy of
+/// `x` the rows at its band's edge that other parts wrote. False, having done nothing, where
+/// there is no pool or the kernel set has no fused GEMM (whose C can be columns of the
+/// output that other threads share rows with).
+///
+/// # Safety
+/// `x`, `residual` and `out` hold (in every copy) tensors of the pair's shapes, distinct
+/// memory each, that nothing else touches while this runs; a banded `x` (or `residual`) holds
+/// in each part's copy the rows that part owns, as a banded kernel before wrote them.
+pub(crate) unsafe fn forward_bands(
     p: &Pair<'_>,
-    x: &[f32],
-    residual: Option<&[f32]>,
-    out: &mut [f32],
+    x: PartCopies,
+    residual: Option<PartCopies>,
+    out: PartCopies,
     scratch: &mut Scratch,
 ) -> bool {
     let (Some(pool), Some(gemm)) = (scratch.pool(), kernels::active().gemm_fused) else {
         return false;
     };
-    check(p, x, residual, out);
+    check_lens(p, x.len, residual.map(|r| r.len), out.len);
     let n = p.dw.n as usize;
+    let (h, w) = (p.dw.h as usize, p.dw.w as usize);
     let (oh, ow) = (p.dw.out_h() as usize, p.dw.out_w() as usize);
+    let s = p.dw.stride as usize;
     let (ci, co) = (p.pw.c_in as usize, p.pw.c_out as usize);
-    let (x_img, out_img, plane) = (x.len() / n, out.len() / n, oh * ow);
-    let parts = pool.threads().min(oh);
+    let (x_img, out_img, plane) = (x.len / n, out.len / n, oh * ow);
+    // Every part, even one with no rows, so that a row's owner is the same in every banded
+    // kernel (see `band_copies`).
+    let parts = pool.threads();
     let per = bands_scratch_len(p.dw, parts);
-    let shared = DisjointWrites::new(out);
     for b in 0..n {
-        let xb = &x[b * x_img..][..x_img];
         let bands = scratch.take(per, parts, "bands_scratch_len");
         run_parts(Some(&*pool), bands.enumerate(), |(part, buf)| {
             let rows = part_range(oh, parts, part);
+            if rows.is_empty() {
+                return;
+            }
+            // The input rows the band's 3 × 3 taps (pad 1) reach.
+            let reach = (rows.start * s).saturating_sub(1)..((rows.end - 1) * s + 2).min(h);
+            // SAFETY: `x` holds n·ci planes of h × w (checked above); other parts write only
+            // rows they do not own, in their own copies (this same pull), and part `part`'s
+            // copy is this part's alone (the caller's promise and the copies' layout).
+            unsafe { band_copies::pull_rows(&x, part, parts, b * ci..(b + 1) * ci, (h, w), reach) };
+            // SAFETY: the copy lives while this runs (the caller's promise); no part writes
+            // it from here on (the pull above was this part's last write to it).
+            let xb = &unsafe { x.read(part) }[b * x_img..][..x_img];
             let px = rows.len() * ow;
             let j0 = rows.start * ow;
             depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
+            // SAFETY: the residual is read only, by every part, while this runs.
+            let residual = residual.map(|r| unsafe { r.read(part) });
             let ep = Epilogue {
                 bias: Some(p.pw_bias),
                 relu: p.pw.relu,
@@ -163,9 +193,9 @@ pub(crate) fn forward_bands(
             // SAFETY: a set this CPU runs (the active table); A is co × ci and B ci × px
             // inside their slices, the biases hold co values and the residual reaches
             // element (co − 1)·plane + px − 1 (checked above). C's elements (i, j) for
-            // i < co, j < px, at b·out_img + j0 + i·plane + j, lie inside `out` (the band's
-            // pixels of image b) and only this band writes them; nothing else touches `out`
-            // while its borrow is held here.
+            // i < co, j < px, at b·out_img + j0 + i·plane + j of this part's copy of `out`,
+            // lie inside it (the band's pixels of image b); no other part writes them (other
+            // rows, or other copies), and nothing else touches `out` while this runs.
             unsafe {
                 gemm(
                     co,
@@ -175,7 +205,7 @@ pub(crate) fn forward_bands(
                     a,
                     band,
                     0.0,
-                    shared.at(b * out_img + j0),
+                    out.part(part).wrapping_add(b * out_img + j0),
                     plane,
                     ep,
                 )
