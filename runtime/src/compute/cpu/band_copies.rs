@@ -156,6 +156,12 @@ impl PartCopies {
         }
     }
 
+    /// A tensor only read, not banded: every part's copy is the tensor, and nothing writes
+    /// through the view ([`pull_rows`] writes banded tensors only).
+    pub fn reading(tensor: &[f32]) -> PartCopies {
+        PartCopies::single(tensor.as_ptr().cast_mut(), tensor.len())
+    }
+
     /// A tensor whose parts `1..` have copies at `replica`, `step` floats apart (for tests;
     /// the engine's come from [`BandCopies::view`]).
     #[cfg(test)]

@@ -18,7 +18,9 @@
 //! thread sums its images' weight and bias gradients into its own buffer (the first thread
 //! directly into the outputs) and the partial sums are added at the end.
 
-use super::gemm::{rm, sgemm, sgemm_ep, sgemm_ep_split_columns, tr, Epilogue};
+use super::band_copies::PartCopies;
+use super::banded;
+use super::gemm::{rm, sgemm, sgemm_ep, tr, Epilogue};
 use super::kernels::Dense3x3Input;
 use super::pool::Pool;
 use super::scratch::{run_parts, split_parts, Scratch};
@@ -302,13 +304,15 @@ pub fn conv2d_forward_split(
     let pool = scratch.pool();
     match (op.kind(), pool.as_deref()) {
         (ConvKind::Pointwise, Some(pool))
-            if forward_pointwise_split_columns(op, input, weight, bias, None, output, pool) =>
+            if forward_pointwise_bands(op, input, weight, bias, None, output, pool) =>
         {
             return;
         }
         (ConvKind::Dense, Some(pool)) if stem::reads_in_place(op) => {
             let image = |b: usize| Dense3x3Input::Planes(&input[b * in_img..][..in_img]);
-            return stem::forward_split_rows(op, image, weight, bias, output, pool);
+            let out = PartCopies::single(output.as_mut_ptr(), output.len());
+            // SAFETY: the one tensor, borrowed mutably for the call.
+            return unsafe { stem::forward_split_rows(op, image, weight, bias, out, pool) };
         }
         _ => {}
     }
@@ -343,11 +347,9 @@ pub fn conv2d_forward_split(
     }
 }
 
-/// A pointwise conv's images with each one's columns (pixels) split over `pool`'s threads:
-/// each thread packs only its own pixels of the input, where a split by output channels has
-/// every thread pack all of them. `residual` (shaped as `output`), where given, is added in
-/// the store. False, having done nothing, where the kernel set has no fused GEMM to split.
-fn forward_pointwise_split_columns(
+/// [`banded::pointwise`] over plain tensors (not banded): each image's rows split over
+/// `pool`'s threads. False, having done nothing, where the kernel set has no fused GEMM.
+fn forward_pointwise_bands(
     op: &Conv2d,
     input: &[f32],
     weight: &[f32],
@@ -356,22 +358,27 @@ fn forward_pointwise_split_columns(
     output: &mut [f32],
     pool: &Pool,
 ) -> bool {
-    let (in_img, out_img, plane, _) = image_sizes(op);
-    let (ci, co) = (op.c_in as usize, op.c_out as usize);
-    for b in 0..op.n as usize {
-        let x = &input[b * in_img..][..in_img];
-        let y = &mut output[b * out_img..][..out_img];
-        let ep = Epilogue {
-            bias: Some(bias),
-            relu: op.relu,
-            residual: residual.map(|r| &r[b * out_img..][..out_img]),
-        };
-        let a = rm(weight, ci);
-        if !sgemm_ep_split_columns(pool, co, ci, plane, 1.0, a, rm(x, plane), 0.0, y, plane, ep) {
-            return false;
-        }
+    assert!(
+        residual.is_none_or(|r| r.len() >= output.len()),
+        "pointwise conv: residual of {} for an output of {}",
+        residual.map_or(0, <[f32]>::len),
+        output.len()
+    );
+    let out = PartCopies::single(output.as_mut_ptr(), output.len());
+    let residual = residual.map(|r| PartCopies::reading(&r[..output.len()]));
+    // SAFETY: plain tensors (every part's copy the one tensor), read-only but `output`, which
+    // is borrowed mutably for the call and so distinct from them.
+    unsafe {
+        banded::pointwise(
+            op,
+            PartCopies::reading(input),
+            weight,
+            bias,
+            residual,
+            out,
+            pool,
+        )
     }
-    true
 }
 
 /// A pointwise conv with a residual added to its output after the ReLU, `output =
@@ -408,7 +415,7 @@ pub fn pointwise_forward_add(
     let pool = scratch.pool();
     if let (true, Some(pool)) = (split, pool.as_deref()) {
         let res = Some(residual);
-        if forward_pointwise_split_columns(op, input, weight, bias, res, output, pool) {
+        if forward_pointwise_bands(op, input, weight, bias, res, output, pool) {
             return;
         }
     }

@@ -17,10 +17,10 @@ use super::fusion::{self, GradStore, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::scratch::Scratch;
 use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
-use super::{separable, stem, upsampled};
+use super::{banded, separable, stem, upsampled};
 use crate::balance::MemoryPlan;
-use crate::compute::ops::Conv2d;
 use crate::compute::ops::CLIP_SUMS;
+use crate::compute::ops::{Conv2d, ConvKind};
 use crate::compute::recording::{
     AccessError, Elem, Recording, RecordingError, Step, TensorId, HYPER_EMA_DECAY,
     HYPER_GRAD_SCALE, HYPER_LEN,
@@ -59,6 +59,9 @@ pub struct CpuExec {
     upsampled_low: Vec<f32>,
     /// Whether steps may run as one (see [`CpuExec::set_fusion`]).
     fusion: bool,
+    /// Per entry and kernel of its schedule: the kernel as one that reads and writes
+    /// tensors in bands, where it runs so.
+    in_bands: Vec<Vec<Option<BandedKernel>>>,
     /// Per entry and tensor: whether each part of the banded kernels keeps its band of it
     /// in a copy of its own ([`band_copies`]); the copies.
     banded: Vec<Vec<bool>>,
@@ -273,6 +276,7 @@ impl CpuExec {
             schedule: Vec::new(),
             upsampled_low: vec![0.0; working.upsampled_low],
             fusion: true,
+            in_bands: Vec::new(),
             banded: Vec::new(),
             band_copies: Self::band_copies(recording, threads),
         };
@@ -288,9 +292,21 @@ impl CpuExec {
         self.fusion = on;
         let entries = 0..self.recording.entries.len();
         self.schedule = entries.clone().map(|e| self.plan(e)).collect();
+        let threads = self.threads();
+        self.in_bands = entries
+            .clone()
+            .map(|e| {
+                let split = &self.thread_split[e];
+                let kernels = self.schedule[e].iter();
+                kernels
+                    .map(|&k| banded_kernel(&self.recording, e, k, threads, split))
+                    .collect()
+            })
+            .collect();
         self.banded = entries
             .map(|e| {
-                let kernels = banded_kernels(&self.recording, e, &self.schedule[e]);
+                let kernels: Vec<BandedKernel> =
+                    self.in_bands[e].iter().flatten().cloned().collect();
                 band_copies::banded_tensors(&self.recording, e, &kernels)
             })
             .collect();
@@ -304,7 +320,10 @@ impl CpuExec {
         for (e, entry) in recording.entries.iter().enumerate() {
             let every_split = vec![true; entry.steps.len()];
             let schedule = schedule(recording, e, threads, true, &every_split);
-            let kernels = banded_kernels(recording, e, &schedule);
+            let kernels: Vec<BandedKernel> = schedule
+                .iter()
+                .filter_map(|&k| banded_kernel(recording, e, k, threads, &every_split))
+                .collect();
             let banded = band_copies::banded_tensors(recording, e, &kernels);
             for (c, b) in could.iter_mut().zip(banded) {
                 *c |= b;
@@ -475,7 +494,12 @@ impl CpuExec {
         // Steps are cloned one at a time (plain data, no heap) so `self` can be borrowed.
         for k in 0..self.schedule[entry].len() {
             let t0 = Instant::now();
+            let in_bands = self.in_bands[entry][k].is_some();
             match self.schedule[entry][k] {
+                Kernel::Step(i) if in_bands => self.pointwise_bands(entry, i, None),
+                Kernel::ConvAdd(i, add) if in_bands => self.pointwise_bands(entry, i, Some(add)),
+                Kernel::UpsampleAdd(i, add) if in_bands => self.upsample_add_bands(entry, i, add),
+                Kernel::NormalizedStem(i) if in_bands => self.stem_bands(entry, i, input),
                 Kernel::Step(i) => {
                     let step = self.recording.entries[entry].steps[i].clone();
                     self.step(&step, self.thread_split[entry][i], input);
@@ -688,6 +712,62 @@ impl CpuExec {
             self.put(d, d_v);
             self.put(out_id, out);
         }
+    }
+
+    /// Pointwise conv `i` of entry `entry` (with the add after it where given) split in bands
+    /// of rows ([`banded::pointwise`]).
+    fn pointwise_bands(&mut self, entry: usize, i: usize, add: Option<ResidualAdd>) {
+        let Step::ConvForward { op, x, w, b, y } = self.recording.entries[entry].steps[i].clone()
+        else {
+            unreachable!("a banded pointwise kernel runs a conv");
+        };
+        let out = self.part_copies(entry, add.map_or(y, |a| a.out));
+        let x = self.part_copies(entry, x);
+        let residual = add.map(|a| self.part_copies(entry, a.residual));
+        let pool = self.scratch.pool().expect("banded only with a pool");
+        let (w, b) = (self.f32s(w), self.f32s(b));
+        // SAFETY: tensors of the conv's shapes in the arena (and their copies), placed apart
+        // by the layouts (one kernel touches them together); nothing else runs meanwhile; a
+        // banded one was written by a banded kernel before (`banded_tensors`).
+        let done = unsafe { banded::pointwise(&op, x, w, b, residual, out, &pool) };
+        assert!(done, "banded only with a fused GEMM");
+    }
+
+    /// Upsampling `i` of entry `entry` and the add after it split in bands of rows
+    /// ([`banded::upsample_add`]).
+    fn upsample_add_bands(&mut self, entry: usize, i: usize, add: ResidualAdd) {
+        let Step::UpsampleForward { op, x, .. } = self.recording.entries[entry].steps[i].clone()
+        else {
+            unreachable!("fusion: an upsampling with its add");
+        };
+        let x = self.part_copies(entry, x);
+        let residual = self.part_copies(entry, add.residual);
+        let out = self.part_copies(entry, add.out);
+        let pool = self.scratch.pool().expect("banded only with a pool");
+        // SAFETY: as in `pointwise_bands`.
+        unsafe { banded::upsample_add(&pool, &op, x, residual, out) };
+    }
+
+    /// Normalisation `i` of entry `entry` and the stem after it, the stem's output rows split
+    /// in bands ([`stem::forward_normalized_rows`]).
+    fn stem_bands(&mut self, entry: usize, i: usize, input: Option<Input<'_>>) {
+        let steps = &self.recording.entries[entry].steps;
+        let (
+            Step::Normalize {
+                op: norm, records, ..
+            },
+            Step::ConvForward { op, w, b, y, .. },
+        ) = (steps[i].clone(), steps[i + 1].clone())
+        else {
+            unreachable!("fusion: a normalisation and a conv");
+        };
+        let out = self.part_copies(entry, y);
+        let pool = self.scratch.pool().expect("banded only with a pool");
+        let (w, b) = (self.f32s(w), self.f32s(b));
+        let records = self.bytes_of(records, input);
+        // SAFETY: the output is a tensor of the stem's shape in the arena (and its copies)
+        // that nothing else touches while the kernel runs.
+        unsafe { stem::forward_normalized_rows(&norm, &op, records, w, b, out, &pool) };
     }
 
     /// Tensor `id` as the parts of entry `entry`'s banded kernels see it: banded or not
@@ -1104,31 +1184,64 @@ fn schedule(
     plan
 }
 
-/// The kernels of `schedule` (entry `entry`'s) that read and write tensors in bands: the
-/// batch-1 separable pairs split in bands ([`separable::forward_bands`]).
-fn banded_kernels(rec: &Recording, entry: usize, schedule: &[Kernel]) -> Vec<BandedKernel> {
+/// Kernel `kernel` of entry `entry` on `threads` threads with the splits `thread_split`, as
+/// a kernel that reads and writes tensors in bands, where it runs so (the batch-1 kernels
+/// split in bands of rows: [`banded`], [`separable::forward_bands`], the stem's row split).
+fn banded_kernel(
+    rec: &Recording,
+    entry: usize,
+    kernel: Kernel,
+    threads: usize,
+    thread_split: &[bool],
+) -> Option<BandedKernel> {
     let steps = &rec.entries[entry].steps;
-    let mut banded = Vec::new();
-    for kernel in schedule {
-        let Kernel::Separable {
+    let pointwise_split = |i: usize| {
+        matches!(&steps[i], Step::ConvForward { op, .. } if op.kind() == ConvKind::Pointwise)
+            && thread_split[i]
+            && threads > 1
+            && kernels::active().gemm_fused.is_some()
+    };
+    let conv = |i: usize| match steps[i] {
+        Step::ConvForward { x, y, .. } => (x, y),
+        _ => unreachable!("fusion: step {i} is a conv"),
+    };
+    let (reads, writes) = match kernel {
+        Kernel::Separable {
             i,
             add,
             bands: true,
-        } = *kernel
-        else {
-            continue;
-        };
-        let (Step::ConvForward { x, .. }, Step::ConvForward { y, .. }) = (&steps[i], &steps[i + 1])
-        else {
-            unreachable!("fusion: a pair is two convs");
-        };
-        banded.push(BandedKernel {
-            steps: i..i + kernel.steps(),
-            reads: [Some(*x), add.map(|a| a.residual)],
-            writes: add.map_or(*y, |a| a.out),
-        });
-    }
-    banded
+        } => (
+            [Some(conv(i).0), add.map(|a| a.residual)],
+            add.map_or(conv(i + 1).1, |a| a.out),
+        ),
+        Kernel::NormalizedStem(i) if thread_split[i + 1] && threads > 1 => {
+            ([None, None], conv(i + 1).1)
+        }
+        Kernel::Step(i) if pointwise_split(i) => ([Some(conv(i).0), None], conv(i).1),
+        Kernel::ConvAdd(i, add) if pointwise_split(i) => {
+            ([Some(conv(i).0), Some(add.residual)], add.out)
+        }
+        Kernel::UpsampleAdd(i, add) => match steps[i] {
+            Step::UpsampleForward { op, x, .. } if threads > 1 && (op.n as usize) < threads => {
+                ([Some(x), Some(add.residual)], add.out)
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let first = match kernel {
+        Kernel::Step(i)
+        | Kernel::ConvAdd(i, _)
+        | Kernel::UpsampleAdd(i, _)
+        | Kernel::NormalizedStem(i)
+        | Kernel::Separable { i, .. } => i,
+        _ => unreachable!("matched above"),
+    };
+    Some(BandedKernel {
+        steps: first..first + kernel.steps(),
+        reads,
+        writes,
+    })
 }
 
 #[cfg(test)]
@@ -1246,6 +1359,10 @@ mod tests {
             (1, 1, false, false),
             (1, 1, false, true),
             (1, 2, true, true),
+            // Bands of uneven heights, and at 12 threads none at all for some parts of the
+            // 8 × 8 planes: rows at a band's edge pass between non-neighbouring threads.
+            (1, 3, true, true),
+            (1, 12, true, true),
             (1, 2, false, true),
             (2, 2, false, true),
             (2, 2, false, false),
@@ -1259,13 +1376,13 @@ mod tests {
             }
             exec.set_fusion(true);
             let banded = exec.banded[infer].iter().filter(|&&b| b).count();
-            // The pairs' outputs that only pairs read (all but the one the neck reads and
-            // the last two, which the neck and the head read), each part's band in its own
-            // copy.
+            // Every activation from the stem's output to the head's last conv's input (the
+            // stem, the seven blocks', the neck's two and the head pair's), each part's band
+            // in its own copy; not the predictions, which the decoder reads whole.
             assert_eq!(
                 banded,
                 if (batch as usize) < threads && split {
-                    5
+                    11
                 } else {
                     0
                 }

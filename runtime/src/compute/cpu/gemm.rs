@@ -8,8 +8,6 @@
 
 use super::kernels::{self, Kernels};
 pub(crate) use super::kernels::{rm, tr, Epilogue, Mat};
-use super::pool::Pool;
-use super::scratch::{part_range, DisjointWrites};
 
 /// Index of the last element of an `rows × cols` view (which must not be empty).
 fn last(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
@@ -149,60 +147,6 @@ fn check_operands(
             b.data.len()
         );
     }
-}
-
-/// `C ← ep(alpha·A·B + beta·C)` as [`sgemm_ep`], with C's columns split over `pool`'s threads
-/// in whole register tiles (16 columns), B row-major. Each thread packs only its own columns
-/// of B, where a split of C's rows would have every thread pack all of it: the split of a
-/// batch-1 pointwise conv, whose B (the input planes) is wide and whose m (channels) is small.
-/// Every element gets the same sums in the same order as from [`sgemm_ep`].
-///
-/// Returns false, having done nothing, where the active kernel set has no fused GEMM (the
-/// caller splits otherwise).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sgemm_ep_split_columns(
-    pool: &Pool,
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-    ep: Epilogue<'_>,
-) -> bool {
-    let Some(fused) = kernels::active().gemm_fused else {
-        return false;
-    };
-    assert!(b.cs == 1, "sgemm_ep_split_columns: B must be row-major");
-    if m == 0 || n == 0 || k == 0 {
-        sgemm_ep(m, k, n, alpha, a, b, beta, c, ldc, ep);
-        return true;
-    }
-    check_operands(m, k, n, a, b, c, ldc, ep);
-    let shared = DisjointWrites::new(c);
-    let tiles = n.div_ceil(16);
-    let parts = pool.threads().min(tiles);
-    pool.run(parts, &|part| {
-        let t = part_range(tiles, parts, part);
-        let (j0, j1) = (t.start * 16, (t.end * 16).min(n));
-        let b = Mat {
-            data: &b.data[j0..],
-            ..b
-        };
-        let ep = Epilogue {
-            residual: ep.residual.map(|r| &r[j0..]),
-            ..ep
-        };
-        // SAFETY: the set runs here (an active table); A, B and the biases were checked
-        // above, and columns j0..j1 of B lie inside B's columns 0..n. C's elements (i, j) for
-        // i < m, j in j0..j1 lie inside `c` (checked above); no other part touches these
-        // columns, and nothing else touches `c` while its borrow is held here.
-        unsafe { fused(m, k, j1 - j0, alpha, a, b, beta, shared.at(j0), ldc, ep) };
-    });
-    true
 }
 
 #[cfg(test)]

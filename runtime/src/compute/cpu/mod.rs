@@ -8,6 +8,7 @@
 pub mod add;
 mod arena;
 mod band_copies;
+mod banded;
 pub mod conv;
 pub mod copy;
 pub mod decode;

@@ -124,34 +124,6 @@ impl Scratch {
     }
 }
 
-/// A mutable tensor handed to the parts of a job that write disjoint elements of it where
-/// no `&mut` slice can be cut for each (columns of the same rows, bands of rows of every
-/// channel): its first element as a pointer the parts share. Holding the `&mut` borrow for
-/// its lifetime keeps everything else off the tensor while the job runs.
-pub(crate) struct DisjointWrites<'a> {
-    first: *mut f32,
-    _tensor: std::marker::PhantomData<&'a mut [f32]>,
-}
-
-// SAFETY: the pointer is only offset here; writing through it is the parts' `unsafe`, whose
-// callers promise disjoint elements, and the borrow it came from outlives the job.
-unsafe impl Sync for DisjointWrites<'_> {}
-
-impl<'a> DisjointWrites<'a> {
-    pub(crate) fn new(tensor: &'a mut [f32]) -> Self {
-        DisjointWrites {
-            first: tensor.as_mut_ptr(),
-            _tensor: std::marker::PhantomData,
-        }
-    }
-
-    /// The element `i` places past the first (formed with wrapping arithmetic: using it is
-    /// the caller's promise).
-    pub(crate) fn at(&self, i: usize) -> *mut f32 {
-        self.first.wrapping_add(i)
-    }
-}
-
 /// Part `i` of `0..n` split into `parts` contiguous ranges whose lengths differ by at most 1
 /// (the first `n % parts` ranges are the longer ones).
 pub(crate) fn part_range(n: usize, parts: usize, i: usize) -> Range<usize> {

@@ -17,9 +17,10 @@
 //! are identical.
 
 use super::band_copies::{self, PartCopies};
+use super::banded;
 use super::conv::pointwise_image;
 use super::depthwise;
-use super::gemm::{rm, Epilogue, Mat};
+use super::gemm::Mat;
 use super::kernels;
 use super::pool::Pool;
 use super::scratch::{part_range, run_parts, split_parts, Scratch};
@@ -146,8 +147,8 @@ pub(crate) unsafe fn forward_bands(
     let (h, w) = (p.dw.h as usize, p.dw.w as usize);
     let (oh, ow) = (p.dw.out_h() as usize, p.dw.out_w() as usize);
     let s = p.dw.stride as usize;
-    let (ci, co) = (p.pw.c_in as usize, p.pw.c_out as usize);
-    let (x_img, out_img, plane) = (x.len / n, out.len / n, oh * ow);
+    let ci = p.pw.c_in as usize;
+    let (x_img, out_img) = (x.len / n, out.len / n);
     // Every part, even one with no rows, so that a row's owner is the same in every banded
     // kernel (see `band_copies`).
     let parts = pool.threads();
@@ -172,42 +173,27 @@ pub(crate) unsafe fn forward_bands(
             let j0 = rows.start * ow;
             depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
             // SAFETY: the residual is read only, by every part, while this runs.
-            let residual = residual.map(|r| unsafe { r.read(part) });
-            let ep = Epilogue {
-                bias: Some(p.pw_bias),
-                relu: p.pw.relu,
-                residual: residual.map(|r| &r[b * out_img + j0..]),
-            };
-            let a = rm(p.pw_weight, ci);
+            // SAFETY: the residual is read only, by every part, while this runs.
+            let residual = residual.map(|r| &unsafe { r.read(part) }[b * out_img..][..out_img]);
             let band = Mat {
                 data: &buf[..ci * px],
                 rs: px,
                 cs: 1,
             };
-            if let Some(r) = ep.residual {
-                assert!(
-                    r.len() > (co - 1) * plane + px - 1,
-                    "separable pair: residual"
-                );
-            }
-            // SAFETY: a set this CPU runs (the active table); A is co × ci and B ci × px
-            // inside their slices, the biases hold co values and the residual reaches
-            // element (co − 1)·plane + px − 1 (checked above). C's elements (i, j) for
-            // i < co, j < px, at b·out_img + j0 + i·plane + j of this part's copy of `out`,
-            // lie inside it (the band's pixels of image b); no other part writes them (other
-            // rows, or other copies), and nothing else touches `out` while this runs.
+            let out = out.part(part).wrapping_add(b * out_img);
+            // SAFETY: the active set's GEMM; the band's pixels of image b, every channel, in
+            // this part's copy of `out`: no other part writes them (other rows, or other
+            // copies), and nothing else touches `out` while this runs (the caller's promise).
             unsafe {
-                gemm(
-                    co,
-                    ci,
-                    px,
-                    1.0,
-                    a,
+                banded::pointwise_band(
+                    gemm,
+                    p.pw,
+                    p.pw_weight,
+                    p.pw_bias,
                     band,
-                    0.0,
-                    out.part(part).wrapping_add(b * out_img + j0),
-                    plane,
-                    ep,
+                    residual,
+                    out,
+                    (j0, px),
                 )
             };
         });

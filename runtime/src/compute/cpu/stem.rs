@@ -9,10 +9,11 @@
 //! at batch 1) is saved. The values are the same `byte / 255` either way, so the outputs are
 //! identical bit for bit.
 
+use super::band_copies::PartCopies;
 use super::gemm::Epilogue;
 use super::kernels::{self, Dense3x3Input, DENSE3X3_MAX_TAPS, RGB_MAX_W};
 use super::pool::Pool;
-use super::scratch::{part_range, run_parts, split_parts, DisjointWrites};
+use super::scratch::{part_range, run_parts, split_parts};
 use crate::compute::ops::{Conv2d, ConvKind, Normalize};
 
 /// Whether the forward pass of `op` runs here: a dense 3×3, stride-2, pad-1 conv of an
@@ -65,28 +66,37 @@ pub(super) fn forward_image(
 /// [`forward_image`] of each image (`image(b)`) with its output rows split over `pool`'s
 /// threads in bands (every channel's rows of the band): each thread splits (or normalises)
 /// only the input rows of its band, where a split by channels has every thread split all of
-/// them. The sums are [`forward_image`]'s.
-pub(super) fn forward_split_rows<'a>(
+/// them. Each part writes its band into its copy of `output` where that is banded
+/// ([`super::band_copies`]). The sums are [`forward_image`]'s.
+///
+/// # Safety
+/// `output` holds (in every copy) `op.n` images of `op`'s output, memory that nothing else
+/// touches while this runs.
+pub(super) unsafe fn forward_split_rows<'a>(
     op: &Conv2d,
     image: impl Fn(usize) -> Dense3x3Input<'a>,
     weight: &[f32],
     bias: &[f32],
-    output: &mut [f32],
+    output: PartCopies,
     pool: &Pool,
 ) {
     let (c_in, m) = (op.c_in as usize, op.c_out as usize);
     let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
     let out_img = m * oh * ow;
-    assert_eq!(output.len(), op.n as usize * out_img, "stem output length");
-    let out = DisjointWrites::new(output);
-    let parts = pool.threads().min(oh);
+    assert_eq!(output.len, op.n as usize * out_img, "stem output length");
+    // Every part, even one with no rows: a row's owner is the same in every banded kernel.
+    let parts = pool.threads();
     for b in 0..op.n as usize {
         let x = image(b);
         check_image(op, x, weight, bias, out_img);
         pool.run(parts, &|part| {
             let rows = part_range(oh, parts, part);
+            if rows.is_empty() {
+                return;
+            }
             // SAFETY: as in `forward_image` (`check_image` checked the sizes); image b's
-            // output lies inside `output`, and these rows of its planes are this band's alone.
+            // output lies inside this part's copy of `output`, and these rows of its planes
+            // are this band's alone (other rows, or other copies).
             unsafe {
                 kernel()(
                     x,
@@ -94,13 +104,51 @@ pub(super) fn forward_split_rows<'a>(
                     weight,
                     m,
                     epilogue(op, bias),
-                    out.at(b * out_img),
+                    output.part(part).wrapping_add(b * out_img),
                     (oh, ow),
                     rows,
                 )
             };
         });
     }
+}
+
+/// The images of `records` as the stem `conv` reads them in place of `norm`'s output.
+fn rgb_images<'a>(
+    norm: &Normalize,
+    conv: &Conv2d,
+    records: &'a [u8],
+) -> impl Fn(usize) -> Dense3x3Input<'a> {
+    assert!(fuses(norm, conv), "a stem that cannot read {norm:?}");
+    assert!(
+        records.len() >= norm.input_bytes(),
+        "stem: {} bytes of records for {norm:?}",
+        records.len()
+    );
+    let (stride, bytes, flip) = (norm.record_stride as usize, norm.image_bytes(), norm.flip);
+    move |b: usize| Dense3x3Input::Rgb {
+        image: &records[b * stride..][..bytes],
+        flip,
+    }
+}
+
+/// [`forward_normalized`] with each image's output rows split over `pool`'s threads, each
+/// part writing its copy of `output` where that is banded ([`forward_split_rows`]).
+///
+/// # Safety
+/// As for [`forward_split_rows`].
+pub(super) unsafe fn forward_normalized_rows(
+    norm: &Normalize,
+    conv: &Conv2d,
+    records: &[u8],
+    weight: &[f32],
+    bias: &[f32],
+    output: PartCopies,
+    pool: &Pool,
+) {
+    let image = rgb_images(norm, conv, records);
+    // SAFETY: the caller's promise.
+    unsafe { forward_split_rows(conv, image, weight, bias, output, pool) }
 }
 
 /// The stem `conv` over the images `norm` would normalise from `records`, reading the bytes
@@ -117,19 +165,12 @@ pub fn forward_normalized(
     pool: Option<&Pool>,
     split_rows: bool,
 ) {
-    assert!(fuses(norm, conv), "a stem that cannot read {norm:?}");
-    assert!(
-        records.len() >= norm.input_bytes(),
-        "stem: {} bytes of records for {norm:?}",
-        records.len()
-    );
-    let image = |b: usize| Dense3x3Input::Rgb {
-        image: &records[b * norm.record_stride as usize..][..norm.image_bytes()],
-        flip: norm.flip,
-    };
     if let (true, Some(pool)) = (split_rows, pool) {
-        return forward_split_rows(conv, image, weight, bias, output, pool);
+        let out = PartCopies::single(output.as_mut_ptr(), output.len());
+        // SAFETY: the one tensor, borrowed mutably for the call.
+        return unsafe { forward_normalized_rows(norm, conv, records, weight, bias, out, pool) };
     }
+    let image = rgb_images(norm, conv, records);
     let n = conv.n as usize;
     let out_img = output.len() / n;
     let parts = pool.map_or(1, Pool::threads).min(n);
