@@ -20,6 +20,13 @@
 //! tensor, a part copies into its own copy the rows at its band's edge that other parts own
 //! ([`pull_rows`]): the only floats that pass between the threads.
 //!
+//! Those rows pass through an edge buffer of their own: each part, having written its band,
+//! copies its band's first and last rows there ([`publish_edges`]), and the parts that need
+//! them read them from there. Read from the owner's copy instead, in every plane, they had
+//! dragged the lines beside them (the owner's own rows, which it reads next) to the other
+//! core too: with that, the depthwise convs of det-s's 8 × 8 planes took 2.4× as long as
+//! without the pull.
+//!
 //! Which part owns a row: the one whose [`part_range`] of the plane's rows, over the pool's
 //! threads, holds it. Every banded kernel splits its output rows so.
 
@@ -38,6 +45,8 @@ pub(super) struct BandedKernel {
     pub steps: Range<usize>,
     pub reads: [Option<TensorId>; 2],
     pub writes: TensorId,
+    /// Rows of the planes of the tensor it writes.
+    pub rows: usize,
 }
 
 /// Per tensor of `rec`: whether, in entry `entry` whose banded kernels are `kernels`, it is
@@ -62,7 +71,8 @@ pub(super) fn banded_tensors(rec: &Recording, entry: usize, kernels: &[BandedKer
     banded
 }
 
-/// The copies of the banded tensors for parts `1..threads` (see the module docs).
+/// The copies of the banded tensors for parts `1..threads`, and every part's edge rows of
+/// them (see the module docs).
 #[derive(Debug)]
 pub(super) struct BandCopies {
     /// Where each banded tensor sits in each copy.
@@ -70,42 +80,89 @@ pub(super) struct BandCopies {
     /// `copies` arenas of `layout.len` floats, end to end.
     arena: Arena,
     copies: usize,
+    /// Per tensor: where its edge rows start in `edges` (`None`: it has none).
+    edge_at: Vec<Option<usize>>,
+    edges: Arena,
+    /// Floats in `edges`.
+    edges_len: usize,
 }
 
 impl BandCopies {
-    /// Copies for `threads − 1` parts of the tensors `tensors` marks (none where it marks
-    /// none), those whose lifetimes never overlap at overlapping offsets (`kernels` as for
-    /// [`ArenaPlan::shared`]).
+    /// Copies for `threads − 1` parts of the tensors `rows` gives the planes' heights of
+    /// (none where it gives none), those whose lifetimes never overlap at overlapping offsets
+    /// (`kernels` as for [`ArenaPlan::shared`]), and edge rows for each of `threads` parts.
     pub fn new(
         rec: &Recording,
         kernels: &dyn Fn(usize) -> Vec<bool>,
-        tensors: &[bool],
+        rows: &[Option<usize>],
         threads: usize,
     ) -> BandCopies {
-        let layout = ArenaPlan::shared_among(rec, kernels, &|t| tensors[t.index()]);
-        let copies = if tensors.contains(&true) {
-            threads.saturating_sub(1)
-        } else {
-            0
-        };
+        let (layout, copies, edge_at, edges) = Self::plan(rec, kernels, rows, threads);
         BandCopies {
             arena: Arena::zeroed(layout.len * copies),
             layout,
             copies,
+            edge_at,
+            edges: Arena::zeroed(edges),
+            edges_len: edges,
         }
+    }
+
+    /// The copies' layout and count, and each tensor's edge rows' offset and their floats in
+    /// all (see [`BandCopies::new`]).
+    fn plan(
+        rec: &Recording,
+        kernels: &dyn Fn(usize) -> Vec<bool>,
+        rows: &[Option<usize>],
+        threads: usize,
+    ) -> (ArenaPlan, usize, Vec<Option<usize>>, usize) {
+        let layout = ArenaPlan::shared_among(rec, kernels, &|t| rows[t.index()].is_some());
+        let copies = if rows.iter().any(Option::is_some) {
+            threads.saturating_sub(1)
+        } else {
+            0
+        };
+        let mut edges = 0;
+        let edge_at = rows
+            .iter()
+            .zip(&rec.tensors)
+            .map(|(h, t)| {
+                h.filter(|_| copies > 0).map(|h| {
+                    let at = edges;
+                    // First and last row of each part's band, every plane: 2·threads rows
+                    // of len / h floats, on a line of their own.
+                    edges += (2 * threads * t.len / h).next_multiple_of(16);
+                    at
+                })
+            })
+            .collect();
+        (layout, copies, edge_at, edges)
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
-        4 * (self.layout.len * self.copies) as u64
+        4 * (self.layout.len * self.copies + self.edges_len) as u64
     }
 
-    pub fn add_to(&self, plan: &mut MemoryPlan) {
-        if self.copies > 0 {
+    /// Adds what [`BandCopies::new`] would allocate for the same arguments to `plan`.
+    pub fn add_planned(
+        rec: &Recording,
+        kernels: &dyn Fn(usize) -> Vec<bool>,
+        rows: &[Option<usize>],
+        threads: usize,
+        plan: &mut MemoryPlan,
+    ) {
+        let (layout, copies, _, edges) = Self::plan(rec, kernels, rows, threads);
+        if copies > 0 {
             plan.add(
                 "cpu engine: band copies of batch-1 activations",
-                self.copies as u64,
-                4 * self.layout.len as u64,
+                copies as u64,
+                4 * layout.len as u64,
+            );
+            plan.add(
+                "cpu engine: band edge rows of batch-1 activations",
+                1,
+                4 * edges as u64,
             );
         }
     }
@@ -113,14 +170,16 @@ impl BandCopies {
     /// Tensor `id` of `len` floats at `main`, as the parts of a banded kernel see it: banded
     /// (each part its own copy) where `banded`, else the one tensor for every part.
     pub fn view(&self, main: *mut f32, id: TensorId, len: usize, banded: bool) -> PartCopies {
-        if !banded || self.copies == 0 {
+        let edge_at = self.edge_at[id.index()];
+        let (true, Some(edge_at)) = (banded && self.copies > 0, edge_at) else {
             return PartCopies::single(main, len);
-        }
+        };
         let at = self.layout.offset(id);
         PartCopies {
             main,
             replica: self.arena.at(at, len),
             step: self.layout.len,
+            edges: self.edges.at(edge_at, 0),
             len,
         }
     }
@@ -135,6 +194,8 @@ pub(super) struct PartCopies {
     /// Part 1's copy, part `t`'s `(t − 1)·step` floats further; null where not banded.
     replica: *mut f32,
     step: usize,
+    /// The parts' edge rows ([`publish_edges`]); null where not banded.
+    edges: *mut f32,
     /// Floats of the tensor (and of each copy).
     pub len: usize,
 }
@@ -152,6 +213,7 @@ impl PartCopies {
             main,
             replica: std::ptr::null_mut(),
             step: 0,
+            edges: std::ptr::null_mut(),
             len,
         }
     }
@@ -162,15 +224,22 @@ impl PartCopies {
         PartCopies::single(tensor.as_ptr().cast_mut(), tensor.len())
     }
 
-    /// A tensor whose parts `1..` have copies at `replica`, `step` floats apart (for tests;
-    /// the engine's come from [`BandCopies::view`]).
+    /// A tensor whose parts `1..` have copies at `replica`, `step` floats apart, and edge
+    /// rows at `edges` (for tests; the engine's come from [`BandCopies::view`]).
     #[cfg(test)]
-    pub fn banded_at(main: *mut f32, replica: *mut f32, step: usize, len: usize) -> PartCopies {
+    pub fn banded_at(
+        main: *mut f32,
+        replica: *mut f32,
+        step: usize,
+        edges: *mut f32,
+        len: usize,
+    ) -> PartCopies {
         assert!(step >= len);
         PartCopies {
             main,
             replica,
             step,
+            edges,
             len,
         }
     }
@@ -205,14 +274,57 @@ fn owner(h: usize, parts: usize, row: usize) -> usize {
         .unwrap_or_else(|| panic!("row {row} of a plane of {h}"))
 }
 
-/// Copies rows `rows` of planes `planes` (each `h × w`) of banded tensor `x` that parts other
-/// than `t` own from their copies into part `t`'s, for a kernel whose part `t` then reads
-/// those rows; does nothing where `x` is not banded.
+/// Part `t`'s edge row `side` (0: its band's first row, 1: its last) of every plane of a
+/// tensor of `h`-row planes: `len / h` floats.
+fn edge(x: &PartCopies, t: usize, side: usize, h: usize) -> *mut f32 {
+    x.edges.wrapping_add((2 * t + side) * (x.len / h))
+}
+
+/// Copies part `t`'s band's first and last rows of planes `planes` (each `h × w`) of banded
+/// tensor `x` from its copy to its edge rows, for the parts that read them next
+/// ([`pull_rows`]); does nothing where `x` is not banded. Part `t` calls it having written
+/// its band of those planes.
 ///
 /// # Safety
-/// `x`'s copies hold `planes.end` planes of `h × w`; while this runs, no other part writes
-/// the rows it owns in its copy (it may write rows it does not own, in its own copy), and
-/// nothing but this part touches part `t`'s copy.
+/// `x`'s copies hold `planes.end` planes of `h × w`; part `t`'s band of them in its copy was
+/// written and is not written while this runs; nothing but part `t` touches its edge rows
+/// meanwhile.
+pub(super) unsafe fn publish_edges(
+    x: &PartCopies,
+    t: usize,
+    parts: usize,
+    planes: Range<usize>,
+    (h, w): (usize, usize),
+) {
+    let own = part_range(h, parts, t);
+    if !x.is_banded() || own.is_empty() {
+        return;
+    }
+    assert!(x.len.is_multiple_of(h * w) && planes.end * h * w <= x.len);
+    let from = x.part(t);
+    for (side, row) in [(0, own.start), (1, own.end - 1)] {
+        let to = edge(x, t, side, h);
+        for plane in planes.clone() {
+            // SAFETY: row `row` of every plane lies inside the copy, and its edge rows hold
+            // `planes · w` floats (`BandCopies::plan`); the caller's promise keeps them apart
+            // from every other access.
+            unsafe {
+                std::ptr::copy_nonoverlapping(from.add((plane * h + row) * w), to.add(plane * w), w)
+            };
+        }
+    }
+}
+
+/// Copies rows `rows` of planes `planes` (each `h × w`) of banded tensor `x` that parts other
+/// than `t` own into part `t`'s copy, for a kernel whose part `t` then reads those rows, from
+/// their owners' edge rows ([`publish_edges`]) where they are a band's first or last row, else
+/// from the owner's copy; does nothing where `x` is not banded.
+///
+/// # Safety
+/// `x`'s copies hold `planes.end` planes of `h × w`, and every part published its edge rows
+/// after writing its band; while this runs, no part writes the rows it owns, in its copy or
+/// its edge rows (it may write rows it does not own, in its own copy), and nothing but this
+/// part touches part `t`'s copy.
 pub(super) unsafe fn pull_rows(
     x: &PartCopies,
     t: usize,
@@ -224,17 +336,28 @@ pub(super) unsafe fn pull_rows(
     if !x.is_banded() {
         return;
     }
-    assert!(planes.end * h * w <= x.len && rows.end <= h);
+    assert!(x.len.is_multiple_of(h * w) && planes.end * h * w <= x.len && rows.end <= h);
     let own = part_range(h, parts, t);
     let to = x.part(t);
     for row in rows.filter(|r| !own.contains(r)) {
-        let from = x.part(owner(h, parts, row));
+        let owner = owner(h, parts, row);
+        let band = part_range(h, parts, owner);
+        // Where row `row` of plane p lies in what it is read from.
+        let (from, at): (*const f32, &dyn Fn(usize) -> usize) = if row == band.start {
+            (edge(x, owner, 0, h), &|p| p * w)
+        } else if row == band.end - 1 {
+            (edge(x, owner, 1, h), &|p| p * w)
+        } else {
+            (x.part(owner), &|p| (p * h + row) * w)
+        };
         for plane in planes.clone() {
-            let at = plane * h * w + row * w;
-            // SAFETY: `at + w ≤ planes.end·h·w ≤ len` (asserted above), inside both copies;
-            // the row is the owner's, which no one writes now, and part `t`'s copy is this
-            // part's alone (the caller's promise); the copies are distinct memory.
-            unsafe { std::ptr::copy_nonoverlapping(from.add(at), to.add(at), w) };
+            // SAFETY: `at(plane) + w` lies inside the owner's edge rows or copy (their sizes,
+            // asserted above and in `BandCopies::plan`), and row `row` of the plane inside
+            // part `t`'s copy; the owner does not write the row now, and part `t`'s copy is
+            // this part's alone (the caller's promise); the two are distinct memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(from.add(at(plane)), to.add((plane * h + row) * w), w)
+            };
         }
     }
 }
@@ -254,33 +377,51 @@ mod tests {
         }
     }
 
-    /// Three parts, two planes of 6 × 2: each copy holds only its own rows (the others
-    /// poisoned); after the pull, part 1's copy holds rows 1..5 of both planes, its own rows
+    /// Part `t` of `parts` pulls rows `rows` of two planes of `h × 2` whose copies each hold
+    /// only their own rows (the others poisoned) and whose parts have published their edge
+    /// rows (and then had their copies' published rows poisoned, so that only the edge rows
+    /// can give them): part `t`'s copy then holds rows `rows` of both planes, its own rows
     /// untouched, the rest still poisoned.
-    #[test]
-    fn a_pull_copies_the_rows_other_parts_own_and_nothing_else() {
-        let (h, w, planes, parts) = (6, 2, 2, 3);
+    fn check_pull(h: usize, parts: usize, t: usize, rows: Range<usize>) {
+        let (w, planes) = (2, 2);
         let len = planes * h * w;
         let value = |plane: usize, row: usize, col: usize| (100 * plane + 10 * row + col) as f32;
+        let at = |u: usize, plane: usize, row: usize| u * len + (plane * h + row) * w;
         let mut copies = vec![f32::NAN; parts * len];
-        for t in 0..parts {
+        for u in 0..parts {
             for plane in 0..planes {
-                for row in part_range(h, parts, t) {
+                for row in part_range(h, parts, u) {
                     for col in 0..w {
-                        copies[t * len + plane * h * w + row * w + col] = value(plane, row, col);
+                        copies[at(u, plane, row) + col] = value(plane, row, col);
                     }
                 }
             }
         }
+        let mut edges = vec![f32::NAN; 2 * parts * len / h];
         let base = copies.as_mut_ptr();
-        let x = PartCopies::banded_at(base, base.wrapping_add(len), len, len);
-        // SAFETY: three copies of `len` floats in `copies`; one thread.
-        unsafe { pull_rows(&x, 1, parts, 0..planes, (h, w), 1..5) };
+        let x = PartCopies::banded_at(base, base.wrapping_add(len), len, edges.as_mut_ptr(), len);
+        for u in 0..parts {
+            // SAFETY: `parts` copies of `len` floats in `copies`, their edge rows in
+            // `edges`; one thread.
+            unsafe { publish_edges(&x, u, parts, 0..planes, (h, w)) };
+        }
+        for u in (0..parts).filter(|&u| u != t) {
+            let band = part_range(h, parts, u);
+            if let (Some(first), Some(last)) = (band.clone().next(), band.last()) {
+                for plane in 0..planes {
+                    copies[at(u, plane, first)] = -1.0;
+                    copies[at(u, plane, last)] = -1.0;
+                }
+            }
+        }
+        // SAFETY: as above.
+        unsafe { pull_rows(&x, t, parts, 0..planes, (h, w), rows.clone()) };
         for plane in 0..planes {
             for row in 0..h {
                 for col in 0..w {
-                    let got = copies[len + plane * h * w + row * w + col];
-                    if (1..5).contains(&row) {
+                    let got = copies[at(t, plane, row) + col];
+                    let mine = part_range(h, parts, t).contains(&row);
+                    if mine || rows.contains(&row) {
                         assert_eq!(got, value(plane, row, col), "plane {plane} row {row}");
                     } else {
                         assert!(got.is_nan(), "plane {plane} row {row} written");
@@ -288,6 +429,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_pull_copies_the_rows_other_parts_own_and_nothing_else() {
+        // Rows 1 and 4: part 0's last and part 2's first, from their edge rows.
+        check_pull(6, 3, 1, 1..5);
+        // Rows 0 and 1 of part 0's band 0..3 (its first row, and one neither first nor
+        // last, from its copy), and part 1 pulling from part 0 and part 2.
+        check_pull(6, 2, 1, 0..6);
+        check_pull(7, 4, 1, 0..7);
+        // A band of one row, its first and last at once; a part with no rows pulls nothing.
+        check_pull(3, 3, 1, 0..3);
+        check_pull(2, 3, 2, 0..0);
     }
 
     #[test]

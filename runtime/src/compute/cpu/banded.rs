@@ -98,7 +98,7 @@ pub(super) unsafe fn pointwise(
             && residual.is_none_or(|r| r.len == output.len),
         "pointwise conv in bands: tensor lengths do not match {op:?}"
     );
-    let n = op.n as usize;
+    let (n, co) = (op.n as usize, op.c_out as usize);
     let (oh, ow) = (op.out_h() as usize, op.out_w() as usize);
     let (in_img, out_img, plane) = (input.len / n, output.len / n, oh * ow);
     let parts = pool.threads();
@@ -123,6 +123,10 @@ pub(super) unsafe fn pointwise(
             // this part's copy of `output`: no other part writes them (other rows, or other
             // copies), and nothing else touches `output` (the caller's promise).
             unsafe { pointwise_band(gemm, op, weight, bias, band, residual, out, (j0, px)) };
+            let planes = b * co..(b + 1) * co;
+            // SAFETY: this part's band of image b's planes was written just above, and no
+            // part writes it again in this job; its edge rows are this part's alone.
+            unsafe { band_copies::publish_edges(&output, part, parts, planes, (oh, ow)) };
         });
     }
     true
@@ -177,5 +181,8 @@ pub(super) unsafe fn upsample_add(
                 }
             }
         }
+        // SAFETY: this part's band of every plane was written just above, and no part writes
+        // it again in this job; its edge rows are this part's alone.
+        unsafe { band_copies::publish_edges(&out, part, parts, 0..n * c, (oh, ow)) };
     });
 }

@@ -316,7 +316,19 @@ impl CpuExec {
     /// were every batch-1 layer to split (the splits are chosen later, by timing).
     fn band_copies(recording: &Recording, threads: usize) -> BandCopies {
         let threads = Scratch::threads_for(threads);
-        let mut could = vec![false; recording.tensors.len()];
+        let rows = Self::could_be_banded(recording, threads);
+        BandCopies::new(
+            recording,
+            &|e| fusion::joined_steps(recording, e),
+            &rows,
+            threads,
+        )
+    }
+
+    /// Per tensor, the rows of its planes where it could be banded on `threads` threads: were
+    /// every batch-1 layer to split (the splits are chosen later, by timing).
+    fn could_be_banded(recording: &Recording, threads: usize) -> Vec<Option<usize>> {
+        let mut could = vec![None; recording.tensors.len()];
         for (e, entry) in recording.entries.iter().enumerate() {
             let every_split = vec![true; entry.steps.len()];
             let schedule = schedule(recording, e, threads, true, &every_split);
@@ -325,16 +337,11 @@ impl CpuExec {
                 .filter_map(|&k| banded_kernel(recording, e, k, threads, &every_split))
                 .collect();
             let banded = band_copies::banded_tensors(recording, e, &kernels);
-            for (c, b) in could.iter_mut().zip(banded) {
-                *c |= b;
+            for k in kernels.iter().filter(|k| banded[k.writes.index()]) {
+                could[k.writes.index()] = Some(k.rows);
             }
         }
-        BandCopies::new(
-            recording,
-            &|e| fusion::joined_steps(recording, e),
-            &could,
-            threads,
-        )
+        could
     }
 
     /// Time every step of a run (for per-kernel figures).
@@ -363,7 +370,10 @@ impl CpuExec {
         let mut plan = MemoryPlan::default();
         Self::layout(recording).add_to(recording, &mut plan);
         WorkingMemory::of(recording, threads).add_to(&mut plan);
-        Self::band_copies(recording, threads).add_to(&mut plan);
+        let threads = Scratch::threads_for(threads);
+        let rows = Self::could_be_banded(recording, threads);
+        let joined = |e| fusion::joined_steps(recording, e);
+        BandCopies::add_planned(recording, &joined, &rows, threads, &mut plan);
         plan
     }
 
@@ -1201,29 +1211,35 @@ fn banded_kernel(
             && threads > 1
             && kernels::active().gemm_fused.is_some()
     };
+    // A conv's input and output, and its output's rows.
     let conv = |i: usize| match steps[i] {
-        Step::ConvForward { x, y, .. } => (x, y),
+        Step::ConvForward { op, x, y, .. } => (x, y, op.out_h() as usize),
         _ => unreachable!("fusion: step {i} is a conv"),
     };
-    let (reads, writes) = match kernel {
+    let (reads, writes, rows) = match kernel {
         Kernel::Separable {
             i,
             add,
             bands: true,
-        } => (
-            [Some(conv(i).0), add.map(|a| a.residual)],
-            add.map_or(conv(i + 1).1, |a| a.out),
-        ),
-        Kernel::NormalizedStem(i) if thread_split[i + 1] && threads > 1 => {
-            ([None, None], conv(i + 1).1)
+        } => {
+            let (y, rows) = (conv(i + 1).1, conv(i + 1).2);
+            let reads = [Some(conv(i).0), add.map(|a| a.residual)];
+            (reads, add.map_or(y, |a| a.out), rows)
         }
-        Kernel::Step(i) if pointwise_split(i) => ([Some(conv(i).0), None], conv(i).1),
+        Kernel::NormalizedStem(i) if thread_split[i + 1] && threads > 1 => {
+            ([None, None], conv(i + 1).1, conv(i + 1).2)
+        }
+        Kernel::Step(i) if pointwise_split(i) => {
+            let (x, y, rows) = conv(i);
+            ([Some(x), None], y, rows)
+        }
         Kernel::ConvAdd(i, add) if pointwise_split(i) => {
-            ([Some(conv(i).0), Some(add.residual)], add.out)
+            let (x, _, rows) = conv(i);
+            ([Some(x), Some(add.residual)], add.out, rows)
         }
         Kernel::UpsampleAdd(i, add) => match steps[i] {
             Step::UpsampleForward { op, x, .. } if threads > 1 && (op.n as usize) < threads => {
-                ([Some(x), Some(add.residual)], add.out)
+                ([Some(x), Some(add.residual)], add.out, 2 * op.h as usize)
             }
             _ => return None,
         },
@@ -1241,6 +1257,7 @@ fn banded_kernel(
         steps: first..first + kernel.steps(),
         reads,
         writes,
+        rows,
     })
 }
 

@@ -147,7 +147,7 @@ pub(crate) unsafe fn forward_bands(
     let (h, w) = (p.dw.h as usize, p.dw.w as usize);
     let (oh, ow) = (p.dw.out_h() as usize, p.dw.out_w() as usize);
     let s = p.dw.stride as usize;
-    let ci = p.pw.c_in as usize;
+    let (ci, co) = (p.pw.c_in as usize, p.pw.c_out as usize);
     let (x_img, out_img) = (x.len / n, out.len / n);
     // Every part, even one with no rows, so that a row's owner is the same in every banded
     // kernel (see `band_copies`).
@@ -180,7 +180,7 @@ pub(crate) unsafe fn forward_bands(
                 rs: px,
                 cs: 1,
             };
-            let out = out.part(part).wrapping_add(b * out_img);
+            let to = out.part(part).wrapping_add(b * out_img);
             // SAFETY: the active set's GEMM; the band's pixels of image b, every channel, in
             // this part's copy of `out`: no other part writes them (other rows, or other
             // copies), and nothing else touches `out` while this runs (the caller's promise).
@@ -192,10 +192,14 @@ pub(crate) unsafe fn forward_bands(
                     p.pw_bias,
                     band,
                     residual,
-                    out,
+                    to,
                     (j0, px),
                 )
             };
+            let planes = b * co..(b + 1) * co;
+            // SAFETY: this part's band of image b's planes was written just above, and no
+            // part writes it again in this job; its edge rows are this part's alone.
+            unsafe { band_copies::publish_edges(&out, part, parts, planes, (oh, ow)) };
         });
     }
     true

@@ -9,7 +9,7 @@
 //! at batch 1) is saved. The values are the same `byte / 255` either way, so the outputs are
 //! identical bit for bit.
 
-use super::band_copies::PartCopies;
+use super::band_copies::{self, PartCopies};
 use super::gemm::Epilogue;
 use super::kernels::{self, Dense3x3Input, DENSE3X3_MAX_TAPS, RGB_MAX_W};
 use super::pool::Pool;
@@ -109,6 +109,10 @@ pub(super) unsafe fn forward_split_rows<'a>(
                     rows,
                 )
             };
+            // SAFETY: this part's band of image b's planes was written just above, and no
+            // part writes it again in this job; its edge rows are this part's alone.
+            let planes = b * m..(b + 1) * m;
+            unsafe { band_copies::publish_edges(&output, part, parts, planes, (oh, ow)) };
         });
     }
 }
