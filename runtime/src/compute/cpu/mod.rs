@@ -25,6 +25,7 @@ pub mod normalize;
 pub mod optim;
 pub mod pool;
 pub mod reduce;
+mod schedule;
 pub mod scratch;
 mod separable;
 mod stem;
