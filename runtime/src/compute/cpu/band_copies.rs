@@ -280,8 +280,9 @@ fn edge(x: &PartCopies, t: usize, side: usize, h: usize) -> *mut f32 {
     x.edges.wrapping_add((2 * t + side) * (x.len / h))
 }
 
-/// Copies part `t`'s band's first and last rows of planes `planes` (each `h × w`) of banded
-/// tensor `x` from its copy to its edge rows, for the parts that read them next
+/// Copies part `t`'s band's first row (where a part comes before it) and last row (where
+/// one comes after it) of planes `planes` (each `h × w`) of banded tensor `x` from its copy
+/// to its edge rows, for the parts that read them next
 /// ([`pull_rows`]); does nothing where `x` is not banded. Part `t` calls it having written
 /// its band of those planes.
 ///
@@ -302,7 +303,9 @@ pub(super) unsafe fn publish_edges(
     }
     assert!(x.len.is_multiple_of(h * w) && planes.end * h * w <= x.len);
     let from = x.part(t);
-    for (side, row) in [(0, own.start), (1, own.end - 1)] {
+    // The first row only where a part above could need it, the last where one below could.
+    let sides = [(t > 0, 0, own.start), (t + 1 < parts, 1, own.end - 1)];
+    for (_, side, row) in sides.into_iter().filter(|s| s.0) {
         let to = edge(x, t, side, h);
         for plane in planes.clone() {
             // SAFETY: row `row` of every plane lies inside the copy, and its edge rows hold
@@ -317,8 +320,8 @@ pub(super) unsafe fn publish_edges(
 
 /// Copies rows `rows` of planes `planes` (each `h × w`) of banded tensor `x` that parts other
 /// than `t` own into part `t`'s copy, for a kernel whose part `t` then reads those rows, from
-/// their owners' edge rows ([`publish_edges`]) where they are a band's first or last row, else
-/// from the owner's copy; does nothing where `x` is not banded.
+/// their owners' edge rows ([`publish_edges`]) where the owner published them, else from
+/// the owner's copy; does nothing where `x` is not banded.
 ///
 /// # Safety
 /// `x`'s copies hold `planes.end` planes of `h × w`, and every part published its edge rows
@@ -342,11 +345,12 @@ pub(super) unsafe fn pull_rows(
     for row in rows.filter(|r| !own.contains(r)) {
         let owner = owner(h, parts, row);
         let band = part_range(h, parts, owner);
-        // Where row `row` of plane p lies in what it is read from.
-        let (from, at): (*const f32, &dyn Fn(usize) -> usize) = if row == band.start {
-            (edge(x, owner, 0, h), &|p| p * w)
-        } else if row == band.end - 1 {
-            (edge(x, owner, 1, h), &|p| p * w)
+        // Where row `row` of plane p lies in what it is read from: the owner's edge rows
+        // where it published this one (its last row for the parts after it, its first for
+        // those before), else its copy.
+        let published = (owner < t && row == band.end - 1) || (owner > t && row == band.start);
+        let (from, at): (*const f32, &dyn Fn(usize) -> usize) = if published {
+            (edge(x, owner, usize::from(owner < t), h), &|p| p * w)
         } else {
             (x.part(owner), &|p| (p * h + row) * w)
         };
@@ -379,9 +383,9 @@ mod tests {
 
     /// Part `t` of `parts` pulls rows `rows` of two planes of `h × 2` whose copies each hold
     /// only their own rows (the others poisoned) and whose parts have published their edge
-    /// rows (and then had their copies' published rows poisoned, so that only the edge rows
-    /// can give them): part `t`'s copy then holds rows `rows` of both planes, its own rows
-    /// untouched, the rest still poisoned.
+    /// rows (and then had the rows they published for part `t` poisoned in their copies, so
+    /// that only the edge rows can give them): part `t`'s copy then holds rows `rows` of both
+    /// planes, its own rows untouched, the rest still poisoned.
     fn check_pull(h: usize, parts: usize, t: usize, rows: Range<usize>) {
         let (w, planes) = (2, 2);
         let len = planes * h * w;
@@ -406,11 +410,17 @@ mod tests {
             unsafe { publish_edges(&x, u, parts, 0..planes, (h, w)) };
         }
         for u in (0..parts).filter(|&u| u != t) {
+            // The row part `u` published for part `t`: its last one for the parts after it,
+            // its first for those before.
             let band = part_range(h, parts, u);
-            if let (Some(first), Some(last)) = (band.clone().next(), band.last()) {
+            let published = if u < t {
+                band.last()
+            } else {
+                band.clone().next()
+            };
+            for row in published {
                 for plane in 0..planes {
-                    copies[at(u, plane, first)] = -1.0;
-                    copies[at(u, plane, last)] = -1.0;
+                    copies[at(u, plane, row)] = -1.0;
                 }
             }
         }
@@ -435,8 +445,9 @@ mod tests {
     fn a_pull_copies_the_rows_other_parts_own_and_nothing_else() {
         // Rows 1 and 4: part 0's last and part 2's first, from their edge rows.
         check_pull(6, 3, 1, 1..5);
-        // Rows 0 and 1 of part 0's band 0..3 (its first row, and one neither first nor
-        // last, from its copy), and part 1 pulling from part 0 and part 2.
+        // Rows 0 and 1 of part 0's band 0..3 (not published for a part after it: from its
+        // copy) and row 2 (its last, from its edge rows); part 1 of 4 pulling from parts 0, 2
+        // and 3.
         check_pull(6, 2, 1, 0..6);
         check_pull(7, 4, 1, 0..7);
         // A band of one row, its first and last at once; a part with no rows pulls nothing.

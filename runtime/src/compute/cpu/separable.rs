@@ -173,7 +173,6 @@ pub(crate) unsafe fn forward_bands(
             let j0 = rows.start * ow;
             depthwise::forward_rows(p.dw, xb, p.dw_weight, p.dw_bias, buf, px, rows);
             // SAFETY: the residual is read only, by every part, while this runs.
-            // SAFETY: the residual is read only, by every part, while this runs.
             let residual = residual.map(|r| &unsafe { r.read(part) }[b * out_img..][..out_img]);
             let band = Mat {
                 data: &buf[..ci * px],
