@@ -418,7 +418,7 @@ mod tests {
             } else {
                 band.clone().next()
             };
-            for row in published {
+            if let Some(row) = published {
                 for plane in 0..planes {
                     copies[at(u, plane, row)] = -1.0;
                 }
