@@ -123,8 +123,9 @@ pub struct ComputeBenchReport {
     pub engine: String,
     /// The CPU engine's kernel set (`FULCRUM_CPU_KERNELS` forces one); `None` on a GPU.
     pub cpu_kernels: Option<KernelSet>,
-    /// The CPU engine's batch-1 forward convs split over the threads (pointwise by pixels,
-    /// others by channels; chosen per layer by measurement); `None` on a GPU.
+    /// The CPU engine's batch-1 forward convs split over the threads (the stem, pointwise
+    /// convs and separable pairs by rows, others by channels; chosen per layer by
+    /// measurement); `None` on a GPU.
     pub cpu_batch1_split: Option<SplitChoice>,
     pub model: String,
     pub params: usize,

@@ -461,7 +461,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         show("forward, batch 1", &r.forward_batch1);
         if let Some(s) = r.cpu_batch1_split.as_ref().filter(|s| s.measured > 0) {
             println!(
-                "    {} of {} convs split over the threads (measured faster, the stem always; pointwise by pixels, the stem by rows, others by channels): {}",
+                "    {} of {} convs split over the threads (measured faster, the stem always; the stem, the pointwise convs and the separable pairs by rows, each thread in its own copy of the activations; others by channels): {}",
                 s.split.len(),
                 s.measured,
                 if s.split.is_empty() {

@@ -281,8 +281,9 @@ pub fn splits_by_channels(op: &Conv2d) -> bool {
 /// [`conv2d_forward`] with each image's output channels split over the threads instead of the
 /// batch over them: for a batch smaller than the threads (the batch-1 forward pass of
 /// inference), where the batch split leaves threads idle. A pointwise conv splits its pixels
-/// instead, where the kernel set has a fused GEMM: each thread then packs only its own part of
-/// the input; the stem (a dense 3×3 stride-2 conv read in place) its output rows, likewise.
+/// instead, in bands of rows, where the kernel set has a fused GEMM: each thread then packs
+/// only its own part of the input; the stem (a dense 3×3 stride-2 conv read in place) its
+/// output rows, likewise.
 /// Each output is computed exactly as by [`conv2d_forward`] (the same sums in the
 /// same order), so the results are identical. Falls back to [`conv2d_forward`] where
 /// [`splits_by_channels`] says no.
