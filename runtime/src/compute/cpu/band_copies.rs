@@ -1,5 +1,6 @@
-//! Each thread's own copy of the tensors that batch-1 separable pairs pass from one to the
-//! next in bands of rows ([`super::separable::forward_bands`]).
+//! Each thread's own copy of the tensors that batch-1 kernels split in bands of rows pass
+//! from one to the next (the stem, the separable pairs of [`super::separable::forward_bands`],
+//! the pointwise convs and the upsampling add of [`super::banded`]).
 //!
 //! A band of rows of an NCHW tensor is a run of part of a plane in every channel: at two
 //! threads, the threads' parts of a tensor alternate through memory every half plane. No
@@ -12,7 +13,7 @@
 //! to 2.3× (16 × 16) as long as one thread doing both halves, where two threads writing
 //! each its own contiguous half took no longer.
 //!
-//! So where a banded pair writes a tensor that only banded pairs read ([`banded_tensors`]),
+//! So where a banded kernel writes a tensor that only banded kernels read ([`banded_tensors`]),
 //! each part writes its band into a copy of its own: part 0 into the tensor itself, part `t`
 //! into copy `t` of [`BandCopies`], which places it at the same offset in each of
 //! `threads − 1` arenas laid out as the main one is, over these tensors alone. A part
@@ -21,11 +22,11 @@
 //! ([`pull_rows`]): the only floats that pass between the threads.
 //!
 //! Those rows pass through an edge buffer of their own: each part, having written its band,
-//! copies its band's first and last rows there ([`publish_edges`]), and the parts that need
-//! them read them from there. Read from the owner's copy instead, in every plane, they had
-//! dragged the lines beside them (the owner's own rows, which it reads next) to the other
-//! core too: with that, the depthwise convs of det-s's 8 × 8 planes took 2.4× as long as
-//! without the pull.
+//! copies there its band's first row where a part comes before it and its last where one
+//! comes after ([`publish_edges`]), and the parts that need them read them from there. Read
+//! from the owner's copy instead, in every plane, they had dragged the lines beside them (the
+//! owner's own rows, which it reads next) to the other core too: with that, the depthwise
+//! convs of det-s's 8 × 8 planes took 2.4× as long as without the pull.
 //!
 //! Which part owns a row: the one whose [`part_range`] of the plane's rows, over the pool's
 //! threads, holds it. Every banded kernel splits its output rows so.
