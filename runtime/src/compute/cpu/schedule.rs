@@ -2,6 +2,8 @@
 //! ([`super::fusion`] says which may), and which of those kernels read and write tensors in
 //! bands of rows ([`super::band_copies`]).
 
+use std::ops::Range;
+
 use super::band_copies::BandedKernel;
 use super::fusion::{self, GradStore, ResidualAdd};
 use super::kernels;
@@ -15,12 +17,13 @@ pub(super) enum Kernel {
     Step(usize),
     /// Pointwise conv `i` with the add after it in its store.
     ConvAdd(usize, ResidualAdd),
-    /// Upsampling `i` with the add after it in its copy ([`upsampled::upsample_add`](super::upsampled::upsample_add)).
+    /// Upsampling `i` with the add after it in its copy
+    /// ([`super::upsampled::upsample_add`]).
     UpsampleAdd(usize, ResidualAdd),
     /// Depthwise conv `i` and pointwise conv `i + 1`, with the add after them where given;
     /// with `bands`, each image split over the threads in bands of rows, the depthwise
-    /// output kept out of memory ([`separable::forward_bands`](super::separable::forward_bands)), else the batch split
-    /// ([`separable::forward_images`](super::separable::forward_images)).
+    /// output kept out of memory ([`super::separable::forward_bands`]), else the batch split
+    /// ([`super::separable::forward_images`]).
     Separable {
         i: usize,
         add: Option<ResidualAdd>,
@@ -29,11 +32,12 @@ pub(super) enum Kernel {
     /// Upsampling `i` and pointwise conv `i + 1`, the conv at the small size
     /// ([`super::upsampled`]), with the add after them where given.
     Upsampled { i: usize, add: Option<ResidualAdd> },
-    /// Normalisation `i` and the stem `i + 1` reading the records ([`stem::forward_normalized`](super::stem::forward_normalized)).
+    /// Normalisation `i` and the stem `i + 1` reading the records
+    /// ([`super::stem::forward_normalized`]).
     NormalizedStem(usize),
     /// Conv backward pass `i` doing more in its input gradient's store (and the add after it,
     /// where `store` has one), or taking its output gradient as masked already
-    /// ([`conv::conv2d_backward_with`](super::conv::conv2d_backward_with)).
+    /// ([`super::conv::conv2d_backward_with`]).
     Backward {
         i: usize,
         store: Option<GradStore>,
@@ -42,25 +46,26 @@ pub(super) enum Kernel {
 }
 
 impl Kernel {
-    /// Steps of the entry it runs.
-    pub(super) fn steps(self) -> usize {
-        match self {
-            Kernel::Step(_) => 1,
-            Kernel::ConvAdd(..) | Kernel::UpsampleAdd(..) | Kernel::NormalizedStem(_) => 2,
-            Kernel::Separable { add, .. } | Kernel::Upsampled { add, .. } => {
-                2 + usize::from(add.is_some())
+    /// The steps of the entry it runs.
+    pub(super) fn steps(self) -> Range<usize> {
+        let (first, count) = match self {
+            Kernel::Step(i) => (i, 1),
+            Kernel::ConvAdd(i, _) | Kernel::UpsampleAdd(i, _) | Kernel::NormalizedStem(i) => (i, 2),
+            Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
+                (i, 2 + usize::from(add.is_some()))
             }
-            Kernel::Backward { store, .. } => {
-                1 + usize::from(store.is_some_and(|s| s.add.is_some()))
+            Kernel::Backward { i, store, .. } => {
+                (i, 1 + usize::from(store.is_some_and(|s| s.add.is_some())))
             }
-        }
+        };
+        first..first + count
     }
 }
 
 /// The kernels of entry `entry` of `rec` on `threads` threads: its steps in order, those
-/// that run as one together (see [`super::fusion`]). A batch-1 pair keeps the depthwise output out of memory only
-/// where nothing else reads it and the pointwise conv was measured faster split
-/// (`thread_split`, per step).
+/// that run as one together (see [`super::fusion`]). A batch-1 pair keeps the depthwise
+/// output out of memory only where nothing else reads it and the pointwise conv was measured
+/// faster split (`thread_split`, per step).
 pub(super) fn schedule(
     rec: &Recording,
     entry: usize,
@@ -119,14 +124,15 @@ pub(super) fn schedule(
             (None, _) => Kernel::Step(i),
         });
         plan.push(kernel);
-        i += kernel.steps();
+        i = kernel.steps().end;
     }
     plan
 }
 
 /// Kernel `kernel` of entry `entry` on `threads` threads with the splits `thread_split`, as
 /// a kernel that reads and writes tensors in bands, where it runs so (the batch-1 kernels
-/// split in bands of rows: [`super::banded`], [`separable::forward_bands`](super::separable::forward_bands), the stem's row split).
+/// split in bands of rows: [`super::banded`], [`super::separable::forward_bands`], the
+/// stem's row split).
 pub(super) fn banded_kernel(
     rec: &Recording,
     entry: usize,
@@ -175,16 +181,8 @@ pub(super) fn banded_kernel(
         },
         _ => return None,
     };
-    let first = match kernel {
-        Kernel::Step(i)
-        | Kernel::ConvAdd(i, _)
-        | Kernel::UpsampleAdd(i, _)
-        | Kernel::NormalizedStem(i)
-        | Kernel::Separable { i, .. } => i,
-        _ => unreachable!("matched above"),
-    };
     Some(BandedKernel {
-        steps: first..first + kernel.steps(),
+        steps: kernel.steps(),
         reads,
         writes,
         rows,
