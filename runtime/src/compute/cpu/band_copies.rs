@@ -219,6 +219,11 @@ impl PartCopies {
         }
     }
 
+    /// A tensor written, not banded: every part's copy is the tensor.
+    pub fn writing(tensor: &mut [f32]) -> PartCopies {
+        PartCopies::single(tensor.as_mut_ptr(), tensor.len())
+    }
+
     /// A tensor only read, not banded: every part's copy is the tensor, and nothing writes
     /// through the view ([`pull_rows`] writes banded tensors only).
     pub fn reading(tensor: &[f32]) -> PartCopies {

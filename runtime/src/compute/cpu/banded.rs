@@ -12,6 +12,7 @@ use super::gemm::{rm, Epilogue, Mat};
 use super::kernels;
 use super::pool::Pool;
 use super::scratch::part_range;
+use super::upsampled;
 use crate::compute::ops::{Conv2d, ConvKind, Upsample2x};
 
 /// Pointwise conv `op`'s outputs at pixels `j0 .. j0 + px` of one image, every channel:
@@ -133,7 +134,7 @@ pub(super) unsafe fn pointwise(
 }
 
 /// `out = up(x) + residual`, a nearest 2× upsampling and the add after it (the sums of
-/// [`super::upsampled::upsample_add`]), each image's output rows split over `pool`'s threads
+/// [`upsampled::upsample_add`]), each image's output rows split over `pool`'s threads
 /// in bands; a part first copies into its copy of `x` the input rows its band reads that
 /// other parts own.
 ///
@@ -175,10 +176,7 @@ pub(super) unsafe fn upsample_add(
                 // SAFETY: row oy of this plane of `out` (inside it: asserted above), in this
                 // part's copy, which only this part touches while the job runs.
                 let row = unsafe { std::slice::from_raw_parts_mut(to.add(at), ow) };
-                for ((pair, s), v) in row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line) {
-                    pair[0] = v + s[0];
-                    pair[1] = v + s[1];
-                }
+                upsampled::upsample_add_row(line, skip, row);
             }
         }
         // SAFETY: this part's band of every plane was written just above, and no part writes

@@ -311,7 +311,7 @@ pub fn conv2d_forward_split(
         }
         (ConvKind::Dense, Some(pool)) if stem::reads_in_place(op) => {
             let image = |b: usize| Dense3x3Input::Planes(&input[b * in_img..][..in_img]);
-            let out = PartCopies::single(output.as_mut_ptr(), output.len());
+            let out = PartCopies::writing(output);
             // SAFETY: the one tensor, borrowed mutably for the call.
             return unsafe { stem::forward_split_rows(op, image, weight, bias, out, pool) };
         }
@@ -365,7 +365,7 @@ fn forward_pointwise_bands(
         residual.map_or(0, <[f32]>::len),
         output.len()
     );
-    let out = PartCopies::single(output.as_mut_ptr(), output.len());
+    let out = PartCopies::writing(output);
     let residual = residual.map(|r| PartCopies::reading(&r[..output.len()]));
     // SAFETY: plain tensors (every part's copy the one tensor), read-only but `output`, which
     // is borrowed mutably for the call and so distinct from them.

@@ -109,9 +109,9 @@ pub(super) unsafe fn forward_split_rows<'a>(
                     rows,
                 )
             };
+            let planes = b * m..(b + 1) * m;
             // SAFETY: this part's band of image b's planes was written just above, and no
             // part writes it again in this job; its edge rows are this part's alone.
-            let planes = b * m..(b + 1) * m;
             unsafe { band_copies::publish_edges(&output, part, parts, planes, (oh, ow)) };
         });
     }
@@ -170,7 +170,7 @@ pub fn forward_normalized(
     split_rows: bool,
 ) {
     if let (true, Some(pool)) = (split_rows, pool) {
-        let out = PartCopies::single(output.as_mut_ptr(), output.len());
+        let out = PartCopies::writing(output);
         // SAFETY: the one tensor, borrowed mutably for the call.
         return unsafe { forward_normalized_rows(norm, conv, records, weight, bias, out, pool) };
     }

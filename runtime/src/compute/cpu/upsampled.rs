@@ -125,11 +125,17 @@ pub(crate) fn upsample_add(up: &Upsample2x, x: &[f32], residual: &[f32], out: &m
         for (oy, row) in dst.chunks_exact_mut(2 * w).enumerate() {
             let line = &src[(oy / 2) * w..][..w];
             let skip = &residual[(p * 2 * h + oy) * 2 * w..][..2 * w];
-            for ((pair, s), v) in row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line) {
-                pair[0] = v + s[0];
-                pair[1] = v + s[1];
-            }
+            upsample_add_row(line, skip, row);
         }
+    }
+}
+
+/// One output row of [`upsample_add`]: `row[2j + k] = line[j] + skip[2j + k]`.
+#[inline]
+pub(super) fn upsample_add_row(line: &[f32], skip: &[f32], row: &mut [f32]) {
+    for ((pair, s), v) in row.chunks_exact_mut(2).zip(skip.chunks_exact(2)).zip(line) {
+        pair[0] = v + s[0];
+        pair[1] = v + s[1];
     }
 }
 
