@@ -100,21 +100,44 @@ impl ModelConfig {
         Ok(config)
     }
 
+    /// The largest values [`ModelConfig::validate`] accepts.
+    pub const MAX_CLASSES: u32 = 1000;
+    pub const MAX_WIDTH: f32 = 8.0;
+    pub const MAX_DEPTH: u32 = 4;
+    /// Largest input side a checkpoint may describe (training stops at [`Self::MAX_INPUT`]).
+    pub const MAX_DESCRIBED_INPUT: u32 = 1024;
+
     pub fn validate(&self) -> Result<(), String> {
-        if self.classes == 0 || self.classes > 1000 {
-            return Err(format!("{} classes: a model needs 1 to 1000", self.classes));
-        }
-        if self.input == 0 || !self.input.is_multiple_of(32) || self.input > 1024 {
+        if self.classes == 0 || self.classes > Self::MAX_CLASSES {
             return Err(format!(
-                "input size {}: it must be a multiple of 32, at most 1024",
-                self.input
+                "{} classes: a model needs 1 to {}",
+                self.classes,
+                Self::MAX_CLASSES
             ));
         }
-        if !(self.width.is_finite() && (0.25..=8.0).contains(&self.width)) {
-            return Err(format!("width {}: use 0.25 to 8", self.width));
+        if self.input == 0
+            || !self.input.is_multiple_of(32)
+            || self.input > Self::MAX_DESCRIBED_INPUT
+        {
+            return Err(format!(
+                "input size {}: it must be a multiple of 32, at most {}",
+                self.input,
+                Self::MAX_DESCRIBED_INPUT
+            ));
         }
-        if !(1..=4).contains(&self.depth) {
-            return Err(format!("depth {}: use 1 to 4", self.depth));
+        if !(self.width.is_finite() && (0.25..=Self::MAX_WIDTH).contains(&self.width)) {
+            return Err(format!(
+                "width {}: use 0.25 to {}",
+                self.width,
+                Self::MAX_WIDTH
+            ));
+        }
+        if !(1..=Self::MAX_DEPTH).contains(&self.depth) {
+            return Err(format!(
+                "depth {}: use 1 to {}",
+                self.depth,
+                Self::MAX_DEPTH
+            ));
         }
         if self.levels != 1 && self.levels != 3 {
             return Err(format!(

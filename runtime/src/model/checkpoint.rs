@@ -71,6 +71,101 @@ pub enum LoadError {
     Exec(#[from] crate::compute::exec::Error),
 }
 
+/// The largest file a checkpoint of any model this build can describe may be: the widest,
+/// deepest three-level model with the most classes, with its AdamW moments and its average
+/// (four f32 values a parameter), plus room for the header. Anything larger is not a
+/// checkpoint, and is refused before a byte of it is read.
+pub fn max_file_bytes() -> u64 {
+    static BOUND: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        let widest = ModelConfig {
+            name: "det-l".into(),
+            width: ModelConfig::MAX_WIDTH,
+            depth: ModelConfig::MAX_DEPTH,
+            levels: 3,
+            input: ModelConfig::MAX_INPUT,
+            classes: ModelConfig::MAX_CLASSES,
+        };
+        let params: u64 = crate::model::Arch::new(&widest)
+            .params()
+            .iter()
+            .map(|p| p.len() as u64)
+            .sum();
+        params * 4 * 4 + HEADER_ROOM
+    })
+}
+
+/// Room for a safetensors header: the tensor table, the class names and the training
+/// configuration.
+const HEADER_ROOM: u64 = 16 << 20;
+
+/// Reads the whole of `path`, which must be a regular file (a link to one is fine) of at most
+/// `max` bytes. The file is opened without blocking and checked on its open descriptor before
+/// a byte is read: a FIFO, a device such as `/dev/zero`, a folder or an oversized file is
+/// refused at once, and a file that grows while it is read is refused too.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let content = |detail: String| Error::Content {
+        path: path.to_path_buf(),
+        detail,
+    };
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_nonblock())
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        let kind = file_kind(&meta);
+        return Err(content(format!(
+            "is {kind}, not a regular file: give the path of a checkpoint file"
+        )));
+    }
+    if meta.len() > max {
+        return Err(content(format!(
+            "{} bytes, more than any fulcrum checkpoint can be ({max}): not a checkpoint",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(content(format!(
+            "grew past {max} bytes while being read: not a checkpoint"
+        )));
+    }
+    Ok(bytes)
+}
+
+fn libc_nonblock() -> i32 {
+    nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// A checkpoint in memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
@@ -199,10 +294,7 @@ impl Checkpoint {
     /// Reads a checkpoint, checking its format and that every tensor is `F32` of a
     /// consistent size.
     pub fn load(path: &Path) -> Result<Checkpoint> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read_bounded(path, max_file_bytes())?;
         Checkpoint::decode(path, &bytes)
     }
 
@@ -535,5 +627,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_within_the_family_bound_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // A device that never ends, a FIFO with no writer, a folder: refused before reading.
+        for (path, kind) in [
+            (Path::new("/dev/zero").to_path_buf(), "character device"),
+            (dir.path().to_path_buf(), "folder"),
+        ] {
+            let e = Checkpoint::load(&path).unwrap_err().to_string();
+            assert!(e.contains(kind) && e.contains("not a regular file"), "{e}");
+        }
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let e = Checkpoint::load(&fifo).unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "{e}");
+        // A link to /dev/zero is the device, as the descriptor says.
+        let link = dir.path().join("w.safetensors");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = Checkpoint::load(&link).unwrap_err().to_string();
+        assert!(e.contains("character device"), "{e}");
+        // A file over the bound: refused by its size (sparse, so nothing is written).
+        let big = dir.path().join("big.safetensors");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(max_file_bytes() + 1).unwrap();
+        let e = Checkpoint::load(&big).unwrap_err().to_string();
+        assert!(e.contains("more than any fulcrum checkpoint"), "{e}");
+        // The bound holds the largest preset's full training state with room to spare.
+        let det_l = crate::model::Arch::new(&ModelConfig::named("det-l", 80).unwrap());
+        let full: u64 = det_l.params().iter().map(|p| p.len() as u64 * 16).sum();
+        assert!(
+            max_file_bytes() > 4 * full,
+            "{} vs {full}",
+            max_file_bytes()
+        );
+        // And a small file reads whole.
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"0123").unwrap();
+        assert_eq!(read_bounded(&small, 4).unwrap(), b"0123");
+        assert!(read_bounded(&small, 3).is_err());
     }
 }

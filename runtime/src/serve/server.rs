@@ -48,6 +48,11 @@ pub struct ServeConfig {
     pub allow_uids: Vec<u32>,
     pub allow_gids: Vec<u32>,
     pub max_clients: usize,
+    /// Most connections one uid may hold at once; `None`: three quarters of `max_clients`
+    /// (see [`ServeConfig::per_uid_limit`]).
+    pub max_clients_per_uid: Option<usize>,
+    /// A connection that has not sent `Hello` this long after it was accepted is closed.
+    pub hello_timeout: Duration,
     /// Largest frame side accepted (scratch for letterboxing is sized for it).
     pub max_frame_side: u16,
     /// Largest memfd ring a client may attach.
@@ -58,6 +63,12 @@ pub struct ServeConfig {
     pub state_dir: Option<PathBuf>,
     /// Most time one fine-tuning step may hold the engine.
     pub fine_tune_slice: Duration,
+    /// A client's `Reload` may name a file only inside this folder (after links are
+    /// resolved); `None`: clients reload the configured weights only.
+    pub client_reload_dir: Option<PathBuf>,
+    /// A reload (or a fine-tuned swap) not loaded and warmed up within this is abandoned and
+    /// the old weights keep serving.
+    pub reload_timeout: Duration,
 }
 
 impl ServeConfig {
@@ -72,11 +83,15 @@ impl ServeConfig {
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
             max_clients: 16,
+            max_clients_per_uid: None,
+            hello_timeout: Duration::from_secs(2),
             max_frame_side: 1920,
             max_ring_bytes: 256 << 20,
             stall_timeout: Duration::from_secs(10),
             state_dir: None,
             fine_tune_slice: Duration::from_millis(50),
+            client_reload_dir: None,
+            reload_timeout: Duration::from_secs(60),
         }
     }
 
@@ -106,6 +121,14 @@ impl ServeConfig {
         );
         plan.add("second model while a reload warms up", 1, engine.total());
         Ok(plan)
+    }
+
+    /// Most connections one uid may hold: as set, else three quarters of all the slots (at
+    /// least one), so that one careless program cannot take every slot from the others.
+    pub fn per_uid_limit(&self) -> usize {
+        self.max_clients_per_uid
+            .unwrap_or_else(|| (self.max_clients * 3).div_ceil(4))
+            .clamp(1, self.max_clients.max(1))
     }
 
     /// Bytes of the largest reply (a full detections reply, or an error with the longest text).
@@ -138,6 +161,10 @@ struct Counters {
     requests: u64,
     errors: u64,
     refused: u32,
+    /// Connections closed for not sending `Hello` in time, or to make room for a new one.
+    hello_timeouts: u64,
+    evicted: u64,
+    reload_failures: u64,
     latency: LatencyHistogram,
     engine: LatencyHistogram,
 }
@@ -239,6 +266,10 @@ struct Client {
     fd: OwnedFd,
     cred: PeerCredentials,
     greeted: bool,
+    /// When it was accepted: the `Hello` deadline counts from here.
+    connected: Instant,
+    /// Unique for the daemon's life: tells a connection from a later one in the same slot.
+    id: u64,
     ring: Option<ClientRing>,
     /// A reply the socket had no room for, and since when.
     pending: Vec<u8>,
@@ -254,7 +285,7 @@ enum After {
 
 pub struct Server {
     config: ServeConfig,
-    listener: OwnedFd,
+    listener: socket::Listener,
     own: PeerCredentials,
     model: Model,
     generation: u32,
@@ -273,8 +304,33 @@ pub struct Server {
     notifier: Notifier,
     plan: MemoryPlan,
     fine_tune: Option<FineTuner>,
-    /// Fine-tuned weights loading and warming up on a thread of their own, and their score.
-    swap_loading: Option<(std::thread::JoinHandle<LoadedModel>, f32)>,
+    /// Weights loading and warming up on a thread of their own.
+    loading: Option<Loading>,
+    /// Connections accepted since start (each client's `id`).
+    connections: u64,
+}
+
+/// Weights loading and warming up beside the serving loop, which goes on serving the old
+/// ones (and answering SIGTERM and the watchdog) until they are ready or the deadline passes.
+struct Loading {
+    handle: std::thread::JoinHandle<LoadedModel>,
+    started: Instant,
+    path: PathBuf,
+    why: LoadReason,
+}
+
+enum LoadReason {
+    /// SIGHUP, or a client's `Reload`, answered when the load ends.
+    Reload { requester: Option<Requester> },
+    /// Fine-tuned weights that scored `map` on held-out data.
+    FineTuned { map: f32 },
+}
+
+/// The connection a reply is owed to.
+struct Requester {
+    slot: usize,
+    client: u64,
+    header: Header,
 }
 
 /// Most clients one daemon serves at once: each holds an outbox and a poll slot.
@@ -309,6 +365,11 @@ impl Server {
                 protocol::MAX_FRAME_SIDE
             )));
         }
+        // Before the slow part: a second daemon on a live socket is refused at once.
+        let claim = socket::SocketClaim::take(&config.socket).map_err(|e| Error::Io {
+            what: format!("claiming {}", config.socket.display()),
+            source: e,
+        })?;
         let mut fine_tuner = config.state_dir.as_ref().map(|dir| {
             let mut settings = fine_tune::Settings::new(dir.clone(), config.exec.clone());
             settings.slice = config.fine_tune_slice;
@@ -347,7 +408,7 @@ impl Server {
                 log::error!("fine-tune: cannot resume: {e}");
             }
         }
-        let listener = socket::bind_listener(&config.socket, 64).map_err(|e| Error::Io {
+        let listener = claim.bind(64).map_err(|e| Error::Io {
             what: format!("binding {}", config.socket.display()),
             source: e,
         })?;
@@ -380,7 +441,8 @@ impl Server {
             notifier,
             plan,
             fine_tune: fine_tuner,
-            swap_loading: None,
+            loading: None,
+            connections: 0,
         })
     }
 
@@ -428,11 +490,12 @@ impl Server {
         self.notifier.ready(&status);
         let mut last_status = Instant::now();
         while !control.stop.load(Ordering::SeqCst) {
-            if control.reload.swap(false, Ordering::SeqCst) {
+            // A SIGHUP during a load waits for it to end.
+            if self.loading.is_none() && control.reload.swap(false, Ordering::SeqCst) {
                 let path = self.config.weights.clone();
-                // The outcome is logged and counted; serving goes on either way.
-                let _ = self.reload(&path);
+                self.start_loading(path, LoadReason::Reload { requester: None });
             }
+            self.finish_loading();
             self.swap_fine_tuned();
             self.round()?;
             self.last_progress = Instant::now();
@@ -450,94 +513,188 @@ impl Server {
         Ok(())
     }
 
-    /// Loads new weights and swaps them in if they load and pass a warm-up inference; on any
-    /// failure the old weights keep serving.
-    pub fn reload(&mut self, path: &Path) -> Result<(), Error> {
-        self.notifier.reloading();
-        self.state = ServiceState::Reloading;
-        let outcome = self.install(Model::load(path, &self.config));
-        match &outcome {
-            Ok(()) => log::info!(
-                "reloaded weights from {} (generation {})",
-                path.display(),
-                self.generation
-            ),
-            Err(e) => log::error!("reload refused, the old weights keep serving: {e}"),
+    /// Starts loading `path` on a thread of its own (at normal priority: its engine threads
+    /// then serve at that priority). The outcome is installed by [`Server::finish_loading`].
+    fn start_loading(&mut self, path: PathBuf, why: LoadReason) {
+        let config = self.config.clone();
+        let load_path = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weights-load".into())
+            .spawn(move || Model::load(&load_path, &config));
+        match spawned {
+            Ok(handle) => {
+                log::info!("loading {} beside the serving loop", path.display());
+                self.notifier.reloading();
+                self.state = ServiceState::Reloading;
+                self.loading = Some(Loading {
+                    handle,
+                    started: Instant::now(),
+                    path,
+                    why,
+                });
+            }
+            Err(e) => {
+                let e = Error::Io {
+                    what: format!("starting to load {}", path.display()),
+                    source: e,
+                };
+                self.settle_load(why, Err(e));
+            }
         }
-        self.notifier.reloaded(&self.status_line());
-        outcome
     }
 
-    /// Ends a reload: puts the loaded model in service, or leaves the old one serving.
-    fn install(&mut self, loaded: LoadedModel) -> Result<(), Error> {
+    /// Installs what finished loading, or gives up on a load past its deadline (its thread is
+    /// left to end on its own; what it loads is dropped). Either way the reply owed, the log
+    /// line and systemd's state follow.
+    fn finish_loading(&mut self) {
+        let Some(loading) = &self.loading else {
+            return;
+        };
+        let timed_out = loading.started.elapsed() > self.config.reload_timeout;
+        if !loading.handle.is_finished() && !timed_out {
+            return;
+        }
+        let Some(loading) = self.loading.take() else {
+            return;
+        };
+        let loaded = if loading.handle.is_finished() {
+            loading
+                .handle
+                .join()
+                .unwrap_or_else(|_| Err(Error::Config("loading the weights panicked".into())))
+        } else {
+            Err(Error::Weights {
+                path: loading.path.clone(),
+                reason: format!(
+                    "not loaded and warmed up within {:?} (--reload-timeout); abandoned",
+                    self.config.reload_timeout
+                ),
+            })
+        };
+        let outcome = self.install(loaded);
+        self.settle_load(loading.why, outcome);
+    }
+
+    /// Reports a load's outcome: the log, the requester's reply, the fine-tune's bookkeeping.
+    fn settle_load(&mut self, why: LoadReason, outcome: Result<(), Error>) {
         self.state = ServiceState::Ready;
+        match why {
+            LoadReason::Reload { requester } => {
+                match &outcome {
+                    Ok(()) => log::info!(
+                        "reloaded weights from {} (generation {})",
+                        self.model.path.display(),
+                        self.generation
+                    ),
+                    Err(e) => log::error!("reload refused, the old weights keep serving: {e}"),
+                }
+                if let Some(r) = requester {
+                    let still_there = self.clients[r.slot]
+                        .as_ref()
+                        .is_some_and(|c| c.id == r.client);
+                    if still_there {
+                        match &outcome {
+                            Ok(()) => {
+                                self.reply_message(r.slot, &r.header, &Message::Ack(Kind::Reload))
+                            }
+                            Err(e) => {
+                                self.set_text(&e.to_string());
+                                self.reply_error(
+                                    r.slot,
+                                    r.header.sequence,
+                                    r.header.timestamp_us,
+                                    ErrorCode::RELOAD_FAILED,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            LoadReason::FineTuned { map } => {
+                let swapped = match &outcome {
+                    Ok(()) => {
+                        log::info!(
+                            "swapped in fine-tuned weights {} (held-out mAP {map:.4}, generation {})",
+                            self.model.path.display(),
+                            self.generation
+                        );
+                        Some(map)
+                    }
+                    Err(e) => {
+                        log::error!("fine-tuned weights refused, the old ones keep serving: {e}");
+                        None
+                    }
+                };
+                if let Some(f) = &self.fine_tune {
+                    f.swap_settled(swapped);
+                }
+            }
+        }
+        if outcome.is_err() {
+            self.counters.reload_failures += 1;
+        }
+        self.notifier.reloaded(&self.status_line());
+    }
+
+    /// Puts a loaded model in service (the old one is dropped on a thread of its own, so that
+    /// freeing a large model does not stall requests), or leaves the old one serving.
+    fn install(&mut self, loaded: LoadedModel) -> Result<(), Error> {
         let (model, plan) = loaded?;
-        self.model = model;
+        let old = std::mem::replace(&mut self.model, model);
         self.plan = plan;
         self.generation += 1;
+        let dropped = std::thread::Builder::new()
+            .name("weights-drop".into())
+            .spawn(move || drop(old));
+        if let Err(e) = dropped {
+            log::warn!("freeing the old weights on the serving loop ({e})");
+        }
         Ok(())
     }
 
-    /// Swaps in weights the fine-tune offers (they scored better on held-out data). They are
-    /// loaded and warmed up on a thread of their own at normal priority (its engine threads
-    /// then serve at that priority), so requests go on meanwhile; the swap itself is a move.
-    /// Weights that fail to load or warm up are reported and the old ones keep serving.
+    /// Starts loading weights the fine-tune offers (they scored better on held-out data),
+    /// unless another load is under way (the offer then waits).
     fn swap_fine_tuned(&mut self) {
-        if let Some((loading, _)) = &self.swap_loading {
-            if !loading.is_finished() {
-                return;
-            }
-            let Some((loading, map)) = self.swap_loading.take() else {
-                return;
-            };
-            let loaded = loading
-                .join()
-                .unwrap_or_else(|_| Err(Error::Config("loading the weights panicked".into())));
-            let swapped = match self.install(loaded) {
-                Ok(()) => {
-                    log::info!(
-                        "swapped in fine-tuned weights {} (held-out mAP {map:.4}, generation {})",
-                        self.model.path.display(),
-                        self.generation
-                    );
-                    Some(map)
-                }
-                Err(e) => {
-                    log::error!("fine-tuned weights refused, the old ones keep serving: {e}");
-                    None
-                }
-            };
-            if let Some(f) = &self.fine_tune {
-                f.swap_settled(swapped);
-            }
-            self.notifier.reloaded(&self.status_line());
+        if self.loading.is_some() {
             return;
         }
         let Some((path, map)) = self.fine_tune.as_ref().and_then(FineTuner::take_swap) else {
             return;
         };
-        let config = self.config.clone();
-        let loading = std::thread::Builder::new()
-            .name("weights-load".into())
-            .spawn(move || Model::load(&path, &config));
-        match loading {
-            Ok(handle) => {
-                self.notifier.reloading();
-                self.state = ServiceState::Reloading;
-                self.swap_loading = Some((handle, map));
-            }
-            Err(e) => {
-                log::error!("cannot start loading the fine-tuned weights: {e}");
-                if let Some(f) = &self.fine_tune {
-                    f.swap_settled(None);
-                }
-            }
+        self.start_loading(path, LoadReason::FineTuned { map });
+    }
+
+    /// The file a client's `Reload` names, if it may: empty is the configured weights; any
+    /// other path only inside `--client-reload-dir`, links resolved.
+    fn client_reload_path(&self, path: &str) -> Result<PathBuf, String> {
+        if path.is_empty() {
+            return Ok(self.config.weights.clone());
         }
+        let Some(dir) = &self.config.client_reload_dir else {
+            return Err(format!(
+                "this daemon reloads only its configured weights: send Reload with no path, \
+                 or start it with --client-reload-dir DIR for files in DIR ({path} refused)"
+            ));
+        };
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| format!("--client-reload-dir {}: {e}", dir.display()))?;
+        let resolved = Path::new(path)
+            .canonicalize()
+            .map_err(|e| format!("{path}: {e}"))?;
+        if !resolved.starts_with(&dir) {
+            return Err(format!(
+                "{path} resolves to {}, outside --client-reload-dir {}",
+                resolved.display(),
+                dir.display()
+            ));
+        }
+        Ok(resolved)
     }
 
     fn timeout(&self) -> libc::c_int {
         // Weights loading on the side are swapped in soon after they are ready.
-        let cap = Duration::from_millis(if self.swap_loading.is_some() { 5 } else { 200 });
+        let cap = Duration::from_millis(if self.loading.is_some() { 5 } else { 200 });
         let every = self.notifier.watchdog_every().unwrap_or(cap).min(cap);
         every.as_millis().max(1) as libc::c_int
     }
@@ -603,6 +760,7 @@ impl Server {
                 self.drop_client(slot, "hung up");
             }
             self.check_stall(slot);
+            self.check_hello(slot);
         }
         if self.pollfds[0].revents & libc::POLLIN != 0 {
             self.accept_clients();
@@ -645,19 +803,35 @@ impl Server {
                 self.send_error_to(fd.as_fd(), 0, ErrorCode::NOT_ALLOWED);
                 continue;
             }
-            let Some(slot) = self.clients.iter().position(Option::is_none) else {
+            let Some(slot) = self.free_slot_for(&cred) else {
                 self.counters.refused += 1;
-                log::warn!(
-                    "refused a client (pid {}): all {} client slots are taken",
-                    cred.pid,
-                    self.clients.len()
-                );
+                let held = self.held_by(cred.uid);
+                let per_uid = self.config.per_uid_limit();
                 self.text.clear();
-                let _ = write!(
-                    self.text,
-                    "all {} client slots are taken; try again later",
-                    self.clients.len()
-                );
+                if held >= per_uid {
+                    log::warn!(
+                        "refused a client (pid {}): uid {} holds {held} connections, its limit \
+                         (--max-clients-per-uid)",
+                        cred.pid,
+                        cred.uid
+                    );
+                    let _ = write!(
+                        self.text,
+                        "uid {} holds {held} connections, its limit; close one and try again",
+                        cred.uid
+                    );
+                } else {
+                    log::warn!(
+                        "refused a client (pid {}): all {} client slots are taken",
+                        cred.pid,
+                        self.clients.len()
+                    );
+                    let _ = write!(
+                        self.text,
+                        "all {} client slots are taken; try again later",
+                        self.clients.len()
+                    );
+                }
                 self.send_error_to(fd.as_fd(), 0, ErrorCode::BUSY);
                 continue;
             };
@@ -666,11 +840,57 @@ impl Server {
                 fd,
                 cred,
                 greeted: false,
+                connected: Instant::now(),
+                id: {
+                    self.connections += 1;
+                    self.connections
+                },
                 ring: None,
                 pending: Vec::with_capacity(self.send.len()),
                 pending_since: None,
             });
         }
+    }
+
+    /// Connections `uid` holds.
+    fn held_by(&self, uid: u32) -> usize {
+        self.clients
+            .iter()
+            .flatten()
+            .filter(|c| c.cred.uid == uid)
+            .count()
+    }
+
+    /// A slot for a new connection from `cred`: a free one within its uid's limit, else one
+    /// freed by closing the oldest connection that has not sent `Hello` (of the same uid when
+    /// the uid is at its limit): connections that never greet cannot lock real clients out.
+    fn free_slot_for(&mut self, cred: &PeerCredentials) -> Option<usize> {
+        let at_uid_limit = self.held_by(cred.uid) >= self.config.per_uid_limit();
+        if !at_uid_limit {
+            if let Some(slot) = self.clients.iter().position(Option::is_none) {
+                return Some(slot);
+            }
+        }
+        let oldest_silent = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| c.as_ref().map(|c| (slot, c)))
+            .filter(|(_, c)| !c.greeted && (!at_uid_limit || c.cred.uid == cred.uid))
+            .min_by_key(|(_, c)| c.connected)
+            .map(|(slot, _)| slot)?;
+        self.counters.evicted += 1;
+        log::warn!(
+            "client {oldest_silent} (pid {}): closed without a Hello to make room for pid {}",
+            self.peer_pid(oldest_silent),
+            cred.pid
+        );
+        self.text.clear();
+        let _ = write!(self.text, "closed to make room: no Hello since connecting");
+        if let Some(c) = self.clients[oldest_silent].take() {
+            self.send_error_to(c.fd.as_fd(), 0, ErrorCode::BUSY);
+        }
+        Some(oldest_silent)
     }
 
     /// Best effort: an error to a connection about to be closed.
@@ -697,6 +917,28 @@ impl Server {
                 self.config.stall_timeout
             );
             self.drop_client(slot, "stalled");
+        }
+    }
+
+    fn check_hello(&mut self, slot: usize) {
+        let late = matches!(&self.clients[slot], Some(c)
+            if !c.greeted && c.connected.elapsed() > self.config.hello_timeout);
+        if late {
+            self.counters.hello_timeouts += 1;
+            log::warn!(
+                "client {slot} (pid {}): no Hello within {:?}; disconnected",
+                self.peer_pid(slot),
+                self.config.hello_timeout
+            );
+            self.text.clear();
+            let _ = write!(
+                self.text,
+                "no Hello within {} ms of connecting; closed",
+                self.config.hello_timeout.as_millis()
+            );
+            if let Some(c) = self.clients[slot].take() {
+                self.send_error_to(c.fd.as_fd(), 0, ErrorCode::UNEXPECTED);
+            }
         }
     }
 
@@ -871,15 +1113,32 @@ impl Server {
                 self.reply_message(slot, &header, &health);
             }
             Message::Reload { path } => {
-                let path = if path.is_empty() {
-                    self.config.weights.clone()
-                } else {
-                    PathBuf::from(path)
-                };
-                match self.reload(&path) {
-                    Ok(()) => self.reply_message(slot, &header, &Message::Ack(Kind::Reload)),
+                if self.loading.is_some() {
+                    self.text.clear();
+                    let _ = write!(
+                        self.text,
+                        "weights are loading already; try again when that ends"
+                    );
+                    self.reply_error(slot, seq, ts, ErrorCode::BUSY);
+                    return After::KeepOpen;
+                }
+                match self.client_reload_path(path) {
+                    Ok(path) => {
+                        log::info!(
+                            "reload of {} asked by pid {}",
+                            path.display(),
+                            self.peer_pid(slot)
+                        );
+                        let requester = self.clients[slot].as_ref().map(|c| Requester {
+                            slot,
+                            client: c.id,
+                            header,
+                        });
+                        self.start_loading(path, LoadReason::Reload { requester });
+                    }
                     Err(e) => {
-                        self.set_text(&e.to_string());
+                        log::warn!("reload refused (pid {}): {e}", self.peer_pid(slot));
+                        self.set_text(&e);
                         self.reply_error(slot, seq, ts, ErrorCode::RELOAD_FAILED);
                     }
                 }
@@ -1133,8 +1392,13 @@ impl Server {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.clients.iter_mut().for_each(|c| *c = None);
-        if let Err(e) = std::fs::remove_file(&self.config.socket) {
-            log::warn!("removing {}: {e}", self.config.socket.display());
+        match self.listener.remove() {
+            Ok(true) => {}
+            Ok(false) => log::warn!(
+                "{} is no longer the socket this daemon bound; left as it is",
+                self.config.socket.display()
+            ),
+            Err(e) => log::warn!("removing {}: {e}", self.config.socket.display()),
         }
     }
 }

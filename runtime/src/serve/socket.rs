@@ -1,11 +1,14 @@
-//! The daemon's `SOCK_SEQPACKET` Unix socket: binding it with mode 0660, accepting clients
-//! with their kernel-reported credentials, and one-packet sends and receives (with an fd as
-//! `SCM_RIGHTS` where the protocol passes one). Every socket is non-blocking and close-on-exec.
+//! The daemon's `SOCK_SEQPACKET` Unix socket: binding it with mode 0660 under a lock that one
+//! daemon alone holds, accepting clients with their kernel-reported credentials, and
+//! one-packet sends and receives (with an fd as `SCM_RIGHTS` where the protocol passes one).
+//! Every socket is non-blocking and close-on-exec.
 
+use std::io::Write as _;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -21,8 +24,144 @@ pub struct PeerCredentials {
     pub gid: u32,
 }
 
+/// The daemon's listening socket, and the lock (`flock` on `SOCKET.lock`) that makes it this
+/// daemon's alone: a second daemon on the same path is refused instead of binding over a live
+/// socket, and the socket file is removed at the end only if it is still the one bound here.
+#[derive(Debug)]
+pub struct Listener {
+    fd: OwnedFd,
+    path: PathBuf,
+    /// (device, inode) of the socket file as bound.
+    bound: (u64, u64),
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// The lock on a socket path, taken before anything slow (loading the model) so that a second
+/// daemon is refused at once; [`SocketClaim::bind`] then binds under it.
+#[derive(Debug)]
+pub struct SocketClaim {
+    path: PathBuf,
+    lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl SocketClaim {
+    /// Takes the lock beside `path`. A daemon that holds it already is named in the error (its
+    /// pid, as it wrote it into the lock).
+    pub fn take(path: &Path) -> std::io::Result<SocketClaim> {
+        Ok(SocketClaim {
+            path: path.to_path_buf(),
+            lock: lock_beside(path)?,
+        })
+    }
+
+    /// Binds the claimed path (see [`bind_listener`]).
+    pub fn bind(self, backlog: i32) -> std::io::Result<Listener> {
+        let fd = bind_listener(&self.path, backlog)?;
+        let meta = std::fs::symlink_metadata(&self.path)?;
+        Ok(Listener {
+            fd,
+            bound: (meta.dev(), meta.ino()),
+            path: self.path,
+            _lock: self.lock,
+        })
+    }
+}
+
+impl Listener {
+    /// Takes the lock beside `path`, then binds there.
+    pub fn bind(path: &Path, backlog: i32) -> std::io::Result<Listener> {
+        SocketClaim::take(path)?.bind(backlog)
+    }
+
+    /// Removes the socket file if it is still the one this listener bound (someone may have
+    /// replaced it, by hand or with another daemon after deleting the lock); says what it did.
+    pub fn remove(&self) -> std::io::Result<bool> {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) if (meta.dev(), meta.ino()) == self.bound => {
+                std::fs::remove_file(&self.path)?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// `SOCKET.lock` beside the socket path.
+pub fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// An exclusive `flock` on `SOCKET.lock` (created with mode 0600), with this process's pid
+/// written into it for the message a second daemon gets. The kernel drops the lock when the
+/// process dies, however it dies, so a crashed daemon never leaves a stale claim.
+fn lock_beside(socket: &Path) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = lock_path(socket);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("opening the lock {}: {e}", path.display()),
+            )
+        })?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            // The pid is only for messages: failing to write it does not matter.
+            let _ = lock.set_len(0);
+            let _ = writeln!(&mut *lock, "{}", std::process::id());
+            Ok(lock)
+        }
+        Err((_, Errno::EWOULDBLOCK)) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            let who = if holder.is_empty() {
+                "another fulcrumd".to_owned()
+            } else {
+                format!("another fulcrumd (pid {holder})")
+            };
+            Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{who} serves {} (it holds {}): stop it first, or give this one another \
+                     --socket",
+                    socket.display(),
+                    path.display()
+                ),
+            ))
+        }
+        Err((_, e)) => Err(std::io::Error::new(
+            std::io::Error::from(e).kind(),
+            format!("locking {}: {e}", path.display()),
+        )),
+    }
+}
+
 /// Binds a listening socket at `path` with mode 0660. A stale socket file left by a dead
-/// daemon is replaced; any other file there is an error (never deleted).
+/// daemon is replaced; any other file there is an error (never deleted). Callers that may
+/// race another daemon hold its lock first ([`Listener::bind`]).
 pub fn bind_listener(path: &Path, backlog: i32) -> std::io::Result<OwnedFd> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
@@ -275,5 +414,44 @@ mod tests {
         std::fs::write(&plain, b"keep me").unwrap();
         assert!(bind_listener(&plain, 4).is_err());
         assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
+    }
+
+    #[test]
+    fn a_second_listener_on_a_live_socket_is_refused_naming_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.sock");
+        let first = Listener::bind(&path, 4).unwrap();
+        let e = Listener::bind(&path, 4).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())) && text.contains("d.sock"),
+            "{text}"
+        );
+        // The first still answers.
+        let client = connect_seqpacket(&path).unwrap();
+        assert!(accept(first.as_fd()).unwrap().is_some());
+        drop(client);
+        // Its lock goes with it; then another may bind.
+        assert!(first.remove().unwrap());
+        drop(first);
+        let second = Listener::bind(&path, 4).unwrap();
+        drop(second);
+    }
+
+    #[test]
+    fn a_listener_removes_only_its_own_socket_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.sock");
+        let listener = Listener::bind(&path, 4).unwrap();
+        // Someone replaced the socket meanwhile (deleted it and bound another).
+        std::fs::remove_file(&path).unwrap();
+        let other = bind_listener(&path, 4).unwrap();
+        assert!(!listener.remove().unwrap());
+        assert!(
+            connect_seqpacket(&path).is_ok(),
+            "the other socket must stay"
+        );
+        drop(other);
     }
 }

@@ -22,7 +22,9 @@ use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal
 /// Under systemd (Type=notify): READY=1 after the weights are loaded and one warm-up inference
 /// ran; STATUS= lines; WATCHDOG=1 from the serving loop at half of WatchdogSec; SIGTERM sends
 /// STOPPING=1, finishes in-flight replies and exits 0; SIGHUP (or a client's Reload) loads the
-/// weights file again and swaps it in only if it loads and passes a warm-up inference.
+/// weights file again (beside the serving loop, which serves on) and swaps it in only if it is
+/// a regular file no larger than a checkpoint can be, loads, and passes a warm-up inference.
+/// A second fulcrumd on the same --socket is refused (a lock in SOCKET.lock names its pid).
 ///
 /// Fine-tuning while serving (a client's FineTuneStart, or `fulcrum client --fine-tune DATA`)
 /// trains on DATA/train from the served weights in the gaps between requests (at SCHED_IDLE,
@@ -78,9 +80,17 @@ struct Args {
     /// step fits [default: 50].
     #[arg(long, value_name = "MS")]
     fine_tune_slice: Option<u64>,
-    /// Most clients connected at once [default: 16].
+    /// Most clients connected at once [default: 16]. When every slot is taken, the oldest
+    /// connection that has not sent Hello is closed to make room.
     #[arg(long)]
     max_clients: Option<usize>,
+    /// Most connections one uid may hold at once [default: three quarters of --max-clients],
+    /// so that one careless program cannot lock the others out.
+    #[arg(long, value_name = "N")]
+    max_clients_per_uid: Option<usize>,
+    /// Milliseconds a new connection has to send Hello before it is closed [default: 2000].
+    #[arg(long, value_name = "MS")]
+    hello_timeout: Option<u64>,
     /// Largest frame side accepted, pixels [default: 1920].
     #[arg(long)]
     max_frame_side: Option<u16>,
@@ -94,6 +104,14 @@ struct Args {
     /// returned; 1 returns every detection [default: 0.6].
     #[arg(long, value_name = "IOU")]
     nms: Option<f32>,
+    /// Let clients' Reload name a weights file inside this folder (links resolved); without
+    /// it a client's Reload reloads the configured --weights only.
+    #[arg(long, value_name = "DIR")]
+    client_reload_dir: Option<PathBuf>,
+    /// Seconds a reload may take to load and warm up before it is abandoned and the old
+    /// weights keep serving [default: 60].
+    #[arg(long, value_name = "S")]
+    reload_timeout: Option<u64>,
     /// TOML file with any of the options above.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -117,10 +135,14 @@ struct FileConfig {
     state_dir: Option<PathBuf>,
     fine_tune_slice: Option<u64>,
     max_clients: Option<usize>,
+    max_clients_per_uid: Option<usize>,
+    hello_timeout: Option<u64>,
     max_frame_side: Option<u16>,
     threshold: Option<f32>,
     top_k: Option<u32>,
     nms: Option<f32>,
+    client_reload_dir: Option<PathBuf>,
+    reload_timeout: Option<u64>,
 }
 
 static CONTROL: Control = Control::new();
@@ -222,6 +244,36 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
     c.allow_gids = [args.allow_gid, file.allow_gid].concat();
     if let Some(v) = args.max_clients.or(file.max_clients) {
         c.max_clients = v;
+    }
+    if let Some(v) = args.max_clients_per_uid.or(file.max_clients_per_uid) {
+        if v == 0 || v > c.max_clients {
+            anyhow::bail!(
+                "--max-clients-per-uid {v}: use 1 to --max-clients ({})",
+                c.max_clients
+            );
+        }
+        c.max_clients_per_uid = Some(v);
+    }
+    if let Some(ms) = args.hello_timeout.or(file.hello_timeout) {
+        if !(10..=600_000).contains(&ms) {
+            anyhow::bail!("--hello-timeout {ms} ms: use 10 to 600000 ms");
+        }
+        c.hello_timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(dir) = args.client_reload_dir.or(file.client_reload_dir) {
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "--client-reload-dir {}: not a folder; create it or leave the option out",
+                dir.display()
+            );
+        }
+        c.client_reload_dir = Some(dir);
+    }
+    if let Some(secs) = args.reload_timeout.or(file.reload_timeout) {
+        if !(1..=3600).contains(&secs) {
+            anyhow::bail!("--reload-timeout {secs} s: use 1 to 3600 s");
+        }
+        c.reload_timeout = std::time::Duration::from_secs(secs);
     }
     if let Some(v) = args.max_frame_side.or(file.max_frame_side) {
         c.max_frame_side = v;

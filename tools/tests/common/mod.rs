@@ -1,6 +1,8 @@
 //! Helpers the integration tests of the binaries share. Each test file uses some of them.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};

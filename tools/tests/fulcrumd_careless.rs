@@ -1,0 +1,263 @@
+//! `fulcrumd` against careless and hostile clients and operators: weights paths that are
+//! devices, FIFOs or outside the folder clients may name; a second daemon on a live socket;
+//! connections that never greet.
+
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fulcrum::serve::socket::{self, Received};
+use fulcrum::serve::Error;
+use fulcrum_board::protocol::{decode, ErrorCode, Message};
+use nix::sys::signal::Signal;
+
+mod common;
+
+use common::daemon::{grey_frame, run, weights, Daemon, Raw, FULCRUMD, TIMEOUT};
+
+/// Resident memory of `pid` in MiB, as the kernel counts it.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// Waits until the daemon's log has said `what` `count` times.
+fn wait_for_log(daemon: &Daemon, what: &str, count: usize) {
+    let started = Instant::now();
+    while daemon.log().matches(what).count() < count {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "no {what:?} in the log:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn reloads_of_devices_fifos_and_foreign_paths_are_refused_while_serving_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("model.safetensors");
+    std::fs::copy(weights(), &live).unwrap();
+    let daemon = Daemon::start_with(&[], &[], &live);
+    let mut client = daemon.client();
+    let (desc, pixels) = grey_frame(80, 60);
+    let before = client.infer_inline(desc, &pixels, 0).unwrap();
+    let rss_before = rss_mib(daemon.child.id());
+
+    // The weights path turned into a link to /dev/zero: refused by what the file is, at once,
+    // without reading it (the build before read it until the machine ran out of memory).
+    std::fs::remove_file(&live).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &live).unwrap();
+    daemon.signal(Signal::SIGHUP);
+    wait_for_log(&daemon, "reload refused", 1);
+    assert!(
+        daemon.log().contains("character device"),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        rss_mib(daemon.child.id()) < rss_before + 16.0,
+        "the daemon grew from {rss_before} MiB to {} MiB",
+        rss_mib(daemon.child.id())
+    );
+
+    // A FIFO with no writer: opening it does not wait, and it is refused.
+    std::fs::remove_file(&live).unwrap();
+    nix::unistd::mkfifo(&live, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    daemon.signal(Signal::SIGHUP);
+    wait_for_log(&daemon, "reload refused", 2);
+    assert!(daemon.log().contains("FIFO"), "{}", daemon.log());
+
+    // Serving went on throughout, with the old weights.
+    assert_eq!(
+        client.infer_inline(desc, &pixels, 1).unwrap().boxes,
+        before.boxes
+    );
+    assert_eq!(client.stats().unwrap().weights_generation, 1);
+
+    // A client may not name a file unless the daemon has a folder for that.
+    let elsewhere = dir.path().join("elsewhere.safetensors");
+    std::fs::copy(weights(), &elsewhere).unwrap();
+    match client.reload(Some(elsewhere.to_str().unwrap())) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::RELOAD_FAILED);
+            assert!(text.contains("--client-reload-dir"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match client.reload(Some("/dev/zero")) {
+        Err(Error::Remote { code, .. }) => assert_eq!(code, ErrorCode::RELOAD_FAILED),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(client.stats().unwrap().weights_generation, 1);
+
+    // SIGTERM still ends it promptly, with exit 0.
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn clients_name_files_only_inside_the_reload_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = dir.path().join("allowed");
+    std::fs::create_dir(&allowed).unwrap();
+    let inside = allowed.join("new.safetensors");
+    std::fs::copy(weights(), &inside).unwrap();
+    let outside = dir.path().join("outside.safetensors");
+    std::fs::copy(weights(), &outside).unwrap();
+    // A link inside the folder that leads out of it.
+    std::os::unix::fs::symlink(&outside, allowed.join("escape.safetensors")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", allowed.join("zero.safetensors")).unwrap();
+
+    let daemon = Daemon::start(&["--client-reload-dir", allowed.to_str().unwrap()]);
+    let mut client = daemon.client();
+    for (path, says) in [
+        (outside.clone(), "outside --client-reload-dir"),
+        (
+            allowed.join("escape.safetensors"),
+            "outside --client-reload-dir",
+        ),
+        (
+            allowed.join("../outside.safetensors"),
+            "outside --client-reload-dir",
+        ),
+        (
+            allowed.join("zero.safetensors"),
+            "outside --client-reload-dir",
+        ),
+        (allowed.join("missing.safetensors"), "No such file"),
+    ] {
+        match client.reload(Some(path.to_str().unwrap())) {
+            Err(Error::Remote { code, text }) => {
+                assert_eq!(code, ErrorCode::RELOAD_FAILED, "{}", path.display());
+                assert!(text.contains(says), "{}: {text}", path.display());
+            }
+            other => panic!("{}: {other:?}", path.display()),
+        }
+    }
+    assert_eq!(client.stats().unwrap().weights_generation, 1);
+    client.reload(Some(inside.to_str().unwrap())).unwrap();
+    assert_eq!(client.stats().unwrap().weights_generation, 2);
+    let (desc, pixels) = grey_frame(64, 64);
+    client.infer_inline(desc, &pixels, 0).unwrap();
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn a_second_daemon_on_a_live_socket_is_refused_and_the_first_serves_on() {
+    let first = Daemon::start(&[]);
+    let (st, _, err) = run(Command::new(FULCRUMD)
+        .arg("--weights")
+        .arg(weights())
+        .arg("--socket")
+        .arg(&first.socket)
+        .args(["--engine", "cpu"]));
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("pid {}", first.child.id())),
+        "the refusal should name the first daemon: {err}"
+    );
+    // The socket is still the first daemon's, and it answers.
+    let mut client = first.client();
+    let (desc, pixels) = grey_frame(64, 48);
+    client.infer_inline(desc, &pixels, 0).unwrap();
+    let socket_path = first.socket.clone();
+    assert_eq!(first.stop().code(), Some(0));
+    assert!(!socket_path.exists(), "its own socket is removed at exit");
+}
+
+#[test]
+fn a_daemon_leaves_a_socket_that_is_not_its_own() {
+    let mut daemon = Daemon::start(&[]);
+    // Someone deletes the socket (and its lock's meaning with it) and binds another there.
+    std::fs::remove_file(&daemon.socket).unwrap();
+    let other = socket::bind_listener(&daemon.socket, 4).unwrap();
+    assert_eq!(daemon.terminate().code(), Some(0));
+    let log = daemon.log();
+    assert!(
+        log.contains("no longer the socket this daemon bound"),
+        "{log}"
+    );
+    assert!(
+        socket::connect_seqpacket(&daemon.socket).is_ok(),
+        "the other socket must survive the daemon's exit"
+    );
+    drop(other);
+}
+
+/// Waits until the daemon closes `raw`, and returns the error texts it sent before.
+fn texts_until_closed(raw: &mut Raw) -> Vec<String> {
+    let mut texts = Vec::new();
+    let started = Instant::now();
+    loop {
+        match socket::recv_packet(raw.fd.as_fd(), &mut raw.buf, &mut raw.cmsg) {
+            Ok(Received::Packet { len, .. }) => match decode(&raw.buf[..len]) {
+                Ok((_, Message::Error(e))) => texts.push(e.text.to_string()),
+                other => panic!("expected an error before closing, got {other:?}"),
+            },
+            Ok(Received::Closed) | Err(_) => return texts,
+            Ok(Received::Empty | Received::Oversized) => {}
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "a silent connection was left open"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn connections_that_never_greet_cannot_lock_clients_out() {
+    let daemon = Daemon::start(&["--max-clients", "4", "--hello-timeout", "600"]);
+    // Four silent connections, as many as there are slots.
+    let mut silent: Vec<Raw> = (0..4).map(|_| Raw::connect(&daemon.socket)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // A real client still gets in (the oldest silent connection makes room).
+    let mut client = daemon.client();
+    let (desc, pixels) = grey_frame(64, 48);
+    client.infer_inline(desc, &pixels, 0).unwrap();
+    // Past the deadline every silent connection is closed, each with a reason.
+    let texts: Vec<String> = silent.iter_mut().flat_map(texts_until_closed).collect();
+    assert_eq!(texts.len(), 4, "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("make room")), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("no Hello within")),
+        "{texts:?}"
+    );
+    let log = daemon.log();
+    assert!(log.contains("no Hello within"), "{log}");
+    // The real client is served on, and new ones get in.
+    client.infer_inline(desc, &pixels, 1).unwrap();
+    let mut second = daemon.client();
+    second.infer_inline(desc, &pixels, 0).unwrap();
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn one_uid_cannot_hold_every_slot() {
+    // Three quarters of 4 slots: a uid's fourth greeted connection is refused.
+    let daemon = Daemon::start(&["--max-clients", "4"]);
+    let clients: Vec<_> = (0..3).map(|_| daemon.client()).collect();
+    match fulcrum::serve::client::Client::connect(&daemon.socket) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::BUSY);
+            assert!(text.contains("its limit"), "{text}");
+        }
+        Ok(_) => panic!("a fourth connection of one uid was let in"),
+        Err(e) => panic!("{e}"),
+    }
+    drop(clients);
+    let (st, _, err) = run(Command::new(FULCRUMD)
+        .arg("--weights")
+        .arg(weights())
+        .args(["--socket", "/tmp/never-bound.sock"])
+        .args(["--max-clients", "4", "--max-clients-per-uid", "5"]));
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("--max-clients-per-uid 5"), "{err}");
+    assert_eq!(daemon.stop().code(), Some(0));
+}
