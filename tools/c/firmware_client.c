@@ -8,7 +8,10 @@
  * the daemon answers Welcome), creates a memfd ring of two frame slots, seals it against
  * shrinking and passes it once with SCM_RIGHTS (AttachRing), then writes camera-like NV12
  * frames into the ring and sends only their offsets (Infer), printing the detections each
- * reply carries, in the frame's pixels. At the end it asks for the daemon's stats.
+ * reply carries, in the frame's pixels. A reply from reloaded weights (its weights
+ * generation differs from the one greeted) may mean other classes or another input size, so
+ * the client greets again and asks for the class names anew before naming classes. At the end
+ * it asks for the daemon's stats.
  * --dump-frame writes the first frame's bytes to FILE (the tests send the same frame from
  * Rust and compare). Build:
  *
@@ -103,6 +106,37 @@ static void draw_nv12(uint8_t *frame, int w, int h, int t) {
         }
 }
 
+/* What the served model is: its class names, one a line, and the weights generation. */
+struct model {
+    char names[64][64];
+    uint32_t generation;
+};
+
+/* Greets (Hello → Welcome) and asks for the class names; at connect and after a reload. */
+static int learn_model(int sock, uint32_t *seq, struct model *m) {
+    FulcrumReply reply;
+    int len = fulcrum_encode_hello(++*seq, tx, sizeof tx);
+    if (len < 0 || send_message(sock, tx, len, -1) < 0 || receive_reply(sock, &reply) < 0)
+        return -1;
+    printf("model: input %ux%u, %u classes, engine %s, weights generation %u\n",
+           reply.input_width, reply.input_height, reply.classes,
+           reply.engine == 2 ? "vulkan" : "cpu", reply.weights_generation);
+    m->generation = reply.weights_generation;
+    len = fulcrum_encode_request(FULCRUM_KIND_CLASSES_REQUEST, ++*seq, tx, sizeof tx);
+    if (len < 0 || send_message(sock, tx, len, -1) < 0 || receive_reply(sock, &reply) < 0)
+        return -1;
+    memset(m->names, 0, sizeof m->names);
+    for (int i = 0, k = 0, c = 0; i <= reply.text_len && k < 64; i++) {
+        if (i == reply.text_len || reply.text[i] == '\n') {
+            m->names[k++][c] = 0;
+            c = 0;
+        } else if (c < 63) {
+            m->names[k][c++] = (char)reply.text[i];
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *dump = NULL;
     int positional[4] = {0}, npos = 0;
@@ -132,27 +166,10 @@ int main(int argc, char **argv) {
     }
     FulcrumReply reply;
     uint32_t seq = 0;
-
-    int len = fulcrum_encode_hello(++seq, tx, sizeof tx);
-    if (len < 0 || send_message(sock, tx, len, -1) < 0 || receive_reply(sock, &reply) < 0)
+    static struct model model;
+    int len;
+    if (learn_model(sock, &seq, &model) < 0)
         return 1;
-    printf("connected: model input %ux%u, %u classes, engine %s, weights generation %u\n",
-           reply.input_width, reply.input_height, reply.classes,
-           reply.engine == 2 ? "vulkan" : "cpu", reply.weights_generation);
-
-    /* Class names, one a line. */
-    char names[64][64] = {{0}};
-    len = fulcrum_encode_request(FULCRUM_KIND_CLASSES_REQUEST, ++seq, tx, sizeof tx);
-    if (len < 0 || send_message(sock, tx, len, -1) < 0 || receive_reply(sock, &reply) < 0)
-        return 1;
-    for (int i = 0, k = 0, c = 0; i <= reply.text_len && k < 64; i++) {
-        if (i == reply.text_len || reply.text[i] == '\n') {
-            names[k++][c] = 0;
-            c = 0;
-        } else if (c < 63) {
-            names[k][c++] = (char)reply.text[i];
-        }
-    }
 
     /* The ring: two frame slots in a sealed memfd, mapped here read-write. */
     int64_t frame_len = fulcrum_frame_len(FULCRUM_PIXEL_FORMAT_NV12, (uint16_t)width, (uint16_t)height, 0);
@@ -210,14 +227,25 @@ int main(int argc, char **argv) {
             continue;
         }
         answered++;
-        printf("frame %d: %u detections in %ux%u (engine %u us, total %u us)\n", i, reply.count,
-               reply.frame_width, reply.frame_height, reply.engine_us, reply.total_us);
+        printf("frame %d: %u detections in %ux%u (engine %u us, total %u us, min score %.2f)\n",
+               i, reply.count, reply.frame_width, reply.frame_height, reply.engine_us,
+               reply.total_us, reply.min_score);
+        /* Reloaded weights: the class names below may be stale, so they are not used. */
+        int reloaded = reply.weights_generation != model.generation;
         for (uint16_t k = 0; k < reply.count; k++) {
             FulcrumDetection d;
             if (fulcrum_reply_detection(rx, (size_t)n, k, &d) == 0)
                 printf("  %s %.4f [%.1f, %.1f, %.1f, %.1f]\n",
-                       d.class_id < 64 && names[d.class_id][0] ? names[d.class_id] : "?",
+                       !reloaded && d.class_id < 64 && model.names[d.class_id][0]
+                           ? model.names[d.class_id]
+                           : "?",
                        d.score, d.x0, d.y0, d.x1, d.y1);
+        }
+        if (reloaded) {
+            printf("weights reloaded (generation %u -> %u): asking what the model is\n",
+                   model.generation, reply.weights_generation);
+            if (learn_model(sock, &seq, &model) < 0)
+                return 1;
         }
     }
 

@@ -642,7 +642,7 @@ fn the_c_firmware_client_gets_the_same_detections_as_the_rust_client() {
         daemon.log()
     );
     assert!(
-        out.starts_with("connected: model input 128x128, 2 classes, engine cpu"),
+        out.starts_with("model: input 128x128, 2 classes, engine cpu"),
         "{out}"
     );
     for i in 0..6 {

@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 
 mod common;
 
-use common::daemon::{grey_frame, run, weights, Daemon, Raw, FULCRUMD, TIMEOUT};
+use common::daemon::{grey_frame, photos, run, weights, Daemon, Raw, FULCRUM, FULCRUMD, TIMEOUT};
 
 /// Resident memory of `pid` in MiB, as the kernel counts it.
 fn rss_mib(pid: u32) -> f64 {
@@ -259,5 +259,112 @@ fn one_uid_cannot_hold_every_slot() {
         .args(["--max-clients", "4", "--max-clients-per-uid", "5"]));
     assert_eq!(st.code(), Some(2));
     assert!(err.contains("--max-clients-per-uid 5"), "{err}");
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+/// `fulcrum infer` or `fulcrum client` JSON lines without their timings.
+fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn a_request_threshold_below_the_daemons_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 3);
+    // The daemon at its default threshold, 0.3; the barely trained model scores below it.
+    let daemon = Daemon::start(&["--threshold", "0.3"]);
+    let (st, infer, err) = run(Command::new(FULCRUM)
+        .args([
+            "infer",
+            "--engine",
+            "cpu",
+            "--threshold",
+            "0.05",
+            "--weights",
+        ])
+        .arg(weights())
+        .arg(&photos));
+    assert!(st.success(), "{err}");
+    let expected = without_ms(&infer);
+    let found: usize = expected
+        .iter()
+        .map(|v| v["detections"].as_array().unwrap().len())
+        .sum();
+    assert!(found > 0, "the comparison would be empty");
+    let (st, out, err) = run(Command::new(FULCRUM)
+        .arg("client")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["--threshold", "0.05"])
+        .arg(&photos));
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        without_ms(&out),
+        expected,
+        "client at 0.05 differs from infer"
+    );
+
+    // The reply says what was applied: the request's threshold, else the daemon's.
+    let mut client = daemon.client();
+    let (mut desc, pixels) = grey_frame(96, 64);
+    desc.min_score = 0.01;
+    let low = client.infer_inline(desc, &pixels, 0).unwrap();
+    assert_eq!((low.min_score, low.nms_iou), (0.01, 0.6));
+    assert!(low.boxes.iter().all(|d| d.score >= 0.01));
+    desc.min_score = 0.0;
+    let default = client.infer_inline(desc, &pixels, 1).unwrap();
+    assert_eq!(default.min_score, 0.3);
+    assert!(default.boxes.iter().all(|d| d.score >= 0.3));
+    assert!(low.boxes.len() > default.boxes.len(), "{low:?}");
+    assert_eq!(daemon.stop().code(), Some(0));
+}
+
+#[test]
+fn a_reload_that_changes_the_classes_is_seen_by_connected_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("model.safetensors");
+    std::fs::copy(weights(), &live).unwrap();
+    let daemon = Daemon::start_with(&[], &[], &live);
+    let mut client = daemon.client();
+    let before = client.classes().unwrap();
+    let (desc, pixels) = grey_frame(64, 64);
+    let first = client.infer_inline(desc, &pixels, 0).unwrap();
+    assert_eq!(
+        first.weights_generation,
+        client.welcome().weights_generation
+    );
+
+    // The same model with its classes renamed and reordered, as a retrained one would be.
+    let mut renamed = fulcrum::model::Checkpoint::load(weights()).unwrap();
+    renamed.classes = before.iter().rev().map(|c| format!("new-{c}")).collect();
+    let staged = dir.path().join("staged.safetensors");
+    renamed.save(&staged).unwrap();
+    std::fs::rename(&staged, &live).unwrap();
+    daemon.signal(Signal::SIGHUP);
+    let started = Instant::now();
+    let reply = loop {
+        let reply = client.infer_inline(desc, &pixels, 1).unwrap();
+        if reply.weights_generation != first.weights_generation {
+            break reply;
+        }
+        assert!(started.elapsed() < TIMEOUT, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The reply says the weights changed; greeting again tells what they are now.
+    assert_eq!(reply.weights_generation, first.weights_generation + 1);
+    assert_ne!(
+        client.welcome().weights_generation,
+        reply.weights_generation
+    );
+    let welcome = *client.refresh().unwrap();
+    assert_eq!(welcome.weights_generation, reply.weights_generation);
+    assert_eq!(client.classes().unwrap(), renamed.classes);
     assert_eq!(daemon.stop().code(), Some(0));
 }

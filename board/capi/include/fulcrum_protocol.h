@@ -180,6 +180,11 @@ typedef struct FulcrumReply {
    * 1 CPU, 2 Vulkan (Welcome, Health).
    */
   uint8_t engine;
+  /**
+   * Welcome, Detections, Stats, Health. A Detections reply whose generation differs from
+   * the last Welcome's comes from reloaded weights, whose classes or input size may have
+   * changed: send Hello again (and ClassesRequest) to learn them.
+   */
   uint32_t weights_generation;
   /**
    * Detections: read them with `fulcrum_reply_detection`.
@@ -189,6 +194,12 @@ typedef struct FulcrumReply {
   uint32_t engine_us;
   uint32_t total_us;
   uint16_t count;
+  /**
+   * Detections: the lowest score returned and the duplicate suppression's IoU limit, as
+   * the daemon applied them.
+   */
+  float min_score;
+  float nms_iou;
   /**
    * Stats.
    */

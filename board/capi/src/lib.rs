@@ -158,6 +158,9 @@ pub struct FulcrumReply {
     pub max_detections: u16,
     /// 1 CPU, 2 Vulkan (Welcome, Health).
     pub engine: u8,
+    /// Welcome, Detections, Stats, Health. A Detections reply whose generation differs from
+    /// the last Welcome's comes from reloaded weights, whose classes or input size may have
+    /// changed: send Hello again (and ClassesRequest) to learn them.
     pub weights_generation: u32,
     /// Detections: read them with `fulcrum_reply_detection`.
     pub frame_width: u16,
@@ -165,6 +168,10 @@ pub struct FulcrumReply {
     pub engine_us: u32,
     pub total_us: u32,
     pub count: u16,
+    /// Detections: the lowest score returned and the duplicate suppression's IoU limit, as
+    /// the daemon applied them.
+    pub min_score: f32,
+    pub nms_iou: f32,
     /// Stats.
     pub requests: u64,
     pub errors: u64,
@@ -203,6 +210,8 @@ impl Default for FulcrumReply {
             engine_us: 0,
             total_us: 0,
             count: 0,
+            min_score: 0.0,
+            nms_iou: 0.0,
             requests: 0,
             errors: 0,
             p50_us: 0,
@@ -442,6 +451,9 @@ pub unsafe extern "C" fn fulcrum_decode_reply(
             r.engine_us = d.engine_us;
             r.total_us = d.total_us;
             r.count = d.detections.len() as u16;
+            r.weights_generation = d.weights_generation;
+            r.min_score = d.min_score;
+            r.nms_iou = d.nms_iou;
         }
         Message::Stats(s) => {
             r.requests = s.requests;
@@ -712,6 +724,9 @@ mod tests {
             frame_height: 480,
             engine_us: 500,
             total_us: 700,
+            weights_generation: 4,
+            min_score: 0.05,
+            nms_iou: 0.6,
             detections: DetectionList::Records(&dets),
         });
         let mut buf = vec![0u8; msg.encoded_len()];
@@ -725,6 +740,10 @@ mod tests {
         assert_eq!(
             (r.kind, r.sequence, r.timestamp_us, r.count),
             (5, 9, 123, 3)
+        );
+        assert_eq!(
+            (r.weights_generation, r.min_score, r.nms_iou),
+            (4, 0.05, 0.6)
         );
         let mut d = FulcrumDetection::default();
         // SAFETY: as above.

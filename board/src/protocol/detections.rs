@@ -17,12 +17,20 @@ pub struct DetectionsReply<'a> {
     pub engine_us: u32,
     /// From the request's arrival to the reply, microseconds.
     pub total_us: u32,
+    /// The weights that answered (as in `Welcome`): a client that sees it change asks again
+    /// for what the model is (`Hello` → `Welcome`, `ClassesRequest`), since a reload may have
+    /// changed the classes or the input size.
+    pub weights_generation: u32,
+    /// The lowest score returned, as applied: the request's, or the daemon's default.
+    pub min_score: f32,
+    /// The duplicate suppression's IoU limit, as applied (1: none).
+    pub nms_iou: f32,
     pub detections: DetectionList<'a>,
 }
 
 impl<'a> DetectionsReply<'a> {
     /// Bytes before the records.
-    pub const FIXED_LEN: usize = 16;
+    pub const FIXED_LEN: usize = 28;
 
     pub(crate) fn body_len(&self) -> usize {
         Self::FIXED_LEN + self.detections.len() * Detection::LEN
@@ -39,6 +47,9 @@ impl<'a> DetectionsReply<'a> {
         w.reserved(2)?;
         w.u32(self.engine_us)?;
         w.u32(self.total_us)?;
+        w.u32(self.weights_generation)?;
+        w.f32(self.min_score)?;
+        w.f32(self.nms_iou)?;
         for d in self.detections.iter() {
             d.write(w)?;
         }
@@ -56,12 +67,18 @@ impl<'a> DetectionsReply<'a> {
         r.reserved(2)?;
         let engine_us = r.u32()?;
         let total_us = r.u32()?;
+        let weights_generation = r.u32()?;
+        let min_score = r.f32()?;
+        let nms_iou = r.f32()?;
         let records = r.take(usize::from(count) * Detection::LEN)?;
         Ok(DetectionsReply {
             frame_width,
             frame_height,
             engine_us,
             total_us,
+            weights_generation,
+            min_score,
+            nms_iou,
             detections: DetectionList::Wire(records),
         })
     }

@@ -46,7 +46,7 @@ use le::{Reader, Writer};
 /// `"FULC"` read as a little-endian `u32`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FULC");
 /// Bumped on any incompatible change; decoders accept only their own version.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 24;
 /// Largest frame side, in pixels, that a frame description may announce.
 pub const MAX_FRAME_SIDE: u16 = 4096;

@@ -71,6 +71,9 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
             frame_height: 480,
             engine_us: 512,
             total_us: 700,
+            weights_generation: 3,
+            min_score: 0.05,
+            nms_iou: 0.6,
             detections: DetectionList::Records(&DETS),
         }),
         Message::StatsRequest,
@@ -163,27 +166,32 @@ fn header_and_detection_layouts_are_little_endian() {
         frame_height: 0x0304,
         engine_us: 0x0506_0708,
         total_us: 0x090A_0B0C,
+        weights_generation: 0x0D0E_0F10,
+        min_score: 0.25,
+        nms_iou: 1.0,
         detections: DetectionList::Records(&DETS[1..]),
     });
     let bytes = encode(&m, 0xDEAD_BEEF, 0x1122_3344_5566_7788);
     assert_eq!(&bytes[..4], b"FULC");
-    assert_eq!(&bytes[4..8], &[2, 0, 5, 0]);
+    assert_eq!(&bytes[4..8], &[3, 0, 5, 0]);
     assert_eq!(&bytes[8..12], &[0xEF, 0xBE, 0xAD, 0xDE]);
-    assert_eq!(&bytes[12..16], &[40, 0, 0, 0]);
+    assert_eq!(&bytes[12..16], &[52, 0, 0, 0]);
     assert_eq!(
         &bytes[16..24],
         &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]
     );
     assert_eq!(
-        &bytes[24..40],
-        &[1, 0, 2, 1, 4, 3, 0, 0, 8, 7, 6, 5, 0xC, 0xB, 0xA, 9]
+        &bytes[24..44],
+        &[1, 0, 2, 1, 4, 3, 0, 0, 8, 7, 6, 5, 0xC, 0xB, 0xA, 9, 0x10, 0xF, 0xE, 0xD]
     );
     let f = |v: f32| v.to_le_bytes();
+    assert_eq!(&bytes[44..48], &f(0.25));
+    assert_eq!(&bytes[48..52], &f(1.0));
     let mut det = vec![2, 1, 0, 0];
     for v in [0.5, 0.0, -0.0, 1.0, 2.0] {
         det.extend_from_slice(&f(v));
     }
-    assert_eq!(&bytes[40..], &det[..]);
+    assert_eq!(&bytes[52..], &det[..]);
 }
 
 #[test]
@@ -335,6 +343,9 @@ fn encoding_errors() {
         frame_height: 1,
         engine_us: 0,
         total_us: 0,
+        weights_generation: 1,
+        min_score: 0.3,
+        nms_iou: 0.6,
         detections: DetectionList::Records(&many),
     });
     assert_eq!(m.encode(0, 0, &mut vec![0; 20000]), Err(WireError::TooMany));
@@ -461,6 +472,9 @@ fn random_detections_round_trip() {
             frame_height: rng.next() as u16,
             engine_us: rng.next() as u32,
             total_us: rng.next() as u32,
+            weights_generation: rng.next() as u32,
+            min_score: (rng.next() % 1000) as f32 / 1000.0,
+            nms_iou: (rng.next() % 1000) as f32 / 1000.0,
             detections: DetectionList::Records(&dets),
         });
         let bytes = encode(&m, case, 0);

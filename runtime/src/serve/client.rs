@@ -27,6 +27,12 @@ pub struct Detections {
     pub frame_height: u16,
     pub engine_us: u32,
     pub total_us: u32,
+    /// The weights that answered; another than [`Client::welcome`]'s means a reload, which
+    /// may have changed the classes or input size ([`Client::refresh`] learns them).
+    pub weights_generation: u32,
+    /// The lowest score returned and the suppression's IoU limit, as the daemon applied them.
+    pub min_score: f32,
+    pub nms_iou: f32,
     pub boxes: Vec<Detection>,
 }
 
@@ -75,14 +81,22 @@ impl Client {
             cmsg: socket::cmsg_buffer(),
             ring: None,
         };
+        client.refresh()?;
+        Ok(client)
+    }
+
+    /// Greets the daemon (again): what it serves now. After a reload (a reply's
+    /// `weights_generation` differs from the welcome's) the classes, the input size or the
+    /// model may have changed; ask for [`Client::classes`] again too.
+    pub fn refresh(&mut self) -> Result<&Welcome, Error> {
         let hello = Message::Hello(Hello {
             schema_hash: SCHEMA_HASH,
         });
-        client.welcome = match client.request(&hello, 0, None)? {
+        self.welcome = match self.request(&hello, 0, None)? {
             Message::Welcome(w) => w,
             other => return Err(Error::Unexpected(format!("{:?} to Hello", other.kind()))),
         };
-        Ok(client)
+        Ok(&self.welcome)
     }
 
     pub fn welcome(&self) -> &Welcome {
@@ -151,6 +165,9 @@ impl Client {
                 frame_height: d.frame_height,
                 engine_us: d.engine_us,
                 total_us: d.total_us,
+                weights_generation: d.weights_generation,
+                min_score: d.min_score,
+                nms_iou: d.nms_iou,
                 boxes: d.detections.iter().collect(),
             }),
             other => Err(Error::Unexpected(format!("{:?} to Infer", other.kind()))),

@@ -200,9 +200,11 @@ impl Model {
                 table: plan.table(),
             });
         }
-        let mut predictor =
-            Predictor::new(&checkpoint, &config.exec, config.threshold, config.top_k)
-                .map_err(|e| Error::from_infer(path, e))?;
+        // Decoded at a threshold of 0 and filtered per request: a request may ask for less
+        // than the daemon's default. Top-K by score, then the threshold, keeps what the
+        // threshold, then top-K, would; suppression only ever removes a lower score.
+        let mut predictor = Predictor::new(&checkpoint, &config.exec, 0.0, config.top_k)
+            .map_err(|e| Error::from_infer(path, e))?;
         predictor
             .set_nms_iou(config.nms_iou)
             .map_err(|e| Error::Config(format!("--nms: {e}")))?;
@@ -1288,6 +1290,9 @@ impl Server {
             frame_height: desc.height,
             engine_us,
             total_us,
+            weights_generation: self.generation,
+            min_score,
+            nms_iou: self.config.nms_iou,
             detections: DetectionList::Records(&self.wire),
         });
         match reply.encode(seq, ts, &mut self.send) {

@@ -94,8 +94,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let files = image_files(&a.inputs)?;
-    let classes = client.classes()?;
-    let welcome = *client.welcome();
+    let mut classes = client.classes()?;
+    let mut welcome = *client.welcome();
     log::info!(
         "{} images to {} ({} engine, model input {}x{}, weights generation {})",
         files.len(),
@@ -154,6 +154,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
+        if reply.weights_generation != welcome.weights_generation {
+            // Reloaded weights answered: their classes may be others.
+            welcome = *client.refresh()?;
+            classes = client.classes()?;
+            log::warn!(
+                "the daemon reloaded its weights (generation {}): model input {}x{}, classes \
+                 now {}",
+                welcome.weights_generation,
+                welcome.input_width,
+                welcome.input_height,
+                classes.join(", ")
+            );
+        }
         let line = json_line(
             path,
             (w, h),

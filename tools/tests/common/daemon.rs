@@ -117,7 +117,13 @@ impl Daemon {
             .arg(weights)
             .arg("--socket")
             .arg(&socket)
-            .args(["--engine", "cpu", "--threshold", "0.05"])
+            .args(["--engine", "cpu"])
+            // A low default for the barely trained test model, unless the test sets one.
+            .args(if args.contains(&"--threshold") {
+                &[][..]
+            } else {
+                &["--threshold", "0.05"][..]
+            })
             .args(args)
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
