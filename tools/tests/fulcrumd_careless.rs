@@ -368,3 +368,54 @@ fn a_reload_that_changes_the_classes_is_seen_by_connected_clients() {
     assert_eq!(client.classes().unwrap(), renamed.classes);
     assert_eq!(daemon.stop().code(), Some(0));
 }
+
+#[test]
+fn metrics_are_written_for_prometheus_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("fulcrumd.prom");
+    let daemon = Daemon::start(&["--metrics", prom.to_str().unwrap(), "--metrics-every", "1"]);
+    let mut client = daemon.client();
+    let (desc, pixels) = grey_frame(64, 48);
+    for i in 0..3 {
+        client.infer_inline(desc, &pixels, i).unwrap();
+    }
+    // A reload naming a file, which this daemon does not allow: an error of that kind.
+    assert!(client.reload(Some("/etc/passwd")).is_err());
+    let started = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&prom).unwrap_or_default();
+        if text.contains("fulcrumd_requests_total 3") && text.contains("reload_failed") {
+            break text;
+        }
+        assert!(started.elapsed() < TIMEOUT, "{text}\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for want in [
+        "fulcrumd_errors_total{kind=\"reload_failed\"} 1",
+        "fulcrumd_request_seconds_count 3",
+        "fulcrumd_forward_seconds_count 3",
+        "fulcrumd_frame_pass_seconds_count 3",
+        "fulcrumd_clients 1",
+        "fulcrumd_weights_generation 1",
+    ] {
+        assert!(text.lines().any(|l| l == want), "no {want:?} in\n{text}");
+    }
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let planned = value("fulcrumd_memory_planned_bytes");
+    let resident = value("fulcrumd_memory_resident_bytes");
+    assert!(
+        planned > 100e3 && resident > planned,
+        "{planned} {resident}"
+    );
+    assert_eq!(daemon.stop().code(), Some(0));
+    // No temporary file is left beside it.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["fulcrumd.prom"]);
+}

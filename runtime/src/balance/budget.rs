@@ -195,6 +195,11 @@ pub fn peak_resident() -> Option<u64> {
     status_bytes("VmHWM:")
 }
 
+/// This process's resident memory now (`VmRSS`), in bytes.
+pub fn resident() -> Option<u64> {
+    status_bytes("VmRSS:")
+}
+
 /// This process's resident pages of mapped files now (`RssFile`: its code and libraries,
 /// which no memory plan lists), in bytes.
 pub fn resident_files() -> Option<u64> {

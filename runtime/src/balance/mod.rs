@@ -13,8 +13,8 @@ pub use bench_io::{
     ensure_bench_data_sized, IoBenchConfig, IoBenchReport, Throughput,
 };
 pub use budget::{
-    human, largest_fitting, parse_size, peak_resident, process_memory_limit, resident_files,
-    MemoryPlan, PlanItem, ProcessLimit,
+    human, largest_fitting, parse_size, peak_resident, process_memory_limit, resident,
+    resident_files, MemoryPlan, PlanItem, ProcessLimit,
 };
 
 pub use counters::{

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod client;
 pub mod fine_tune;
 pub mod frame;
+pub mod metrics;
 pub mod notify;
 pub mod ring;
 pub mod server;

@@ -21,6 +21,7 @@ use nix::libc;
 
 use super::fine_tune::{self, FineTuner};
 use super::frame::FrameView;
+use super::metrics;
 use super::notify::Notifier;
 use super::ring::ClientRing;
 use super::socket::{self, PeerCredentials, Received};
@@ -69,6 +70,9 @@ pub struct ServeConfig {
     /// A reload (or a fine-tuned swap) not loaded and warmed up within this is abandoned and
     /// the old weights keep serving.
     pub reload_timeout: Duration,
+    /// Where to write the counters for Prometheus ([`super::metrics`]), and how often.
+    pub metrics: Option<PathBuf>,
+    pub metrics_every: Duration,
 }
 
 impl ServeConfig {
@@ -92,6 +96,8 @@ impl ServeConfig {
             fine_tune_slice: Duration::from_millis(50),
             client_reload_dir: None,
             reload_timeout: Duration::from_secs(60),
+            metrics: None,
+            metrics_every: Duration::from_secs(5),
         }
     }
 
@@ -165,8 +171,10 @@ struct Counters {
     hello_timeouts: u64,
     evicted: u64,
     reload_failures: u64,
+    errors_by_code: [u64; metrics::ERROR_KINDS],
     latency: LatencyHistogram,
     engine: LatencyHistogram,
+    frame_pass: LatencyHistogram,
 }
 
 /// A model loaded and warmed up, with its memory plan, or why not.
@@ -310,6 +318,8 @@ pub struct Server {
     loading: Option<Loading>,
     /// Connections accepted since start (each client's `id`).
     connections: u64,
+    /// When writing the metrics last failed (to log it once a minute at most).
+    metrics_failed: Option<Instant>,
 }
 
 /// Weights loading and warming up beside the serving loop, which goes on serving the old
@@ -445,6 +455,7 @@ impl Server {
             fine_tune: fine_tuner,
             loading: None,
             connections: 0,
+            metrics_failed: None,
         })
     }
 
@@ -479,6 +490,42 @@ impl Server {
         }
     }
 
+    /// Writes the counters to `--metrics FILE`, if set; a failure is logged once a minute at
+    /// most (a full disk must not flood the journal).
+    fn write_metrics(&mut self, exposition: &mut String) {
+        let Some(path) = &self.config.metrics else {
+            return;
+        };
+        let c = &self.counters;
+        let snapshot = metrics::Snapshot {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            requests: c.requests,
+            errors_by_code: &c.errors_by_code,
+            refused: u64::from(c.refused),
+            hello_timeouts: c.hello_timeouts,
+            evicted: c.evicted,
+            reload_failures: c.reload_failures,
+            clients: self.clients.iter().flatten().count(),
+            weights_generation: self.generation,
+            latency: &c.latency,
+            frame_pass: &c.frame_pass,
+            forward: &c.engine,
+            planned_bytes: self.plan.total(),
+            resident_bytes: crate::balance::resident(),
+            fine_tune: self.fine_tune.as_ref().map(FineTuner::status),
+        };
+        metrics::render(exposition, &snapshot);
+        if let Err(e) = metrics::write(path, exposition) {
+            let quiet = self
+                .metrics_failed
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60));
+            if !quiet {
+                log::warn!("writing the metrics to {}: {e}", path.display());
+                self.metrics_failed = Some(Instant::now());
+            }
+        }
+    }
+
     pub fn socket_path(&self) -> &Path {
         &self.config.socket
     }
@@ -491,6 +538,10 @@ impl Server {
         self.write_status(&mut status);
         self.notifier.ready(&status);
         let mut last_status = Instant::now();
+        // Kept too: an exposition allocates nothing once it has grown.
+        let mut exposition = String::new();
+        let mut last_metrics = Instant::now();
+        self.write_metrics(&mut exposition);
         while !control.stop.load(Ordering::SeqCst) {
             // A SIGHUP during a load waits for it to end.
             if self.loading.is_none() && control.reload.swap(false, Ordering::SeqCst) {
@@ -502,12 +553,18 @@ impl Server {
             self.round()?;
             self.last_progress = Instant::now();
             self.notifier.progress();
+            if self.config.metrics.is_some() && last_metrics.elapsed() >= self.config.metrics_every
+            {
+                self.write_metrics(&mut exposition);
+                last_metrics = Instant::now();
+            }
             if self.notifier.is_active() && last_status.elapsed() >= Duration::from_secs(5) {
                 self.write_status(&mut status);
                 self.notifier.status(&status);
                 last_status = Instant::now();
             }
         }
+        self.write_metrics(&mut exposition);
         self.state = ServiceState::Stopping;
         self.notifier.stopping();
         log::info!("stopping: {}", self.status_line());
@@ -898,6 +955,7 @@ impl Server {
     /// Best effort: an error to a connection about to be closed.
     fn send_error_to(&mut self, fd: std::os::fd::BorrowedFd<'_>, sequence: u32, code: ErrorCode) {
         self.counters.errors += 1;
+        self.counters.errors_by_code[metrics::error_slot(code)] += 1;
         let msg = Message::Error(ErrorReply::new(code, &self.text));
         if let Ok(n) = msg.encode(sequence, 0, &mut self.send) {
             let _ = socket::send_packet(fd, &self.send[..n], None);
@@ -977,6 +1035,7 @@ impl Server {
     /// An error reply with `self.text`.
     fn reply_error(&mut self, slot: usize, sequence: u32, timestamp: u64, code: ErrorCode) {
         self.counters.errors += 1;
+        self.counters.errors_by_code[metrics::error_slot(code)] += 1;
         let msg = Message::Error(ErrorReply::new(code, &self.text));
         match msg.encode(sequence, timestamp, &mut self.send) {
             Ok(n) => self.reply(slot, n),
@@ -1303,6 +1362,9 @@ impl Server {
                     .latency
                     .record(arrived.elapsed().as_micros() as u64);
                 self.counters.engine.record(u64::from(engine_us));
+                self.counters
+                    .frame_pass
+                    .record(timing.prepare.as_micros() as u64);
             }
             Err(e) => log::error!("encoding detections: {e}"),
         }

@@ -13,6 +13,7 @@ const BUCKETS: usize = (SUB * OCTAVES) as usize;
 pub struct LatencyHistogram {
     counts: [u64; BUCKETS],
     total: u64,
+    sum_us: u64,
 }
 
 impl Default for LatencyHistogram {
@@ -20,6 +21,7 @@ impl Default for LatencyHistogram {
         LatencyHistogram {
             counts: [0; BUCKETS],
             total: 0,
+            sum_us: 0,
         }
     }
 }
@@ -51,15 +53,33 @@ impl LatencyHistogram {
             *a += b;
         }
         self.total += other.total;
+        self.sum_us = self.sum_us.saturating_add(other.sum_us);
     }
 
     pub fn record(&mut self, us: u64) {
         self.counts[Self::bucket(us)] += 1;
         self.total += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
     }
 
     pub fn count(&self) -> u64 {
         self.total
+    }
+
+    /// Every value recorded, added up, microseconds.
+    pub fn sum_us(&self) -> u64 {
+        self.sum_us
+    }
+
+    /// Values in the buckets whose upper edge is at most `us` (a Prometheus bucket's count,
+    /// within a bucket's width).
+    pub fn count_at_most(&self, us: u64) -> u64 {
+        self.counts
+            .iter()
+            .enumerate()
+            .take_while(|&(i, _)| Self::upper(i) <= us)
+            .map(|(_, &c)| c)
+            .sum()
     }
 
     /// The `q`-quantile (0..=1) in microseconds, as the upper edge of its bucket; 0 when empty.

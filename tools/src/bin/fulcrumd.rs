@@ -112,6 +112,16 @@ struct Args {
     /// weights keep serving [default: 60].
     #[arg(long, value_name = "S")]
     reload_timeout: Option<u64>,
+    /// Write the daemon's counters (requests, errors by kind, latency, frame-pass and forward
+    /// histograms, fine-tune progress, planned memory and resident memory) to FILE in
+    /// Prometheus' text format every --metrics-every seconds, replacing it whole, for
+    /// node_exporter's textfile collector (no network listener). The names are listed in the
+    /// README.
+    #[arg(long, value_name = "FILE")]
+    metrics: Option<PathBuf>,
+    /// Seconds between metrics writes [default: 5].
+    #[arg(long, value_name = "S")]
+    metrics_every: Option<u64>,
     /// TOML file with any of the options above.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -143,6 +153,8 @@ struct FileConfig {
     nms: Option<f32>,
     client_reload_dir: Option<PathBuf>,
     reload_timeout: Option<u64>,
+    metrics: Option<PathBuf>,
+    metrics_every: Option<u64>,
 }
 
 static CONTROL: Control = Control::new();
@@ -274,6 +286,26 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
             anyhow::bail!("--reload-timeout {secs} s: use 1 to 3600 s");
         }
         c.reload_timeout = std::time::Duration::from_secs(secs);
+    }
+    if let Some(path) = args.metrics.or(file.metrics) {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !folder.is_dir() || path.is_dir() {
+            anyhow::bail!(
+                "--metrics {}: give a file in an existing folder (node_exporter's textfile \
+                 folder, for example)",
+                path.display()
+            );
+        }
+        c.metrics = Some(path);
+    }
+    if let Some(secs) = args.metrics_every.or(file.metrics_every) {
+        if !(1..=3600).contains(&secs) {
+            anyhow::bail!("--metrics-every {secs} s: use 1 to 3600 s");
+        }
+        c.metrics_every = std::time::Duration::from_secs(secs);
     }
     if let Some(v) = args.max_frame_side.or(file.max_frame_side) {
         c.max_frame_side = v;
