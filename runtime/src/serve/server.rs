@@ -921,7 +921,7 @@ impl Server {
     }
 
     /// A slot for a new connection from `cred`: a free one within its uid's limit, else one
-    /// freed by closing the oldest connection that has not sent `Hello` (of the same uid when
+    /// freed by closing the oldest connection that has sent nothing yet (of the same uid when
     /// the uid is at its limit): connections that never greet cannot lock real clients out.
     fn free_slot_for(&mut self, cred: &PeerCredentials) -> Option<usize> {
         let at_uid_limit = self.held_by(cred.uid) >= self.config.per_uid_limit();
@@ -935,7 +935,9 @@ impl Server {
             .iter()
             .enumerate()
             .filter_map(|(slot, c)| c.as_ref().map(|c| (slot, c)))
+            // A connection whose Hello waits unread is not silent: it is served next round.
             .filter(|(_, c)| !c.greeted && (!at_uid_limit || c.cred.uid == cred.uid))
+            .filter(|(_, c)| !socket::has_pending(c.fd.as_fd()))
             .min_by_key(|(_, c)| c.connected)
             .map(|(slot, _)| slot)?;
         self.counters.evicted += 1;

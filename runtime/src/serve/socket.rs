@@ -287,6 +287,19 @@ pub fn recv_packet(
     Ok(Received::Packet { len, fd: passed })
 }
 
+/// Whether a packet waits to be read on `fd` (a peer that has hung up has none).
+pub fn has_pending(fd: BorrowedFd<'_>) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        nix::sys::socket::recv(
+            fd.as_raw_fd(),
+            &mut byte,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
+        ),
+        Ok(n) if n > 0
+    )
+}
+
 /// A control buffer with room for one descriptor.
 pub fn cmsg_buffer() -> Vec<u8> {
     nix::cmsg_space!([RawFd; 1])
@@ -351,6 +364,23 @@ mod tests {
             recv_packet(b.as_fd(), &mut buf, &mut cmsg).unwrap(),
             Received::Closed
         ));
+    }
+
+    #[test]
+    fn pending_packets_are_seen_without_being_taken() {
+        let (a, b) = pair();
+        assert!(!has_pending(b.as_fd()));
+        assert!(send_packet(a.as_fd(), b"hi", None).unwrap());
+        assert!(has_pending(b.as_fd()));
+        assert!(has_pending(b.as_fd()), "peeking takes nothing");
+        let mut buf = [0u8; 4];
+        let mut cmsg = cmsg_buffer();
+        assert!(matches!(
+            recv_packet(b.as_fd(), &mut buf, &mut cmsg).unwrap(),
+            Received::Packet { len: 2, .. }
+        ));
+        drop(a);
+        assert!(!has_pending(b.as_fd()), "a hang-up is no packet");
     }
 
     #[test]
