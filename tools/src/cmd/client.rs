@@ -164,11 +164,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map(|d| (u32::from(d.class), d.score, [d.x0, d.y0, d.x1, d.y1])),
             started.elapsed(),
         );
-        println!("{line}");
+        crate::outln!("{line}");
     }
     if a.stats {
         let s = client.stats()?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "requests": s.requests, "errors": s.errors, "refused": s.refused,
@@ -237,7 +237,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
     }
     if a.fine_tune_status || a.wait {
         let s = client.fine_tune_status()?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "state": s.state.name(), "epoch": s.epoch, "step": s.step,

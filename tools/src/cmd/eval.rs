@@ -66,13 +66,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         bar.set_position(done)
     })?;
     bar.finish_and_clear();
-    print!("{}", table(&report, a.iou));
+    crate::out!("{}", table(&report, a.iou));
     let baseline = if a.baseline {
         let b = full_image_baseline(&dataset, a.iou)?;
-        println!(
+        crate::outln!(
             "baseline (one whole-image box per class and image): mAP@{} {:.3}, \
              mAP@[.5:.95] {:.3}",
-            a.iou, b.map, b.map_50_95
+            a.iou,
+            b.map,
+            b.map_50_95
         );
         Some(b)
     } else {

@@ -154,7 +154,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map(|d| (d.class, d.score, [d.x0, d.y0, d.x1, d.y1])),
             p.prepare + p.device,
         );
-        println!("{line}");
+        crate::outln!("{line}");
         if let Some(coco) = &mut coco {
             let boxes = p.detections.iter();
             coco.add(

@@ -161,8 +161,8 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let m = &report.manifest;
     let s = &m.summary;
-    println!("packed {} → {}", s.source, out.display());
-    println!(
+    crate::outln!("packed {} → {}", s.source, out.display());
+    crate::outln!(
         "  {} records ({} background) in {} shards, {}×{} RGB, {} classes, {:.1} MB, {:.1} s",
         m.records,
         s.background_images,
@@ -173,12 +173,16 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
         (m.records * m.record_size as u64) as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
-    println!(
+    crate::outln!(
         "  boxes: {} kept, {} clipped to the image, {} dropped (too small), {} over --max-boxes {}",
-        s.boxes, s.boxes_clipped, s.boxes_dropped, s.boxes_over_max, m.max_boxes
+        s.boxes,
+        s.boxes_clipped,
+        s.boxes_dropped,
+        s.boxes_over_max,
+        m.max_boxes
     );
     if s.labels_without_image + s.rejected_labels + s.unreadable_images > 0 {
-        println!(
+        crate::outln!(
             "  skipped: {} label files without an image, {} rejected label lines, {} unreadable images",
             s.labels_without_image, s.rejected_labels, s.unreadable_images
         );

@@ -172,7 +172,7 @@ struct Printer {
 
 impl Observer for Printer {
     fn start(&mut self, info: &RunInfo) {
-        println!(
+        crate::outln!(
             "training {} ({} parameters) on {}: {} records, {} steps per epoch, steps {}..{}",
             info.model,
             info.param_count,
@@ -182,13 +182,13 @@ impl Observer for Printer {
             info.first_step + 1,
             info.total_steps
         );
-        println!(
+        crate::outln!(
             "memory: {} planned up front (pipeline and model); reads: {}; ring slots: {}",
             human(info.memory.total()),
             info.backend,
             info.ring_memory
         );
-        print!("{}", info.memory.table());
+        crate::out!("{}", info.memory.table());
         let bar = crate::progress::bar(info.total_steps, "steps");
         bar.set_position(info.first_step);
         self.bar = Some(bar);
@@ -221,7 +221,7 @@ impl Observer for Printer {
         );
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => crate::outln!("{line}"),
         }
     }
 
@@ -229,7 +229,7 @@ impl Observer for Printer {
         let line = format!("autotune (step {}): {} — {}", d.step, d.what, d.why);
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => crate::outln!("{line}"),
         }
     }
 
@@ -272,7 +272,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         neighbour_radius: a.neighbour_radius.unwrap_or(base.neighbour_radius),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
-        println!("recipe {recipe}: {settings} (for {records} records)");
+        crate::outln!("recipe {recipe}: {settings} (for {records} records)");
     }
     Ok(settings)
 }
@@ -342,7 +342,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let svg_path = path.with_extension("svg");
         fulcrum::durable::write_atomic(&svg_path, svg.as_bytes())
             .map_err(|e| anyhow::anyhow!("{}: {e}", svg_path.display()))?;
-        println!(
+        crate::outln!(
             "trace: {} (Perfetto) and {} ({} events{})",
             path.display(),
             svg_path.display(),
@@ -354,7 +354,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if a.autotune {
-        println!(
+        crate::outln!(
             "autotune: {}; device idle waiting for input {:.1} % over the run{}",
             report.tuning,
             100.0 * report.input_wait,
@@ -364,10 +364,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ))
         );
         if let Some(why) = &report.unbalanced {
-            println!("autotune: {why}");
+            crate::outln!("autotune: {why}");
         }
     }
-    println!(
+    crate::outln!(
         "{} at step {} (epoch {}) after {:.0} s, loss {}; checkpoint {}",
         if report.interrupted {
             "stopped"
@@ -386,14 +386,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let code = fulcrum::balance::resident_files().map_or(String::new(), |files| {
             format!("{} of it the program's code and libraries; ", human(files))
         });
-        println!(
+        crate::outln!(
             "memory: peak resident {} ({code}planned {})",
             human(peak),
             human(report.memory.total())
         );
     }
     if report.interrupted {
-        println!(
+        crate::outln!(
             "continue with: fulcrum train --data {} --out {} --resume",
             a.data.display(),
             a.out.display()
