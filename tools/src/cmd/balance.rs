@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, required_unless_present = "from", value_parser = crate::args::positive)]
     cores: Option<f64>,
     /// Samples per batch.
-    #[arg(long, required_unless_present = "from")]
+    #[arg(long, required_unless_present = "from", value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: Option<u32>,
     /// Device time per training step.
     #[arg(long, value_parser = parse_duration)]

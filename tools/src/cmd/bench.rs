@@ -37,10 +37,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 200.0, value_parser = crate::args::non_negative)]
     rate: f64,
     /// Frame width sent, pixels (the model's input is 128 × 128).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     width: u16,
     /// Frame height sent, pixels.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     height: u16,
     /// Pixel format sent: rgb8, bgr8, gray8, yuyv or nv12.
     #[arg(long, default_value = "rgb8", value_parser = super::client::parse_format)]
@@ -62,9 +62,9 @@ pub struct BalanceArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Records of the default synthetic dataset.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::args::count_u64(10_000_000))]
     records: u64,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// Training steps per run.
     #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -93,13 +93,13 @@ pub struct ComputeArgs {
     #[arg(long, default_value = "det-s", value_parser = model_name)]
     model: String,
     /// Training batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// Runs per figure (medians are reported), 1 to 10000.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     runs: u16,
-    /// CPU engine threads [default: every core].
-    #[arg(long)]
+    /// CPU engine threads, 1 to 16 [default: every core].
+    #[arg(long, value_parser = crate::args::threads)]
     threads: Option<usize>,
     /// Skip the Vulkan engine.
     #[arg(long)]
@@ -118,7 +118,7 @@ pub struct ComputeArgs {
     #[arg(long)]
     ab: bool,
     /// Kernels listed per entry.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::args::count_usize(1000))]
     top: usize,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -133,17 +133,17 @@ pub struct IoArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Records of the default synthetic dataset.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::args::count_u64(10_000_000))]
     records: u64,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count_usize(crate::args::MAX_BATCH))]
     batch: usize,
     /// Loader threads for the augmentation run [default: one per core].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count_usize(crate::args::MAX_LOADERS))]
     loaders: Option<usize>,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_usize(crate::args::MAX_RING))]
     ring: usize,
     /// Reads in flight (and records per read unit) for raw and backend runs.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_IO_DEPTH))]
     queue_depth: u32,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0, value_parser = crate::args::seconds)]
@@ -365,6 +365,9 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
+    if let Some(threads) = a.threads {
+        crate::args::warn_threads("--threads", threads);
+    }
     let base = ComputeBenchConfig {
         model: a.model.clone(),
         classes: 2,

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     ring: bool,
     /// Lowest score returned [default: the daemon's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::probability)]
     threshold: Option<f32>,
     /// Print the daemon's counters and latency as one JSON line at the end.
     #[arg(long)]
@@ -48,10 +48,10 @@ pub struct Args {
     #[arg(long, value_name = "DATA")]
     fine_tune: Option<PathBuf>,
     /// Fine-tuning epochs over DATA/train [default: the daemon's, 5].
-    #[arg(long, requires = "fine_tune")]
+    #[arg(long, requires = "fine_tune", value_parser = clap::value_parser!(u16).range(1..))]
     epochs: Option<u16>,
     /// Stop fine-tuning after this many steps.
-    #[arg(long, requires = "fine_tune")]
+    #[arg(long, requires = "fine_tune", value_parser = clap::value_parser!(u32).range(1..))]
     max_steps: Option<u32>,
     /// Swap the fine-tuned weights in at the end even if they do not score better.
     #[arg(long, requires = "fine_tune")]

@@ -31,14 +31,14 @@ pub struct Args {
     #[arg(long, default_value = "demo")]
     dir: PathBuf,
     /// Training images (synthetic, seed 0); the held-out set is 256 images of seed 1.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = crate::args::count_u64(10_000_000))]
     images: u64,
     /// Training epochs, 1 to 1000000 (30: held-out mAP@0.5 0.961 where 16 gave 0.939).
     #[arg(long, default_value_t = 30, value_parser = crate::args::epochs())]
     epochs: u64,
     /// Records per batch: 16 takes twice the optimizer steps of 32 for the same samples, at
     /// about the same samples/s on the CPU engine, and det-s learns more from them.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     #[command(flatten)]
     engine: EngineArgs,

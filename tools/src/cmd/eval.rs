@@ -25,15 +25,15 @@ pub struct Args {
     #[arg(long)]
     data: PathBuf,
     /// Images per batch.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// IoU a detection needs to count as a match for the mAP and AP columns (AP@[0.5:0.95]
     /// always averages 0.50, 0.55, …, 0.95).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = crate::args::iou)]
     iou: f32,
     /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
     /// (a multi-level model can find one object at two levels); 1 keeps every detection.
-    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU)]
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU, value_parser = crate::args::iou)]
     nms: f32,
     /// Also score the trivial baseline (one whole-image box per class and image) the same way.
     #[arg(long)]
@@ -50,9 +50,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let checkpoint = Checkpoint::load(&a.weights)?;
     // Buffered reads: evaluation reads into plain (unaligned) buffers, once per record.
     let dataset = Dataset::open(&a.data, DirectMode::Off)?;
-    if !(0.0..=1.0).contains(&a.iou) {
-        anyhow::bail!("--iou {} must be in [0, 1]", a.iou);
-    }
     check_limit(a.nms).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let options = EvalOptions {
         exec: a.engine.options(None),

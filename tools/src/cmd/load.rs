@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, value_name = "JSON")]
     trace: Option<PathBuf>,
     /// Capacity of the trace log in events (32 bytes each, allocated up front).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = crate::args::count_usize(crate::args::MAX_TRACE_EVENTS))]
     trace_events: usize,
     /// List every allocation of the pipeline (planned before it is made).
     #[arg(long)]

@@ -55,28 +55,28 @@ pub struct Args {
     #[arg(long, value_parser = crate::args::epochs())]
     epochs: Option<u64>,
     /// Records per batch (B). [default: 32]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: Option<u32>,
     /// Peak learning rate (AdamW; linear warm-up, then cosine decay). [default: 0.004]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::learning_rate)]
     lr: Option<f32>,
     /// Warm-up steps. [default: 100]
     #[arg(long)]
     warmup: Option<u64>,
     /// AdamW's decoupled weight decay.
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, value_parser = crate::args::weight_decay)]
     weight_decay: f32,
     /// Seed of the initial weights, the epoch order and augmentation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Loader threads (C).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::count_usize(crate::args::MAX_LOADERS))]
     loaders: usize,
     /// Ring slots (prefetch depth), each one batch.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_usize(crate::args::MAX_RING))]
     ring: usize,
     /// io_uring reads in flight per loader.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_IO_DEPTH))]
     io_depth: u32,
     /// Choose loaders, ring, I/O queue depth and (within --mem-budget, at most --batch) the
     /// batch from measurements, instead of --loaders, --ring and --io-depth.
@@ -121,7 +121,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
     neighbour_radius: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Continue the run whose checkpoint is in --out.
     #[arg(long)]
@@ -131,7 +131,7 @@ pub struct Args {
     #[arg(long, value_name = "CHECKPOINT")]
     init_from: Option<PathBuf>,
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
     /// Hard memory limit for the pipeline and the model together (e.g. 64M): a configuration
     /// over it is refused before anything is allocated, naming a batch that fits.
@@ -159,7 +159,7 @@ pub struct Args {
     trace: Option<PathBuf>,
     /// Capacity of the trace log in events (32 bytes each, allocated up front; later events
     /// are counted and dropped).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = crate::args::count_usize(crate::args::MAX_TRACE_EVENTS))]
     trace_events: usize,
     #[command(flatten)]
     engine: EngineArgs,
