@@ -41,6 +41,11 @@ pub struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Score class i of the model against class i of the data even where their names differ
+    /// (another order, or other names). Without it such data is refused: scores by position
+    /// would be quietly wrong.
+    #[arg(long)]
+    classes_by_position: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -50,6 +55,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let checkpoint = Checkpoint::load(&a.weights)?;
     // Buffered reads: evaluation reads into plain (unaligned) buffers, once per record.
     let dataset = Dataset::open(&a.data, DirectMode::Off)?;
+    let data_classes = &dataset.manifest.classes;
+    if !a.classes_by_position
+        && !checkpoint.classes.is_empty()
+        && checkpoint.classes.len() == data_classes.len()
+        && &checkpoint.classes != data_classes
+    {
+        anyhow::bail!(
+            "the classes differ: {} was trained on [{}], {} holds [{}]; evaluate on data \
+             packed with the checkpoint's classes in its order, or pass --classes-by-position \
+             to score class i against class i anyway",
+            a.weights.display(),
+            checkpoint.classes.join(", "),
+            a.data.display(),
+            data_classes.join(", ")
+        );
+    }
     check_limit(a.nms).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let options = EvalOptions {
         exec: a.engine.options(None),
