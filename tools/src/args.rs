@@ -181,19 +181,34 @@ pub fn open_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-/// A count from 1 to `most` (clap's message names the range).
-pub fn count(most: u32) -> clap::builder::RangedU64ValueParser<u32> {
-    clap::builder::RangedU64ValueParser::new().range(1..=u64::from(most))
+/// A count from 1 to `most`: a parser for clap's `value_parser`.
+pub fn count(most: u32) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    move |s| count_within(s, u64::from(most)).map(|v| v as u32)
 }
 
 /// [`count`] for options held as `usize`.
-pub fn count_usize(most: u32) -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..=u64::from(most))
+pub fn count_usize(most: u32) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    move |s| count_within(s, u64::from(most)).map(|v| v as usize)
 }
 
 /// [`count`] for options held as `u64`.
-pub fn count_u64(most: u64) -> clap::builder::RangedU64ValueParser<u64> {
-    clap::builder::RangedU64ValueParser::new().range(1..=most)
+pub fn count_u64(most: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s| count_within(s, most)
+}
+
+fn count_within(s: &str, most: u64) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if (1..=most).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not a count from 1 to {most}", quoted(s))),
+    }
+}
+
+/// An NMS IoU limit: above 0, at most 1 (1 keeps every detection).
+pub fn nms_limit(s: &str) -> Result<f32, String> {
+    let v = s
+        .parse::<f32>()
+        .map_err(|_| format!("{} is not a number", quoted(s)))?;
+    fulcrum::infer::nms::check_limit(v).map(|()| v)
 }
 
 /// Compute threads: 1 to the CPU engine's most ([`MAX_THREADS`]); more would be clamped
@@ -272,5 +287,18 @@ mod tests {
             "parses as infinity"
         );
         assert!(positive("1e400").is_err());
+        for bad in ["-1", "0", "nan", "inf", "11", "x"] {
+            assert!(
+                learning_rate(bad).unwrap_err().contains("at most 10"),
+                "{bad}"
+            );
+        }
+        assert_eq!(learning_rate("0.004"), Ok(0.004));
+        assert_eq!((count(64)("64"), count(64)("1")), (Ok(64), Ok(1)));
+        for bad in ["0", "65", "-1", "x"] {
+            assert!(count(64)(bad).unwrap_err().contains("1 to 64"), "{bad}");
+        }
+        assert!(threads("17").is_err() && threads("0").is_err());
+        assert!(nms_limit("0").is_err() && nms_limit("1").is_ok());
     }
 }

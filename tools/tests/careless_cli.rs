@@ -173,7 +173,7 @@ fn a_batch_past_the_kernels_indexing_is_refused_naming_one_that_works() {
     // Past any board's memory: refused at parsing, naming the range.
     let run = fulcrum(cwd, &["train", "--data", "big", "--batch", "100000"]);
     run.expect(2);
-    assert_mentions(&run.stderr, &["--batch", "1..=65536"]);
+    assert_mentions(&run.stderr, &["--batch", "1 to 65536"]);
 }
 
 #[test]

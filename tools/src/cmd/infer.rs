@@ -37,7 +37,7 @@ pub struct Args {
     top_k: u32,
     /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
     /// (a multi-level model can find one object at two levels); 1 keeps every detection.
-    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU, value_parser = crate::args::iou)]
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU, value_parser = crate::args::nms_limit)]
     nms: f32,
     /// Write each image with its detections outlined into this folder (PNG).
     #[arg(long, value_name = "DIR")]
