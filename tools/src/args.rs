@@ -48,6 +48,18 @@ pub fn cut_long_words(text: &str) -> String {
     out
 }
 
+/// Most records per batch: far past what fits any board (a larger model or input size is
+/// refused lower down, naming the largest batch its kernels can index).
+pub const MAX_BATCH: u32 = 65_536;
+/// Most loader threads.
+pub const MAX_LOADERS: u32 = 256;
+/// Most ring slots (the ring's own limit).
+pub const MAX_RING: u32 = fulcrum::ring::MAX_SLOTS as u32;
+/// Most io_uring reads in flight per loader.
+pub const MAX_IO_DEPTH: u32 = 4096;
+/// Most trace events (32 bytes each, allocated up front: 320 MB).
+pub const MAX_TRACE_EVENTS: u32 = 10_000_000;
+
 /// Epochs of one run, 1 to a million: far past any real run; more is a typo.
 pub fn epochs() -> clap::builder::RangedU64ValueParser<u64> {
     clap::builder::RangedU64ValueParser::new().range(1..=1_000_000)
@@ -127,6 +139,108 @@ pub fn clip_norm(s: &str) -> Result<f32, String> {
     }
 }
 
+/// A peak learning rate: finite, above 0 and at most 10 (AdamW's usual rates are 1e-4 to
+/// 1e-2; past 10 a run only diverges).
+pub fn learning_rate(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 10.0 => Ok(v),
+        _ => Err(format!(
+            "{} is not a learning rate above 0 and at most 10 (try 0.001 to 0.01)",
+            quoted(s)
+        )),
+    }
+}
+
+/// AdamW's weight decay: a number from 0 (off) to 1.
+pub fn weight_decay(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{} is not a weight decay from 0 (off) to 1 (try 5e-4)",
+            quoted(s)
+        )),
+    }
+}
+
+/// An IoU: a number from 0 to 1.
+pub fn iou(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not an IoU from 0 to 1", quoted(s))),
+    }
+}
+
+/// A fraction strictly between 0 and 1 (a held-out share).
+pub fn open_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!(
+            "{} is not a fraction above 0 and below 1 (e.g. 0.2)",
+            quoted(s)
+        )),
+    }
+}
+
+/// A count from 1 to `most`: a parser for clap's `value_parser`.
+pub fn count(most: u32) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    move |s| count_within(s, u64::from(most)).map(|v| v as u32)
+}
+
+/// [`count`] for options held as `usize`.
+pub fn count_usize(most: u32) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    move |s| count_within(s, u64::from(most)).map(|v| v as usize)
+}
+
+/// [`count`] for options held as `u64`.
+pub fn count_u64(most: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s| count_within(s, most)
+}
+
+fn count_within(s: &str, most: u64) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if (1..=most).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not a count from 1 to {most}", quoted(s))),
+    }
+}
+
+/// An NMS IoU limit: above 0, at most 1 (1 keeps every detection).
+pub fn nms_limit(s: &str) -> Result<f32, String> {
+    let v = s
+        .parse::<f32>()
+        .map_err(|_| format!("{} is not a number", quoted(s)))?;
+    fulcrum::infer::nms::check_limit(v).map(|()| v)
+}
+
+/// Compute threads: 1 to the CPU engine's most ([`MAX_THREADS`]); more would be clamped
+/// to it silently. Above the cores a warning says it is slower ([`warn_threads`]).
+///
+/// [`MAX_THREADS`]: fulcrum::compute::cpu::pool::MAX_THREADS
+pub fn threads(s: &str) -> Result<usize, String> {
+    let most = fulcrum::compute::cpu::pool::MAX_THREADS;
+    match s.parse::<usize>() {
+        Ok(v) if (1..=most).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{} is not a thread count from 1 to {most} (the engine's most); this machine has \
+             {} cores",
+            quoted(s),
+            fulcrum_board::host_cores()
+        )),
+    }
+}
+
+/// Warns when `option` asks for more threads than there are cores: they take turns, which
+/// is slower, and each costs its own working memory.
+pub fn warn_threads(option: &str, threads: usize) {
+    let cores = fulcrum_board::host_cores();
+    if threads > cores {
+        log::warn!(
+            "{option} {threads} is more than the {cores} cores here: the threads will take \
+             turns, which is slower, and each needs its own working memory; use {option} \
+             {cores} or fewer"
+        );
+    }
+}
+
 fn quoted(s: &str) -> String {
     fulcrum::text::quoted(s)
 }
@@ -173,5 +287,18 @@ mod tests {
             "parses as infinity"
         );
         assert!(positive("1e400").is_err());
+        for bad in ["-1", "0", "nan", "inf", "11", "x"] {
+            assert!(
+                learning_rate(bad).unwrap_err().contains("at most 10"),
+                "{bad}"
+            );
+        }
+        assert_eq!(learning_rate("0.004"), Ok(0.004));
+        assert_eq!((count(64)("64"), count(64)("1")), (Ok(64), Ok(1)));
+        for bad in ["0", "65", "-1", "x"] {
+            assert!(count(64)(bad).unwrap_err().contains("1 to 64"), "{bad}");
+        }
+        assert!(threads("17").is_err() && threads("0").is_err());
+        assert!(nms_limit("0").is_err() && nms_limit("1").is_ok());
     }
 }

@@ -420,13 +420,13 @@ fn balance_section(
 fn print(r: &Report) {
     let b = &r.board;
     let f = &b.facts;
-    println!(
+    crate::outln!(
         "fulcrum-bench {} — {}{}",
         r.fulcrum_version,
         f.model.as_deref().unwrap_or(&f.board),
         if r.quick { " (quick)" } else { "" }
     );
-    println!(
+    crate::outln!(
         "  board      {} ({}), kernel {}",
         f.board,
         f.arch,
@@ -437,7 +437,7 @@ fn print(r: &Report) {
             (Some(lo), Some(hi)) => format!("{lo}–{hi} MHz"),
             _ => "frequency unknown".to_owned(),
         };
-        println!(
+        crate::outln!(
             "  cpu        {}× {} ({mhz}{})",
             c.cpus.len(),
             c.core,
@@ -446,13 +446,13 @@ fn print(r: &Report) {
                 .map_or(String::new(), |g| format!(", {g}"))
         );
     }
-    println!(
+    crate::outln!(
         "  kernels    {} (this CPU runs: {})",
         b.cpu_kernels,
         kernels::names(&b.cpu_kernel_sets)
     );
     if let Some(m) = f.memory {
-        println!(
+        crate::outln!(
             "  memory     {} MiB{}",
             m.total_mib,
             m.available_mib
@@ -460,7 +460,7 @@ fn print(r: &Report) {
         );
     }
     if let Some(s) = &f.storage {
-        println!(
+        crate::outln!(
             "  storage    {} on {} ({}{})",
             s.mount_point,
             s.device,
@@ -471,20 +471,20 @@ fn print(r: &Report) {
         );
     }
     match &b.io_uring.error {
-        None => println!("  io_uring   available"),
-        Some(e) => println!("  io_uring   unavailable: {e}"),
+        None => crate::outln!("  io_uring   available"),
+        Some(e) => crate::outln!("  io_uring   unavailable: {e}"),
     }
     match (&b.vulkan_error, b.vulkan.is_empty()) {
-        (Some(e), _) => println!("  vulkan     unavailable: {e}"),
-        (None, true) => println!("  vulkan     no devices"),
-        (None, false) => println!("  vulkan     {}", b.vulkan.join("; ")),
+        (Some(e), _) => crate::outln!("  vulkan     unavailable: {e}"),
+        (None, true) => crate::outln!("  vulkan     no devices"),
+        (None, false) => crate::outln!("  vulkan     {}", b.vulkan.join("; ")),
     }
     match (&r.io, &r.io_error) {
         (Some(io), _) => {
             let uring = io
                 .uring
                 .map_or("-".to_owned(), |t| format!("{:.0}", t.mb_per_s));
-            println!(
+            crate::outln!(
                 "  io         raw ({}) {:.0} MB/s, io_uring {uring} MB/s, pread {:.0} MB/s, \
                  loaders {:.0} records/s (T_g {:.1} µs/record)",
                 io.raw_method,
@@ -494,7 +494,7 @@ fn print(r: &Report) {
                 io.loader_cpu_us_per_record
             );
         }
-        (None, Some(e)) => println!("  io         not measured: {e}"),
+        (None, Some(e)) => crate::outln!("  io         not measured: {e}"),
         (None, None) => {}
     }
     let width = r.compute.iter().map(|c| c.engine.len()).max().unwrap_or(0);
@@ -503,17 +503,17 @@ fn print(r: &Report) {
             Some([s, m]) if m > 0 => format!(", {s}/{m} b=1 convs split"),
             _ => String::new(),
         };
-        println!(
+        crate::outln!(
             "  compute    {:<width$}  forward b=1 {:>8.3} ms, step b={} {:>8.2} ms ({:.1} GFLOP/s{split})",
             c.engine, c.forward_batch1_ms, c.train_batch, c.train_step_ms, c.train_gflops
         );
     }
     for e in &r.compute_errors {
-        println!("  compute    not measured: {e}");
+        crate::outln!("  compute    not measured: {e}");
     }
     for bal in &r.balance {
         let rep = &bal.report;
-        println!(
+        crate::outln!(
             "  balance    {}@{} b={} on {}: load {:.2} ms vs step {:.2} ms per batch → {} binds, \
              {:.1} loader core(s) needed of {}",
             bal.model,
@@ -528,7 +528,7 @@ fn print(r: &Report) {
         );
     }
     for e in &r.balance_errors {
-        println!("  balance    not worked out: {e}");
+        crate::outln!("  balance    not worked out: {e}");
     }
     match (&r.serve, &r.serve_error) {
         (Some(s), _) => {
@@ -536,7 +536,7 @@ fn print(r: &Report) {
                 .runs
                 .iter()
                 .find(|run| run.transport == "memfd" && run.load == "paced" && !run.fine_tuning);
-            println!(
+            crate::outln!(
                 "  serve      {} clients, {} frames, on {}: forward p50 {:.3} ms{}",
                 s.clients,
                 s.frame,
@@ -548,10 +548,10 @@ fn print(r: &Report) {
                 ))
             );
             for why in &s.skipped {
-                println!("             left out {why}");
+                crate::outln!("             left out {why}");
             }
         }
-        (None, Some(e)) => println!("  serve      not measured: {e}"),
+        (None, Some(e)) => crate::outln!("  serve      not measured: {e}"),
         (None, None) => {}
     }
     let t = &r.throttle;
@@ -559,14 +559,14 @@ fn print(r: &Report) {
         .max_temp_c
         .map_or(String::new(), |c| format!(", hottest {c:.1} °C"));
     if t.throttled {
-        println!(
+        crate::outln!(
             "  throttle   THROTTLED: {}{temp} — the figures above are low",
             t.notes.join("; ")
         );
     } else if t.notes.is_empty() {
-        println!("  throttle   none seen{temp}");
+        crate::outln!("  throttle   none seen{temp}");
     } else {
-        println!("  throttle   {}{temp}", t.notes.join("; "));
+        crate::outln!("  throttle   {}{temp}", t.notes.join("; "));
     }
-    println!("  ({:.0} s)", r.seconds);
+    crate::outln!("  ({:.0} s)", r.seconds);
 }

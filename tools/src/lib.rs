@@ -8,6 +8,7 @@ pub mod logger;
 pub mod output_file;
 pub mod progress;
 pub mod signals;
+pub mod stdout;
 pub mod system;
 
 /// The error and its causes, leaving out causes the message already quotes (the runtime's

@@ -57,11 +57,19 @@ fn main() -> std::process::ExitCode {
         Command::Client(a) => cmd::client::run(a),
         Command::Export(a) => cmd::export::run(a),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             log::error!("{}", describe(&e));
             std::process::ExitCode::from(2)
+        }
+    };
+    // A failed print did not stop the work (see `stdout`); it decides the status here.
+    match fulcrum_tools::stdout::finish() {
+        Ok(()) => code,
+        Err(message) => {
+            log::error!("{message}");
+            std::process::ExitCode::from(1)
         }
     }
 }

@@ -313,7 +313,31 @@ impl Grads {
 impl ModelGraph {
     /// Builds the recording for `batch` records of `layout` (whose image must be the model's
     /// input size, 3 channels).
+    ///
+    /// A batch so large that a buffer would outgrow the kernels' `u32` indices (a typo such
+    /// as `--batch 100000`) is refused naming the largest batch that builds.
     pub fn build(
+        arch: &Arch,
+        batch: u32,
+        layout: &RecordLayout,
+        options: &GraphOptions,
+    ) -> Result<ModelGraph, String> {
+        Self::build_at(arch, batch, layout, options).map_err(|e| {
+            // Graph sizes grow with the batch, so a binary search finds the largest that
+            // builds; only when batch 1 does is the batch itself the problem.
+            let builds = |b: u64| Self::build_at(arch, b as u32, layout, options).is_ok();
+            match crate::balance::largest_fitting(u64::from(batch.saturating_sub(1)), builds) {
+                Some(best) => format!(
+                    "batch {batch} is too large for {} at {}×{}: {e}; the largest batch that \
+                     works is {best} (lower --batch)",
+                    arch.config.name, arch.config.input, arch.config.input
+                ),
+                None => e,
+            }
+        })
+    }
+
+    fn build_at(
         arch: &Arch,
         batch: u32,
         layout: &RecordLayout,

@@ -63,6 +63,19 @@ pub fn is_image_path(path: &std::path::Path) -> bool {
     has_extension(path, &IMAGE_EXTENSIONS)
 }
 
+/// Extensions of image formats that are not read (GIF, BMP, WebP, TIFF, HEIF, AVIF). Folder
+/// importers list them with the images so that packing names each one and why it was left
+/// out (the decoder refuses them with what to do), and their label files are not taken for
+/// labels without an image.
+pub const UNSUPPORTED_IMAGE_EXTENSIONS: [&str; 8] =
+    ["gif", "bmp", "webp", "tif", "tiff", "heic", "heif", "avif"];
+
+/// Whether `path` looks like an image, read or not ([`IMAGE_EXTENSIONS`] or
+/// [`UNSUPPORTED_IMAGE_EXTENSIONS`]).
+pub fn is_any_image_path(path: &std::path::Path) -> bool {
+    is_image_path(path) || has_extension(path, &UNSUPPORTED_IMAGE_EXTENSIONS)
+}
+
 pub(crate) fn has_extension(path: &std::path::Path, exts: &[&str]) -> bool {
     path.extension()
         .and_then(|e| e.to_str())

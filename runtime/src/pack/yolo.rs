@@ -30,8 +30,8 @@ use std::path::{Component, Path, PathBuf};
 use yaml_rust2::{Yaml, YamlLoader};
 
 use super::source::{
-    has_extension, is_image_path, list_files, BoxUnits, ImportNotes, SourceBox, SourceDataset,
-    SourceItem,
+    has_extension, is_any_image_path, is_image_path, list_files, BoxUnits, ImportNotes, SourceBox,
+    SourceDataset, SourceItem,
 };
 use super::{Error, Result};
 use crate::text::{debug_cut, quoted};
@@ -369,7 +369,8 @@ fn import_sources(
     let mut images = BTreeSet::new();
     for s in sources {
         match s {
-            ImageSource::Dir(d) => images.extend(list_files(d, true, &is_image_path)?),
+            // GIFs and other unread formats too: packing names each one it leaves out.
+            ImageSource::Dir(d) => images.extend(list_files(d, true, &is_any_image_path)?),
             ImageSource::List(f) => {
                 let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
                 let base = parent_dir(f);

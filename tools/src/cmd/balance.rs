@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, required_unless_present = "from", value_parser = crate::args::positive)]
     cores: Option<f64>,
     /// Samples per batch.
-    #[arg(long, required_unless_present = "from")]
+    #[arg(long, required_unless_present = "from", value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: Option<u32>,
     /// Device time per training step.
     #[arg(long, value_parser = parse_duration)]
@@ -78,7 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let report = evaluate(&input).map_err(anyhow::Error::msg)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print(&input, &report);
     }
@@ -87,19 +87,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 fn print(i: &BalanceInput, r: &BalanceReport) {
     let tg_ms = i.tg.as_secs_f64() * 1e3;
-    println!(
+    crate::outln!(
         "T_g·B/C = {tg_ms:.3} ms × {} / {} = {:.2} ms per batch  vs  T_step = {:.2} ms",
-        i.batch, i.cores, r.load_per_batch_ms, r.step_ms
+        i.batch,
+        i.cores,
+        r.load_per_batch_ms,
+        r.step_ms
     );
     if let Some(disk) = r.disk_per_batch_ms {
-        println!("disk: {disk:.2} ms to read a batch at the measured bandwidth");
+        crate::outln!("disk: {disk:.2} ms to read a batch at the measured bandwidth");
     }
     let side = if r.input_bound {
         "input-bound"
     } else {
         "compute-bound"
     };
-    println!(
+    crate::outln!(
         "→ {side}: the {} binds; device idle {:.1} %, utilisation {:.1} %; loaders busy {:.1} %",
         r.binding.describe(),
         r.device_idle * 100.0,
@@ -107,22 +110,22 @@ fn print(i: &BalanceInput, r: &BalanceReport) {
         r.loader_utilisation * 100.0
     );
     match r.binding {
-        Binding::Device => println!(
+        Binding::Device => crate::outln!(
             "balanced with room: up to T_g = {:.3} ms per sample still keeps the device busy; {} loader core(s) would do at this batch",
             r.max_tg_ms, r.cores_needed
         ),
-        Binding::LoaderCpu => println!(
+        Binding::LoaderCpu => crate::outln!(
             "to balance: {} loader cores at batch {}, or T_g ≤ {:.3} ms per sample (pack features once, augment on the device)",
             r.cores_needed, i.batch, r.max_tg_ms
         ),
-        Binding::Disk => println!("to balance: faster storage, smaller records (lower --size), or a page cache that holds the dataset"),
+        Binding::Disk => crate::outln!("to balance: faster storage, smaller records (lower --size), or a page cache that holds the dataset"),
     }
     for (what, w) in [
         ("packing (no decode)", r.with_packing),
         ("augmenting on the device", r.with_device_augment),
     ] {
         if let Some(w) = w {
-            println!(
+            crate::outln!(
                 "  with {what}: T_g = {:.3} ms, {:.2} ms per batch, device idle {:.1} %",
                 w.tg_ms,
                 w.load_per_batch_ms,

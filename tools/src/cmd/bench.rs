@@ -37,10 +37,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 200.0, value_parser = crate::args::non_negative)]
     rate: f64,
     /// Frame width sent, pixels (the model's input is 128 × 128).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     width: u16,
     /// Frame height sent, pixels.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     height: u16,
     /// Pixel format sent: rgb8, bgr8, gray8, yuyv or nv12.
     #[arg(long, default_value = "rgb8", value_parser = super::client::parse_format)]
@@ -62,9 +62,9 @@ pub struct BalanceArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Records of the default synthetic dataset.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::args::count_u64(10_000_000))]
     records: u64,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// Training steps per run.
     #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -93,13 +93,13 @@ pub struct ComputeArgs {
     #[arg(long, default_value = "det-s", value_parser = model_name)]
     model: String,
     /// Training batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// Runs per figure (medians are reported), 1 to 10000.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     runs: u16,
-    /// CPU engine threads [default: every core].
-    #[arg(long)]
+    /// CPU engine threads, 1 to 16 [default: every core].
+    #[arg(long, value_parser = crate::args::threads)]
     threads: Option<usize>,
     /// Skip the Vulkan engine.
     #[arg(long)]
@@ -118,7 +118,7 @@ pub struct ComputeArgs {
     #[arg(long)]
     ab: bool,
     /// Kernels listed per entry.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::args::count_usize(1000))]
     top: usize,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -133,17 +133,17 @@ pub struct IoArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Records of the default synthetic dataset.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::args::count_u64(10_000_000))]
     records: u64,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count_usize(crate::args::MAX_BATCH))]
     batch: usize,
     /// Loader threads for the augmentation run [default: one per core].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count_usize(crate::args::MAX_LOADERS))]
     loaders: Option<usize>,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_usize(crate::args::MAX_RING))]
     ring: usize,
     /// Reads in flight (and records per read unit) for raw and backend runs.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_IO_DEPTH))]
     queue_depth: u32,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0, value_parser = crate::args::seconds)]
@@ -177,7 +177,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         fine_tune: true,
     };
     let r = bench_serve(&config, |what| eprintln!("measuring: {what}"))?;
-    println!(
+    crate::outln!(
         "fulcrum bench serve: det-s ({}) on {}, {} clients, {} frames, {} s per run",
         if a.weights.is_some() {
             "given weights"
@@ -189,11 +189,11 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         r.frame,
         r.seconds_per_run
     );
-    println!(
+    crate::outln!(
         "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (letterbox on the host {:.3} ms)",
         r.forward_p50_ms, r.forward_p99_ms, r.prepare_p50_ms
     );
-    println!("  transport  load                  daemon           frames  frames/s   p50 ms   p99 ms  p99.9 ms");
+    crate::outln!("  transport  load                  daemon           frames  frames/s   p50 ms   p99 ms  p99.9 ms");
     for run in &r.runs {
         let load = if run.load == "paced" {
             format!("paced ({} /s)", r.paced_rate)
@@ -205,7 +205,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         } else {
             "idle".to_string()
         };
-        println!(
+        crate::outln!(
             "  {:<9}  {:<20}  {:<15} {:>7} {:>9.0} {:>8.3} {:>8.3} {:>9.3}",
             run.transport,
             load,
@@ -217,9 +217,9 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             run.p999_ms
         );
     }
-    println!("  (fine-tuning (N): the daemon fine-tuned meanwhile and took N training steps)");
+    crate::outln!("  (fine-tuning (N): the daemon fine-tuned meanwhile and took N training steps)");
     for why in &r.skipped {
-        println!("  skipped: {why}");
+        crate::outln!("  skipped: {why}");
     }
     let find = |t: &str, l: &str| {
         r.runs
@@ -228,7 +228,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(paced) = find("memfd", "paced") {
         let limit = r.forward_p50_ms + 1.0;
-        println!(
+        crate::outln!(
             "  goal: memfd p99 ≤ engine forward + 1 ms ({limit:.3} ms) at {} frames/s: {} ({:.3} ms)",
             r.paced_rate,
             if paced.p99_ms <= limit { "met" } else { "NOT met" },
@@ -236,7 +236,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(flat) = find("memfd", "flat out") {
-        println!(
+        crate::outln!(
             "  goal: ≥ 1000 frames/s over {} clients (memfd): {} ({:.0} frames/s)",
             r.clients,
             if flat.frames_per_s >= 1000.0 {
@@ -252,7 +252,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|x| x.transport == "memfd" && x.load == "paced" && x.fine_tuning);
     if let (Some(idle), Some(tuning)) = (find("memfd", "paced"), tuning) {
-        println!(
+        crate::outln!(
             "  goal: while fine-tuning, memfd p99 ≤ 2 × idle p99 ({:.3} ms): {} ({:.3} ms, {} training steps meanwhile)",
             2.0 * idle.p99_ms,
             if tuning.p99_ms <= 2.0 * idle.p99_ms {
@@ -297,17 +297,22 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let r = bench_balance::run(&config, &|what| eprintln!("bench balance: {what}"))?;
-    println!(
+    crate::outln!(
         "bench balance: det-s, batch {} on {}; step {:.2} ms; loaders slowed by {:.3} ms per record \
          (one loader: {:.1}× a step per batch)",
         r.batch, r.engine, r.step_ms, r.delay_per_record_ms, a.slowdown
     );
-    println!(
+    crate::outln!(
         "  {:<10} {:<50} {:>7} {:>10} {:>12} {:>14}",
-        "run", "configuration", "steps", "samples/s", "device idle", "after settling"
+        "run",
+        "configuration",
+        "steps",
+        "samples/s",
+        "device idle",
+        "after settling"
     );
     let row = |f: &RunFigures| {
-        println!(
+        crate::outln!(
             "  {:<10} {:<50} {:>7} {:>10.0} {:>11.1}% {:>14}",
             f.name,
             f.tuning.to_string(),
@@ -320,7 +325,7 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
     };
     row(&r.starved);
     row(&r.autotuned);
-    println!(
+    crate::outln!(
         "  autotuned / starved throughput: {:.2}×{}",
         r.autotuned.samples_per_s / r.starved.samples_per_s.max(1e-9),
         r.autotuned.probe_seconds.map_or(String::new(), |p| format!(
@@ -328,13 +333,13 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
         ))
     );
     for d in &r.autotuned.decisions {
-        println!("  autotune (step {}): {} — {}", d.step, d.what, d.why);
+        crate::outln!("  autotune (step {}): {} — {}", d.step, d.what, d.why);
     }
     if let Some(why) = &r.autotuned.unbalanced {
-        println!("  autotune: {why}");
+        crate::outln!("  autotune: {why}");
     }
     let goal = 0.02;
-    println!(
+    crate::outln!(
         "  goal: device idle from input waits ≤ {:.0} % with autotune: {} ({:.1} %)",
         100.0 * goal,
         if r.autotuned.device_idle <= goal {
@@ -360,6 +365,9 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
+    if let Some(threads) = a.threads {
+        crate::args::warn_threads("--threads", threads);
+    }
     let base = ComputeBenchConfig {
         model: a.model.clone(),
         classes: 2,
@@ -404,11 +412,13 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
     let input = fulcrum::model::ModelConfig::named(&a.model, base.classes)
         .map_err(anyhow::Error::msg)?
         .input;
-    println!(
+    crate::outln!(
         "{} at {input}×{input} ({} parameters), medians of {} runs",
-        a.model, cpu.params, base.runs
+        a.model,
+        cpu.params,
+        base.runs
     );
-    println!(
+    crate::outln!(
         "{:<52} {:>12} {:>12} {:>9} {:>10} {:>8}",
         "engine",
         "fwd b=1 ms",
@@ -418,7 +428,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         "vs cpu"
     );
     for r in &reports {
-        println!(
+        crate::outln!(
             "{:<52} {:>12.3} {:>12.2} {:>9.1} {:>9.1}% {:>7.2}×",
             r.engine,
             r.forward_batch1.device_ms,
@@ -429,12 +439,12 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let show = |name: &str, f: &EntryFigures| {
-        println!(
+        crate::outln!(
             "  {name}: device {:.3} ms, wall {:.3} ms (host overhead {:.3} ms), {} kernels, {:.3} GFLOP",
             f.device_ms, f.wall_ms, f.overhead_ms, f.kernels, f.gflop
         );
         if let Some(ab) = &f.ab {
-            println!(
+            crate::outln!(
                 "    A/B, alternating runs: A median {:.3} ms (fastest {:.3}, {} runs), B median \
                  {:.3} ms (fastest {:.3}, {} runs): B/A {:.3}×",
                 ab.a.median_ms,
@@ -447,7 +457,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             );
         }
         for k in f.per_kernel.iter().take(a.top) {
-            println!(
+            crate::outln!(
                 "    {:<22} {:>4}× {:>9.3} ms {:>5.1}%",
                 k.kernel,
                 k.calls,
@@ -457,10 +467,10 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     for r in &reports {
-        println!("{}:", r.engine);
+        crate::outln!("{}:", r.engine);
         show("forward, batch 1", &r.forward_batch1);
         if let Some(s) = r.cpu_batch1_split.as_ref().filter(|s| s.measured > 0) {
-            println!(
+            crate::outln!(
                 "    {} of {} convs split over the threads (measured faster, the stem always; the stem, the pointwise convs and the separable pairs by rows, each thread in its own copy of the activations; others by channels): {}",
                 s.split.len(),
                 s.measured,
@@ -485,7 +495,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
                 _ => "no imported ring slots (the device has no VK_EXT_external_memory_host)"
                     .to_owned(),
             };
-            println!(
+            crate::outln!(
                 "  step with its batch ({:.2} MB): from host memory (CPU copy, then the step) \
                  {:.3} ms, CPU {:.3} ms; {imported}",
                 u.bytes as f64 / 1e6,
@@ -524,7 +534,7 @@ pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_io(r: &IoBenchReport) {
-    println!(
+    crate::outln!(
         "bench io: {} ({} records of {} bytes), queue depth {}, {}",
         r.data,
         r.records_in_dataset,
@@ -536,12 +546,15 @@ fn print_io(r: &IoBenchReport) {
             "buffered (O_DIRECT refused)"
         }
     );
-    println!(
+    crate::outln!(
         "  {:<34} {:>10} {:>12} {:>9}",
-        "", "MB/s", "records/s", "× raw"
+        "",
+        "MB/s",
+        "records/s",
+        "× raw"
     );
     let row = |name: &str, t: &balance::Throughput| {
-        println!(
+        crate::outln!(
             "  {:<34} {:>10.0} {:>12.0} {:>9.2}",
             name,
             t.mb_per_s,
@@ -555,7 +568,7 @@ fn print_io(r: &IoBenchReport) {
     );
     match (&r.uring, &r.uring_unavailable) {
         (Some(u), _) => row("io_uring backend → ring", u),
-        (None, why) => println!(
+        (None, why) => crate::outln!(
             "  io_uring backend → ring            unavailable: {}",
             why.as_deref().unwrap_or("?")
         ),
@@ -568,7 +581,7 @@ fn print_io(r: &IoBenchReport) {
         &format!("loaders ×{} + augment (warm cache)", r.loaders),
         &r.loaders_augment,
     );
-    println!(
+    crate::outln!(
         "  loader CPU per record (T_g): {:.1} µs",
         r.loader_cpu_us_per_record
     );

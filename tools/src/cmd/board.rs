@@ -18,12 +18,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         0 => fulcrum_board::host_cores(),
         n => n as usize,
     };
-    println!("board: {} ({})", profile.name, profile.id);
-    println!(
+    crate::outln!("board: {} ({})", profile.name, profile.id);
+    crate::outln!(
         "  cores: {cores} (big {:?}, little {:?})",
-        profile.big_cores, profile.little_cores
+        profile.big_cores,
+        profile.little_cores
     );
-    println!(
+    crate::outln!(
         "  loaders pinned to: {}",
         if profile.loader_cores().is_empty() {
             "no pinning (OS schedules)".to_owned()
@@ -31,7 +32,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             format!("{:?}", profile.loader_cores())
         }
     );
-    println!("  storage: {:?}", profile.storage);
-    println!("  gpu: {}", profile.gpu.driver.unwrap_or("none expected"));
+    crate::outln!("  storage: {:?}", profile.storage);
+    crate::outln!("  gpu: {}", profile.gpu.driver.unwrap_or("none expected"));
     Ok(ExitCode::SUCCESS)
 }

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     ring: bool,
     /// Lowest score returned [default: the daemon's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::probability)]
     threshold: Option<f32>,
     /// Print the daemon's counters and latency as one JSON line at the end.
     #[arg(long)]
@@ -48,10 +48,10 @@ pub struct Args {
     #[arg(long, value_name = "DATA")]
     fine_tune: Option<PathBuf>,
     /// Fine-tuning epochs over DATA/train [default: the daemon's, 5].
-    #[arg(long, requires = "fine_tune")]
+    #[arg(long, requires = "fine_tune", value_parser = clap::value_parser!(u16).range(1..))]
     epochs: Option<u16>,
     /// Stop fine-tuning after this many steps.
-    #[arg(long, requires = "fine_tune")]
+    #[arg(long, requires = "fine_tune", value_parser = clap::value_parser!(u32).range(1..))]
     max_steps: Option<u32>,
     /// Swap the fine-tuned weights in at the end even if they do not score better.
     #[arg(long, requires = "fine_tune")]
@@ -177,11 +177,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map(|d| (u32::from(d.class), d.score, [d.x0, d.y0, d.x1, d.y1])),
             started.elapsed(),
         );
-        println!("{line}");
+        crate::outln!("{line}");
     }
     if a.stats {
         let s = client.stats()?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "requests": s.requests, "errors": s.errors, "refused": s.refused,
@@ -250,7 +250,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
     }
     if a.fine_tune_status || a.wait {
         let s = client.fine_tune_status()?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "state": s.state.name(), "epoch": s.epoch, "step": s.step,

@@ -31,14 +31,14 @@ pub struct Args {
     #[arg(long, default_value = "demo")]
     dir: PathBuf,
     /// Training images (synthetic, seed 0); the held-out set is 256 images of seed 1.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = crate::args::count_u64(10_000_000))]
     images: u64,
     /// Training epochs, 1 to 1000000 (30: held-out mAP@0.5 0.961 where 16 gave 0.939).
     #[arg(long, default_value_t = 30, value_parser = crate::args::epochs())]
     epochs: u64,
     /// Records per batch: 16 takes twice the optimizer steps of 32 for the same samples, at
     /// about the same samples/s on the CPU engine, and det-s learns more from them.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     #[command(flatten)]
     engine: EngineArgs,
@@ -56,7 +56,7 @@ struct Lines {
 
 impl Observer for Lines {
     fn start(&mut self, info: &RunInfo) {
-        println!(
+        crate::outln!(
             "  {} steps of batch {} on {}; memory {} planned up front",
             info.total_steps,
             info.records / info.batches_per_epoch.max(1),
@@ -84,7 +84,7 @@ impl Observer for Lines {
         );
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => crate::outln!("{line}"),
         }
         self.last_epoch = Some(e.clone());
     }
@@ -106,7 +106,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let (train_dir, val_dir, run_dir) = (a.dir.join("train"), a.dir.join("val"), a.dir.join("run"));
 
-    println!(
+    crate::outln!(
         "1/4 packing {} synthetic training images and {VAL_IMAGES} held-out ones",
         a.images
     );
@@ -114,7 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     pack_synthetic(&val_dir, VAL_IMAGES, 1)?;
     let packed = started.elapsed();
 
-    println!("2/4 training det-s for {} epochs", a.epochs);
+    crate::outln!("2/4 training det-s for {} epochs", a.epochs);
     // A demo starts fresh: the previous demo's checkpoint goes.
     let checkpoint_path = run_dir.join(trainer::CHECKPOINT_FILE);
     if checkpoint_path.exists() {
@@ -148,12 +148,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         bar.finish_and_clear();
     }
     if report.interrupted {
-        println!("stopped; the checkpoint is {}", report.checkpoint.display());
+        crate::outln!("stopped; the checkpoint is {}", report.checkpoint.display());
         return Ok(ExitCode::from(130));
     }
     let trained = started.elapsed();
 
-    println!("3/4 evaluating on the {VAL_IMAGES} held-out images");
+    crate::outln!("3/4 evaluating on the {VAL_IMAGES} held-out images");
     let checkpoint = Checkpoint::load(&checkpoint_path)?;
     let val = Dataset::open(&val_dir, DirectMode::Off)?;
     let eval = evaluate(
@@ -165,9 +165,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         &mut |_, _| {},
     )?;
-    print!("{}", super::eval::table(&eval, 0.5));
+    crate::out!("{}", super::eval::table(&eval, 0.5));
 
-    println!("4/4 detecting objects in held-out images");
+    crate::outln!("4/4 detecting objects in held-out images");
     let mut predictor = Predictor::new(&checkpoint, &a.engine.options(None), 0.3, 100)?;
     let picture_path = a.dir.join("detections.png");
     let latency = draw_detections(&mut predictor, &val, &picture_path)?;
@@ -224,7 +224,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     let report_path = a.dir.join("report.md");
     fulcrum::durable::write_atomic(&report_path, md.as_bytes())?;
-    println!("\n{md}\nreport: {}", report_path.display());
+    crate::outln!("\n{md}\nreport: {}", report_path.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -42,19 +42,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 "cpu_kernels": kernels_json,
             }),
         };
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
     }
     match &listed {
         Ok(list) => {
             let picked = vulkan::pick_device(&list.devices, None).ok();
-            println!("Vulkan (loader {}):", list.loader_version);
+            crate::outln!("Vulkan (loader {}):", list.loader_version);
             if list.devices.is_empty() {
-                println!("  no devices");
+                crate::outln!("  no devices");
             }
             for d in &list.devices {
                 let mark = if Some(d.index) == picked { "*" } else { " " };
-                println!(
+                crate::outln!(
                     "{mark} {}  {}  Vulkan {}, {}",
                     d.index,
                     d.label(),
@@ -67,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     (true, false) => "unified memory, batches copied in by the CPU",
                     (false, false) => "separate memory, batches copied in by the CPU",
                 };
-                println!(
+                crate::outln!(
                     "     {} MiB device-local, {memory}, timestamps: {}, fp16: {}",
                     d.device_local_bytes() >> 20,
                     if d.limits.timestamp_valid_bits > 0 {
@@ -78,11 +78,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     if d.shader_float16 { "yes" } else { "no" },
                 );
                 if let Some(reason) = &d.unusable {
-                    println!("     not usable: {reason}");
+                    crate::outln!("     not usable: {reason}");
                 }
                 if a.verbose {
                     for q in &d.queue_families {
-                        println!(
+                        crate::outln!(
                             "     queue family {}: {} queue(s){}{}{}, timestamp bits {}",
                             q.index,
                             q.queues,
@@ -93,7 +93,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                         );
                     }
                     for h in &d.memory_heaps {
-                        println!(
+                        crate::outln!(
                             "     memory heap {}: {} MiB{}{}",
                             h.index,
                             h.bytes >> 20,
@@ -102,7 +102,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                         );
                     }
                     let l = &d.limits;
-                    println!(
+                    crate::outln!(
                         "     limits: {} invocations/workgroup, {} KiB shared, {} B push constants, subgroup {}",
                         l.max_compute_work_group_invocations,
                         l.max_compute_shared_memory_size / 1024,
@@ -117,22 +117,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             if picked.is_some() {
-                println!("  (* = the device --engine vulkan uses; --device N picks another)");
+                crate::outln!("  (* = the device --engine vulkan uses; --device N picks another)");
             }
         }
         Err(e) => {
-            println!("Vulkan: unavailable: {e}");
+            crate::outln!("Vulkan: unavailable: {e}");
         }
     }
-    println!("CPU: {cpu_threads} thread(s) (--engine cpu)");
+    crate::outln!("CPU: {cpu_threads} thread(s) (--engine cpu)");
     let here = kernels::names(&KernelSet::here());
     match kernels {
-        Ok(set) => println!(
+        Ok(set) => crate::outln!(
             "     kernels: {set} ({}); this CPU runs: {here} ({} forces one)",
             set.describe(),
             kernels::ENV
         ),
-        Err(e) => println!("     kernels: {e}"),
+        Err(e) => crate::outln!("     kernels: {e}"),
     }
     Ok(ExitCode::SUCCESS)
 }

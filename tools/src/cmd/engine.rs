@@ -11,9 +11,9 @@ pub struct EngineArgs {
     /// Vulkan device index, as `fulcrum devices` lists them [default: the best].
     #[arg(long)]
     pub device: Option<usize>,
-    /// CPU engine threads [default: every core; loaders need a small share, see `fulcrum
-    /// balance`].
-    #[arg(long)]
+    /// CPU engine threads, 1 to 16 (more than the cores is slower) [default: every core;
+    /// loaders need a small share, see `fulcrum balance`].
+    #[arg(long, value_parser = crate::args::threads)]
     pub threads: Option<usize>,
     /// Enable the Khronos validation layer (slow; for debugging shaders).
     #[arg(long)]
@@ -28,6 +28,9 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// Engine options.
     pub fn options(&self, mem_budget: Option<u64>) -> ExecOptions {
+        if let Some(threads) = self.threads {
+            crate::args::warn_threads("--threads", threads);
+        }
         ExecOptions {
             engine: self.engine,
             device: self.device,

@@ -25,15 +25,15 @@ pub struct Args {
     #[arg(long)]
     data: PathBuf,
     /// Images per batch.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: u32,
     /// IoU a detection needs to count as a match for the mAP and AP columns (AP@[0.5:0.95]
     /// always averages 0.50, 0.55, …, 0.95).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = crate::args::iou)]
     iou: f32,
     /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
     /// (a multi-level model can find one object at two levels); 1 keeps every detection.
-    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU)]
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU, value_parser = crate::args::nms_limit)]
     nms: f32,
     /// Also score the trivial baseline (one whole-image box per class and image) the same way.
     #[arg(long)]
@@ -41,6 +41,11 @@ pub struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Score class i of the model against class i of the data even where their names differ
+    /// (another order, or other names). Without it such data is refused: scores by position
+    /// would be quietly wrong.
+    #[arg(long)]
+    classes_by_position: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -50,8 +55,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let checkpoint = Checkpoint::load(&a.weights)?;
     // Buffered reads: evaluation reads into plain (unaligned) buffers, once per record.
     let dataset = Dataset::open(&a.data, DirectMode::Off)?;
-    if !(0.0..=1.0).contains(&a.iou) {
-        anyhow::bail!("--iou {} must be in [0, 1]", a.iou);
+    let data_classes = &dataset.manifest.classes;
+    if !a.classes_by_position
+        && !checkpoint.classes.is_empty()
+        && checkpoint.classes.len() == data_classes.len()
+        && &checkpoint.classes != data_classes
+    {
+        anyhow::bail!(
+            "the classes differ: {} was trained on [{}], {} holds [{}]; evaluate on data \
+             packed with the checkpoint's classes in its order, or pass --classes-by-position \
+             to score class i against class i anyway",
+            a.weights.display(),
+            checkpoint.classes.join(", "),
+            a.data.display(),
+            data_classes.join(", ")
+        );
     }
     check_limit(a.nms).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let options = EvalOptions {
@@ -66,13 +84,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         bar.set_position(done)
     })?;
     bar.finish_and_clear();
-    print!("{}", table(&report, a.iou));
+    crate::out!("{}", table(&report, a.iou));
     let baseline = if a.baseline {
         let b = full_image_baseline(&dataset, a.iou)?;
-        println!(
+        crate::outln!(
             "baseline (one whole-image box per class and image): mAP@{} {:.3}, \
              mAP@[.5:.95] {:.3}",
-            a.iou, b.map, b.map_50_95
+            a.iou,
+            b.map,
+            b.map_50_95
         );
         Some(b)
     } else {

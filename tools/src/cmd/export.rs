@@ -56,7 +56,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             grids.join(", ")
         )
     };
-    println!(
+    crate::outln!(
         "{}: {} ({} parameters, {} classes: {}), input images [N, 3, {s}, {s}], output pred {pred}",
         a.onnx.display(),
         fulcrum::balance::human(bytes.len() as u64),

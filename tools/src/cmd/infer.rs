@@ -30,14 +30,14 @@ pub struct Args {
     inputs: Vec<PathBuf>,
     /// Lowest score reported [default: 0.3; 0.01 with --coco, as mAP integrates over every
     /// threshold].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::probability)]
     threshold: Option<f32>,
     /// Most detections per image.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::args::count(10_000))]
     top_k: u32,
     /// Of two detections of a class that overlap by an IoU above this, drop the lower-scored
     /// (a multi-level model can find one object at two levels); 1 keeps every detection.
-    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU)]
+    #[arg(long, value_name = "IOU", default_value_t = DEFAULT_NMS_IOU, value_parser = crate::args::nms_limit)]
     nms: f32,
     /// Write each image with its detections outlined into this folder (PNG).
     #[arg(long, value_name = "DIR")]
@@ -154,7 +154,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map(|d| (d.class, d.score, [d.x0, d.y0, d.x1, d.y1])),
             p.prepare + p.device,
         );
-        println!("{line}");
+        crate::outln!("{line}");
         if let Some(coco) = &mut coco {
             let boxes = p.detections.iter();
             coco.add(

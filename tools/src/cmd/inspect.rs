@@ -50,9 +50,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "dir": a.dir, "manifest": m, "records_verified": report.records, "boxes": report.boxes,
             "background": report.background, "boxes_per_class": report.boxes_per_class, "problems": problems,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
+        crate::outln!(
             "{}: {} records in {} shards (format v{}, dataset id {:016x})",
             a.dir.display(),
             m.records,
@@ -60,14 +60,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             m.version,
             m.dataset_id
         );
-        println!(
+        crate::outln!(
             "  input {}×{}×{}, up to {} boxes, {} bytes per record",
-            m.width, m.height, m.channels, m.max_boxes, m.record_size
+            m.width,
+            m.height,
+            m.channels,
+            m.max_boxes,
+            m.record_size
         );
-        println!("  source: {}", m.summary.source);
-        println!(
+        crate::outln!("  source: {}", m.summary.source);
+        crate::outln!(
             "  boxes: {} ({} background images)",
-            report.boxes, report.background
+            report.boxes,
+            report.background
         );
         let mut classes: Vec<_> = m
             .classes
@@ -81,22 +86,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .take(10)
             .map(|(name, n)| format!("{name} {n}"))
             .collect();
-        println!(
+        crate::outln!(
             "  classes: {} named, {} present; most boxes: {}",
             m.classes.len(),
             classes.len(),
             shown.join(", ")
         );
         if report.problems.is_empty() {
-            println!("  checksums: all {} records OK", report.records);
+            crate::outln!("  checksums: all {} records OK", report.records);
         } else {
-            println!(
+            crate::outln!(
                 "  checksums: {} BAD records of {}",
                 report.problems.len(),
                 report.records
             );
             for (path, record, what) in &report.problems {
-                println!("    {}: record {record}: {what}", path.display());
+                crate::outln!("    {}: record {record}: {what}", path.display());
             }
         }
     }

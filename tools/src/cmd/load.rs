@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, value_name = "JSON")]
     trace: Option<PathBuf>,
     /// Capacity of the trace log in events (32 bytes each, allocated up front).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = crate::args::count_usize(crate::args::MAX_TRACE_EVENTS))]
     trace_events: usize,
     /// List every allocation of the pipeline (planned before it is made).
     #[arg(long)]
@@ -43,7 +43,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events)));
     config.trace = trace.clone();
     let mut loader = Loader::start(&dataset, &config)?;
-    println!(
+    crate::outln!(
         "{}: {} records, batch {}, {} batches per epoch; {} loaders, ring {} slots ({}), {} reads{}",
         a.dir.display(),
         dataset.records(),
@@ -56,7 +56,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if dataset.files.is_direct() { " with O_DIRECT" } else { " (buffered)" },
     );
     let plan = loader.memory_plan();
-    println!(
+    crate::outln!(
         "memory: {} planned and allocated up front{}",
         fulcrum::balance::human(plan.total()),
         match a.pipeline.mem_budget {
@@ -65,7 +65,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     );
     if a.memory_report {
-        print!("{}", plan.table());
+        crate::out!("{}", plan.table());
     }
     let total = loader.batches_per_epoch() * a.epochs;
     let bar = crate::progress::bar(total, "batches");
@@ -94,18 +94,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let secs = started.elapsed().as_secs_f64();
     let c = loader.counters();
     let records = c.loaders.items;
-    println!(
+    crate::outln!(
         "delivered {records} records ({boxes} boxes) in {secs:.2} s: {:.0} records/s, {:.0} MB/s",
         records as f64 / secs,
         c.disk.bytes as f64 / secs / 1e6
     );
     let per_record_us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / records.max(1) as f64;
-    println!(
+    crate::outln!(
         "  loader CPU per record (T_g): {:.1} µs; reads: {:.1} µs wall per record (many in flight, overlapped)",
         per_record_us(c.loaders.cpu),
         per_record_us(c.disk.busy)
     );
-    println!(
+    crate::outln!(
         "  loaders waited for a free slot {:.2} s; consumer waited for a ready batch {:.2} s",
         c.loaders.wait.as_secs_f64(),
         c.consumer.wait.as_secs_f64()
@@ -121,7 +121,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if c.substituted > 0 {
-        println!(
+        crate::outln!(
             "  {} corrupt records replaced by substitutes (--on-corrupt skip)",
             c.substituted
         );

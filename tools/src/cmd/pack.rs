@@ -18,7 +18,7 @@ pub struct Args {
     /// Dataset folder (or data.yaml, or COCO .json). Leave out for the synthetic dataset.
     source: Option<PathBuf>,
     /// Generate N synthetic images (discs and squares on textured backgrounds) instead.
-    #[arg(long, value_name = "N", conflicts_with = "source")]
+    #[arg(long, value_name = "N", conflicts_with = "source", value_parser = crate::args::count_u64(100_000_000))]
     synthetic: Option<u64>,
     /// Source format; auto detects it from the folder's contents.
     #[arg(long, default_value = "auto", value_parser = ["auto", "yolo", "voc", "coco"])]
@@ -35,19 +35,19 @@ pub struct Args {
     /// Model input size in pixels: images are letterboxed to SIZE × SIZE, and `train` builds
     /// the model at this size (a multiple of 32 from 128 to 640; larger sees smaller objects
     /// and costs about (SIZE/128)² the compute of 128).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::args::count(fulcrum::format::RecordLayout::MAX_SIDE))]
     size: u32,
     /// Most boxes kept per image (the largest win when there are more; pack warns and names
     /// the value that keeps them all). 100 (COCO's cap on detections per image) keeps the
     /// 30–90 boxes of crowd photos; a box costs 20 bytes of a record, usually nothing (records
     /// are padded to 4 KiB).
-    #[arg(long, default_value_t = fulcrum::pack::DEFAULT_MAX_BOXES)]
+    #[arg(long, default_value_t = fulcrum::pack::DEFAULT_MAX_BOXES, value_parser = crate::args::count(fulcrum::format::RecordLayout::MAX_BOXES))]
     max_boxes: u32,
     /// Records per shard file.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = crate::args::count(1_000_000))]
     shard_records: u32,
-    /// Packing threads [default: one per core].
-    #[arg(long, default_value_t = 0)]
+    /// Packing threads, up to 256 [default (0): one per core].
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
     threads: usize,
     /// Seed of the synthetic dataset.
     #[arg(long, default_value_t = 1)]
@@ -58,7 +58,7 @@ pub struct Args {
     /// Hold out this fraction of the images (0 to 1) as a validation set, written to
     /// --holdout-out; --out gets the rest. The split is a fixed function of each image's file
     /// name and --holdout-seed.
-    #[arg(long, value_name = "FRACTION", requires = "holdout_out")]
+    #[arg(long, value_name = "FRACTION", requires = "holdout_out", value_parser = crate::args::open_fraction)]
     holdout: Option<f64>,
     /// Where the held-out images go.
     #[arg(long, value_name = "DIR", requires = "holdout")]
@@ -161,8 +161,8 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let m = &report.manifest;
     let s = &m.summary;
-    println!("packed {} → {}", s.source, out.display());
-    println!(
+    crate::outln!("packed {} → {}", s.source, out.display());
+    crate::outln!(
         "  {} records ({} background) in {} shards, {}×{} RGB, {} classes, {:.1} MB, {:.1} s",
         m.records,
         s.background_images,
@@ -173,14 +173,21 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
         (m.records * m.record_size as u64) as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
-    println!(
+    crate::outln!(
         "  boxes: {} kept, {} clipped to the image, {} dropped (too small), {} over --max-boxes {}",
-        s.boxes, s.boxes_clipped, s.boxes_dropped, s.boxes_over_max, m.max_boxes
+        s.boxes,
+        s.boxes_clipped,
+        s.boxes_dropped,
+        s.boxes_over_max,
+        m.max_boxes
     );
     if s.labels_without_image + s.rejected_labels + s.unreadable_images > 0 {
-        println!(
-            "  skipped: {} label files without an image, {} rejected label lines, {} unreadable images",
-            s.labels_without_image, s.rejected_labels, s.unreadable_images
+        crate::outln!(
+            "  skipped: {} label files without an image, {} rejected label lines, {} images \
+             unreadable or not JPEG/PNG (each named below)",
+            s.labels_without_image,
+            s.rejected_labels,
+            s.unreadable_images
         );
     }
     for w in &report.warnings {

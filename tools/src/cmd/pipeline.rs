@@ -6,13 +6,13 @@ use fulcrum::loader::{AugmentConfig, LoaderConfig, OnCorrupt};
 #[derive(clap::Args, Clone)]
 pub struct PipelineArgs {
     /// Records per batch (B).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count_usize(crate::args::MAX_BATCH))]
     pub batch: usize,
     /// Ring slots (prefetch depth D), each one batch; 1 to 64.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_usize(crate::args::MAX_RING))]
     pub ring: usize,
     /// Loader threads (C) [default: one per core].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count_usize(crate::args::MAX_LOADERS))]
     pub loaders: Option<usize>,
     /// Read backend: auto prefers io_uring and falls back to pread where it is unavailable.
     #[arg(long, default_value = "auto")]
@@ -21,7 +21,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value = "auto")]
     pub direct: DirectMode,
     /// io_uring reads in flight per loader thread.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_IO_DEPTH))]
     pub queue_depth: u32,
     /// io_uring kernel submission polling (saves syscalls, burns a core: opt-in).
     #[arg(long)]

@@ -127,7 +127,7 @@ fn pct(v: f64) -> String {
 }
 
 fn print(cfg: &SimConfig, reports: &[&SimReport]) {
-    println!(
+    crate::outln!(
         "simulate: {}, {} s, seed {}",
         cfg.describe(),
         cfg.seconds,
@@ -136,7 +136,7 @@ fn print(cfg: &SimConfig, reports: &[&SimReport]) {
     let eq = cfg.equation_batches_per_s();
     let load_rate = cfg.loaders as f64 / (cfg.load.mean_ns() as f64 / 1e9);
     let step_rate = 1e9 / cfg.step.mean_ns() as f64;
-    println!(
+    crate::outln!(
         "  equation: min(N/load, 1/step) = min({load_rate:.1}, {step_rate:.1}) = {eq:.1} batches/s ({})",
         if (load_rate - step_rate).abs() <= 1e-9 * step_rate {
             "balanced"
@@ -147,13 +147,15 @@ fn print(cfg: &SimConfig, reports: &[&SimReport]) {
         }
     );
     if cfg.ring < cfg.loaders {
-        println!(
+        crate::outln!(
             "  note: ring {} < {} loaders: at most {} loaders are ever busy at once",
-            cfg.ring, cfg.loaders, cfg.ring
+            cfg.ring,
+            cfg.loaders,
+            cfg.ring
         );
     }
     let c = &reports[0].constant;
-    println!(
+    crate::outln!(
         "  constant times of the same means: {} batches in {} s, stall {} ({}, {})",
         c.batches,
         cfg.seconds,
@@ -168,7 +170,7 @@ fn print(cfg: &SimConfig, reports: &[&SimReport]) {
         }
     );
     for r in reports {
-        println!(
+        crate::outln!(
             "  {}: batches consumed in {} s: {}",
             r.policy.name(),
             cfg.seconds,
@@ -213,16 +215,16 @@ fn print(cfg: &SimConfig, reports: &[&SimReport]) {
             Box::new(|r| pct(r.loader_utilisation)),
         ),
     ];
-    print!("  {:<28}", "");
+    crate::out!("  {:<28}", "");
     for r in reports {
-        print!(" {:>14}", r.policy.name());
+        crate::out!(" {:>14}", r.policy.name());
     }
-    println!();
+    crate::outln!();
     for (name, f) in &rows {
-        print!("  {name:<28}");
+        crate::out!("  {name:<28}");
         for r in reports {
-            print!(" {:>14}", f(r));
+            crate::out!(" {:>14}", f(r));
         }
-        println!();
+        crate::outln!();
     }
 }

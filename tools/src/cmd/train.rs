@@ -55,28 +55,28 @@ pub struct Args {
     #[arg(long, value_parser = crate::args::epochs())]
     epochs: Option<u64>,
     /// Records per batch (B). [default: 32]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count(crate::args::MAX_BATCH))]
     batch: Option<u32>,
     /// Peak learning rate (AdamW; linear warm-up, then cosine decay). [default: 0.004]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::learning_rate)]
     lr: Option<f32>,
     /// Warm-up steps. [default: 100]
     #[arg(long)]
     warmup: Option<u64>,
     /// AdamW's decoupled weight decay.
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, value_parser = crate::args::weight_decay)]
     weight_decay: f32,
     /// Seed of the initial weights, the epoch order and augmentation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Loader threads (C).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::count_usize(crate::args::MAX_LOADERS))]
     loaders: usize,
     /// Ring slots (prefetch depth), each one batch.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_usize(crate::args::MAX_RING))]
     ring: usize,
     /// io_uring reads in flight per loader.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count(crate::args::MAX_IO_DEPTH))]
     io_depth: u32,
     /// Choose loaders, ring, I/O queue depth and (within --mem-budget, at most --batch) the
     /// batch from measurements, instead of --loaders, --ring and --io-depth.
@@ -121,7 +121,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
     neighbour_radius: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Continue the run whose checkpoint is in --out.
     #[arg(long)]
@@ -131,7 +131,7 @@ pub struct Args {
     #[arg(long, value_name = "CHECKPOINT")]
     init_from: Option<PathBuf>,
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
     /// Hard memory limit for the pipeline and the model together (e.g. 64M): a configuration
     /// over it is refused before anything is allocated, naming a batch that fits.
@@ -159,7 +159,7 @@ pub struct Args {
     trace: Option<PathBuf>,
     /// Capacity of the trace log in events (32 bytes each, allocated up front; later events
     /// are counted and dropped).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = crate::args::count_usize(crate::args::MAX_TRACE_EVENTS))]
     trace_events: usize,
     #[command(flatten)]
     engine: EngineArgs,
@@ -172,7 +172,7 @@ struct Printer {
 
 impl Observer for Printer {
     fn start(&mut self, info: &RunInfo) {
-        println!(
+        crate::outln!(
             "training {} ({} parameters) on {}: {} records, {} steps per epoch, steps {}..{}",
             info.model,
             info.param_count,
@@ -182,13 +182,13 @@ impl Observer for Printer {
             info.first_step + 1,
             info.total_steps
         );
-        println!(
+        crate::outln!(
             "memory: {} planned up front (pipeline and model); reads: {}; ring slots: {}",
             human(info.memory.total()),
             info.backend,
             info.ring_memory
         );
-        print!("{}", info.memory.table());
+        crate::out!("{}", info.memory.table());
         let bar = crate::progress::bar(info.total_steps, "steps");
         bar.set_position(info.first_step);
         self.bar = Some(bar);
@@ -221,7 +221,7 @@ impl Observer for Printer {
         );
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => crate::outln!("{line}"),
         }
     }
 
@@ -229,7 +229,7 @@ impl Observer for Printer {
         let line = format!("autotune (step {}): {} — {}", d.step, d.what, d.why);
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => crate::outln!("{line}"),
         }
     }
 
@@ -272,7 +272,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         neighbour_radius: a.neighbour_radius.unwrap_or(base.neighbour_radius),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
-        println!("recipe {recipe}: {settings} (for {records} records)");
+        crate::outln!("recipe {recipe}: {settings} (for {records} records)");
     }
     Ok(settings)
 }
@@ -342,7 +342,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let svg_path = path.with_extension("svg");
         fulcrum::durable::write_atomic(&svg_path, svg.as_bytes())
             .map_err(|e| anyhow::anyhow!("{}: {e}", svg_path.display()))?;
-        println!(
+        crate::outln!(
             "trace: {} (Perfetto) and {} ({} events{})",
             path.display(),
             svg_path.display(),
@@ -354,7 +354,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if a.autotune {
-        println!(
+        crate::outln!(
             "autotune: {}; device idle waiting for input {:.1} % over the run{}",
             report.tuning,
             100.0 * report.input_wait,
@@ -364,10 +364,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ))
         );
         if let Some(why) = &report.unbalanced {
-            println!("autotune: {why}");
+            crate::outln!("autotune: {why}");
         }
     }
-    println!(
+    crate::outln!(
         "{} at step {} (epoch {}) after {:.0} s, loss {}; checkpoint {}",
         if report.interrupted {
             "stopped"
@@ -386,14 +386,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let code = fulcrum::balance::resident_files().map_or(String::new(), |files| {
             format!("{} of it the program's code and libraries; ", human(files))
         });
-        println!(
+        crate::outln!(
             "memory: peak resident {} ({code}planned {})",
             human(peak),
             human(report.memory.total())
         );
     }
     if report.interrupted {
-        println!(
+        crate::outln!(
             "continue with: fulcrum train --data {} --out {} --resume",
             a.data.display(),
             a.out.display()
