@@ -29,7 +29,7 @@
 /**
  * The protocol version spoken.
  */
-#define FULCRUM_PROTOCOL_VERSION 2
+#define FULCRUM_PROTOCOL_VERSION 3
 
 /**
  * Message kinds (`FulcrumReply::kind`, `fulcrum_encode_request`).

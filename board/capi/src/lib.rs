@@ -23,7 +23,7 @@ pub const FULCRUM_MAX_INLINE_BYTES: u32 = 196_608;
 /// Largest frame side a frame may announce, pixels.
 pub const FULCRUM_MAX_FRAME_SIDE: u16 = 4096;
 /// The protocol version spoken.
-pub const FULCRUM_PROTOCOL_VERSION: u16 = 2;
+pub const FULCRUM_PROTOCOL_VERSION: u16 = 3;
 
 /// Outcome of a call: 0 (or a length) on success, these on failure.
 #[repr(C)]
