@@ -194,6 +194,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     eprintln!("fulcrum-bench: serve");
     let serve_config = ServeBenchConfig {
         weights: None,
+        model: "det-s".into(),
         exec: ExecOptions::default(),
         clients: 4,
         seconds: if quick { 0.3 } else { 3.0 },
@@ -203,6 +204,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         format: PixelFormat::Rgb8,
         // Fine-tuning beside serving needs its own set packed and minutes: not in a quick run.
         fine_tune: !quick,
+        reload_every: None,
     };
     let (serve, serve_error) = match bench_serve(&serve_config, |what| eprintln!("  serve: {what}"))
     {

@@ -24,8 +24,10 @@ use crate::model::ModelConfig;
 
 #[derive(Clone, Debug)]
 pub struct ServeBenchConfig {
-    /// Served checkpoint; `None`: untrained det-s with two classes.
+    /// Served checkpoint; `None`: untrained `model` with two classes.
     pub weights: Option<PathBuf>,
+    /// The preset served when no weights are given (det-s, det-m or det-l).
+    pub model: String,
     pub exec: ExecOptions,
     pub clients: usize,
     /// Seconds per run.
@@ -37,6 +39,9 @@ pub struct ServeBenchConfig {
     pub format: PixelFormat,
     /// Also measure while the daemon fine-tunes (packs a small set and trains in the gaps).
     pub fine_tune: bool,
+    /// Also measure a paced memfd run while the weights are reloaded (SIGHUP's path) every
+    /// this many seconds: what a swap costs the requests around it.
+    pub reload_every: Option<f64>,
 }
 
 /// One run's figures.
@@ -50,6 +55,8 @@ pub struct ServeRun {
     pub fine_tuning: bool,
     /// Training steps the fine-tune took during the run.
     pub fine_tune_steps: u32,
+    /// Weights reloaded and swapped in during the run.
+    pub reloads: u32,
     pub frames: u64,
     pub frames_per_s: f64,
     pub p50_ms: f64,
@@ -201,6 +208,7 @@ fn run_clients(
         load: if rate > 0.0 { "paced" } else { "flat out" },
         fine_tuning: false,
         fine_tune_steps: 0,
+        reloads: 0,
         frames: all.count(),
         frames_per_s: all.count() as f64 / seconds,
         p50_ms: ms(all.quantile(0.5)),
@@ -234,9 +242,9 @@ pub fn bench_serve(
             })?,
         ),
         None => {
-            let model = ModelConfig::named("det-s", 2).map_err(Error::Config)?;
+            let model = ModelConfig::named(&config.model, 2).map_err(Error::Config)?;
             let c = Checkpoint::initial(model, vec!["disc".into(), "square".into()], 0);
-            let path = dir.path().join("det-s.safetensors");
+            let path = dir.path().join(format!("{}.safetensors", config.model));
             c.save(&path).map_err(|e| Error::Weights {
                 path: path.clone(),
                 reason: e.to_string(),
@@ -252,9 +260,12 @@ pub fn bench_serve(
     serve.state_dir = Some(dir.path().join("state"));
     serve.max_frame_side = config.width.max(config.height);
     serve.max_clients = config.clients + 1;
+    // Every client here is this process's uid: the per-uid share would refuse the last.
+    serve.max_clients_per_uid = Some(serve.max_clients);
     let mut server = Server::start(serve, Notifier::default())?;
     let control = Arc::new(Control::new());
     let stop = control.clone();
+    let reload = control.clone();
     let serving = std::thread::Builder::new()
         .name("fulcrumd".into())
         .spawn(move || server.run(&control))
@@ -293,6 +304,16 @@ pub fn bench_serve(
                     break 'runs;
                 }
             }
+        }
+    }
+    if let (true, Some(every)) = (outcome.is_ok(), config.reload_every) {
+        progress(&format!(
+            "memfd frames paced at {} frames/s, reloading the weights every {every} s",
+            config.rate
+        ));
+        match reloading_run(&socket, config, &frame, &reload, every) {
+            Ok(run) => runs.push(run),
+            Err(e) => outcome = Err(e),
         }
     }
     if outcome.is_ok() && !config.fine_tune {
@@ -334,6 +355,45 @@ pub fn bench_serve(
         runs,
         skipped,
     })
+}
+
+/// A paced memfd run while `control` asks for a reload every `every` seconds (the serving
+/// loop loads beside itself and swaps by a move); the run counts the swaps that happened.
+fn reloading_run(
+    socket: &Path,
+    config: &ServeBenchConfig,
+    frame: &Arc<(FrameDesc, Vec<u8>)>,
+    control: &Arc<Control>,
+    every: f64,
+) -> Result<ServeRun, Error> {
+    if !(every.is_finite() && every > 0.0) {
+        return Err(Error::Config(format!(
+            "--reload-every {every}: give a positive number of seconds"
+        )));
+    }
+    let mut watcher = Client::connect(socket)?;
+    let before = watcher.stats()?.weights_generation;
+    let deadline = Instant::now() + Duration::from_secs_f64(config.seconds);
+    let asker = {
+        let control = control.clone();
+        std::thread::Builder::new()
+            .name("bench-reloads".into())
+            .spawn(move || {
+                while Instant::now() < deadline {
+                    control
+                        .reload
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_secs_f64(every));
+                }
+            })
+            .expect("spawn the reload thread")
+    };
+    let mut run = run_clients(socket, config, frame, true, config.rate)?;
+    asker
+        .join()
+        .map_err(|_| Error::Unexpected("the reload thread panicked".into()))?;
+    run.reloads = watcher.stats()?.weights_generation.saturating_sub(before);
+    Ok(run)
 }
 
 /// Synthetic `train/` (512 images) and `val/` (32) at the model's input size, if the model
