@@ -93,6 +93,31 @@ pub fn image(bytes: &[u8]) {
     );
 }
 
+/// A request to the daemon, with a ring attached: the first two bytes give the ring's length
+/// (up to 64 KiB, filled with a pattern), the rest is a message. An `Infer` goes through the
+/// daemon's own checks ([`crate::serve::frame::resolve`], at its default 1920 px limit), and
+/// every row of a frame that passes is read as RGB, as the letterbox would.
+pub fn frame_request(bytes: &[u8]) {
+    use crate::pack::resample::RgbRows;
+    use fulcrum_board::protocol::{decode, Message};
+    let Some((len, message)) = bytes.split_first_chunk::<2>() else {
+        return;
+    };
+    let ring: Vec<u8> = (0..usize::from(u16::from_le_bytes(*len)))
+        .map(|i| (i * 31) as u8)
+        .collect();
+    let Ok((_, Message::Infer(frame))) = decode(message) else {
+        return;
+    };
+    let Ok(view) = crate::serve::frame::resolve(frame.desc, frame.pixels, Some(&ring), 1920) else {
+        return;
+    };
+    let mut row = vec![0u8; view.width() as usize * 3];
+    for y in 0..view.height() {
+        view.read_row(y, &mut row);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +142,52 @@ mod tests {
             coco_json(bytes);
             checkpoint(bytes);
             image(bytes);
+            frame_request(bytes);
+        }
+    }
+
+    /// The `frame_request` seeds: an inline and a ring frame that pass the checks (so the
+    /// campaign starts from the pixels), and one outside its ring. `FULCRUM_BLESS=1` writes
+    /// them to `runtime/fuzz/seeds/frame_request`; otherwise they must match what is there.
+    #[test]
+    fn frame_request_seeds_are_current_and_reach_the_pixels() {
+        use fulcrum_board::protocol::{Frame, FrameDesc, FrameSource, Message, PixelFormat};
+        let seed = |ring_len: u16, desc: FrameDesc, pixels: &[u8]| {
+            let msg = Message::Infer(Frame { desc, pixels });
+            let mut bytes = ring_len.to_le_bytes().to_vec();
+            let start = bytes.len();
+            bytes.resize(start + msg.encoded_len(), 0);
+            msg.encode(1, 0, &mut bytes[start..]).unwrap();
+            bytes
+        };
+        let rgb = FrameDesc::packed(PixelFormat::Rgb8, FrameSource::Inline, 8, 6).unwrap();
+        let nv12 = FrameDesc::packed(PixelFormat::Nv12, FrameSource::Ring, 16, 8).unwrap();
+        let outside = FrameDesc { offset: 60, ..nv12 };
+        let seeds = [
+            ("inline-rgb.bin", seed(0, rgb, &[9; 144]), true),
+            ("ring-nv12.bin", seed(256, nv12, &[]), true),
+            ("outside-ring.bin", seed(64, outside, &[]), false),
+        ];
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/frame_request");
+        for (name, bytes, passes) in &seeds {
+            let ring = vec![0u8; usize::from(u16::from_le_bytes([bytes[0], bytes[1]]))];
+            let (_, msg) = fulcrum_board::protocol::decode(&bytes[2..]).unwrap();
+            let fulcrum_board::protocol::Message::Infer(frame) = msg else {
+                panic!("{name}")
+            };
+            let resolved =
+                crate::serve::frame::resolve(frame.desc, frame.pixels, Some(&ring), 1920);
+            assert_eq!(resolved.is_ok(), *passes, "{name}: {resolved:?}");
+            frame_request(bytes);
+            if std::env::var_os("FULCRUM_BLESS").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(name), bytes).unwrap();
+            }
+            assert_eq!(
+                &std::fs::read(dir.join(name)).unwrap(),
+                bytes,
+                "{name} is stale: rewrite with FULCRUM_BLESS=1"
+            );
         }
     }
 }

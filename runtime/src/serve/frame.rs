@@ -2,7 +2,7 @@
 //! GRAY8, YUYV (4:2:2) and NV12 (4:2:0), any stride. YUV is BT.601 limited range (Y 16–235),
 //! what V4L2 webcams and the Raspberry Pi ISP produce by default.
 
-use fulcrum_board::protocol::{FrameDesc, PixelFormat};
+use fulcrum_board::protocol::{ErrorCode, FrameDesc, FrameSource, PixelFormat, WireError};
 
 use crate::pack::resample::RgbRows;
 
@@ -31,6 +31,79 @@ impl<'a> FrameView<'a> {
         let len = self.desc.format.row_bytes(self.desc.width) as usize;
         &self.bytes[y as usize * stride..][..len]
     }
+}
+
+/// Why a request's frame cannot be read, before any pixel is touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameRefused {
+    /// A side over the daemon's `--max-frame-side`.
+    TooLarge { max_side: u16 },
+    /// A ring frame with no ring attached.
+    NoRing,
+    /// The frame's bytes do not lie inside the ring.
+    OutsideRing { error: WireError, ring_len: usize },
+    /// The description is inconsistent, or the bytes are not its length.
+    Mismatch,
+}
+
+impl FrameRefused {
+    /// The error reply's code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            FrameRefused::TooLarge { .. } => ErrorCode::TOO_LARGE,
+            FrameRefused::NoRing => ErrorCode::NO_RING,
+            FrameRefused::OutsideRing { .. } | FrameRefused::Mismatch => ErrorCode::BAD_FRAME,
+        }
+    }
+
+    /// What the reply says, after `frame N: `.
+    pub fn describe(&self, desc: &FrameDesc, out: &mut impl core::fmt::Write) {
+        let _ = match self {
+            FrameRefused::TooLarge { max_side } => write!(
+                out,
+                "{}x{} is over this daemon's {max_side} px limit (--max-frame-side)",
+                desc.width, desc.height
+            ),
+            FrameRefused::NoRing => write!(
+                out,
+                "it is in the ring, but no ring is attached (send AttachRing first)"
+            ),
+            FrameRefused::OutsideRing { error, ring_len } => write!(
+                out,
+                "{error}: offset {} + length {} > ring {ring_len} bytes",
+                desc.offset, desc.length
+            ),
+            FrameRefused::Mismatch => write!(out, "pixels do not match the description"),
+        };
+    }
+}
+
+/// The frame a request describes, checked: its size against `max_side`, its bytes inline or
+/// at its place in `ring` (the client's attached ring, if any), and the bytes against the
+/// description. What the daemon does with every `Infer` before reading a pixel.
+pub fn resolve<'a>(
+    desc: FrameDesc,
+    inline: &'a [u8],
+    ring: Option<&'a [u8]>,
+    max_side: u16,
+) -> Result<FrameView<'a>, FrameRefused> {
+    if desc.width > max_side || desc.height > max_side {
+        return Err(FrameRefused::TooLarge { max_side });
+    }
+    let bytes = match desc.source {
+        FrameSource::Inline => inline,
+        FrameSource::Ring => {
+            let ring = ring.ok_or(FrameRefused::NoRing)?;
+            let range =
+                desc.ring_range(ring.len() as u64)
+                    .map_err(|error| FrameRefused::OutsideRing {
+                        error,
+                        ring_len: ring.len(),
+                    })?;
+            &ring[range]
+        }
+    };
+    FrameView::new(desc, bytes).ok_or(FrameRefused::Mismatch)
 }
 
 impl RgbRows for FrameView<'_> {

@@ -20,7 +20,7 @@ use fulcrum_board::protocol::{
 use nix::libc;
 
 use super::fine_tune::{self, FineTuner};
-use super::frame::FrameView;
+use super::frame;
 use super::metrics;
 use super::notify::Notifier;
 use super::ring::ClientRing;
@@ -1264,52 +1264,20 @@ impl Server {
     fn infer(&mut self, slot: usize, header: &Header, frame: Frame<'_>, arrived: Instant) {
         let (seq, ts) = (header.sequence, header.timestamp_us);
         let desc = frame.desc;
-        let side = self.config.max_frame_side;
-        if desc.width > side || desc.height > side {
-            self.text.clear();
-            let _ = write!(
-                self.text,
-                "frame {seq}: {}x{} is over this daemon's {side} px limit (--max-frame-side)",
-                desc.width, desc.height
-            );
-            return self.reply_error(slot, seq, ts, ErrorCode::TOO_LARGE);
-        }
         let Some(client) = self.clients[slot].as_ref() else {
             return;
         };
-        let bytes = match desc.source {
-            FrameSource::Inline => frame.pixels,
-            FrameSource::Ring => {
-                let Some(ring) = client.ring.as_ref() else {
-                    self.text.clear();
-                    let _ = write!(self.text, "frame {seq} is in the ring, but no ring is attached (send AttachRing first)");
-                    return self.reply_error(slot, seq, ts, ErrorCode::NO_RING);
-                };
-                match desc.ring_range(ring.len() as u64) {
-                    // The ring lives in `self.clients`, which the prediction below does not
-                    // touch; `ClientRing::bytes` says why the client's own writes are harmless.
-                    Ok(range) => &ring.bytes()[range],
-                    Err(e) => {
-                        self.text.clear();
-                        let _ = write!(
-                            self.text,
-                            "frame {seq}: {e}: offset {} + length {} > ring {} bytes",
-                            desc.offset,
-                            desc.length,
-                            ring.len()
-                        );
-                        return self.reply_error(slot, seq, ts, ErrorCode::BAD_FRAME);
-                    }
-                }
+        // The ring lives in `self.clients`, which the prediction below does not touch;
+        // `ClientRing::bytes` says why the client's own writes are harmless.
+        let ring = client.ring.as_ref().map(ClientRing::bytes);
+        let view = match frame::resolve(desc, frame.pixels, ring, self.config.max_frame_side) {
+            Ok(view) => view,
+            Err(refused) => {
+                self.text.clear();
+                let _ = write!(self.text, "frame {seq}: ");
+                refused.describe(&desc, &mut self.text);
+                return self.reply_error(slot, seq, ts, refused.code());
             }
-        };
-        let Some(view) = FrameView::new(desc, bytes) else {
-            self.text.clear();
-            let _ = write!(
-                self.text,
-                "frame {seq}: pixels do not match the description"
-            );
-            return self.reply_error(slot, seq, ts, ErrorCode::BAD_FRAME);
         };
         let timing = match self.model.predictor.predict_into(&view, &mut self.scored) {
             Ok(t) => t,
