@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use fulcrum_board::protocol::{
     self, decode, Detection, DetectionList, DetectionsReply, EngineKind, ErrorCode, ErrorReply,
-    Frame, FrameSource, Header, Health, Kind, Message, ServiceState, Stats, Welcome, WireError,
-    HEADER_LEN, MAX_INLINE_BYTES, MAX_MESSAGE_LEN, MAX_TEXT, SCHEMA_HASH,
+    Frame, Header, Health, Kind, Message, ServiceState, Stats, Welcome, WireError, HEADER_LEN,
+    MAX_INLINE_BYTES, MAX_MESSAGE_LEN, MAX_TEXT, SCHEMA_HASH,
 };
 use nix::libc;
 
