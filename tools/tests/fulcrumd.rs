@@ -24,7 +24,8 @@ use fulcrum_board::protocol::{
 mod common;
 
 use common::daemon::{
-    encode, grey_frame, photos, run, wait_for, weights, Daemon, Raw, FULCRUM, FULCRUMD, TIMEOUT,
+    encode, grey_frame, photos, run, wait_for, weights, without_ms, Daemon, Raw, FULCRUM, FULCRUMD,
+    TIMEOUT,
 };
 
 #[test]
@@ -83,18 +84,6 @@ fn systemd_sees_ready_watchdog_and_stopping() {
     let status = daemon.stop();
     assert_eq!(status.code(), Some(0), "exit after SIGTERM");
     assert!(!socket.exists(), "the socket is removed on exit");
-}
-
-/// `fulcrum infer`'s lines less the timing, for comparison.
-fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().remove("ms");
-            v
-        })
-        .collect()
 }
 
 #[test]

@@ -13,7 +13,9 @@ use nix::sys::signal::Signal;
 
 mod common;
 
-use common::daemon::{grey_frame, photos, run, weights, Daemon, Raw, FULCRUM, FULCRUMD, TIMEOUT};
+use common::daemon::{
+    grey_frame, photos, run, weights, without_ms, Daemon, Raw, FULCRUM, FULCRUMD, TIMEOUT,
+};
 
 /// Resident memory of `pid` in MiB, as the kernel counts it.
 fn rss_mib(pid: u32) -> f64 {
@@ -260,18 +262,6 @@ fn one_uid_cannot_hold_every_slot() {
     assert_eq!(st.code(), Some(2));
     assert!(err.contains("--max-clients-per-uid 5"), "{err}");
     assert_eq!(daemon.stop().code(), Some(0));
-}
-
-/// `fulcrum infer` or `fulcrum client` JSON lines without their timings.
-fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().remove("ms");
-            v
-        })
-        .collect()
 }
 
 #[test]

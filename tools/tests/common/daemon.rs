@@ -283,3 +283,15 @@ pub fn wait_for(what: &str, daemon: &Daemon, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `fulcrum infer` or `fulcrum client` JSON lines without their timings.
+pub fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
