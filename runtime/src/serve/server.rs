@@ -597,7 +597,7 @@ impl Server {
                     what: format!("starting to load {}", path.display()),
                     source: e,
                 };
-                self.settle_load(why, Err(e));
+                self.settle_load(why, Err(e), Duration::ZERO);
             }
         }
     }
@@ -631,19 +631,21 @@ impl Server {
             })
         };
         let outcome = self.install(loaded);
-        self.settle_load(loading.why, outcome);
+        self.settle_load(loading.why, outcome, loading.started.elapsed());
     }
 
     /// Reports a load's outcome: the log, the requester's reply, the fine-tune's bookkeeping.
-    fn settle_load(&mut self, why: LoadReason, outcome: Result<(), Error>) {
+    fn settle_load(&mut self, why: LoadReason, outcome: Result<(), Error>, took: Duration) {
         self.state = ServiceState::Ready;
         match why {
             LoadReason::Reload { requester } => {
                 match &outcome {
                     Ok(()) => log::info!(
-                        "reloaded weights from {} (generation {})",
+                        "reloaded weights from {} (generation {}; loaded and warmed up in {} ms \
+                         beside the serving loop)",
                         self.model.path.display(),
-                        self.generation
+                        self.generation,
+                        took.as_millis()
                     ),
                     Err(e) => log::error!("reload refused, the old weights keep serving: {e}"),
                 }
