@@ -162,6 +162,34 @@ pub struct SplitChoice {
     pub split: Vec<String>,
 }
 
+/// Split choices measured in this process ([`CpuExec::choose_splits`]), by recording and thread
+/// count, the latest last. A model set up again with the same shape (a daemon's reload, a
+/// fine-tune's swap) takes its choices from here instead of timing every layer again: that
+/// took about a second of both cores for det-l, and beside a serving engine it measures the
+/// contention more than the layers. A few recordings at most (a process serves one model).
+static MEASURED_SPLITS: std::sync::Mutex<Vec<(Recording, usize, Vec<Vec<bool>>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Recordings [`MEASURED_SPLITS`] keeps.
+const MEASURED_KEPT: usize = 8;
+
+fn measured_splits(recording: &Recording, threads: usize) -> Option<Vec<Vec<bool>>> {
+    let known = MEASURED_SPLITS.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .iter()
+        .find(|(r, t, _)| *t == threads && r == recording)
+        .map(|(_, _, splits)| splits.clone())
+}
+
+fn remember_splits(recording: &Recording, threads: usize, splits: &[Vec<bool>]) {
+    let mut known = MEASURED_SPLITS.lock().unwrap_or_else(|e| e.into_inner());
+    known.retain(|(r, t, _)| !(*t == threads && r == recording));
+    if known.len() >= MEASURED_KEPT {
+        known.remove(0);
+    }
+    known.push((recording.clone(), threads, splits.to_vec()));
+}
+
 /// Why [`CpuExec::new`] refused a recording.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -529,6 +557,11 @@ impl CpuExec {
         let Some(pool) = self.scratch.pool() else {
             return;
         };
+        let threads = pool.threads();
+        if let Some(known) = measured_splits(&self.recording, threads) {
+            self.thread_split = known;
+            return;
+        }
         pool.set_spinning(true);
         // Each candidate layer: its entry, its step, and the fastest time of each way.
         let mut layers = Vec::new();
@@ -573,8 +606,12 @@ impl CpuExec {
             }
         }
         // The split must win clearly, as it costs the other threads' time.
+        let measured = !layers.is_empty();
         for (e, i, whole, split) in layers {
             self.thread_split[e][i] = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
+        }
+        if measured {
+            remember_splits(&self.recording, threads, &self.thread_split);
         }
     }
 
@@ -1121,6 +1158,34 @@ mod tests {
             assert_eq!(choice.measured, 19, "det-s's batch-1 convs: {choice:?}");
             assert!(stem(&choice), "the stem did not split: {choice:?}");
         }
+    }
+
+    /// A recording set up again on as many threads takes the choices measured the first time
+    /// (a reload must not time every layer again beside the serving engine); another thread
+    /// count is measured anew.
+    #[test]
+    fn split_choices_are_measured_once_per_recording_and_thread_count() {
+        let (arch, _) = det_s();
+        // A size no other test uses, so that this test's first set-up is the first.
+        let layout = RecordLayout::new(160, 160, 3, 1).unwrap();
+        let config = ModelConfig {
+            input: 160,
+            ..arch.config.clone()
+        };
+        let arch = Arch::new(&config);
+        let graph = ModelGraph::build(&arch, 1, &layout, &GraphOptions::default()).expect("graph");
+        let infer = graph.entry(ENTRY_INFER);
+        assert!(measured_splits(&graph.recording, 2).is_none());
+        let first = CpuExec::new(&graph.recording, 2).expect("executor");
+        let known = measured_splits(&graph.recording, 2).expect("remembered");
+        assert_eq!(known, first.thread_split);
+        let again = CpuExec::new(&graph.recording, 2).expect("executor");
+        assert_eq!(again.thread_split, first.thread_split);
+        assert_eq!(
+            again.split_choice(infer).split,
+            first.split_choice(infer).split
+        );
+        assert!(measured_splits(&graph.recording, 3).is_none());
     }
 
     /// A batch read in place predicts what the same batch written into the records tensor
