@@ -167,8 +167,10 @@ pub struct SplitChoice {
 /// fine-tune's swap) takes its choices from here instead of timing every layer again: that
 /// took about a second of both cores for det-l, and beside a serving engine it measures the
 /// contention more than the layers. A few recordings at most (a process serves one model).
-static MEASURED_SPLITS: std::sync::Mutex<Vec<(Recording, usize, Vec<Vec<bool>>)>> =
-    std::sync::Mutex::new(Vec::new());
+static MEASURED_SPLITS: std::sync::Mutex<Vec<MeasuredSplits>> = std::sync::Mutex::new(Vec::new());
+
+/// A recording, the threads it was measured on, and its split per entry and step.
+type MeasuredSplits = (Recording, usize, Vec<Vec<bool>>);
 
 /// Recordings [`MEASURED_SPLITS`] keeps.
 const MEASURED_KEPT: usize = 8;
