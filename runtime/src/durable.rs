@@ -72,6 +72,79 @@ fn slow_rename_fault() {
     }
 }
 
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug)]
+pub enum BoundedRead {
+    Io(io::Error),
+    /// What the path is instead of a regular file ("a FIFO", "a character device", …).
+    NotRegular(&'static str),
+    /// Its size, over the limit.
+    TooLarge(u64),
+    /// It grew past the limit while being read.
+    Grew,
+}
+
+impl std::fmt::Display for BoundedRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoundedRead::Io(e) => write!(f, "{e}"),
+            BoundedRead::NotRegular(kind) => write!(f, "is {kind}, not a regular file"),
+            BoundedRead::TooLarge(len) => write!(f, "{len} bytes, more than this file may have"),
+            BoundedRead::Grew => write!(f, "grew past its size limit while being read"),
+        }
+    }
+}
+
+/// Reads the whole of `path`, which must be a regular file (a link to one is fine) of at most
+/// `max` bytes: what fulcrum does with every file an operator or a client names. The file is
+/// opened without blocking and checked on its open descriptor before a byte is read, so a
+/// FIFO, a device such as `/dev/zero`, a folder or an oversized file is refused at once; a
+/// file that grows while it is read is refused too.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, BoundedRead> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path)
+        .map_err(BoundedRead::Io)?;
+    let meta = file.metadata().map_err(BoundedRead::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedRead::NotRegular(file_kind(&meta)));
+    }
+    if meta.len() > max {
+        return Err(BoundedRead::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(BoundedRead::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(BoundedRead::Grew);
+    }
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// An exclusive claim on a folder for as long as the value lives (`flock` on `DIR/.lock`, so
 /// the kernel drops it when the process dies, however it dies). Its pid is written into the
 /// file for the message a second claimant gets.

@@ -93,6 +93,23 @@ pub fn image(bytes: &[u8]) {
     );
 }
 
+/// fulcrumd's configuration file, parsed and checked into a serving configuration as the
+/// daemon does at start ([`crate::serve::settings`]).
+pub fn daemon_config(bytes: &[u8]) {
+    use crate::serve::settings::{Defaults, Settings};
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    let Ok(settings) = Settings::from_toml(text) else {
+        return;
+    };
+    let _ = settings.into_config(Defaults {
+        socket: NAME.into(),
+        state_dir: None,
+        threads: 2,
+    });
+}
+
 /// A request to the daemon, with a ring attached: the first two bytes give the ring's length
 /// (up to 64 KiB, filled with a pattern), the rest is a message. An `Infer` goes through the
 /// daemon's own checks ([`crate::serve::frame::resolve`], at its default 1920 px limit), and
@@ -143,6 +160,7 @@ mod tests {
             checkpoint(bytes);
             image(bytes);
             frame_request(bytes);
+            daemon_config(bytes);
         }
     }
 

@@ -99,71 +99,30 @@ pub fn max_file_bytes() -> u64 {
 /// configuration.
 const HEADER_ROOM: u64 = 16 << 20;
 
-/// Reads the whole of `path`, which must be a regular file (a link to one is fine) of at most
-/// `max` bytes. The file is opened without blocking and checked on its open descriptor before
-/// a byte is read: a FIFO, a device such as `/dev/zero`, a folder or an oversized file is
-/// refused at once, and a file that grows while it is read is refused too.
+/// Reads the whole of `path` as a checkpoint: a regular file of at most `max` bytes
+/// ([`crate::durable::read_bounded`]).
 pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let content = |detail: String| Error::Content {
-        path: path.to_path_buf(),
-        detail,
-    };
-    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_nonblock())
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        let kind = file_kind(&meta);
-        return Err(content(format!(
-            "is {kind}, not a regular file: give the path of a checkpoint file"
-        )));
-    }
-    if meta.len() > max {
-        return Err(content(format!(
-            "{} bytes, more than any fulcrum checkpoint can be ({max}): not a checkpoint",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > max {
-        return Err(content(format!(
-            "grew past {max} bytes while being read: not a checkpoint"
-        )));
-    }
-    Ok(bytes)
-}
-
-fn libc_nonblock() -> i32 {
-    nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC
-}
-
-/// What a file that is not a regular file is, for messages.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a folder"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
+    use crate::durable::BoundedRead;
+    crate::durable::read_bounded(path, max).map_err(|e| match e {
+        BoundedRead::Io(source) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        BoundedRead::NotRegular(kind) => Error::Content {
+            path: path.to_path_buf(),
+            detail: format!("is {kind}, not a regular file: give the path of a checkpoint file"),
+        },
+        BoundedRead::TooLarge(len) => Error::Content {
+            path: path.to_path_buf(),
+            detail: format!(
+                "{len} bytes, more than any fulcrum checkpoint can be ({max}): not a checkpoint"
+            ),
+        },
+        BoundedRead::Grew => Error::Content {
+            path: path.to_path_buf(),
+            detail: format!("grew past {max} bytes while being read: not a checkpoint"),
+        },
+    })
 }
 
 /// A checkpoint in memory.

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod notify;
 pub mod ring;
 pub mod server;
+pub mod settings;
 pub mod socket;
 pub mod stats;
 

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 use clap::Parser;
-use fulcrum::compute::exec::{EngineChoice, ExecOptions};
+use fulcrum::compute::exec::EngineChoice;
+use fulcrum::serve::settings::{Defaults, Settings};
 use fulcrum::serve::{Control, Notifier, ServeConfig, Server};
 use fulcrum_tools::{describe, logger};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -127,36 +128,6 @@ struct Args {
     config: Option<PathBuf>,
 }
 
-/// The same options, from a TOML file.
-#[derive(serde::Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    weights: Option<PathBuf>,
-    socket: Option<PathBuf>,
-    engine: Option<String>,
-    threads: Option<usize>,
-    device: Option<usize>,
-    fp16: Option<bool>,
-    #[serde(default)]
-    allow_uid: Vec<u32>,
-    #[serde(default)]
-    allow_gid: Vec<u32>,
-    mem_budget: Option<String>,
-    state_dir: Option<PathBuf>,
-    fine_tune_slice: Option<u64>,
-    max_clients: Option<usize>,
-    max_clients_per_uid: Option<usize>,
-    hello_timeout: Option<u64>,
-    max_frame_side: Option<u16>,
-    threshold: Option<f32>,
-    top_k: Option<u32>,
-    nms: Option<f32>,
-    client_reload_dir: Option<PathBuf>,
-    reload_timeout: Option<u64>,
-    metrics: Option<PathBuf>,
-    metrics_every: Option<u64>,
-}
-
 static CONTROL: Control = Control::new();
 
 extern "C" fn on_signal(signal: nix::libc::c_int) {
@@ -189,141 +160,56 @@ fn env_dir(var: &str) -> Option<PathBuf> {
     (!first.is_empty()).then(|| PathBuf::from(first))
 }
 
+/// The options given on the command line, as settings (unset where not given).
+fn settings(args: Args) -> Settings {
+    Settings {
+        weights: args.weights,
+        socket: args.socket,
+        engine: args.engine,
+        threads: args.threads,
+        device: args.device,
+        fp16: args.fp16,
+        allow_uid: args.allow_uid,
+        allow_gid: args.allow_gid,
+        mem_budget: args.mem_budget,
+        state_dir: args.state_dir,
+        fine_tune_slice: args.fine_tune_slice,
+        max_clients: args.max_clients,
+        max_clients_per_uid: args.max_clients_per_uid,
+        hello_timeout: args.hello_timeout,
+        max_frame_side: args.max_frame_side,
+        threshold: args.threshold,
+        top_k: args.top_k,
+        nms: args.nms,
+        client_reload_dir: args.client_reload_dir,
+        reload_timeout: args.reload_timeout,
+        metrics: args.metrics,
+        metrics_every: args.metrics_every,
+    }
+}
+
 fn config(args: Args) -> anyhow::Result<ServeConfig> {
-    let file: FileConfig = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => FileConfig::default(),
+    let file = match &args.config {
+        Some(path) => Settings::from_file(path).map_err(anyhow::Error::msg)?,
+        None => Settings::default(),
     };
-    let weights = args.weights.or(file.weights).ok_or_else(|| {
-        anyhow::anyhow!("no weights: give --weights CHECKPOINT (or `weights = ...` in --config)")
-    })?;
-    let socket = args.socket.or(file.socket).unwrap_or_else(|| {
-        env_dir("RUNTIME_DIRECTORY")
-            .unwrap_or_else(|| PathBuf::from("/run/fulcrumd"))
-            .join("fulcrumd.sock")
-    });
-    let engine = match (args.engine, file.engine) {
-        (Some(e), _) => e,
-        (None, Some(text)) => text
-            .parse()
-            .map_err(|e| anyhow::anyhow!("config `engine = {text:?}`: {e}"))?,
-        (None, None) => EngineChoice::Auto,
-    };
-    let mem_budget = match (args.mem_budget, file.mem_budget) {
-        (Some(b), _) => Some(b),
-        (None, Some(text)) => Some(
-            fulcrum::balance::parse_size(&text)
-                .map_err(|e| anyhow::anyhow!("config `mem_budget = {text:?}`: {e}"))?,
-        ),
-        (None, None) => None,
-    };
-    let state_dir = args
-        .state_dir
-        .or(file.state_dir)
-        .or_else(|| env_dir("STATE_DIRECTORY"));
     // The Vulkan pipeline cache goes where systemd's CacheDirectory= says.
     if let Some(cache) = env_dir("CACHE_DIRECTORY") {
         if std::env::var_os("XDG_CACHE_HOME").is_none() {
             std::env::set_var("XDG_CACHE_HOME", cache);
         }
     }
-    let exec = ExecOptions {
-        engine,
-        device: args.device.or(file.device),
-        threads: args
-            .threads
-            .or(file.threads)
-            .unwrap_or_else(fulcrum_board::host_cores),
-        per_kernel_timing: false,
-        // FULCRUM_VULKAN_VALIDATION=1 turns it on (`vulkan::Options::validation_enabled`).
-        validation: false,
-        mem_budget,
-        fp16: args.fp16.or(file.fp16).unwrap_or(false),
+    let defaults = Defaults {
+        socket: env_dir("RUNTIME_DIRECTORY")
+            .unwrap_or_else(|| PathBuf::from("/run/fulcrumd"))
+            .join("fulcrumd.sock"),
+        state_dir: env_dir("STATE_DIRECTORY"),
+        threads: fulcrum_board::host_cores(),
     };
-    let mut c = ServeConfig::new(socket, weights, exec);
-    c.state_dir = state_dir;
-    if let Some(ms) = args.fine_tune_slice.or(file.fine_tune_slice) {
-        if !(1..=60_000).contains(&ms) {
-            anyhow::bail!("--fine-tune-slice {ms} ms: use 1 to 60000 ms");
-        }
-        c.fine_tune_slice = std::time::Duration::from_millis(ms);
-    }
-    c.allow_uids = [args.allow_uid, file.allow_uid].concat();
-    c.allow_gids = [args.allow_gid, file.allow_gid].concat();
-    if let Some(v) = args.max_clients.or(file.max_clients) {
-        c.max_clients = v;
-    }
-    if let Some(v) = args.max_clients_per_uid.or(file.max_clients_per_uid) {
-        if v == 0 || v > c.max_clients {
-            anyhow::bail!(
-                "--max-clients-per-uid {v}: use 1 to --max-clients ({})",
-                c.max_clients
-            );
-        }
-        c.max_clients_per_uid = Some(v);
-    }
-    if let Some(ms) = args.hello_timeout.or(file.hello_timeout) {
-        if !(10..=600_000).contains(&ms) {
-            anyhow::bail!("--hello-timeout {ms} ms: use 10 to 600000 ms");
-        }
-        c.hello_timeout = std::time::Duration::from_millis(ms);
-    }
-    if let Some(dir) = args.client_reload_dir.or(file.client_reload_dir) {
-        if !dir.is_dir() {
-            anyhow::bail!(
-                "--client-reload-dir {}: not a folder; create it or leave the option out",
-                dir.display()
-            );
-        }
-        c.client_reload_dir = Some(dir);
-    }
-    if let Some(secs) = args.reload_timeout.or(file.reload_timeout) {
-        if !(1..=3600).contains(&secs) {
-            anyhow::bail!("--reload-timeout {secs} s: use 1 to 3600 s");
-        }
-        c.reload_timeout = std::time::Duration::from_secs(secs);
-    }
-    if let Some(path) = args.metrics.or(file.metrics) {
-        let folder = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        if !folder.is_dir() || path.is_dir() {
-            anyhow::bail!(
-                "--metrics {}: give a file in an existing folder (node_exporter's textfile \
-                 folder, for example)",
-                path.display()
-            );
-        }
-        c.metrics = Some(path);
-    }
-    if let Some(secs) = args.metrics_every.or(file.metrics_every) {
-        if !(1..=3600).contains(&secs) {
-            anyhow::bail!("--metrics-every {secs} s: use 1 to 3600 s");
-        }
-        c.metrics_every = std::time::Duration::from_secs(secs);
-    }
-    if let Some(v) = args.max_frame_side.or(file.max_frame_side) {
-        c.max_frame_side = v;
-    }
-    if let Some(v) = args.threshold.or(file.threshold) {
-        if !(0.0..=1.0).contains(&v) {
-            anyhow::bail!("--threshold {v} must be in [0, 1]");
-        }
-        c.threshold = v;
-    }
-    if let Some(v) = args.top_k.or(file.top_k) {
-        c.top_k = v;
-    }
-    if let Some(v) = args.nms.or(file.nms) {
-        fulcrum::infer::nms::check_limit(v).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
-        c.nms_iou = v;
-    }
-    Ok(c)
+    settings(args)
+        .or(file)
+        .into_config(defaults)
+        .map_err(anyhow::Error::msg)
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
