@@ -3,8 +3,11 @@
 //! one request per client and answers it, so clients are served in turn and none can starve
 //! the others. A reply that does not fit in a client's socket buffer waits in that client's
 //! one-reply outbox, and the client is not read again until it drains: a client that stops
-//! reading stalls only itself, and is dropped after `stall_timeout`. Every buffer is sized at
-//! start: after warm-up a request allocates nothing.
+//! reading stalls only itself, and is dropped after `stall_timeout`. A connection that sends
+//! no `Hello` within `hello_timeout` is closed, and one uid holds at most its share of the
+//! slots. New weights (a reload, a fine-tune's swap) load and warm up on a thread beside the
+//! loop and are swapped in by a move. Every buffer is sized at start: after warm-up a request
+//! allocates nothing.
 
 use std::fmt::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
