@@ -385,6 +385,11 @@ impl Server {
             what: format!("claiming {}", config.socket.display()),
             source: e,
         })?;
+        log::info!(
+            "loading {} and warming up (engine {:?})",
+            config.weights.display(),
+            config.exec.engine
+        );
         let mut fine_tuner = config.state_dir.as_ref().map(|dir| {
             let mut settings = fine_tune::Settings::new(dir.clone(), config.exec.clone());
             settings.slice = config.fine_tune_slice;

@@ -216,11 +216,6 @@ fn run(args: Args) -> anyhow::Result<()> {
     let config = config(args)?;
     install_signals();
     let notifier = Notifier::from_env();
-    log::info!(
-        "loading {} and warming up (engine {:?})",
-        config.weights.display(),
-        config.exec.engine
-    );
     let mut server = Server::start(config, notifier)?;
     let plan = server.memory_plan();
     log::info!(
