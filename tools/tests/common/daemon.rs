@@ -295,3 +295,30 @@ pub fn without_ms(stdout: &str) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// `fulcrum infer --threshold 0.05` with the test weights on `images`: its lines without
+/// timings, checked to hold detections (a comparison with none would prove nothing).
+pub fn infer_lines(images: &Path) -> Vec<serde_json::Value> {
+    let (st, out, err) = run(Command::new(FULCRUM)
+        .args([
+            "infer",
+            "--engine",
+            "cpu",
+            "--threshold",
+            "0.05",
+            "--weights",
+        ])
+        .arg(weights())
+        .arg(images));
+    assert!(st.success(), "{err}");
+    let lines = without_ms(&out);
+    let found: usize = lines
+        .iter()
+        .map(|v| v["detections"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        found > 0,
+        "the test model finds nothing: the comparison would be empty"
+    );
+    lines
+}
