@@ -112,10 +112,11 @@ pub fn daemon_config(bytes: &[u8]) {
 
 /// A request to the daemon, with a ring attached: the first two bytes give the ring's length
 /// (up to 64 KiB, filled with a pattern), the rest is a message. An `Infer` goes through the
-/// daemon's own checks ([`crate::serve::frame::resolve`], at its default 1920 px limit), and
+/// daemon's own checks ([`crate::serve::frame::resolve`], at its default frame-side limit), and
 /// every row of a frame that passes is read as RGB, as the letterbox would.
 pub fn frame_request(bytes: &[u8]) {
     use crate::pack::resample::RgbRows;
+    use crate::serve::server::DEFAULT_MAX_FRAME_SIDE;
     use fulcrum_board::protocol::{decode, Message};
     let Some((len, message)) = bytes.split_first_chunk::<2>() else {
         return;
@@ -126,7 +127,12 @@ pub fn frame_request(bytes: &[u8]) {
     let Ok((_, Message::Infer(frame))) = decode(message) else {
         return;
     };
-    let Ok(view) = crate::serve::frame::resolve(frame.desc, frame.pixels, Some(&ring), 1920) else {
+    let Ok(view) = crate::serve::frame::resolve(
+        frame.desc,
+        frame.pixels,
+        Some(&ring),
+        DEFAULT_MAX_FRAME_SIDE,
+    ) else {
         return;
     };
     let mut row = vec![0u8; view.width() as usize * 3];
@@ -169,6 +175,7 @@ mod tests {
     /// them to `runtime/fuzz/seeds/frame_request`; otherwise they must match what is there.
     #[test]
     fn frame_request_seeds_are_current_and_reach_the_pixels() {
+        use crate::serve::server::DEFAULT_MAX_FRAME_SIDE;
         use fulcrum_board::protocol::{Frame, FrameDesc, FrameSource, Message, PixelFormat};
         let seed = |ring_len: u16, desc: FrameDesc, pixels: &[u8]| {
             let msg = Message::Infer(Frame { desc, pixels });
@@ -193,8 +200,12 @@ mod tests {
             let fulcrum_board::protocol::Message::Infer(frame) = msg else {
                 panic!("{name}")
             };
-            let resolved =
-                crate::serve::frame::resolve(frame.desc, frame.pixels, Some(&ring), 1920);
+            let resolved = crate::serve::frame::resolve(
+                frame.desc,
+                frame.pixels,
+                Some(&ring),
+                DEFAULT_MAX_FRAME_SIDE,
+            );
             assert_eq!(resolved.is_ok(), *passes, "{name}: {resolved:?}");
             frame_request(bytes);
             if std::env::var_os("FULCRUM_BLESS").is_some() {

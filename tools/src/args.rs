@@ -103,10 +103,7 @@ pub fn factor(s: &str) -> Result<f64, String> {
 
 /// A probability: a number from 0 to 1.
 pub fn probability(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!("{} is not a probability from 0 to 1", quoted(s))),
-    }
+    from_0_to_1(s, "a probability from 0 to 1")
 }
 
 /// A loss term's weight: a number from 0 to 10.
@@ -153,20 +150,19 @@ pub fn learning_rate(s: &str) -> Result<f32, String> {
 
 /// AdamW's weight decay: a number from 0 (off) to 1.
 pub fn weight_decay(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{} is not a weight decay from 0 (off) to 1 (try 5e-4)",
-            quoted(s)
-        )),
-    }
+    from_0_to_1(s, "a weight decay from 0 (off) to 1 (try 5e-4)")
 }
 
 /// An IoU: a number from 0 to 1.
 pub fn iou(s: &str) -> Result<f32, String> {
+    from_0_to_1(s, "an IoU from 0 to 1")
+}
+
+/// A number from 0 to 1, or the message that `s` is not `what`.
+fn from_0_to_1(s: &str, what: &str) -> Result<f32, String> {
     match s.parse::<f32>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!("{} is not an IoU from 0 to 1", quoted(s))),
+        _ => Err(format!("{} is not {what}", quoted(s))),
     }
 }
 

@@ -23,3 +23,22 @@ pub fn describe(e: &anyhow::Error) -> String {
     }
     text
 }
+
+/// A command's exit status: its own, or 2 with the error logged; then 1 if a print to stdout
+/// failed meanwhile (the work went on, see [`stdout`]).
+pub fn exit_code(result: anyhow::Result<std::process::ExitCode>) -> std::process::ExitCode {
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            log::error!("{}", describe(&e));
+            std::process::ExitCode::from(2)
+        }
+    };
+    match stdout::finish() {
+        Ok(()) => code,
+        Err(message) => {
+            log::error!("{message}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

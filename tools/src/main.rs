@@ -1,7 +1,7 @@
 //! `fulcrum`: pack datasets, check them, stream them through the input pipeline, benchmark.
 
 use clap::{Parser, Subcommand};
-use fulcrum_tools::{cmd, describe, logger};
+use fulcrum_tools::{cmd, logger};
 
 #[derive(Parser)]
 #[command(
@@ -57,19 +57,5 @@ fn main() -> std::process::ExitCode {
         Command::Client(a) => cmd::client::run(a),
         Command::Export(a) => cmd::export::run(a),
     };
-    let code = match result {
-        Ok(code) => code,
-        Err(e) => {
-            log::error!("{}", describe(&e));
-            std::process::ExitCode::from(2)
-        }
-    };
-    // A failed print did not stop the work (see `stdout`); it decides the status here.
-    match fulcrum_tools::stdout::finish() {
-        Ok(()) => code,
-        Err(message) => {
-            log::error!("{message}");
-            std::process::ExitCode::from(1)
-        }
-    }
+    fulcrum_tools::exit_code(result)
 }

@@ -14,20 +14,9 @@ use nix::sys::signal::Signal;
 mod common;
 
 use common::daemon::{
-    grey_frame, infer_lines, photos, run, weights, without_ms, Daemon, Raw, FULCRUM, FULCRUMD,
-    TIMEOUT,
+    grey_frame, infer_lines, photos, run, status_mib, weights, without_ms, Daemon, Raw, FULCRUM,
+    FULCRUMD, TIMEOUT,
 };
-
-/// Resident memory of `pid` in MiB, as the kernel counts it.
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib / 1024.0
-}
 
 /// Waits until the daemon's log has said `what` `count` times.
 fn wait_for_log(daemon: &Daemon, what: &str, count: usize) {
@@ -51,7 +40,7 @@ fn reloads_of_devices_fifos_and_foreign_paths_are_refused_while_serving_goes_on(
     let mut client = daemon.client();
     let (desc, pixels) = grey_frame(80, 60);
     let before = client.infer_inline(desc, &pixels, 0).unwrap();
-    let rss_before = rss_mib(daemon.child.id());
+    let rss_before = status_mib(daemon.child.id(), "VmRSS:");
 
     // The weights path turned into a link to /dev/zero: refused by what the file is, at once,
     // without reading it (the build before read it until the machine ran out of memory).
@@ -65,9 +54,9 @@ fn reloads_of_devices_fifos_and_foreign_paths_are_refused_while_serving_goes_on(
         daemon.log()
     );
     assert!(
-        rss_mib(daemon.child.id()) < rss_before + 16.0,
+        status_mib(daemon.child.id(), "VmRSS:") < rss_before + 16.0,
         "the daemon grew from {rss_before} MiB to {} MiB",
-        rss_mib(daemon.child.id())
+        status_mib(daemon.child.id(), "VmRSS:")
     );
 
     // A FIFO with no writer: opening it does not wait, and it is refused.

@@ -21,21 +21,10 @@ use nix::sys::signal::Signal;
 
 mod common;
 
-use common::daemon::{encode, grey_frame, weights, Daemon, Raw, TIMEOUT};
+use common::daemon::{encode, grey_frame, status_mib, weights, Daemon, Raw, TIMEOUT};
 
 /// How long the storm lasts.
 const STORM: Duration = Duration::from_secs(12);
-
-/// A `/proc/PID/status` field in MiB.
-fn status_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    kib / 1024.0
-}
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -92,7 +92,7 @@ impl ServeConfig {
             max_clients: 16,
             max_clients_per_uid: None,
             hello_timeout: Duration::from_secs(2),
-            max_frame_side: 1920,
+            max_frame_side: DEFAULT_MAX_FRAME_SIDE,
             max_ring_bytes: 256 << 20,
             stall_timeout: Duration::from_secs(10),
             state_dir: None,
@@ -146,6 +146,9 @@ impl ServeConfig {
         HEADER_LEN + detections.max(4 + MAX_TEXT).max(Stats::LEN)
     }
 }
+
+/// The largest frame side a daemon accepts unless told otherwise (`--max-frame-side`).
+pub const DEFAULT_MAX_FRAME_SIDE: u16 = 1920;
 
 /// Asks a running [`Server`] to stop or reload; set from signal handlers or another thread.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! in one run (see [`fulcrum_tools::board_bench`]).
 
 use clap::Parser;
-use fulcrum_tools::{board_bench, describe, logger};
+use fulcrum_tools::{board_bench, logger};
 
 #[derive(Parser)]
 #[command(
@@ -25,19 +25,5 @@ fn main() -> std::process::ExitCode {
     logger::init(log::LevelFilter::Info);
     fulcrum_tools::signals::end_quietly_on_closed_pipe();
     let cli: Cli = fulcrum_tools::args::parse();
-    let code = match board_bench::run(cli.args) {
-        Ok(code) => code,
-        Err(e) => {
-            log::error!("{}", describe(&e));
-            std::process::ExitCode::from(2)
-        }
-    };
-    // A failed print did not stop the work (see `stdout`); it decides the status here.
-    match fulcrum_tools::stdout::finish() {
-        Ok(()) => code,
-        Err(message) => {
-            log::error!("{message}");
-            std::process::ExitCode::from(1)
-        }
-    }
+    fulcrum_tools::exit_code(board_bench::run(cli.args))
 }

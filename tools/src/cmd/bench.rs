@@ -302,10 +302,7 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::train::trainer::RunOptions;
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
-    // --slowdown and --steps are in range by their parsers.
-    if a.batch == 0 {
-        anyhow::bail!("--batch must be at least 1");
-    }
+    // --batch, --slowdown and --steps are in range by their parsers.
     let data = match a.data {
         Some(d) => d,
         None => balance::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fulcrum::infer::evaluate::{evaluate, full_image_baseline, EvalOptions, EvalReport};
-use fulcrum::infer::nms::{check_limit, DEFAULT_NMS_IOU};
+use fulcrum::infer::nms::DEFAULT_NMS_IOU;
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
 use fulcrum::model::Checkpoint;
@@ -71,7 +71,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             data_classes.join(", ")
         );
     }
-    check_limit(a.nms).map_err(|e| anyhow::anyhow!("--nms: {e}"))?;
     let options = EvalOptions {
         exec: a.engine.options(None),
         batch: a.batch,

@@ -322,3 +322,14 @@ pub fn infer_lines(images: &Path) -> Vec<serde_json::Value> {
     );
     lines
 }
+
+/// A `kB` field of `/proc/PID/status` (`VmRSS:`, `RssAnon:`, …) in MiB.
+pub fn status_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    kib / 1024.0
+}
