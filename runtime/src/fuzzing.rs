@@ -113,9 +113,9 @@ pub fn daemon_config(bytes: &[u8]) {
 /// A request to the daemon, with a ring attached: the first two bytes give the ring's length
 /// (up to 64 KiB, filled with a pattern), the rest is a message. An `Infer` goes through the
 /// daemon's own checks ([`crate::serve::frame::resolve`], at its default frame-side limit), and
-/// every row of a frame that passes is read as RGB, as the letterbox would.
+/// a frame that passes goes through the frame pass, its crop and colour space included, into a
+/// small letterbox.
 pub fn frame_request(bytes: &[u8]) {
-    use crate::pack::resample::RgbRows;
     use crate::serve::server::DEFAULT_MAX_FRAME_SIDE;
     use fulcrum_board::protocol::{decode, Message};
     let Some((len, message)) = bytes.split_first_chunk::<2>() else {
@@ -135,10 +135,10 @@ pub fn frame_request(bytes: &[u8]) {
     ) else {
         return;
     };
-    let mut row = vec![0u8; view.width() as usize * 3];
-    for y in 0..view.height() {
-        view.read_row(y, &mut row);
-    }
+    let mut out = vec![0u8; 16 * 16 * 3];
+    crate::pixels::FramePass::new(16)
+        .run(&view.pixels(), view.crop(), &mut out)
+        .expect("a frame the daemon accepts is one the frame pass reads");
 }
 
 #[cfg(test)]
@@ -176,7 +176,9 @@ mod tests {
     #[test]
     fn frame_request_seeds_are_current_and_reach_the_pixels() {
         use crate::serve::server::DEFAULT_MAX_FRAME_SIDE;
-        use fulcrum_board::protocol::{Frame, FrameDesc, FrameSource, Message, PixelFormat};
+        use fulcrum_board::protocol::{
+            ColourSpace, Crop, Frame, FrameDesc, FrameSource, Message, PixelFormat,
+        };
         let seed = |ring_len: u16, desc: FrameDesc, pixels: &[u8]| {
             let msg = Message::Infer(Frame { desc, pixels });
             let mut bytes = ring_len.to_le_bytes().to_vec();
@@ -188,10 +190,25 @@ mod tests {
         let rgb = FrameDesc::packed(PixelFormat::Rgb8, FrameSource::Inline, 8, 6).unwrap();
         let nv12 = FrameDesc::packed(PixelFormat::Nv12, FrameSource::Ring, 16, 8).unwrap();
         let outside = FrameDesc { offset: 60, ..nv12 };
+        let cropped = FrameDesc {
+            colour: ColourSpace::Bt709Full,
+            crop: Crop {
+                x: 3,
+                y: 1,
+                width: 9,
+                height: 5,
+            },
+            ..nv12
+        };
+        let yuyv = FrameDesc::packed(PixelFormat::Yuyv, FrameSource::Inline, 6, 4).unwrap();
+        let bgra = FrameDesc::packed(PixelFormat::Bgra8, FrameSource::Inline, 5, 3).unwrap();
         let seeds = [
             ("inline-rgb.bin", seed(0, rgb, &[9; 144]), true),
             ("ring-nv12.bin", seed(256, nv12, &[]), true),
             ("outside-ring.bin", seed(64, outside, &[]), false),
+            ("cropped-nv12.bin", seed(256, cropped, &[]), true),
+            ("inline-yuyv.bin", seed(0, yuyv, &[77; 48]), true),
+            ("inline-bgra.bin", seed(0, bgra, &[200; 60]), true),
         ];
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/frame_request");
         for (name, bytes, passes) in &seeds {

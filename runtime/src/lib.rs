@@ -16,6 +16,7 @@ pub mod io;
 pub mod loader;
 pub mod model;
 pub mod pack;
+pub mod pixels;
 pub mod ring;
 pub mod serve;
 pub mod text;

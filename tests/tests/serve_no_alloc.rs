@@ -1,6 +1,6 @@
-//! After warm-up, `fulcrumd`'s serving loop allocates nothing per request (DESIGN.md:
-//! "Everything is planned up front and nothing is allocated per request"): inline and ring
-//! frames in every pixel format, stats, health and malformed messages, counted on every thread
+//! After warm-up, `fulcrumd`'s serving loop allocates nothing per request (everything is
+//! planned up front): inline and ring frames in every pixel format, whole and cropped, in
+//! every colour space, stats, health and malformed messages, counted on every thread
 //! but this test's own, which plays the firmware. Its own binary, with one test, so that
 //! nothing else allocates meanwhile; `FULCRUM_ALLOC_TRACE=1 … -- --nocapture` shows where.
 
@@ -13,7 +13,7 @@ use fulcrum::serve::client::Client;
 use fulcrum::serve::frame::encode_frame;
 use fulcrum::serve::{Control, Notifier, ServeConfig, Server};
 use fulcrum::train::trainer::{self, RunOptions};
-use fulcrum_board::protocol::{FrameDesc, FrameSource, PixelFormat};
+use fulcrum_board::protocol::{ColourSpace, Crop, FrameDesc, FrameSource, PixelFormat};
 use fulcrum_tests::alloc::{allocations, ignore_this_thread, trace, Counting};
 use fulcrum_tests::*;
 
@@ -82,9 +82,11 @@ fn serving_allocates_nothing_per_request_after_warm_up() {
     ignore_this_thread();
     let mut client = Client::connect(&socket).unwrap();
     client.attach_ring(1 << 20).unwrap();
-    let frames: Vec<_> = [
+    let mut frames: Vec<_> = [
         (PixelFormat::Rgb8, 160, 120),
         (PixelFormat::Bgr8, 128, 128),
+        (PixelFormat::Rgba8, 96, 200),
+        (PixelFormat::Bgra8, 240, 180),
         (PixelFormat::Gray8, 200, 100),
         (PixelFormat::Yuyv, 320, 240),
         (PixelFormat::Nv12, 640, 480),
@@ -92,6 +94,19 @@ fn serving_allocates_nothing_per_request_after_warm_up() {
     .into_iter()
     .map(|(f, w, h)| frame(f, w, h))
     .collect();
+    // The same frames again, each cropped (odd origins: chroma windows split samples) and
+    // in another colour space.
+    for k in 0..frames.len() {
+        let (mut desc, bytes) = frames[k].clone();
+        desc.crop = Crop {
+            x: 3,
+            y: 5,
+            width: desc.width / 2 + 1,
+            height: desc.height / 3 + 1,
+        };
+        desc.colour = ColourSpace::ALL[k % ColourSpace::ALL.len()];
+        frames.push((desc, bytes));
+    }
     let mut bad = frames[0].0;
     bad.stride = 7; // shorter than a row: an error reply
     let requests = |client: &mut Client, rounds: usize| {
@@ -126,7 +141,7 @@ fn serving_allocates_nothing_per_request_after_warm_up() {
     assert!(allocations() > 0, "the counting allocator is not installed");
     assert_eq!(
         during, 0,
-        "{during} allocations while serving 100 frames, 40 control requests and 20 bad ones \
+        "{during} allocations while serving 280 frames, 40 control requests and 20 bad ones \
          after warm-up; rerun with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
     );
 }

@@ -382,3 +382,101 @@ fn metrics_are_written_for_prometheus_while_serving() {
         .collect();
     assert_eq!(names, ["fulcrumd.prom"]);
 }
+
+#[test]
+fn crops_come_back_in_frame_pixels_and_bad_crops_are_refused() {
+    use fulcrum::pack::letterbox::decode_image;
+    use fulcrum::serve::frame::encode_frame;
+    use fulcrum_board::protocol::{Crop, Frame, FrameDesc, FrameSource, PixelFormat};
+
+    let dir = tempfile::tempdir().unwrap();
+    let photo = std::fs::read_dir(photos(dir.path(), 1))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let image = decode_image(&photo.path()).unwrap();
+    let whole = image::imageops::crop_imm(&image, 0, 0, 240, 180).to_image();
+    let (x, y, w, h) = (40u16, 30u16, 160u16, 120u16);
+    let part = image::imageops::crop_imm(&whole, x.into(), y.into(), w.into(), h.into()).to_image();
+    let daemon = Daemon::start(&["--threshold", "0.05"]);
+    let mut client = daemon.client();
+    let frame = |rgb: &image::RgbImage, format| {
+        let (fw, fh) = (rgb.width() as u16, rgb.height() as u16);
+        let desc = FrameDesc::packed(format, FrameSource::Inline, fw, fh).unwrap();
+        let mut bytes = vec![0u8; desc.length as usize];
+        encode_frame(rgb.as_raw(), fw, fh, format, 0, &mut bytes);
+        (desc, bytes)
+    };
+    for format in [PixelFormat::Rgb8, PixelFormat::Bgra8] {
+        let (desc, bytes) = frame(&part, format);
+        let alone = client.infer_inline(desc, &bytes, 0).unwrap();
+        let (mut desc, bytes) = frame(&whole, format);
+        desc.crop = Crop {
+            x,
+            y,
+            width: w,
+            height: h,
+        };
+        let cropped = client.infer_inline(desc, &bytes, 1).unwrap();
+        assert!(
+            !alone.boxes.is_empty(),
+            "the model finds nothing to compare"
+        );
+        assert_eq!(alone.boxes.len(), cropped.boxes.len(), "{}", format.name());
+        for (a, c) in alone.boxes.iter().zip(&cropped.boxes) {
+            assert_eq!(a.class, c.class);
+            let shifted = [
+                a.x0 + f32::from(x),
+                a.y0 + f32::from(y),
+                a.x1 + f32::from(x),
+                a.y1 + f32::from(y),
+            ];
+            for (s, g) in shifted.iter().zip([c.x0, c.y0, c.x1, c.y1]) {
+                assert!(
+                    (s - g).abs() <= 0.5,
+                    "{}: {a:?} + ({x}, {y}) vs {c:?}",
+                    format.name()
+                );
+            }
+            // Inside the crop, in frame pixels.
+            assert!(c.x0 >= f32::from(x) && c.x1 <= f32::from(x + w), "{c:?}");
+            assert!(c.y0 >= f32::from(y) && c.y1 <= f32::from(y + h), "{c:?}");
+        }
+    }
+
+    // A crop reaching outside the frame: an error reply that says so, counted, and the
+    // connection and every other client served on.
+    let mut raw = Raw::connect(&daemon.socket);
+    raw.hello();
+    let (desc, bytes) = frame(&whole, PixelFormat::Rgb8);
+    let good = common::daemon::encode(
+        &Message::Infer(Frame {
+            desc,
+            pixels: &bytes,
+        }),
+        7,
+    );
+    let mut bad = good.clone();
+    // The crop (32 bytes into the description: x, y, width, height): x 235 + width 10 > 240.
+    let at = fulcrum_board::protocol::HEADER_LEN + 32;
+    for (i, v) in [235u16, 0, 10, 10].into_iter().enumerate() {
+        bad[at + 2 * i..at + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    raw.send(&bad);
+    let reply = raw.recv().unwrap();
+    let Message::Error(e) = decode(&reply).unwrap().1 else {
+        panic!("expected an error reply")
+    };
+    assert_eq!(e.code, ErrorCode::BAD_FRAME);
+    assert!(e.text.contains("crop"), "{}", e.text);
+    let errors_before = client.stats().unwrap().errors;
+    assert!(errors_before >= 1);
+    raw.send(&good);
+    assert!(matches!(
+        decode(&raw.recv().unwrap()).unwrap().1,
+        Message::Detections(_)
+    ));
+    assert!(client.infer_inline(desc, &bytes, 9).is_ok());
+    assert_eq!(daemon.stop().code(), Some(0));
+}

@@ -14,7 +14,7 @@
 /**
  * Largest message of any kind, bytes (receive buffers need one byte more).
  */
-#define FULCRUM_MAX_MESSAGE_LEN 196664
+#define FULCRUM_MAX_MESSAGE_LEN 196672
 
 /**
  * Largest inline frame, bytes; larger frames go through the memfd ring.
@@ -29,7 +29,7 @@
 /**
  * The protocol version spoken.
  */
-#define FULCRUM_PROTOCOL_VERSION 3
+#define FULCRUM_PROTOCOL_VERSION 4
 
 /**
  * Message kinds (`FulcrumReply::kind`, `fulcrum_encode_request`).
@@ -79,6 +79,8 @@ enum FulcrumPixelFormat
   FULCRUM_PIXEL_FORMAT_GRAY8 = 3,
   FULCRUM_PIXEL_FORMAT_YUYV = 4,
   FULCRUM_PIXEL_FORMAT_NV12 = 5,
+  FULCRUM_PIXEL_FORMAT_RGBA8 = 6,
+  FULCRUM_PIXEL_FORMAT_BGRA8 = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -106,6 +108,10 @@ typedef enum FulcrumStatus {
   FULCRUM_STATUS_BAD_OFFSET = -11,
   FULCRUM_STATUS_BAD_TEXT = -12,
   FULCRUM_STATUS_BAD_VALUE = -13,
+  /**
+   * A crop of zero area or reaching outside the frame.
+   */
+  FULCRUM_STATUS_BAD_CROP = -14,
   /**
    * A required pointer was NULL.
    */
@@ -150,6 +156,18 @@ typedef struct FulcrumFrame {
    * Lowest score returned, 0..1; 0: the daemon's default.
    */
   float min_score;
+  /**
+   * A `FulcrumColour`.
+   */
+  uint8_t colour;
+  /**
+   * The part of the frame to look at, in frame pixels (all 0: the whole frame); boxes
+   * come back in frame pixels either way.
+   */
+  uint16_t crop_x;
+  uint16_t crop_y;
+  uint16_t crop_width;
+  uint16_t crop_height;
 } FulcrumFrame;
 
 /**

@@ -12,18 +12,18 @@
 use core::ffi::c_char;
 
 use fulcrum_board::protocol::{
-    decode, AttachRing, DetectionList, EngineKind, FrameDesc, FrameSource, Hello, Kind, Message,
-    PixelFormat, WireError, SCHEMA_HASH,
+    decode, AttachRing, ColourSpace, Crop, DetectionList, EngineKind, FrameDesc, FrameSource,
+    Hello, Kind, Message, PixelFormat, WireError, SCHEMA_HASH,
 };
 
 /// Largest message of any kind, bytes (receive buffers need one byte more).
-pub const FULCRUM_MAX_MESSAGE_LEN: usize = 196_664;
+pub const FULCRUM_MAX_MESSAGE_LEN: usize = 196_672;
 /// Largest inline frame, bytes; larger frames go through the memfd ring.
 pub const FULCRUM_MAX_INLINE_BYTES: u32 = 196_608;
 /// Largest frame side a frame may announce, pixels.
 pub const FULCRUM_MAX_FRAME_SIDE: u16 = 4096;
 /// The protocol version spoken.
-pub const FULCRUM_PROTOCOL_VERSION: u16 = 3;
+pub const FULCRUM_PROTOCOL_VERSION: u16 = 4;
 
 /// Outcome of a call: 0 (or a length) on success, these on failure.
 #[repr(C)]
@@ -43,6 +43,8 @@ pub enum FulcrumStatus {
     BadOffset = -11,
     BadText = -12,
     BadValue = -13,
+    /// A crop of zero area or reaching outside the frame.
+    BadCrop = -14,
     /// A required pointer was NULL.
     NullPointer = -20,
     /// A detection index past the reply's count, or a call for another message kind.
@@ -65,6 +67,7 @@ impl From<WireError> for FulcrumStatus {
             WireError::BadOffset => FulcrumStatus::BadOffset,
             WireError::BadText => FulcrumStatus::BadText,
             WireError::BadValue => FulcrumStatus::BadValue,
+            WireError::BadCrop => FulcrumStatus::BadCrop,
         }
     }
 }
@@ -102,6 +105,20 @@ pub enum FulcrumPixelFormat {
     Gray8 = 3,
     Yuyv = 4,
     Nv12 = 5,
+    Rgba8 = 6,
+    Bgra8 = 7,
+}
+
+/// How YUV values map to RGB (`FulcrumFrame::colour`; ignored for RGB and grey frames).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FulcrumColour {
+    /// BT.601, luma 16–235: V4L2's and the Raspberry Pi ISP's default.
+    Bt601Limited = 0,
+    Bt601Full = 1,
+    /// BT.709, luma 16–235: HD cameras.
+    Bt709Limited = 2,
+    Bt709Full = 3,
 }
 
 /// A frame to detect objects in.
@@ -124,6 +141,14 @@ pub struct FulcrumFrame {
     pub offset: u64,
     /// Lowest score returned, 0..1; 0: the daemon's default.
     pub min_score: f32,
+    /// A `FulcrumColour`.
+    pub colour: u8,
+    /// The part of the frame to look at, in frame pixels (all 0: the whole frame); boxes
+    /// come back in frame pixels either way.
+    pub crop_x: u16,
+    pub crop_y: u16,
+    pub crop_width: u16,
+    pub crop_height: u16,
 }
 
 /// One detected box in the frame's pixels.
@@ -341,6 +366,16 @@ pub unsafe extern "C" fn fulcrum_encode_infer(
         length: f.length,
         offset: f.offset,
         min_score: f.min_score,
+        colour: match ColourSpace::from_u8(f.colour) {
+            Ok(c) => c,
+            Err(e) => return FulcrumStatus::from(e) as i32,
+        },
+        crop: Crop {
+            x: f.crop_x,
+            y: f.crop_y,
+            width: f.crop_width,
+            height: f.crop_height,
+        },
     };
     let pixels = match source {
         FrameSource::Ring => &[][..],

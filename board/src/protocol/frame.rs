@@ -20,15 +20,21 @@ pub enum PixelFormat {
     /// 4:2:0: a Y plane, then an interleaved U V plane at half height (phone and Pi ISPs);
     /// even width and height; both planes use the same stride.
     Nv12 = 5,
+    /// 4 bytes a pixel, R G B and alpha (ignored): what GPUs and browsers hand over.
+    Rgba8 = 6,
+    /// 4 bytes a pixel, B G R and alpha (ignored): Windows and many capture APIs.
+    Bgra8 = 7,
 }
 
 impl PixelFormat {
-    pub const ALL: [PixelFormat; 5] = [
+    pub const ALL: [PixelFormat; 7] = [
         PixelFormat::Rgb8,
         PixelFormat::Bgr8,
         PixelFormat::Gray8,
         PixelFormat::Yuyv,
         PixelFormat::Nv12,
+        PixelFormat::Rgba8,
+        PixelFormat::Bgra8,
     ];
 
     pub fn from_u8(v: u8) -> Result<Self, WireError> {
@@ -45,6 +51,8 @@ impl PixelFormat {
             PixelFormat::Gray8 => "GRAY8",
             PixelFormat::Yuyv => "YUYV",
             PixelFormat::Nv12 => "NV12",
+            PixelFormat::Rgba8 => "RGBA8",
+            PixelFormat::Bgra8 => "BGRA8",
         }
     }
 
@@ -55,6 +63,7 @@ impl PixelFormat {
             PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3 * w,
             PixelFormat::Gray8 | PixelFormat::Nv12 => w,
             PixelFormat::Yuyv => 2 * w,
+            PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4 * w,
         }
     }
 
@@ -82,6 +91,97 @@ impl PixelFormat {
         // The last row needs only its pixels, not its padding.
         let len = (rows - 1) * u64::from(stride) + u64::from(row);
         u32::try_from(len).map_err(|_| WireError::BadFrameSize)
+    }
+}
+
+/// How a YUV frame's values map to RGB: the matrix (BT.601 for SD cameras and JPEG, BT.709
+/// for HD) and the range (limited: luma 16–235 and chroma 16–240, what V4L2 and the
+/// Raspberry Pi ISP produce by default; full: 0–255, JPEG's). Ignored for RGB and grey.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum ColourSpace {
+    #[default]
+    Bt601Limited = 0,
+    Bt601Full = 1,
+    Bt709Limited = 2,
+    Bt709Full = 3,
+}
+
+impl ColourSpace {
+    pub const ALL: [ColourSpace; 4] = [
+        ColourSpace::Bt601Limited,
+        ColourSpace::Bt601Full,
+        ColourSpace::Bt709Limited,
+        ColourSpace::Bt709Full,
+    ];
+
+    pub fn from_u8(v: u8) -> Result<Self, WireError> {
+        ColourSpace::ALL
+            .into_iter()
+            .find(|c| *c as u8 == v)
+            .ok_or(WireError::BadValue)
+    }
+
+    /// The name `fulcrum client --colour` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ColourSpace::Bt601Limited => "bt601",
+            ColourSpace::Bt601Full => "bt601-full",
+            ColourSpace::Bt709Limited => "bt709",
+            ColourSpace::Bt709Full => "bt709-full",
+        }
+    }
+
+    /// The luma weights of red and blue (`Kr`, `Kb`) and whether the range is full.
+    pub const fn matrix(self) -> (f32, f32, bool) {
+        match self {
+            ColourSpace::Bt601Limited => (0.299, 0.114, false),
+            ColourSpace::Bt601Full => (0.299, 0.114, true),
+            ColourSpace::Bt709Limited => (0.2126, 0.0722, false),
+            ColourSpace::Bt709Full => (0.2126, 0.0722, true),
+        }
+    }
+}
+
+/// The part of a frame to look at, in frame pixels; all zero: the whole frame. Boxes come
+/// back in frame pixels either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Crop {
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+}
+
+impl Crop {
+    /// The whole frame.
+    pub const WHOLE: Crop = Crop {
+        x: 0,
+        y: 0,
+        width: 0,
+        height: 0,
+    };
+
+    pub fn is_whole(&self) -> bool {
+        *self == Crop::WHOLE
+    }
+
+    /// Checks the crop against a `width × height` frame: the whole frame, or a rectangle of
+    /// positive area inside it.
+    pub fn check(&self, width: u16, height: u16) -> Result<(), WireError> {
+        if self.is_whole() {
+            return Ok(());
+        }
+        let inside = |at: u16, len: u16, side: u16| {
+            len > 0 && u32::from(at) + u32::from(len) <= u32::from(side)
+        };
+        if inside(self.x, self.width, width) && inside(self.y, self.height, height) {
+            Ok(())
+        } else {
+            Err(WireError::BadCrop)
+        }
     }
 }
 
@@ -124,10 +224,14 @@ pub struct FrameDesc {
     pub offset: u64,
     /// Scores below this are not returned, in 0..=1; 0: the daemon's default.
     pub min_score: f32,
+    /// How YUV values map to RGB (ignored for RGB and grey formats).
+    pub colour: ColourSpace,
+    /// The part of the frame to look at.
+    pub crop: Crop,
 }
 
 impl FrameDesc {
-    pub const LEN: usize = 32;
+    pub const LEN: usize = 40;
 
     /// A packed frame (no row padding) of `format`; `length` computed.
     pub fn packed(
@@ -146,6 +250,8 @@ impl FrameDesc {
             length: format.frame_len(width, height, 0)?,
             offset: 0,
             min_score: 0.0,
+            colour: ColourSpace::Bt601Limited,
+            crop: Crop::WHOLE,
         })
     }
 
@@ -159,7 +265,8 @@ impl FrameDesc {
     }
 
     /// Checks that the sizes agree with each other (see [`PixelFormat::frame_len`]), that an
-    /// inline frame has no offset and that `min_score` is in 0..=1.
+    /// inline frame has no offset, that `min_score` is in 0..=1 and that the crop lies inside
+    /// the frame.
     pub fn validate(&self) -> Result<(), WireError> {
         if self
             .format
@@ -174,7 +281,7 @@ impl FrameDesc {
         if !(0.0..=1.0).contains(&self.min_score) {
             return Err(WireError::BadValue);
         }
-        Ok(())
+        self.crop.check(self.width, self.height)
     }
 
     /// The frame's byte range inside a ring of `ring_len` bytes, or [`WireError::BadOffset`]
@@ -200,7 +307,12 @@ impl FrameDesc {
         w.u32(self.length)?;
         w.u64(self.offset)?;
         w.f32(self.min_score)?;
-        w.reserved(4)
+        w.u8(self.colour as u8)?;
+        w.reserved(3)?;
+        w.u16(self.crop.x)?;
+        w.u16(self.crop.y)?;
+        w.u16(self.crop.width)?;
+        w.u16(self.crop.height)
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -214,8 +326,17 @@ impl FrameDesc {
             length: r.u32()?,
             offset: r.u64()?,
             min_score: r.f32()?,
+            colour: ColourSpace::from_u8(r.u8()?)?,
+            crop: Crop::WHOLE,
         };
-        r.reserved(4)?;
+        r.reserved(3)?;
+        let crop = Crop {
+            x: r.u16()?,
+            y: r.u16()?,
+            width: r.u16()?,
+            height: r.u16()?,
+        };
+        let desc = FrameDesc { crop, ..desc };
         desc.validate()?;
         Ok(desc)
     }
@@ -252,7 +373,7 @@ mod tests {
                                                                // A stride that makes the frame longer than u32 bytes.
         assert_eq!(PixelFormat::Gray8.frame_len(4, 4096, u32::MAX), bad);
         assert_eq!(PixelFormat::from_u8(0), Err(WireError::BadPixelFormat));
-        assert_eq!(PixelFormat::from_u8(6), Err(WireError::BadPixelFormat));
+        assert_eq!(PixelFormat::from_u8(8), Err(WireError::BadPixelFormat));
     }
 
     #[test]
@@ -263,6 +384,37 @@ mod tests {
         assert_eq!(d.ring_range(163), Err(WireError::BadOffset));
         d.offset = u64::MAX - 10;
         assert_eq!(d.ring_range(u64::MAX), Err(WireError::BadOffset));
+    }
+
+    #[test]
+    fn crops_lie_inside_the_frame_with_positive_area() {
+        let mut d = FrameDesc::packed(PixelFormat::Nv12, FrameSource::Inline, 640, 480).unwrap();
+        let crop = |x, y, width, height| Crop {
+            x,
+            y,
+            width,
+            height,
+        };
+        for ok in [
+            Crop::WHOLE,
+            crop(0, 0, 640, 480),
+            crop(639, 479, 1, 1),
+            crop(3, 5, 7, 9),
+        ] {
+            d.crop = ok;
+            assert_eq!(d.validate(), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            crop(0, 0, 0, 10),
+            crop(0, 0, 10, 0),
+            crop(5, 5, 0, 0),
+            crop(600, 0, 41, 10),
+            crop(0, 470, 10, 11),
+            crop(u16::MAX, 0, 2, 2),
+        ] {
+            d.crop = bad;
+            assert_eq!(d.validate(), Err(WireError::BadCrop), "{bad:?}");
+        }
     }
 
     #[test]

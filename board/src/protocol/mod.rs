@@ -38,7 +38,7 @@ pub use body::{
     Health, Hello, ServiceState, Stats, Welcome,
 };
 pub use detections::{DetectionList, DetectionsReply};
-pub use frame::{FrameDesc, FrameSource, PixelFormat};
+pub use frame::{ColourSpace, Crop, FrameDesc, FrameSource, PixelFormat};
 pub use schema::{SCHEMA, SCHEMA_HASH};
 
 use le::{Reader, Writer};
@@ -46,7 +46,7 @@ use le::{Reader, Writer};
 /// `"FULC"` read as a little-endian `u32`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FULC");
 /// Bumped on any incompatible change; decoders accept only their own version.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 pub const HEADER_LEN: usize = 24;
 /// Largest frame side, in pixels, that a frame description may announce.
 pub const MAX_FRAME_SIDE: u16 = 4096;
@@ -92,6 +92,8 @@ pub enum WireError {
     BadFrameSize,
     /// A ring frame that lies (partly) outside the ring.
     BadOffset,
+    /// A crop of zero area (one side zero, the other not) or reaching outside the frame.
+    BadCrop,
     /// Text or a path that is not UTF-8, contains NUL, or is too long.
     BadText,
     /// An enum field or flag with a value this version does not define.
@@ -104,9 +106,10 @@ impl WireError {
         match self {
             WireError::BadVersion => ErrorCode::UNSUPPORTED_VERSION,
             WireError::TooLarge => ErrorCode::TOO_LARGE,
-            WireError::BadPixelFormat | WireError::BadFrameSize | WireError::BadOffset => {
-                ErrorCode::BAD_FRAME
-            }
+            WireError::BadPixelFormat
+            | WireError::BadFrameSize
+            | WireError::BadOffset
+            | WireError::BadCrop => ErrorCode::BAD_FRAME,
             _ => ErrorCode::MALFORMED,
         }
     }
@@ -125,7 +128,7 @@ impl fmt::Display for WireError {
             WireError::BufferTooSmall => "output buffer too small for the message",
             WireError::Truncated => "message truncated: shorter than its header or body says",
             WireError::BadMagic => "bad magic (not a fulcrum message)",
-            WireError::BadVersion => "unsupported protocol version (this side speaks 2)",
+            WireError::BadVersion => "unsupported protocol version (this side speaks 4)",
             WireError::BadKind => "unknown message kind",
             WireError::BadLength => "body length does not match the message kind and fields",
             WireError::TooLarge => "message over the size limit",
@@ -133,6 +136,7 @@ impl fmt::Display for WireError {
             WireError::BadPixelFormat => "unknown pixel format",
             WireError::BadFrameSize => "frame size, stride or length out of range or inconsistent",
             WireError::BadOffset => "frame lies outside the attached ring",
+            WireError::BadCrop => "crop of zero area or reaching outside the frame",
             WireError::BadText => "text is not UTF-8, contains NUL or is too long",
             WireError::BadValue => "a field holds a value this protocol version does not define",
         })

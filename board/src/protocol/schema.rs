@@ -9,7 +9,7 @@ pub const SCHEMA: &str = "\
 header 0 magic:u32 version:u16 kind:u16 sequence:u32 body_len:u32 timestamp_us:u64
 hello 1 schema_hash:u32 _:u32
 welcome 2 schema_hash:u32 input_width:u16 input_height:u16 classes:u16 max_frame_side:u16 max_inline_bytes:u32 max_detections:u16 engine:u8 _:u8 weights_generation:u32
-infer 3 format:u8 source:u8 width:u16 height:u16 max_detections:u16 stride:u32 length:u32 offset:u64 min_score:f32 _:u32 +pixels
+infer 3 format:u8 source:u8 width:u16 height:u16 max_detections:u16 stride:u32 length:u32 offset:u64 min_score:f32 colour:u8 _:u8 _:u16 crop_x:u16 crop_y:u16 crop_width:u16 crop_height:u16 +pixels
 attach_ring 4 len:u64
 detections 5 count:u16 frame_width:u16 frame_height:u16 _:u16 engine_us:u32 total_us:u32 weights_generation:u32 min_score:f32 nms_iou:f32 +detection*count
 stats_request 6

@@ -173,7 +173,7 @@ fn header_and_detection_layouts_are_little_endian() {
     });
     let bytes = encode(&m, 0xDEAD_BEEF, 0x1122_3344_5566_7788);
     assert_eq!(&bytes[..4], b"FULC");
-    assert_eq!(&bytes[4..8], &[3, 0, 5, 0]);
+    assert_eq!(&bytes[4..8], &[4, 0, 5, 0]);
     assert_eq!(&bytes[8..12], &[0xEF, 0xBE, 0xAD, 0xDE]);
     assert_eq!(&bytes[12..16], &[52, 0, 0, 0]);
     assert_eq!(
@@ -234,6 +234,15 @@ fn each_decode_error() {
     assert_eq!(with(&|b| b[desc + 1] = 2), Err(WireError::BadValue));
     assert_eq!(with(&|b| b[desc + 2] = 5), Err(WireError::BadFrameSize));
     assert_eq!(with(&|b| b[desc + 16] = 1), Err(WireError::BadFrameSize));
+    // The colour space and a crop wider than the frame.
+    assert_eq!(with(&|b| b[desc + 28] = 4), Err(WireError::BadValue));
+    assert_eq!(
+        with(&|b| {
+            b[desc + 36] = 0xFF;
+            b[desc + 38] = 1;
+        }),
+        Err(WireError::BadCrop)
+    );
     // A frame larger than announced: pixels past the description's length.
     assert_eq!(
         with(&|b| {
@@ -424,6 +433,20 @@ fn random_desc(rng: &mut Rng, max_side: u16) -> FrameDesc {
             FrameSource::Ring => rng.next() >> 20,
         },
         min_score: rng.below(1001) as f32 / 1000.0,
+        colour: rng.pick(&ColourSpace::ALL),
+        crop: match rng.below(2) {
+            0 => Crop::WHOLE,
+            _ => {
+                let x = rng.below(u64::from(w)) as u16;
+                let y = rng.below(u64::from(h)) as u16;
+                Crop {
+                    x,
+                    y,
+                    width: 1 + rng.below(u64::from(w - x)) as u16,
+                    height: 1 + rng.below(u64::from(h - y)) as u16,
+                }
+            }
+        },
     }
 }
 

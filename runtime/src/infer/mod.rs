@@ -20,6 +20,9 @@ pub enum Error {
     /// An image that cannot be read (it names the file).
     #[error(transparent)]
     Image(#[from] crate::pack::Error),
+    /// A frame or crop the frame pass cannot read.
+    #[error(transparent)]
+    Pixels(#[from] crate::pixels::PixelsError),
     #[error("{0}")]
     Config(String),
 }

@@ -17,8 +17,8 @@ use crate::format::{RecordLayout, RecordMeta};
 use crate::model::Checkpoint;
 use crate::model::ModelConfig;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
-use crate::pack::letterbox::{decode_image, Letterboxer};
-use crate::pack::resample::{Resampler, RgbRows};
+use crate::pack::letterbox::decode_image;
+use crate::pixels::{FramePass, Pixels, Rect};
 
 /// A checkpoint set up for inference, one image at a time (the latency a robot sees).
 pub struct Predictor {
@@ -28,7 +28,7 @@ pub struct Predictor {
     record: Vec<u8>,
     dets: Vec<u8>,
     counts: [u8; 4],
-    letterboxer: Letterboxer,
+    frames: FramePass,
     /// Duplicate suppression's IoU limit (see [`super::nms`]).
     nms_iou: f32,
     pub classes: Vec<String>,
@@ -81,7 +81,7 @@ impl Predictor {
         plan.add(
             format!("letterbox scratch (sources up to {max_side} px)"),
             1,
-            Resampler::planned_bytes(max_side, size) as u64,
+            FramePass::planned_bytes(size, max_side) as u64,
         );
         Ok(plan)
     }
@@ -117,7 +117,7 @@ impl Predictor {
             record: vec![0; layout.record_size],
             dets: vec![0; top_k as usize * DETECTION_BYTES],
             counts: [0; 4],
-            letterboxer: Letterboxer::new(size),
+            frames: FramePass::new(size),
             nms_iou: DEFAULT_NMS_IOU,
             graph,
             layout,
@@ -164,19 +164,20 @@ impl Predictor {
     /// Sizes the letterbox's scratch for sources up to `max_side` pixels a side, so that
     /// [`Predictor::predict_into`] on them allocates nothing.
     pub fn reserve_sources(&mut self, max_side: u32) {
-        self.letterboxer = Letterboxer::with_capacity(self.layout.width, max_side);
+        self.frames = FramePass::with_capacity(self.layout.width, max_side);
     }
 
     /// Bytes the predictor holds on the host for one image (record, detections, letterbox
     /// scratch), for memory plans.
     pub fn host_bytes(&self) -> usize {
-        self.record.capacity() + self.dets.capacity() + self.letterboxer.bytes()
+        self.record.capacity() + self.dets.capacity() + self.frames.bytes()
     }
 
     /// Detections in `image`.
     pub fn predict(&mut self, image: &RgbImage) -> Result<Prediction> {
         let mut detections = Vec::with_capacity(self.top_k());
-        let timing = self.predict_into(image, &mut detections)?;
+        let pixels = Pixels::rgb8(image)?;
+        let timing = self.predict_into(&pixels, None, &mut detections)?;
         Ok(Prediction {
             detections,
             prepare: timing.prepare,
@@ -184,21 +185,24 @@ impl Predictor {
         })
     }
 
-    /// Detections in `src`, in its pixels, best first, into `out` (cleared first). Allocates
-    /// nothing once `out` holds [`Predictor::top_k`] and the letterbox scratch fits `src`.
+    /// Detections in `crop` of `src` (all of it for `None`), in `src`'s pixels, best first,
+    /// into `out` (cleared first). Allocates nothing once `out` holds [`Predictor::top_k`]
+    /// and the letterbox scratch fits `src`.
     pub fn predict_into(
         &mut self,
-        src: &impl RgbRows,
+        src: &Pixels<'_>,
+        crop: Option<Rect>,
         out: &mut Vec<Scored>,
     ) -> Result<PredictTiming> {
         let started = Instant::now();
         let pixels = self.layout.image_bytes;
         let placed = self
-            .letterboxer
-            .letterbox(src, self.layout.image_mut(&mut self.record));
+            .frames
+            .run(src, crop, self.layout.image_mut(&mut self.record))?;
+        let region = crop.unwrap_or(Rect::whole(src.width(), src.height()));
         let meta = RecordMeta {
-            source_width: src.width(),
-            source_height: src.height(),
+            source_width: region.width,
+            source_height: region.height,
             scale: placed.scale,
             pad_x: placed.pad_x,
             pad_y: placed.pad_y,
@@ -215,16 +219,17 @@ impl Predictor {
         out.extend(
             detections_from_bytes(&self.graph.decode, 0, &self.dets, &self.counts)
                 .map(|d| {
-                    let unmap = |v: f32, pad: f32, max: u32| {
-                        ((v - pad) / meta.scale).clamp(0.0, max as f32)
+                    // Back to the crop's pixels, kept inside it, then to the frame's.
+                    let unmap = |v: f32, pad: f32, max: u32, origin: u32| {
+                        ((v - pad) / meta.scale).clamp(0.0, max as f32) + origin as f32
                     };
                     Scored {
                         class: d.class,
                         score: d.score,
-                        x0: unmap(d.x0, meta.pad_x, meta.source_width),
-                        y0: unmap(d.y0, meta.pad_y, meta.source_height),
-                        x1: unmap(d.x1, meta.pad_x, meta.source_width),
-                        y1: unmap(d.y1, meta.pad_y, meta.source_height),
+                        x0: unmap(d.x0, meta.pad_x, meta.source_width, region.x),
+                        y0: unmap(d.y0, meta.pad_y, meta.source_height, region.y),
+                        x1: unmap(d.x1, meta.pad_x, meta.source_width, region.x),
+                        y1: unmap(d.y1, meta.pad_y, meta.source_height, region.y),
                     }
                 })
                 .filter(Scored::has_area),
@@ -280,10 +285,14 @@ mod tests {
         let image = RgbImage::from_pixel(256, 256, image::Rgb([90, 120, 60]));
         let mut all = Vec::new();
         predictor.set_nms_iou(1.0).unwrap();
-        predictor.predict_into(&image, &mut all).unwrap();
+        predictor
+            .predict_into(&Pixels::rgb8(&image).unwrap(), None, &mut all)
+            .unwrap();
         let mut kept = Vec::new();
         predictor.set_nms_iou(DEFAULT_NMS_IOU).unwrap();
-        predictor.predict_into(&image, &mut kept).unwrap();
+        predictor
+            .predict_into(&Pixels::rgb8(&image).unwrap(), None, &mut kept)
+            .unwrap();
 
         let worst = |dets: &[Scored]| {
             let mut worst = 0.0f32;
@@ -320,7 +329,9 @@ mod tests {
         let mut found = Vec::new();
         let mut predict = |checkpoint: &Checkpoint| {
             let mut predictor = Predictor::new(checkpoint, &exec, 0.01, 100).unwrap();
-            predictor.predict_into(&image, &mut found).unwrap();
+            predictor
+                .predict_into(&Pixels::rgb8(&image).unwrap(), None, &mut found)
+                .unwrap();
             found.clone()
         };
         let inside = predict(&overlapping_model());

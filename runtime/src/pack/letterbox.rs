@@ -1,145 +1,48 @@
 //! Decoding a source image and letterboxing it (and its boxes) to the square model input.
 //!
-//! Letterboxing keeps the aspect ratio: the image is scaled by `min(size/w, size/h)`, the
-//! scaled size is rounded to whole pixels, and the content is centred with integer padding
-//! `(size − content) / 2` (the extra pixel of an odd remainder goes right/bottom) in the pad
-//! colour (114, 114, 114), the convention of the YOLO family. A source point `(x, y)` maps to
-//! `(x · scale + pad_x, y · scale + pad_y)`, exactly as the record format documents.
+//! The letterbox itself is the frame pass's ([`crate::pixels`]): the same code for photos
+//! here, for `infer` and for camera frames in the daemon. Its geometry is [`Letterbox`]; a
+//! source point `(x, y)` maps to `(x · scale + pad_x, y · scale + pad_y)`, exactly as the
+//! record format documents.
 
 use std::path::Path;
 
 use image::{DynamicImage, ImageDecoder, ImageReader, RgbImage};
 
-use super::resample::{Resampler, RgbRows};
-
 use super::source::{BoxUnits, SourceBox};
 use super::{Error, Result};
 use crate::format::RecordBox;
+use crate::pixels::{FramePass, Pixels};
+
+pub use crate::pixels::{Letterbox, PAD_COLOUR};
 
 /// Largest image decoded, in megapixels (a 100 MP photo is 300 MB as RGB: more than a small
 /// board should spend on one image that is then shrunk to the model's input).
 pub const MAX_DECODE_MEGAPIXELS: u64 = 100;
 
-/// Colour of the padding around the letterboxed content.
-pub const PAD_COLOUR: [u8; 3] = [114, 114, 114];
-
 /// Boxes smaller than this (in packed pixels, either side) after clipping are dropped: nothing
 /// that small can be learnt at the model's resolution.
 pub const MIN_BOX_SIDE: f32 = 1.0;
 
-/// Where the source image landed in the letterboxed output.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Letterbox {
-    /// Packed pixels per source pixel.
-    pub scale: f32,
-    /// Left padding in packed pixels (a whole number).
-    pub pad_x: f32,
-    /// Top padding in packed pixels (a whole number).
-    pub pad_y: f32,
-    /// Size of the scaled content in packed pixels.
-    pub width: u32,
-    pub height: u32,
-}
-
-/// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB); see [`Letterboxer`].
-/// Allocates its scratch per call: loops should keep a [`Letterboxer`].
-pub fn letterbox_into(src: &RgbImage, size: u32, out: &mut [u8]) -> Letterbox {
-    Letterboxer::new(size).letterbox(src, out)
-}
-
-/// Letterboxes images into the square model input, reusing its resampling scratch: sized up
-/// front with [`Letterboxer::with_capacity`], it allocates nothing for sources within that
-/// size. Triangle resampling (see [`super::resample`]): deterministic, and the same in
-/// `pack`, `infer` and the daemon.
-#[derive(Debug)]
-pub struct Letterboxer {
-    size: u32,
-    resampler: Resampler,
-}
-
-impl Letterboxer {
-    /// A letterboxer whose scratch grows with the largest source seen.
-    pub fn new(size: u32) -> Self {
-        Letterboxer {
-            size,
-            resampler: Resampler::default(),
-        }
-    }
-
-    /// A letterboxer with scratch for sources up to `max_side` pixels a side.
-    pub fn with_capacity(size: u32, max_side: u32) -> Self {
-        Letterboxer {
-            size,
-            resampler: Resampler::with_capacity(max_side, size),
-        }
-    }
-
-    /// The output side, pixels.
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
-    /// Bytes of scratch held (for memory plans).
-    pub fn bytes(&self) -> usize {
-        self.resampler.bytes()
-    }
-
-    /// Where a `w × h` source lands in the output, without drawing it.
-    pub fn place(&self, w: u32, h: u32) -> Letterbox {
-        let size = self.size;
-        if w == 0 || h == 0 || size == 0 {
-            return Letterbox {
-                scale: 0.0,
-                pad_x: 0.0,
-                pad_y: 0.0,
-                width: 0,
-                height: 0,
-            };
-        }
-        let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
-        let cw = ((w as f32 * scale).round() as u32).clamp(1, size);
-        let ch = ((h as f32 * scale).round() as u32).clamp(1, size);
-        let (px, py) = ((size - cw) / 2, (size - ch) / 2);
-        Letterbox {
-            scale,
-            pad_x: px as f32,
-            pad_y: py as f32,
-            width: cw,
-            height: ch,
-        }
-    }
-
-    /// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB). A source with no
-    /// pixels gives an all-padding image and scale 0.
-    pub fn letterbox(&mut self, src: &impl RgbRows, out: &mut [u8]) -> Letterbox {
-        let n = self.size as usize;
-        assert_eq!(
-            out.len(),
-            n * n * 3,
-            "letterbox output must be size × size × 3 bytes"
-        );
-        for px in out.chunks_exact_mut(3) {
-            px.copy_from_slice(&PAD_COLOUR);
-        }
-        let (w, h) = (src.width(), src.height());
-        let placed = self.place(w, h);
-        if placed.width == 0 {
-            return placed;
-        }
-        let stride = n * 3;
-        let origin = (placed.pad_y as usize * n + placed.pad_x as usize) * 3;
-        let content = &mut out[origin..];
-        if (placed.width, placed.height) == (w, h) {
-            let row = w as usize * 3;
-            for y in 0..h {
-                src.read_row(y, &mut content[y as usize * stride..][..row]);
+/// Letterboxes `src` into `out` (`size × size × 3` bytes, HWC RGB) with `pass` (whose output
+/// side is `size`). An image with no pixels gives an all-padding image and scale 0.
+pub fn letterbox_with(pass: &mut FramePass, src: &RgbImage, out: &mut [u8]) -> Letterbox {
+    match Pixels::rgb8(src) {
+        Ok(pixels) => pass
+            .run(&pixels, None, out)
+            .expect("the whole of a decoded image is a valid region"),
+        Err(_) => {
+            for px in out.chunks_exact_mut(3) {
+                px.copy_from_slice(&PAD_COLOUR);
             }
-        } else {
-            self.resampler
-                .resample(src, placed.width, placed.height, content, stride);
+            Letterbox::place(pass.size(), 0, 0)
         }
-        placed
     }
+}
+
+/// [`letterbox_with`] a pass made for this call: loops should keep a [`FramePass`].
+pub fn letterbox_into(src: &RgbImage, size: u32, out: &mut [u8]) -> Letterbox {
+    letterbox_with(&mut FramePass::new(size), src, out)
 }
 
 /// What happened to one image's boxes in [`map_boxes`]. Every input box is counted in exactly
@@ -714,14 +617,14 @@ mod tests {
                 DynamicImage::ImageRgba8(ImageBuffer::from_pixel(50, 30, Rgba([1u8, 2, 3, 128]))),
             ),
         ];
-        let mut lb = Letterboxer::new(64);
+        let mut lb = FramePass::new(64);
         let mut out = vec![0u8; 64 * 64 * 3];
         for (name, img) in cases {
             let (w, h) = (img.width(), img.height());
             let path = save(name, img);
             let decoded = decode_image(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(decoded.dimensions(), (w, h), "{name}");
-            let placed = lb.letterbox(&decoded, &mut out);
+            let placed = letterbox_with(&mut lb, &decoded, &mut out);
             assert!(
                 (1..=64).contains(&placed.width) && (1..=64).contains(&placed.height),
                 "{name}: {placed:?}"

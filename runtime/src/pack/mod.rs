@@ -2,7 +2,6 @@
 pub mod coco;
 mod error;
 pub mod letterbox;
-pub mod resample;
 pub mod source;
 pub mod synthetic;
 pub mod voc;

@@ -129,7 +129,7 @@ fn forward_baseline(
     let (mut forward, mut prepare) = (LatencyHistogram::default(), LatencyHistogram::default());
     for i in 0..220 {
         let t = predictor
-            .predict_into(&view, &mut out)
+            .predict_into(&view.pixels(), view.crop(), &mut out)
             .map_err(|e| Error::from_infer(model, e))?;
         if i >= 20 {
             forward.record(t.device.as_micros() as u64);

@@ -1,10 +1,10 @@
-//! Camera frames as the firmware sends them, read as RGB rows for the letterbox: RGB8, BGR8,
-//! GRAY8, YUYV (4:2:2) and NV12 (4:2:0), any stride. YUV is BT.601 limited range (Y 16–235),
-//! what V4L2 webcams and the Raspberry Pi ISP produce by default.
+//! Camera frames as the firmware sends them (RGB8, BGR8, RGBA8, BGRA8, GRAY8, YUYV 4:2:2 and
+//! NV12 4:2:0, any stride, in the colour space the request names), checked and handed to the
+//! frame pass ([`crate::pixels`]) as [`Pixels`].
 
 use fulcrum_board::protocol::{ErrorCode, FrameDesc, FrameSource, PixelFormat, WireError};
 
-use crate::pack::resample::RgbRows;
+use crate::pixels::{Pixels, Rect};
 
 /// A frame's pixels with the description that says how to read them. Built only from a
 /// description that passed [`FrameDesc::validate`] and bytes of exactly its length, so every
@@ -26,10 +26,23 @@ impl<'a> FrameView<'a> {
         &self.desc
     }
 
-    fn row(&self, y: u32) -> &'a [u8] {
-        let stride = self.desc.row_stride() as usize;
-        let len = self.desc.format.row_bytes(self.desc.width) as usize;
-        &self.bytes[y as usize * stride..][..len]
+    /// The frame's pixels for the frame pass.
+    pub fn pixels(&self) -> Pixels<'a> {
+        let d = &self.desc;
+        Pixels::new(
+            d.format,
+            u32::from(d.width),
+            u32::from(d.height),
+            d.row_stride() as usize,
+            d.colour,
+            self.bytes,
+        )
+        .expect("a validated description and bytes of its length make a valid picture")
+    }
+
+    /// The part of the frame the request asks to look at (`None`: all of it).
+    pub fn crop(&self) -> Option<Rect> {
+        (!self.desc.crop.is_whole()).then(|| self.desc.crop.into())
     }
 }
 
@@ -106,87 +119,8 @@ pub fn resolve<'a>(
     FrameView::new(desc, bytes).ok_or(FrameRefused::Mismatch)
 }
 
-impl RgbRows for FrameView<'_> {
-    fn width(&self) -> u32 {
-        u32::from(self.desc.width)
-    }
-
-    fn height(&self) -> u32 {
-        u32::from(self.desc.height)
-    }
-
-    fn read_row(&self, y: u32, out: &mut [u8]) {
-        let w = self.desc.width as usize;
-        let out = &mut out[..w * 3];
-        let row = self.row(y);
-        match self.desc.format {
-            PixelFormat::Rgb8 => out.copy_from_slice(row),
-            PixelFormat::Bgr8 => {
-                for (o, i) in out.chunks_exact_mut(3).zip(row.chunks_exact(3)) {
-                    o.copy_from_slice(&[i[2], i[1], i[0]]);
-                }
-            }
-            PixelFormat::Gray8 => {
-                for (o, &g) in out.chunks_exact_mut(3).zip(row) {
-                    o.fill(g);
-                }
-            }
-            PixelFormat::Yuyv => {
-                for (o, i) in out.chunks_exact_mut(6).zip(row.chunks_exact(4)) {
-                    let chroma = Chroma::new(i[1], i[3]);
-                    o[..3].copy_from_slice(&chroma.rgb(i[0]));
-                    o[3..].copy_from_slice(&chroma.rgb(i[2]));
-                }
-            }
-            PixelFormat::Nv12 => {
-                // The UV plane starts after `height` rows of Y and has one row per two; each
-                // U V pair colours two pixels of two rows.
-                let uv = self.row(u32::from(self.desc.height) + y / 2);
-                let pairs = out.chunks_exact_mut(6).zip(row.chunks_exact(2));
-                for ((o, luma), c) in pairs.zip(uv.chunks_exact(2)) {
-                    let chroma = Chroma::new(c[0], c[1]);
-                    o[..3].copy_from_slice(&chroma.rgb(luma[0]));
-                    o[3..].copy_from_slice(&chroma.rgb(luma[1]));
-                }
-            }
-        }
-    }
-}
-
-/// BT.601 limited range to RGB in 8-bit fixed point (the usual integer form: coefficients
-/// ×256, rounded).
-pub fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
-    Chroma::new(u, v).rgb(y)
-}
-
-/// One chroma sample's contribution to R, G and B, shared by the pixels it covers.
-struct Chroma {
-    r: i32,
-    g: i32,
-    b: i32,
-}
-
-impl Chroma {
-    fn new(u: u8, v: u8) -> Self {
-        let d = i32::from(u) - 128;
-        let e = i32::from(v) - 128;
-        // The rounding constant of the final shift is folded in here.
-        Chroma {
-            r: 409 * e + 128,
-            g: -100 * d - 208 * e + 128,
-            b: 516 * d + 128,
-        }
-    }
-
-    fn rgb(&self, y: u8) -> [u8; 3] {
-        let c = 298 * (i32::from(y) - 16);
-        let clip = |v: i32| (v >> 8).clamp(0, 255) as u8;
-        [clip(c + self.r), clip(c + self.g), clip(c + self.b)]
-    }
-}
-
-/// RGB to BT.601 limited-range YUV, the inverse of [`yuv_to_rgb`] up to rounding: for tests
-/// and for clients that make camera-like frames from images.
+/// RGB to BT.601 limited-range YUV (8-bit fixed point, the usual integer form): for tests and
+/// for clients that make camera-like frames from images.
 pub fn rgb_to_yuv(rgb: [u8; 3]) -> [u8; 3] {
     let [r, g, b] = rgb.map(i32::from);
     let y = ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16;
@@ -220,6 +154,17 @@ pub fn encode_frame(
         let row = &mut out[y * stride..];
         match format {
             PixelFormat::Rgb8 => row[..w * 3].copy_from_slice(&rgb[y * w * 3..(y + 1) * w * 3]),
+            PixelFormat::Rgba8 | PixelFormat::Bgra8 => {
+                for x in 0..w {
+                    let [r, g, b] = px(x, y);
+                    let px = if format == PixelFormat::Rgba8 {
+                        [r, g, b, 255]
+                    } else {
+                        [b, g, r, 255]
+                    };
+                    row[x * 4..x * 4 + 4].copy_from_slice(&px);
+                }
+            }
             PixelFormat::Bgr8 => {
                 for x in 0..w {
                     let [r, g, b] = px(x, y);
@@ -273,12 +218,12 @@ mod tests {
         (desc, bytes)
     }
 
+    /// The frame through the frame pass at its own size (a square frame: no padding).
     fn read_all(view: &FrameView<'_>) -> Vec<u8> {
-        let w = view.width() as usize;
-        let mut out = vec![0u8; w * 3 * view.height() as usize];
-        for y in 0..view.height() {
-            view.read_row(y, &mut out[y as usize * w * 3..]);
-        }
+        let side = u32::from(view.desc().width);
+        let mut out = vec![0u8; (side * side * 3) as usize];
+        let mut pass = crate::pixels::FramePass::new(side);
+        pass.run(&view.pixels(), None, &mut out).unwrap();
         out
     }
 
@@ -292,29 +237,36 @@ mod tests {
             [30, 40, 220],
             [128, 128, 128],
         ] {
-            let [y, u, v] = rgb_to_yuv(rgb);
-            let back = yuv_to_rgb(y, u, v);
-            for c in 0..3 {
-                assert!(
-                    (i32::from(back[c]) - i32::from(rgb[c])).abs() <= 3,
-                    "{rgb:?} → {back:?}"
-                );
+            let flat: Vec<u8> = rgb.repeat(4);
+            for format in [PixelFormat::Yuyv, PixelFormat::Nv12] {
+                let (desc, bytes) = frame(format, 2, 2, 0, &flat);
+                let back = read_all(&FrameView::new(desc, &bytes).unwrap());
+                for c in 0..3 {
+                    assert!(
+                        (i32::from(back[c]) - i32::from(rgb[c])).abs() <= 3,
+                        "{} {rgb:?} → {back:?}",
+                        format.name()
+                    );
+                }
             }
         }
         // Limited range: black is Y 16, white Y 235, grey has neutral chroma.
         assert_eq!(rgb_to_yuv([0, 0, 0]), [16, 128, 128]);
         assert_eq!(rgb_to_yuv([255, 255, 255]), [235, 128, 128]);
-        assert_eq!(yuv_to_rgb(16, 128, 128), [0, 0, 0]);
-        assert_eq!(yuv_to_rgb(235, 128, 128), [255, 255, 255]);
     }
 
     #[test]
     fn every_format_reads_back_the_picture() {
-        // Flat 2×2 blocks, so 4:2:2 and 4:2:0 chroma loses nothing.
-        let (w, h) = (8u16, 6u16);
+        // Flat 4×4 blocks: 4:2:2 and 4:2:0 chroma is interpolated between sample centres,
+        // so only pixels one away from a block's edge see their block's chroma alone.
+        let (w, h) = (8u16, 8u16);
         let colours = [[200, 10, 20], [10, 200, 30], [30, 40, 220], [90, 90, 90]];
+        let inner = |i: usize| {
+            let (x, y) = (i / 3 % w as usize, i / 3 / w as usize);
+            (1..=2).contains(&(x % 4)) && (1..=2).contains(&(y % 4))
+        };
         let rgb: Vec<u8> = (0..h as usize)
-            .flat_map(|y| (0..w as usize).map(move |x| (x / 2 + y / 2) % 4))
+            .flat_map(|y| (0..w as usize).map(move |x| (x / 4 + 2 * (y / 4)) % 4))
             .flat_map(|i| colours[i])
             .collect();
         for format in PixelFormat::ALL {
@@ -324,9 +276,13 @@ mod tests {
                 let got = read_all(&view);
                 for (i, (a, b)) in got.iter().zip(&rgb).enumerate() {
                     let tol = match format {
-                        PixelFormat::Rgb8 | PixelFormat::Bgr8 => 0,
+                        PixelFormat::Rgb8
+                        | PixelFormat::Bgr8
+                        | PixelFormat::Rgba8
+                        | PixelFormat::Bgra8 => 0,
                         // Grey: luma only, compared with the colour's own luma.
                         PixelFormat::Gray8 => continue,
+                        _ if !inner(i) => continue,
                         _ => 3,
                     };
                     assert!(

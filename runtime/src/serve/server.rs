@@ -230,7 +230,11 @@ impl Model {
         let grey = image::RgbImage::from_pixel(side, side, image::Rgb([114, 114, 114]));
         let mut out = Vec::with_capacity(predictor.top_k());
         predictor
-            .predict_into(&grey, &mut out)
+            .predict_into(
+                &crate::pixels::Pixels::rgb8(&grey).expect("a model input is not empty"),
+                None,
+                &mut out,
+            )
             .map_err(|e| Error::from_infer(path, e).while_doing("warm-up inference failed"))?;
         if let Some(bad) = out
             .iter()
@@ -1292,15 +1296,20 @@ impl Server {
                 return self.reply_error(slot, seq, ts, refused.code());
             }
         };
-        let timing = match self.model.predictor.predict_into(&view, &mut self.scored) {
-            Ok(t) => t,
-            Err(e) => {
-                self.text.clear();
-                let _ = write!(self.text, "frame {seq}: inference failed: {e}");
-                log::error!("{}", self.text);
-                return self.reply_error(slot, seq, ts, ErrorCode::INTERNAL);
-            }
-        };
+        let timing =
+            match self
+                .model
+                .predictor
+                .predict_into(&view.pixels(), view.crop(), &mut self.scored)
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    self.text.clear();
+                    let _ = write!(self.text, "frame {seq}: inference failed: {e}");
+                    log::error!("{}", self.text);
+                    return self.reply_error(slot, seq, ts, ErrorCode::INTERNAL);
+                }
+            };
         let min_score = if desc.min_score > 0.0 {
             desc.min_score
         } else {

@@ -16,6 +16,7 @@ enum Which {
     Compute(ComputeArgs),
     Balance(BalanceArgs),
     Serve(ServeArgs),
+    Frames(super::bench_frames::FramesArgs),
 }
 
 /// fulcrumd under load on this machine: a daemon on det-s and --clients clients, frames
@@ -50,7 +51,7 @@ pub struct ServeArgs {
     /// Frame height sent, pixels.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     height: u16,
-    /// Pixel format sent: rgb8, bgr8, gray8, yuyv or nv12.
+    /// Pixel format sent: rgb8, bgr8, rgba8, bgra8, gray8, yuyv or nv12.
     #[arg(long, default_value = "rgb8", value_parser = super::client::parse_format)]
     format: fulcrum_board::protocol::PixelFormat,
     /// Also write the figures as JSON to FILE.
@@ -167,6 +168,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Which::Compute(c) => run_compute(c),
         Which::Balance(b) => run_balance(b),
         Which::Serve(s) => run_serve(s),
+        Which::Frames(f) => super::bench_frames::run(f),
     }
 }
 
@@ -200,7 +202,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         r.seconds_per_run
     );
     crate::outln!(
-        "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (letterbox on the host {:.3} ms)",
+        "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (frame pass on the host {:.3} ms)",
         r.forward_p50_ms, r.forward_p99_ms, r.prepare_p50_ms
     );
     crate::outln!("  transport  load                  daemon           frames  frames/s   p50 ms   p99 ms  p99.9 ms");

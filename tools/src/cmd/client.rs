@@ -8,7 +8,7 @@ use fulcrum::pack::letterbox::decode_image;
 use fulcrum::serve::client::Client;
 use fulcrum::serve::frame::encode_frame;
 use fulcrum_board::protocol::{
-    FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource, PixelFormat,
+    Crop, FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource, PixelFormat,
 };
 
 use super::infer::{image_files, json_line};
@@ -28,10 +28,14 @@ pub struct Args {
     /// Image files or folders of images.
     #[arg(required_unless_present_any = ["stats", "fine_tune", "fine_tune_status", "fine_tune_stop"])]
     inputs: Vec<PathBuf>,
-    /// Pixel format to send: rgb8, bgr8, gray8, yuyv or nv12 (YUV needs even sides: an odd
-    /// last column or row is cut).
+    /// Pixel format to send: rgb8, bgr8, rgba8, bgra8, gray8, yuyv or nv12 (YUV needs even
+    /// sides: an odd last column or row is cut).
     #[arg(long, default_value = "rgb8", value_parser = parse_format)]
     format: PixelFormat,
+    /// Look only at this rectangle of each image: X,Y,W,H in image pixels (the daemon
+    /// letterboxes the crop alone; boxes still come back in image pixels).
+    #[arg(long, value_name = "X,Y,W,H", value_parser = parse_crop)]
+    crop: Option<Crop>,
     /// Send every frame through the memfd ring, even small ones.
     #[arg(long)]
     ring: bool,
@@ -71,7 +75,31 @@ pub fn parse_format(text: &str) -> Result<PixelFormat, String> {
     PixelFormat::ALL
         .into_iter()
         .find(|f| f.name().eq_ignore_ascii_case(text))
-        .ok_or_else(|| format!("unknown pixel format {text:?}: rgb8, bgr8, gray8, yuyv or nv12"))
+        .ok_or_else(|| {
+            format!("unknown pixel format {text:?}: rgb8, bgr8, rgba8, bgra8, gray8, yuyv or nv12")
+        })
+}
+
+/// `X,Y,W,H`: a rectangle of positive area, in pixels.
+pub fn parse_crop(text: &str) -> Result<Crop, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let bad = || format!("--crop {text:?}: expected X,Y,W,H in pixels, e.g. 320,0,320,240");
+    let [x, y, w, h] = parts[..] else {
+        return Err(bad());
+    };
+    let n = |v: &str| v.parse::<u16>().map_err(|_| bad());
+    let crop = Crop {
+        x: n(x)?,
+        y: n(y)?,
+        width: n(w)?,
+        height: n(h)?,
+    };
+    if crop.width == 0 || crop.height == 0 {
+        return Err(format!(
+            "--crop {text:?}: the width and height must be at least 1"
+        ));
+    }
+    Ok(crop)
 }
 
 pub fn default_socket() -> PathBuf {
@@ -134,6 +162,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         };
         desc.min_score = a.threshold.unwrap_or(0.0);
+        if let Some(crop) = a.crop {
+            if crop.check(w16, h16).is_err() {
+                log::warn!(
+                    "{}: --crop {},{},{},{} reaches outside the {w}x{h} image",
+                    path.display(),
+                    crop.x,
+                    crop.y,
+                    crop.width,
+                    crop.height
+                );
+                failed += 1;
+                continue;
+            }
+            desc.crop = crop;
+        }
         frame.resize(desc.length as usize, 0);
         encode_frame(cropped.as_raw(), w16, h16, a.format, 0, &mut frame);
         let started = Instant::now();

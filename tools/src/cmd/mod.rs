@@ -2,6 +2,7 @@
 
 pub mod balance;
 pub mod bench;
+pub mod bench_frames;
 pub mod board;
 pub mod client;
 pub mod coco_results;

@@ -253,6 +253,16 @@ pub(crate) const DENSE3X3_MAX_TAPS: usize = 0;
 /// of `dst`.
 pub(crate) type RgbRow = unsafe fn(src: &[u8], flip: bool, dst: [&mut [f32]; 3]);
 
+/// `out[x] = Σ_t weights[t] · src[t·stride + x]` for every `x < out.len()`: weighted sums of
+/// `weights.len()` rows of bytes, `stride` bytes apart (the frame pass's vertical windows;
+/// zero weights, a window's padding, may be skipped).
+///
+/// # Safety
+/// A table of a set that runs here; `weights` is not empty and
+/// `(weights.len() − 1)·stride + out.len() ≤ src.len()`.
+pub(crate) type WeightedRows =
+    unsafe fn(src: &[u8], stride: usize, weights: &[f32], out: &mut [f32]);
+
 /// One set's kernels. Only [`table`] hands them out, and only for a set the CPU can run:
 /// that is what makes calling through them sound.
 pub(crate) struct Kernels {
@@ -274,6 +284,14 @@ pub(crate) struct Kernels {
     /// The network input from a record's pixels (`Normalize`).
     pub rgb_row: RgbRow,
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
+    /// The frame pass's vertical windows ([`crate::pixels`]).
+    pub weighted_rows: WeightedRows,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernels({})", self.set)
+    }
 }
 
 /// The kernels of `set`, when this CPU can run them.

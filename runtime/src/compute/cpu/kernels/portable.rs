@@ -16,7 +16,25 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_weight_grad,
     dw3x3_input_grad_s2,
     rgb_row,
+    weighted_rows,
 };
+
+/// See [`super::WeightedRows`] (and its safety): a row at a time, in the order every set
+/// sums (the first row's product, then each further row's added), zero weights skipped.
+pub(super) unsafe fn weighted_rows(src: &[u8], stride: usize, weights: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    for (o, &b) in out.iter_mut().zip(&src[..n]) {
+        *o = weights[0] * f32::from(b);
+    }
+    for (t, &w) in weights.iter().enumerate().skip(1) {
+        if w == 0.0 {
+            continue;
+        }
+        for (o, &b) in out.iter_mut().zip(&src[t * stride..t * stride + n]) {
+            *o += w * f32::from(b);
+        }
+    }
+}
 
 /// `C += alpha·A·B` (see [`super::GemmAccumulate`]).
 #[allow(clippy::too_many_arguments)]

@@ -454,3 +454,36 @@ fn rgb_rows_match_the_portable_ones_for_every_byte() {
         }
     }
 }
+
+#[test]
+fn weighted_rows_match_the_portable_ones_at_every_tail() {
+    let portable = table(KernelSet::Portable).unwrap();
+    let stride = 211;
+    let bytes: Vec<u8> = (0..stride * 9).map(|i| (i * 37 % 256) as u8).collect();
+    for kern in simd_tables() {
+        for weights in [
+            &[1.0f32][..],
+            &[0.25, 0.5, 0.25],
+            &[0.2, 0.2, 0.0, 0.2, 0.2, 0.2],
+            &[0.1; 9],
+        ] {
+            for n in (1..=70).chain([128, 200]) {
+                let src = &bytes[3..];
+                assert!((weights.len() - 1) * stride + n <= src.len());
+                let mut want = vec![f32::NAN; n];
+                let mut got = vec![f32::NAN; n];
+                // SAFETY: tables from `table`; the rows lie inside `src` (asserted above).
+                unsafe {
+                    (portable.weighted_rows)(src, stride, weights, &mut want);
+                    (kern.weighted_rows)(src, stride, weights, &mut got);
+                }
+                assert_close(
+                    kern.set,
+                    &format!("{} rows of {n}", weights.len()),
+                    &got,
+                    &want,
+                );
+            }
+        }
+    }
+}

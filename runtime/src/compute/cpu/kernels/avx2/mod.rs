@@ -3,6 +3,7 @@
 // The AVX-512 set shares some of these kernels.
 pub(super) mod dw3x3;
 pub(super) mod elementwise;
+mod frame;
 pub(super) mod gemm;
 
 use super::{KernelSet, Kernels};
@@ -18,6 +19,7 @@ static KERNELS: Kernels = Kernels {
     dw3x3_weight_grad: dw3x3::weight_grad,
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
+    weighted_rows: frame::weighted_rows,
 };
 
 /// The set, where the CPU has AVX2 and FMA (everything its kernels are compiled with).

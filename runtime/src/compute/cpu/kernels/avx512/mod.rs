@@ -17,6 +17,7 @@
 
 mod dw3x3;
 mod elementwise;
+mod frame;
 mod gemm;
 
 use super::avx2;
@@ -33,6 +34,7 @@ static KERNELS: Kernels = Kernels {
     dw3x3_weight_grad: avx2::dw3x3::weight_grad,
     dw3x3_input_grad_s2: avx2::dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
+    weighted_rows: frame::weighted_rows,
 };
 
 /// The set, where the CPU has AVX-512F and also AVX2 and FMA (the kernels it shares with

@@ -3,6 +3,7 @@
 
 mod dw3x3;
 mod elementwise;
+mod frame;
 mod gemm;
 
 use super::{KernelSet, Kernels};
@@ -18,4 +19,5 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_weight_grad: dw3x3::weight_grad,
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
+    weighted_rows: frame::weighted_rows,
 };

@@ -1,0 +1,353 @@
+//! The pass against a direct float reference: every format, strides, crops, shrinking and
+//! enlarging, on every kernel set this CPU runs.
+
+use super::colour::YuvToRgb;
+use super::*;
+use crate::compute::cpu::kernels::{self, KernelSet};
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 32) as u8
+    }
+}
+
+/// The weights of output `i` of `dst` over the source interval `[origin, origin + len)`,
+/// samples `lo .. hi` readable: the covered fraction of every sample when shrinking, the two
+/// nearest centres (clamped) when enlarging. Written from the definition, sample by sample.
+fn reference_weights(origin: f64, len: f64, lo: u32, hi: u32, dst: u32, i: u32) -> Vec<(u32, f64)> {
+    let r = len / f64::from(dst);
+    if r >= 1.0 {
+        let (a, b) = (origin + f64::from(i) * r, origin + f64::from(i + 1) * r);
+        let w: Vec<(u32, f64)> = (lo..hi)
+            .map(|k| {
+                (
+                    k,
+                    (b.min(f64::from(k) + 1.0) - a.max(f64::from(k))).max(0.0),
+                )
+            })
+            .filter(|(_, w)| *w > 0.0)
+            .collect();
+        let sum: f64 = w.iter().map(|p| p.1).sum();
+        w.into_iter().map(|(k, v)| (k, v / sum)).collect()
+    } else {
+        let c = origin + (f64::from(i) + 0.5) * r - 0.5;
+        let f = c - c.floor();
+        let clamp = |v: f64| v.clamp(f64::from(lo), f64::from(hi - 1)) as u32;
+        vec![(clamp(c.floor()), 1.0 - f), (clamp(c.floor() + 1.0), f)]
+    }
+}
+
+/// A picture's channel `c` at sample `(x, y)` of its own grid (chroma samples for U and V of
+/// subsampled formats), straight from the bytes.
+fn sample(p: &Pixels<'_>, c: usize, x: u32, y: u32) -> f64 {
+    let (b, s) = (p.bytes(), p.stride());
+    let (x, y) = (x as usize, y as usize);
+    let at = |i: usize| f64::from(b[i]);
+    match p.format() {
+        PixelFormat::Rgb8 => at(y * s + 3 * x + c),
+        PixelFormat::Bgr8 => at(y * s + 3 * x + 2 - c),
+        PixelFormat::Rgba8 => at(y * s + 4 * x + c),
+        PixelFormat::Bgra8 => at(y * s + 4 * x + 2 - c),
+        PixelFormat::Gray8 => at(y * s + x),
+        PixelFormat::Yuyv => match c {
+            0 => at(y * s + 2 * x),
+            1 => at(y * s + 4 * x + 1),
+            _ => at(y * s + 4 * x + 3),
+        },
+        PixelFormat::Nv12 => match c {
+            0 => at(y * s + x),
+            _ => at((p.height() as usize + y) * s + 2 * x + c - 1),
+        },
+    }
+}
+
+/// The letterboxed picture by the definition: each channel resampled on its own grid, then
+/// converted to RGB (unrounded).
+fn reference(p: &Pixels<'_>, crop: Rect, size: u32) -> (Letterbox, Vec<f64>) {
+    let placed = Letterbox::place(size, crop.width, crop.height);
+    let n = size as usize;
+    let mut out: Vec<f64> = PAD_COLOUR
+        .iter()
+        .cycle()
+        .take(n * n * 3)
+        .map(|&v| f64::from(v))
+        .collect();
+    let yuv = matches!(p.format(), PixelFormat::Yuyv | PixelFormat::Nv12);
+    let half_x = |c: usize| yuv && c > 0;
+    let half_y = |c: usize| p.format() == PixelFormat::Nv12 && c > 0;
+    let axis = |at: u32, len: u32, half: bool, dst: u32, i: u32| {
+        if half {
+            let (lo, hi) = (at / 2, (at + len).div_ceil(2));
+            reference_weights(f64::from(at) / 2.0, f64::from(len) / 2.0, lo, hi, dst, i)
+        } else {
+            reference_weights(f64::from(at), f64::from(len), at, at + len, dst, i)
+        }
+    };
+    let m = YuvToRgb::new(p.colour());
+    for j in 0..placed.height {
+        for i in 0..placed.width {
+            let mut ch = [0.0f64; 3];
+            for (c, v) in ch.iter_mut().enumerate() {
+                if p.format() == PixelFormat::Gray8 && c > 0 {
+                    continue;
+                }
+                let wx = axis(crop.x, crop.width, half_x(c), placed.width, i);
+                let wy = axis(crop.y, crop.height, half_y(c), placed.height, j);
+                for &(y, a) in &wy {
+                    for &(x, b) in &wx {
+                        *v += a * b * sample(p, c, x, y);
+                    }
+                }
+            }
+            let rgb = if yuv {
+                m.rgb(ch[0] as f32, ch[1] as f32, ch[2] as f32)
+                    .map(f64::from)
+            } else if p.format() == PixelFormat::Gray8 {
+                [ch[0]; 3]
+            } else {
+                ch
+            };
+            let o =
+                ((j as usize + placed.pad_y as usize) * n + i as usize + placed.pad_x as usize) * 3;
+            for c in 0..3 {
+                out[o + c] = rgb[c].clamp(0.0, 255.0);
+            }
+        }
+    }
+    (placed, out)
+}
+
+fn picture(format: PixelFormat, w: u32, h: u32, pad: usize, rng: &mut Rng) -> (usize, Vec<u8>) {
+    let row = w as usize
+        * match format {
+            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
+            PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4,
+            PixelFormat::Yuyv => 2,
+            _ => 1,
+        };
+    let stride = row + pad;
+    let rows = if format == PixelFormat::Nv12 {
+        h * 3 / 2
+    } else {
+        h
+    };
+    // Smooth content (as photos are) plus noise, so that windows of every size matter.
+    let bytes = (0..stride * rows as usize)
+        .map(|i| ((i % stride) as u8).wrapping_mul(3) ^ (rng.byte() & 0x3F))
+        .collect();
+    (stride, bytes)
+}
+
+fn check(
+    set: KernelSet,
+    format: PixelFormat,
+    w: u32,
+    h: u32,
+    pad: usize,
+    crop: Option<Rect>,
+    size: u32,
+    colour: ColourSpace,
+    rng: &mut Rng,
+) {
+    let (stride, bytes) = picture(format, w, h, pad, rng);
+    let p = Pixels::new(
+        format,
+        w,
+        h,
+        if pad == 0 { 0 } else { stride },
+        colour,
+        &bytes,
+    )
+    .unwrap();
+    let mut pass = FramePass::with_kernels(size, kernels::table(set).unwrap());
+    let mut out = vec![0u8; (size * size * 3) as usize];
+    let placed = pass.run(&p, crop, &mut out).unwrap();
+    let region = crop.unwrap_or(Rect::whole(w, h));
+    let (want_placed, want) = reference(&p, region, size);
+    assert_eq!(placed, want_placed);
+    for (k, (&g, &r)) in out.iter().zip(&want).enumerate() {
+        assert!(
+            (f64::from(g) - r).abs() <= 1.0,
+            "{set} {} {w}x{h}+{pad} crop {crop:?} → {size}: byte {k} (pixel {}, {}) is {g}, the reference {r:.2}",
+            format.name(),
+            k / 3 % size as usize,
+            k / 3 / size as usize,
+        );
+    }
+}
+
+#[test]
+fn every_format_matches_the_float_reference_on_every_kernel_set() {
+    let mut rng = Rng(0x5EED_F00D);
+    for set in KernelSet::here() {
+        for format in PixelFormat::ALL {
+            for (w, h, pad, size) in [
+                (64, 48, 0, 16),   // shrink by 4
+                (96, 54, 5, 40),   // shrink by 2.4, padded rows
+                (38, 30, 0, 64),   // enlarge
+                (200, 2, 3, 32),   // a thin strip
+                (130, 98, 0, 128), // nearly the same size
+            ] {
+                check(
+                    set,
+                    format,
+                    w,
+                    h,
+                    pad,
+                    None,
+                    size,
+                    ColourSpace::Bt601Limited,
+                    &mut rng,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn crops_and_colour_spaces_match_the_reference() {
+    let mut rng = Rng(0xC0FFEE);
+    let crop = |x, y, width, height| {
+        Some(Rect {
+            x,
+            y,
+            width,
+            height,
+        })
+    };
+    for set in KernelSet::here() {
+        for format in PixelFormat::ALL {
+            // Odd origins and sides: chroma windows start and end inside a chroma sample.
+            for c in [
+                crop(3, 5, 41, 27),
+                crop(0, 0, 80, 60),
+                crop(79, 59, 1, 1),
+                crop(10, 11, 13, 40),
+            ] {
+                check(
+                    set,
+                    format,
+                    80,
+                    60,
+                    7,
+                    c,
+                    32,
+                    ColourSpace::Bt709Full,
+                    &mut rng,
+                );
+            }
+        }
+        for colour in ColourSpace::ALL {
+            check(
+                set,
+                PixelFormat::Nv12,
+                64,
+                48,
+                0,
+                None,
+                16,
+                colour,
+                &mut rng,
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_pictures_and_crops_are_refused_with_what_is_wrong() {
+    let bytes = [0u8; 64];
+    let new =
+        |format, w, h, stride| Pixels::new(format, w, h, stride, ColourSpace::default(), &bytes);
+    assert!(matches!(
+        new(PixelFormat::Nv12, 3, 2, 0),
+        Err(PixelsError::OddSide { side: "width", .. })
+    ));
+    assert!(matches!(
+        new(PixelFormat::Nv12, 4, 3, 0),
+        Err(PixelsError::OddSide { side: "height", .. })
+    ));
+    assert!(matches!(
+        new(PixelFormat::Yuyv, 5, 2, 0),
+        Err(PixelsError::OddSide { .. })
+    ));
+    assert!(matches!(
+        new(PixelFormat::Rgb8, 4, 2, 11),
+        Err(PixelsError::ShortStride { .. })
+    ));
+    assert!(matches!(
+        new(PixelFormat::Rgb8, 8, 8, 0),
+        Err(PixelsError::Short { need: 192, .. })
+    ));
+    assert!(matches!(
+        new(PixelFormat::Gray8, 0, 8, 0),
+        Err(PixelsError::Empty { .. })
+    ));
+    let p = new(PixelFormat::Gray8, 8, 8, 0).unwrap();
+    let mut pass = FramePass::new(16);
+    let mut out = vec![0u8; 16 * 16 * 3];
+    for bad in [
+        Rect {
+            x: 0,
+            y: 0,
+            width: 0,
+            height: 4,
+        },
+        Rect {
+            x: 4,
+            y: 4,
+            width: 5,
+            height: 1,
+        },
+        Rect {
+            x: u32::MAX,
+            y: 0,
+            width: 2,
+            height: 2,
+        },
+    ] {
+        let e = pass.run(&p, Some(bad), &mut out).unwrap_err();
+        assert!(matches!(e, PixelsError::BadCrop { .. }), "{e}");
+        assert!(e.to_string().contains("8×8 frame"), "{e}");
+    }
+}
+
+#[test]
+fn reserved_scratch_is_not_reallocated_and_the_plan_is_what_is_held() {
+    for (size, side) in [(128, 640), (256, 1920), (128, 4096), (320, 100)] {
+        assert_eq!(
+            FramePass::planned_bytes(size, side),
+            FramePass::with_capacity(size, side).bytes()
+        );
+    }
+    let mut pass = FramePass::with_capacity(128, 640);
+    let before = pass.bytes();
+    let mut out = vec![0u8; 128 * 128 * 3];
+    let bytes = vec![7u8; 640 * 640 * 4];
+    for format in PixelFormat::ALL {
+        for (w, h) in [(640, 480), (480, 640), (2, 640), (640, 2), (640, 640)] {
+            let p = Pixels::new(format, w, h, 0, ColourSpace::default(), &bytes).unwrap();
+            pass.run(&p, None, &mut out).unwrap();
+            pass.run(
+                &p,
+                Some(Rect {
+                    x: 1,
+                    y: 1,
+                    width: 1,
+                    height: 1,
+                }),
+                &mut out,
+            )
+            .unwrap();
+            assert_eq!(pass.bytes(), before, "{} {w}x{h}", format.name());
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `fulcrum bench frames`: the frame pass alone, every pixel format at camera sizes into the
+//! det-s and det-m inputs, on every kernel set this CPU runs (portable first, the baseline).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use fulcrum::compute::cpu::kernels::KernelSet;
+use fulcrum::pixels::{ColourSpace, FramePass, PixelFormat, Pixels};
+use fulcrum::serve::frame::encode_frame;
+
+/// The frame pass alone (colour conversion, area resampling, letterbox, into the engine's
+/// input): each pixel format at 640×480, 1280×720 and 1920×1080 into det-s (128 px) and
+/// det-m (256 px) inputs, median and p99 over --runs runs, on one thread, for every kernel set
+/// this CPU runs, with each set's time as a ratio to the portable set's in the same run.
+#[derive(clap::Args)]
+pub struct FramesArgs {
+    /// Runs per figure, 10 to 100000.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    runs: u32,
+    /// Only these pixel formats (comma-separated) [default: all seven].
+    #[arg(long, value_delimiter = ',', value_parser = super::client::parse_format)]
+    formats: Vec<PixelFormat>,
+    /// Only the best kernel set (and the portable baseline).
+    #[arg(long)]
+    best_only: bool,
+    /// Also write the figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// One figure.
+#[derive(serde::Serialize)]
+struct Figure {
+    format: &'static str,
+    frame: String,
+    input: u32,
+    kernels: KernelSet,
+    median_us: f64,
+    p99_us: f64,
+    /// This set's median over the portable set's for the same work.
+    ratio_to_portable: f64,
+}
+
+const FRAMES: [(u16, u16); 3] = [(640, 480), (1280, 720), (1920, 1080)];
+const INPUTS: [(u32, &str); 2] = [(128, "det-s"), (256, "det-m")];
+
+/// A camera-like scene: smooth gradients, edges and a little noise (a flat frame would make
+/// every window equal; noise alone is unlike any camera's).
+fn scene(w: usize, h: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9u32;
+    let mut noise = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state >> 27) as u8
+    };
+    let mut rgb = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        for x in 0..w {
+            let edge = if (x / 97 + y / 61) % 2 == 0 { 60 } else { 0 };
+            rgb.push(((x * 255 / w) as u8).wrapping_add(noise()));
+            rgb.push(((y * 255 / h) as u8 / 2 + edge).wrapping_add(noise()));
+            rgb.push((((x + y) * 128 / (w + h)) as u8 + 40).wrapping_add(noise()));
+        }
+    }
+    rgb
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+pub fn run(a: FramesArgs) -> anyhow::Result<ExitCode> {
+    crate::output_file::check_some("--json", a.json.as_deref())?;
+    let formats = if a.formats.is_empty() {
+        PixelFormat::ALL.to_vec()
+    } else {
+        a.formats.clone()
+    };
+    let sets: Vec<KernelSet> = if a.best_only {
+        let mut s = vec![KernelSet::Portable, KernelSet::best()];
+        s.dedup();
+        s
+    } else {
+        KernelSet::here()
+    };
+    crate::outln!(
+        "fulcrum bench frames: the frame pass on one thread, {} runs a figure; kernel sets: {} \
+         (best: {})",
+        a.runs,
+        fulcrum::compute::cpu::kernels::names(&sets),
+        KernelSet::best()
+    );
+    crate::outln!(
+        "  {:<6} {:>10} {:>12} {:<9} {:>10} {:>10} {:>12}",
+        "format",
+        "frame",
+        "input",
+        "kernels",
+        "median µs",
+        "p99 µs",
+        "× portable"
+    );
+    let mut figures = Vec::new();
+    let mut times = Vec::with_capacity(a.runs as usize);
+    for &(w, h) in &FRAMES {
+        let rgb = scene(usize::from(w), usize::from(h));
+        for &format in &formats {
+            let len = format.frame_len(w, h, 0)? as usize;
+            let mut bytes = vec![0u8; len];
+            encode_frame(&rgb, w, h, format, 0, &mut bytes);
+            let pixels = Pixels::new(
+                format,
+                u32::from(w),
+                u32::from(h),
+                0,
+                ColourSpace::Bt601Limited,
+                &bytes,
+            )?;
+            for &(input, model) in &INPUTS {
+                let mut out = vec![0u8; (input * input * 3) as usize];
+                let mut portable = None;
+                for &set in &sets {
+                    let Some(mut pass) = FramePass::on_kernel_set(input, set) else {
+                        continue;
+                    };
+                    pass.reserve(u32::from(w.max(h)));
+                    for _ in 0..5 {
+                        pass.run(&pixels, None, &mut out)?;
+                    }
+                    times.clear();
+                    for _ in 0..a.runs {
+                        let t = Instant::now();
+                        pass.run(&pixels, None, &mut out)?;
+                        times.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                    times.sort_by(f64::total_cmp);
+                    let median = percentile(&times, 0.5);
+                    let base = *portable.get_or_insert(median);
+                    let figure = Figure {
+                        format: format.name(),
+                        frame: format!("{w}x{h}"),
+                        input,
+                        kernels: set,
+                        median_us: median,
+                        p99_us: percentile(&times, 0.99),
+                        ratio_to_portable: median / base,
+                    };
+                    crate::outln!(
+                        "  {:<6} {:>10} {:>12} {:<9} {:>10.1} {:>10.1} {:>12.2}",
+                        figure.format,
+                        figure.frame,
+                        format!("{input} ({model})"),
+                        set.name(),
+                        figure.median_us,
+                        figure.p99_us,
+                        figure.ratio_to_portable
+                    );
+                    figures.push(figure);
+                }
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        crate::output_file::write_json(path, &figures)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
