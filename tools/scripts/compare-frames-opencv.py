@@ -18,7 +18,8 @@ with `INTER_AREA` when shrinking and `INTER_LINEAR` when enlarging (what fulcrum
 once. That is fulcrum's output too (8-bit RGB, pixels interleaved: the engines normalise as they
 read it), so the first ratio is like for like. The second OpenCV figure adds the conversion to
 NCHW float ÷ 255 (`dnn.blobFromImage`), the input other runtimes take; fulcrum does that inside
-its first convolution. fulcrum's pass runs on one thread; `--threads` sets OpenCV's.
+its first convolution. `--threads` sets OpenCV's threads and the pool fulcrum's pass may split a
+frame's rows over (it does where that measured faster, as the daemon does).
 """
 
 import argparse
@@ -120,33 +121,35 @@ def time_opencv(frame, code, w, h, size, runs, blob):
     return statistics.median(times), times[int(round((len(times) - 1) * 0.99))]
 
 
-def time_fulcrum(binary, fmt, runs):
+def time_fulcrum(binary, fmt, runs, threads):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "frames.json")
         env = dict(os.environ)
         subprocess.run(
             [binary, "bench", "frames", "--formats", fmt.lower(), "--runs", str(runs),
-             "--best-only", "--json", path],
+             "--best-only", "--threads", str(threads), "--json", path],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
         )
         with open(path) as f:
             figures = json.load(f)
     best = [f for f in figures if f["kernels"] != "portable"] or figures
-    return {(f["frame"], f["input"]): (f["median_us"], f["p99_us"], f["kernels"]) for f in best}
+    return {(f["frame"], f["input"]): (f["median_us"], f["p99_us"], f"{f['kernels']}/{f['bands']}")
+            for f in best}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fulcrum", default="target/release/fulcrum")
-    p.add_argument("--threads", type=int, default=1, help="OpenCV's threads (fulcrum's pass: 1)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for both: OpenCV's, and the pool fulcrum's pass may split over")
     p.add_argument("--runs", type=int, default=300)
     p.add_argument("--formats", default="NV12,YUYV,RGB8,BGR8,GRAY8,RGBA8,BGRA8")
     p.add_argument("--json", help="also write the figures here")
     a = p.parse_args()
     cv2.setNumThreads(a.threads)
-    print(f"OpenCV {cv2.__version__}, {a.threads} thread(s); fulcrum {a.fulcrum}, one thread; "
-          f"{a.runs} runs a figure, medians (p99) in µs")
-    print(f"  {'format':<6} {'frame':>10} {'input':>5} {'kernels':<8} {'fulcrum':>16} "
+    print(f"OpenCV {cv2.__version__} and fulcrum ({a.fulcrum}), {a.threads} thread(s) each; "
+          f"{a.runs} runs a figure, medians (p99) in µs; kernels: fulcrum's set/bands chosen")
+    print(f"  {'format':<6} {'frame':>10} {'input':>5} {'kernels':<10} {'fulcrum':>16} "
           f"{'OpenCV':>16} {'ratio':>6} {'OpenCV+NCHW':>16} {'ratio':>6}")
     rows = []
     for k, fmt in enumerate(a.formats.split(",")):
@@ -156,7 +159,7 @@ def main():
         order = ["fulcrum", "opencv"] if k % 2 == 0 else ["opencv", "fulcrum"]
         for side in order:
             if side == "fulcrum":
-                measured["fulcrum"] = time_fulcrum(a.fulcrum, fmt, a.runs)
+                measured["fulcrum"] = time_fulcrum(a.fulcrum, fmt, a.runs, a.threads)
             else:
                 cv = {}
                 for w, h in FRAMES:
@@ -178,7 +181,7 @@ def main():
                            opencv_nchw_median_us=b_med, opencv_nchw_p99_us=b_p99,
                            ratio=f_med / c_med, ratio_nchw=f_med / b_med)
                 rows.append(row)
-                print(f"  {fmt:<6} {key[0]:>10} {size:>5} {kernels:<8} "
+                print(f"  {fmt:<6} {key[0]:>10} {size:>5} {kernels:<10} "
                       f"{f_med:>7.0f} ({f_p99:>6.0f}) {c_med:>7.0f} ({c_p99:>6.0f}) "
                       f"{row['ratio']:>6.2f} {b_med:>7.0f} ({b_p99:>6.0f}) {row['ratio_nchw']:>6.2f}")
         sys.stdout.flush()

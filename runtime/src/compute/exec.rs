@@ -300,6 +300,15 @@ impl Exec {
         }
     }
 
+    /// The CPU engine's thread pool, where it has one (more than one thread); `None` on a
+    /// GPU. Host work around the engine (the frame pass) can split over it between runs.
+    pub fn cpu_pool(&self) -> Option<std::sync::Arc<crate::compute::cpu::pool::Pool>> {
+        match self {
+            Exec::Cpu(c) => c.pool(),
+            Exec::Vulkan(_) => None,
+        }
+    }
+
     /// The CPU engine's kernel set; `None` on a GPU.
     pub fn cpu_kernels(&self) -> Option<crate::compute::cpu::kernels::KernelSet> {
         match self {

@@ -29,6 +29,8 @@ pub struct Predictor {
     dets: Vec<u8>,
     counts: [u8; 4],
     frames: FramePass,
+    /// The CPU engine's threads, which the frame pass may split large frames over.
+    pool: Option<std::sync::Arc<crate::compute::cpu::pool::Pool>>,
     /// Duplicate suppression's IoU limit (see [`super::nms`]).
     nms_iou: f32,
     pub classes: Vec<String>,
@@ -72,6 +74,11 @@ impl Predictor {
         };
         let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
         let mut plan = Exec::memory_plan(&graph.recording, exec)?;
+        // The frame pass may split a frame over the CPU engine's threads, a scratch row each.
+        let threads = match exec.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
         plan.add("input record", 1, layout.record_size as u64);
         plan.add(
             "detections read back",
@@ -79,9 +86,9 @@ impl Predictor {
             u64::from(top_k) * DETECTION_BYTES as u64,
         );
         plan.add(
-            format!("letterbox scratch (sources up to {max_side} px)"),
+            format!("frame pass scratch (sources up to {max_side} px, {threads} bands)"),
             1,
-            FramePass::planned_bytes(size, max_side) as u64,
+            FramePass::planned_bytes(size, max_side, threads) as u64,
         );
         Ok(plan)
     }
@@ -112,12 +119,14 @@ impl Predictor {
         let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
         let mut exec = Exec::new(&graph.recording, exec)?;
         checkpoint.load_into(&mut exec, &graph, false)?;
+        let pool = exec.cpu_pool();
         Ok(Predictor {
             exec,
             record: vec![0; layout.record_size],
             dets: vec![0; top_k as usize * DETECTION_BYTES],
             counts: [0; 4],
             frames: FramePass::new(size),
+            pool,
             nms_iou: DEFAULT_NMS_IOU,
             graph,
             layout,
@@ -164,7 +173,9 @@ impl Predictor {
     /// Sizes the letterbox's scratch for sources up to `max_side` pixels a side, so that
     /// [`Predictor::predict_into`] on them allocates nothing.
     pub fn reserve_sources(&mut self, max_side: u32) {
-        self.frames = FramePass::with_capacity(self.layout.width, max_side);
+        let threads = self.pool.as_ref().map_or(1, |p| p.threads());
+        self.frames = FramePass::new(self.layout.width);
+        self.frames.reserve(max_side, threads);
     }
 
     /// Bytes the predictor holds on the host for one image (record, detections, letterbox
@@ -196,9 +207,12 @@ impl Predictor {
     ) -> Result<PredictTiming> {
         let started = Instant::now();
         let pixels = self.layout.image_bytes;
-        let placed = self
-            .frames
-            .run(src, crop, self.layout.image_mut(&mut self.record))?;
+        let placed = self.frames.run_on(
+            self.pool.as_deref(),
+            src,
+            crop,
+            self.layout.image_mut(&mut self.record),
+        )?;
         let region = crop.unwrap_or(Rect::whole(src.width(), src.height()));
         let meta = RecordMeta {
             source_width: region.width,

@@ -60,7 +60,7 @@ fn byte(v: f32) -> u8 {
     // Adding 2²³ to a float in [0, 255] leaves its rounded value in the low mantissa bits:
     // a rounding the compiler vectorises, where a float-to-integer cast checks for overflow.
     const ROUND: f32 = 8_388_608.0;
-    ((v.max(0.0).min(255.0) + ROUND).to_bits() & 0xFF) as u8
+    ((v.clamp(0.0, 255.0) + ROUND).to_bits() & 0xFF) as u8
 }
 
 /// Pixels converted a block at a time: fixed-size arrays the compiler keeps in vector

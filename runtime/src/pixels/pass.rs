@@ -8,6 +8,9 @@ use super::source::{Pixels, PixelsError, Rect};
 use super::window::{Axis, Interval};
 use super::PAD_COLOUR;
 use crate::compute::cpu::kernels::{self, Kernels};
+use crate::compute::cpu::pool::Pool;
+use std::sync::Mutex;
+use std::time::Instant;
 
 /// Where the source (or its crop) landed in the letterboxed output.
 ///
@@ -135,6 +138,73 @@ fn layout(src: &Pixels<'_>) -> ([Option<Plane>; 2], Channels) {
     }
 }
 
+/// One thread's scratch: a row of vertical sums and one output row's three channels.
+#[derive(Debug, Default)]
+struct Band {
+    vrow: Vec<f32>,
+    channels: Vec<f32>,
+}
+
+/// Most bands a frame is split into (one per thread of the engine's pool).
+const MAX_BANDS: usize = crate::compute::cpu::pool::MAX_THREADS;
+
+/// How many bands a frame's rows go in, chosen by measurement per frame geometry: a camera
+/// sends the same size frame after frame, so the first few frames of a size try one band and
+/// all of the pool's alternately, and the faster is kept (waking the pool's threads costs
+/// tens of microseconds, as much as a small frame's whole pass).
+#[derive(Debug, Default, Clone, Copy)]
+struct BandChoice {
+    /// Format, sides, crop and threads the choice is for.
+    key: Option<(u8, u32, u32, Rect, usize)>,
+    /// The fastest run seen with one band and with all, microseconds, and runs timed.
+    one: u64,
+    all: u64,
+    tried: u32,
+}
+
+/// Runs of each kind a [`BandChoice`] times before it decides.
+pub(super) const TRIALS: u32 = 3;
+
+impl BandChoice {
+    /// Bands for the next run of `key` on `threads`.
+    fn bands(&mut self, key: (u8, u32, u32, Rect, usize)) -> usize {
+        if self.key != Some(key) {
+            *self = BandChoice {
+                key: Some(key),
+                one: u64::MAX,
+                all: u64::MAX,
+                tried: 0,
+            };
+        }
+        let threads = key.4;
+        if threads <= 1 {
+            1
+        } else if self.tried < 2 * TRIALS {
+            if self.tried.is_multiple_of(2) {
+                1
+            } else {
+                threads
+            }
+        } else if self.all < self.one {
+            threads
+        } else {
+            1
+        }
+    }
+
+    fn record(&mut self, bands: usize, micros: u64) {
+        if self.tried < 2 * TRIALS {
+            let best = if bands == 1 {
+                &mut self.one
+            } else {
+                &mut self.all
+            };
+            *best = (*best).min(micros);
+            self.tried += 1;
+        }
+    }
+}
+
 /// The frame pass with its scratch: sized up front with [`FramePass::with_capacity`], it
 /// allocates nothing for sources within that size.
 #[derive(Debug)]
@@ -145,10 +215,25 @@ pub struct FramePass {
     x: [Axis; 2],
     /// Windows down: pixel rows, then 4:2:0 chroma rows.
     y: [Axis; 2],
-    /// One output row's vertical sums of a plane's bytes.
-    vrow: Vec<f32>,
-    /// One output row's three channels.
-    channels: Vec<f32>,
+    /// Scratch of each band (thread), behind a lock each takes once a frame.
+    bands: Vec<Mutex<Band>>,
+    /// The largest source side the scratch holds.
+    max_side: u32,
+    choice: BandChoice,
+}
+
+/// What every band of one frame reads: the picture, its planes and the windows.
+struct Frame<'p, 'a> {
+    src: &'p Pixels<'a>,
+    planes: [Option<Plane>; 2],
+    channels: Channels,
+    x: &'p [Axis; 2],
+    y: &'p [Axis; 2],
+    kernels: &'static Kernels,
+    /// Output side, content width, left padding.
+    n: usize,
+    dw: usize,
+    px: usize,
 }
 
 impl FramePass {
@@ -169,21 +254,29 @@ impl FramePass {
             kernels,
             x: Default::default(),
             y: Default::default(),
-            vrow: Vec::new(),
-            channels: Vec::new(),
+            bands: Vec::new(),
+            max_side: 0,
+            choice: BandChoice::default(),
         }
     }
 
-    /// A pass with scratch for sources up to `max_side` pixels a side.
+    /// A pass with scratch for sources up to `max_side` pixels a side, on one thread.
     pub fn with_capacity(size: u32, max_side: u32) -> Self {
         let mut p = Self::new(size);
-        p.reserve(max_side);
+        p.reserve(max_side, 1);
         p
     }
 
     /// The output side, pixels.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Bands the last frame's geometry settled on (1: this thread alone), once measured.
+    pub fn bands_chosen(&self) -> Option<usize> {
+        let c = &self.choice;
+        let threads = c.key?.4;
+        (c.tried >= 2 * TRIALS).then_some(if c.all < c.one { threads } else { 1 })
     }
 
     /// The kernel set the vertical pass runs on.
@@ -198,8 +291,9 @@ impl FramePass {
         Axis::taps_for(f64::from(2 * max_side.max(1)), size.max(1))
     }
 
-    /// Grows the scratch for sources up to `max_side` pixels a side.
-    pub fn reserve(&mut self, max_side: u32) {
+    /// Grows the scratch for sources up to `max_side` pixels a side, split over up to
+    /// `threads` bands.
+    pub fn reserve(&mut self, max_side: u32, threads: usize) {
         let (dst, taps) = (
             self.size.max(1) as usize,
             Self::max_taps(max_side, self.size),
@@ -207,29 +301,60 @@ impl FramePass {
         for a in self.x.iter_mut().chain(self.y.iter_mut()) {
             a.reserve(dst, taps);
         }
-        grow(&mut self.vrow, max_side.max(1) as usize * 4 + SLACK);
-        grow(&mut self.channels, dst * 3);
+        let threads = threads.clamp(1, MAX_BANDS);
+        if self.bands.len() < threads {
+            self.bands.reserve_exact(threads - self.bands.len());
+            self.bands.resize_with(threads, Default::default);
+        }
+        self.max_side = self.max_side.max(max_side);
+        for band in &mut self.bands {
+            let band = band.get_mut().unwrap_or_else(|e| e.into_inner());
+            grow(&mut band.vrow, self.max_side.max(1) as usize * 4 + SLACK);
+            grow(&mut band.channels, dst * 3);
+        }
     }
 
-    /// Bytes [`FramePass::with_capacity`] holds, computed without allocating (for memory
-    /// plans).
-    pub fn planned_bytes(size: u32, max_side: u32) -> usize {
+    /// Bytes [`FramePass::reserve`]`(max_side, threads)` holds on a new pass, computed
+    /// without allocating (for memory plans).
+    pub fn planned_bytes(size: u32, max_side: u32, threads: usize) -> usize {
         let (dst, taps) = (size.max(1) as usize, Self::max_taps(max_side, size));
+        let band = (max_side.max(1) as usize * 4 + SLACK) * 4 + dst * 3 * 4;
         4 * Axis::planned_bytes(dst, taps)
-            + (max_side.max(1) as usize * 4 + SLACK) * 4
-            + dst * 3 * 4
+            + threads.clamp(1, MAX_BANDS) * (band + std::mem::size_of::<Mutex<Band>>())
     }
 
     /// Bytes of scratch held.
     pub fn bytes(&self) -> usize {
+        let bands: usize = self
+            .bands
+            .iter()
+            .map(|b| {
+                let b = b.lock().unwrap_or_else(|e| e.into_inner());
+                (b.vrow.capacity() + b.channels.capacity()) * 4
+            })
+            .sum();
         self.x.iter().chain(&self.y).map(Axis::bytes).sum::<usize>()
-            + (self.vrow.capacity() + self.channels.capacity()) * 4
+            + bands
+            + self.bands.capacity() * std::mem::size_of::<Mutex<Band>>()
     }
 
     /// Letterboxes `crop` of `src` (all of it for `None`) into `out` (`size × size × 3`
-    /// bytes, RGB interleaved). Allocates only for sources beyond what was reserved.
+    /// bytes, RGB interleaved), on this thread. Allocates only for sources beyond what was
+    /// reserved.
     pub fn run(
         &mut self,
+        src: &Pixels<'_>,
+        crop: Option<Rect>,
+        out: &mut [u8],
+    ) -> Result<Letterbox, PixelsError> {
+        self.run_on(None, src, crop, out)
+    }
+
+    /// [`FramePass::run`], with the content's rows split in bands over `pool`'s threads
+    /// where that measured faster for frames like this one (see [`BandChoice`]).
+    pub fn run_on(
+        &mut self,
+        pool: Option<&Pool>,
         src: &Pixels<'_>,
         crop: Option<Rect>,
         out: &mut [u8],
@@ -241,12 +366,13 @@ impl FramePass {
             "letterbox output must be size × size × 3 bytes"
         );
         let region = src.region(crop)?;
+        let started = Instant::now();
         let placed = Letterbox::place(self.size, region.width, region.height);
         let (dw, dh) = (placed.width as usize, placed.height as usize);
         let (px, py) = (placed.pad_x as usize, placed.pad_y as usize);
-        self.reserve(src.width().max(src.height()));
+        let threads = pool.map_or(1, Pool::threads);
+        self.reserve(src.width().max(src.height()), threads);
 
-        let (planes, channels) = layout(src);
         let across = Interval::whole(region.x, region.width);
         let down = Interval::whole(region.y, region.height);
         self.x[0].plan(across, placed.width);
@@ -259,29 +385,87 @@ impl FramePass {
         }
 
         let row_bytes = n * 3;
-        for (y, row) in out.chunks_exact_mut(row_bytes).enumerate() {
-            if y < py || y >= py + dh {
-                fill_pad(row);
-                continue;
+        let (above, rest) = out.split_at_mut(py * row_bytes);
+        let (content, below) = rest.split_at_mut(dh * row_bytes);
+        fill_pad(above);
+        fill_pad(below);
+        let (planes, channels) = layout(src);
+        let frame = Frame {
+            src,
+            planes,
+            channels,
+            x: &self.x,
+            y: &self.y,
+            kernels: self.kernels,
+            n,
+            dw,
+            px,
+        };
+        let key = (
+            src.format() as u8,
+            src.width(),
+            src.height(),
+            region,
+            threads,
+        );
+        let bands = match pool {
+            Some(_) => self.choice.bands(key).min(dh.max(1)),
+            None => 1,
+        };
+        if bands <= 1 {
+            let mut band = self.bands[0].lock().unwrap_or_else(|e| e.into_inner());
+            frame.rows(&mut band, 0, content);
+        } else {
+            // Each band's rows, handed to whichever thread takes the band (a lock each, never
+            // contended: one band per part).
+            let per_band = dh.div_ceil(bands);
+            let mut parts: [Mutex<&mut [u8]>; MAX_BANDS] = Default::default();
+            for (part, rows) in parts
+                .iter_mut()
+                .zip(content.chunks_mut(per_band * row_bytes))
+            {
+                *part.get_mut().unwrap_or_else(|e| e.into_inner()) = rows;
             }
-            fill_pad(&mut row[..px * 3]);
-            fill_pad(&mut row[(px + dw) * 3..]);
-            let j = y - py;
-            for plane in planes.iter().flatten() {
-                self.plane_row(src, plane, j, dw);
-            }
-            let (a, rest) = self.channels[..3 * n].split_at(n);
-            let (b, c) = rest.split_at(n);
-            to_rgb(channels, [a, b, c], &mut row[px * 3..(px + dw) * 3]);
+            let scratch = &self.bands;
+            let work = |k: usize| {
+                let mut band = scratch[k].lock().unwrap_or_else(|e| e.into_inner());
+                let mut rows = parts[k].lock().unwrap_or_else(|e| e.into_inner());
+                frame.rows(&mut band, k * per_band, &mut rows);
+            };
+            pool.expect("bands > 1 only with a pool")
+                .run(dh.div_ceil(per_band), &work);
         }
+        self.choice
+            .record(bands, started.elapsed().as_micros() as u64);
         Ok(placed)
+    }
+}
+
+impl Frame<'_, '_> {
+    /// Content rows `first ..` (as many as `out` holds) into `out`, whole output rows.
+    fn rows(&self, band: &mut Band, first: usize, out: &mut [u8]) {
+        let n = self.n;
+        for (k, row) in out.chunks_exact_mut(n * 3).enumerate() {
+            fill_pad(&mut row[..self.px * 3]);
+            fill_pad(&mut row[(self.px + self.dw) * 3..]);
+            for plane in self.planes.iter().flatten() {
+                self.plane_row(band, plane, first + k);
+            }
+            let (a, rest) = band.channels[..3 * n].split_at(n);
+            let (b, c) = rest.split_at(n);
+            to_rgb(
+                self.channels,
+                [a, b, c],
+                &mut row[self.px * 3..(self.px + self.dw) * 3],
+            );
+        }
     }
 
     /// Output row `j` of one plane's channels: the vertical sums of its bytes, then each
-    /// grid's horizontal windows into [`FramePass::channels`].
-    fn plane_row(&mut self, src: &Pixels<'_>, plane: &Plane, j: usize, dw: usize) {
-        let n = self.size as usize;
-        let x_axis = |g: &Grid| if g.halved_x { 1 } else { 0 };
+    /// grid's horizontal windows into the band's channels.
+    fn plane_row(&self, band: &mut Band, plane: &Plane, j: usize) {
+        let n = self.n;
+        let x_axis = |g: &Grid| usize::from(g.halved_x);
         // The bytes any window of any grid reads.
         let (mut lo, mut hi) = (usize::MAX, 0);
         for g in plane.grids.iter().flatten() {
@@ -292,27 +476,27 @@ impl FramePass {
         }
         let axis = &self.y[usize::from(plane.halved_y)];
         let (first_row, weights) = axis.window(j);
-        let stride = src.stride();
+        let stride = self.src.stride();
         let start = plane.offset + first_row as usize * stride + lo;
         let len = hi - lo;
-        let bytes = src.bytes();
+        let bytes = self.src.bytes();
         // The picture was checked to hold every row of every plane in full, and windows lie
         // inside the picture: this holds for every well-formed `Pixels`.
         assert!(
             start + (weights.len() - 1) * stride + len <= bytes.len(),
             "frame pass reads outside the picture"
         );
-        let vrow = &mut self.vrow[..len + SLACK];
+        let vrow = &mut band.vrow[..len + SLACK];
         // SAFETY: the kernels come from `kernels::table` (only sets this CPU runs); the
         // assertion above is the kernel's bound on `src`, and `weights` is not empty.
         unsafe { (self.kernels.weighted_rows)(&bytes[start..], stride, weights, &mut vrow[..len]) };
         for g in plane.grids.iter().flatten() {
             let axis = &self.x[x_axis(g)];
-            let out = &mut self.channels[g.first * n..(g.first + g.channels) * n];
+            let out = &mut band.channels[g.first * n..(g.first + g.channels) * n];
             match g.channels {
-                1 => horizontal::<1>(vrow, lo, g, axis, out, dw),
-                2 => horizontal::<2>(vrow, lo, g, axis, out, dw),
-                _ => horizontal::<3>(vrow, lo, g, axis, out, dw),
+                1 => horizontal::<1>(vrow, lo, g, axis, out, self.dw),
+                2 => horizontal::<2>(vrow, lo, g, axis, out, self.dw),
+                _ => horizontal::<3>(vrow, lo, g, axis, out, self.dw),
             }
         }
     }

@@ -2,6 +2,7 @@
 //! enlarging, on every kernel set this CPU runs.
 
 use super::colour::YuvToRgb;
+use super::pass::TRIALS;
 use super::*;
 use crate::compute::cpu::kernels::{self, KernelSet};
 
@@ -147,6 +148,7 @@ fn picture(format: PixelFormat, w: u32, h: u32, pad: usize, rng: &mut Rng) -> (u
     (stride, bytes)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check(
     set: KernelSet,
     format: PixelFormat,
@@ -324,7 +326,7 @@ fn bad_pictures_and_crops_are_refused_with_what_is_wrong() {
 fn reserved_scratch_is_not_reallocated_and_the_plan_is_what_is_held() {
     for (size, side) in [(128, 640), (256, 1920), (128, 4096), (320, 100)] {
         assert_eq!(
-            FramePass::planned_bytes(size, side),
+            FramePass::planned_bytes(size, side, 1),
             FramePass::with_capacity(size, side).bytes()
         );
     }
@@ -348,6 +350,33 @@ fn reserved_scratch_is_not_reallocated_and_the_plan_is_what_is_held() {
             )
             .unwrap();
             assert_eq!(pass.bytes(), before, "{} {w}x{h}", format.name());
+        }
+    }
+}
+
+#[test]
+fn bands_over_a_pool_give_the_same_bytes_and_the_choice_settles() {
+    use crate::compute::cpu::pool::Pool;
+    let pool = Pool::new(3);
+    let mut rng = Rng(0xBA5D);
+    for format in PixelFormat::ALL {
+        let (stride, bytes) = picture(format, 200, 150, 3, &mut rng);
+        let p = Pixels::new(format, 200, 150, stride, ColourSpace::Bt709Limited, &bytes).unwrap();
+        let crop = Some(Rect {
+            x: 7,
+            y: 3,
+            width: 151,
+            height: 97,
+        });
+        let mut one = FramePass::new(64);
+        let mut want = vec![0u8; 64 * 64 * 3];
+        one.run(&p, crop, &mut want).unwrap();
+        let mut split = FramePass::new(64);
+        // Enough runs to try one band and three alternately, then keep the faster.
+        for _ in 0..2 * TRIALS + 2 {
+            let mut got = vec![1u8; 64 * 64 * 3];
+            split.run_on(Some(&pool), &p, crop, &mut got).unwrap();
+            assert!(got == want, "{}: banded output differs", format.name());
         }
     }
 }

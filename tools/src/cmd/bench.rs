@@ -256,9 +256,9 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(paced) = find("memfd", "paced") {
-        let limit = r.forward_p50_ms + 1.0;
+        let limit = r.forward_p50_ms + r.prepare_p50_ms + 1.0;
         crate::outln!(
-            "  goal: memfd p99 ≤ engine forward + 1 ms ({limit:.3} ms) at {} frames/s: {} ({:.3} ms)",
+            "  goal: memfd p99 ≤ engine forward + frame pass + 1 ms ({limit:.3} ms) at {} frames/s: {} ({:.3} ms)",
             r.paced_rate,
             if paced.p99_ms <= limit { "met" } else { "NOT met" },
             paced.p99_ms
@@ -266,9 +266,9 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(flat) = find("memfd", "flat out") {
         crate::outln!(
-            "  goal: ≥ 1000 frames/s over {} clients (memfd): {} ({:.0} frames/s)",
+            "  goal: ≥ 1500 frames/s over {} clients (memfd): {} ({:.0} frames/s)",
             r.clients,
-            if flat.frames_per_s >= 1000.0 {
+            if flat.frames_per_s >= 1500.0 {
                 "met"
             } else {
                 "NOT met"

@@ -11,8 +11,10 @@ use fulcrum::serve::frame::encode_frame;
 
 /// The frame pass alone (colour conversion, area resampling, letterbox, into the engine's
 /// input): each pixel format at 640×480, 1280×720 and 1920×1080 into det-s (128 px) and
-/// det-m (256 px) inputs, median and p99 over --runs runs, on one thread, for every kernel set
-/// this CPU runs, with each set's time as a ratio to the portable set's in the same run.
+/// det-m (256 px) inputs, median and p99 over --runs runs, for every kernel set this CPU
+/// runs, with each set's time as a ratio to the portable set's in the same run. On one
+/// thread, or with --threads N split in bands over a pool of N as the daemon does where
+/// that measured faster (the bands it chose are printed).
 #[derive(clap::Args)]
 pub struct FramesArgs {
     /// Runs per figure, 10 to 100000.
@@ -24,6 +26,9 @@ pub struct FramesArgs {
     /// Only the best kernel set (and the portable baseline).
     #[arg(long)]
     best_only: bool,
+    /// Threads of the pool the pass may split a frame over, 1 to 16.
+    #[arg(long, default_value_t = 1, value_parser = crate::args::threads)]
+    threads: usize,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -36,6 +41,9 @@ struct Figure {
     frame: String,
     input: u32,
     kernels: KernelSet,
+    threads: usize,
+    /// Bands the pass chose for this frame (1: one thread).
+    bands: usize,
     median_us: f64,
     p99_us: f64,
     /// This set's median over the portable set's for the same work.
@@ -85,19 +93,22 @@ pub fn run(a: FramesArgs) -> anyhow::Result<ExitCode> {
     } else {
         KernelSet::here()
     };
+    let pool = (a.threads > 1).then(|| fulcrum::compute::cpu::pool::Pool::new(a.threads));
     crate::outln!(
-        "fulcrum bench frames: the frame pass on one thread, {} runs a figure; kernel sets: {} \
+        "fulcrum bench frames: the frame pass on {} thread(s), {} runs a figure; kernel sets: {} \
          (best: {})",
+        a.threads,
         a.runs,
         fulcrum::compute::cpu::kernels::names(&sets),
         KernelSet::best()
     );
     crate::outln!(
-        "  {:<6} {:>10} {:>12} {:<9} {:>10} {:>10} {:>12}",
+        "  {:<6} {:>10} {:>12} {:<9} {:>5} {:>10} {:>10} {:>12}",
         "format",
         "frame",
         "input",
         "kernels",
+        "bands",
         "median µs",
         "p99 µs",
         "× portable"
@@ -125,14 +136,15 @@ pub fn run(a: FramesArgs) -> anyhow::Result<ExitCode> {
                     let Some(mut pass) = FramePass::on_kernel_set(input, set) else {
                         continue;
                     };
-                    pass.reserve(u32::from(w.max(h)));
-                    for _ in 0..5 {
-                        pass.run(&pixels, None, &mut out)?;
+                    pass.reserve(u32::from(w.max(h)), a.threads);
+                    // Warm-up, and the pass's own trials of one band against all.
+                    for _ in 0..10 {
+                        pass.run_on(pool.as_ref(), &pixels, None, &mut out)?;
                     }
                     times.clear();
                     for _ in 0..a.runs {
                         let t = Instant::now();
-                        pass.run(&pixels, None, &mut out)?;
+                        pass.run_on(pool.as_ref(), &pixels, None, &mut out)?;
                         times.push(t.elapsed().as_secs_f64() * 1e6);
                     }
                     times.sort_by(f64::total_cmp);
@@ -143,16 +155,19 @@ pub fn run(a: FramesArgs) -> anyhow::Result<ExitCode> {
                         frame: format!("{w}x{h}"),
                         input,
                         kernels: set,
+                        threads: a.threads,
+                        bands: pass.bands_chosen().unwrap_or(1),
                         median_us: median,
                         p99_us: percentile(&times, 0.99),
                         ratio_to_portable: median / base,
                     };
                     crate::outln!(
-                        "  {:<6} {:>10} {:>12} {:<9} {:>10.1} {:>10.1} {:>12.2}",
+                        "  {:<6} {:>10} {:>12} {:<9} {:>5} {:>10.1} {:>10.1} {:>12.2}",
                         figure.format,
                         figure.frame,
                         format!("{input} ({model})"),
                         set.name(),
+                        figure.bands,
                         figure.median_us,
                         figure.p99_us,
                         figure.ratio_to_portable

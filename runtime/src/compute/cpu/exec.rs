@@ -331,6 +331,11 @@ impl CpuExec {
         self.per_step = on;
     }
 
+    /// The engine's thread pool (none on one thread).
+    pub fn pool(&self) -> Option<std::sync::Arc<super::pool::Pool>> {
+        self.scratch.pool()
+    }
+
     pub fn threads(&self) -> usize {
         self.scratch.threads()
     }
