@@ -493,12 +493,63 @@ impl Frame<'_, '_> {
         for g in plane.grids.iter().flatten() {
             let axis = &self.x[x_axis(g)];
             let out = &mut band.channels[g.first * n..(g.first + g.channels) * n];
+            if let Some(gather) = self.kernels.gather_taps {
+                gather_channels(gather, vrow, lo, g, axis, out, self.dw);
+                continue;
+            }
             match g.channels {
                 1 => horizontal::<1>(vrow, lo, g, axis, out, self.dw),
                 2 => horizontal::<2>(vrow, lo, g, axis, out, self.dw),
                 _ => horizontal::<3>(vrow, lo, g, axis, out, self.dw),
             }
         }
+    }
+}
+
+/// The horizontal windows of each channel of a grid by the kernel set's gathers: the same
+/// sums as [`horizontal`] (in the same order of taps), several outputs at a time.
+fn gather_channels(
+    gather: kernels::GatherTaps,
+    v: &[f32],
+    base: usize,
+    g: &Grid,
+    axis: &Axis,
+    out: &mut [f32],
+    dw: usize,
+) {
+    let n = out.len() / g.channels;
+    let taps = axis.taps();
+    let (lo, hi) = axis.span();
+    let (least, most) = (
+        *g.offsets[..g.channels].iter().min().unwrap(),
+        *g.offsets[..g.channels].iter().max().unwrap(),
+    );
+    // Every window starts at or after the span's first sample and ends by its last: the
+    // kernel's bounds hold for all outputs when they hold for the span's ends.
+    assert!(
+        lo as usize * g.step + least >= base
+            && (hi as usize - 1) * g.step + most < base + v.len()
+            && v.len() < i32::MAX as usize
+            && dw <= axis.outputs(),
+        "horizontal windows reach outside the row of sums"
+    );
+    for (c, out) in out.chunks_exact_mut(n).enumerate() {
+        let offset = g.offsets[c] as isize - base as isize;
+        // SAFETY: a table's kernel (only sets this CPU runs); dw ≤ the axis's outputs, whose
+        // starts and tap-major weights it holds, and every index read is inside `v`
+        // (asserted above for the span that holds every window).
+        unsafe {
+            gather(
+                v,
+                axis.starts(),
+                axis.weights_by_tap(),
+                axis.outputs(),
+                taps,
+                g.step,
+                offset,
+                &mut out[..dw],
+            )
+        };
     }
 }
 

@@ -19,6 +19,9 @@ pub(crate) struct Axis {
     start: Vec<u32>,
     /// `taps` weights per output, summing to 1.
     weights: Vec<f32>,
+    /// The same weights tap by tap: tap `t` of output `i` at `t·dst + i` (for kernels that
+    /// take several outputs at once).
+    by_tap: Vec<f32>,
     taps: usize,
     /// Lowest and one past the highest sample any window reads.
     span: (u32, u32),
@@ -77,16 +80,19 @@ impl Axis {
         if self.weights.capacity() < dst * taps {
             self.weights.reserve_exact(dst * taps - self.weights.len());
         }
+        if self.by_tap.capacity() < dst * taps {
+            self.by_tap.reserve_exact(dst * taps - self.by_tap.len());
+        }
     }
 
     /// Bytes held, for memory plans.
     pub fn bytes(&self) -> usize {
-        self.start.capacity() * 4 + self.weights.capacity() * 4
+        (self.start.capacity() + self.weights.capacity() + self.by_tap.capacity()) * 4
     }
 
     /// Bytes [`Axis::reserve`] holds for `dst` outputs of `taps`.
     pub fn planned_bytes(dst: usize, taps: usize) -> usize {
-        dst * 4 + dst * taps * 4
+        dst * 4 + 2 * dst * taps * 4
     }
 
     /// Computes the windows of `src` onto `dst` outputs (`dst > 0`, `src.len > 0`).
@@ -155,6 +161,14 @@ impl Axis {
             self.start.push(start);
         }
         self.span = span;
+        // Within the reserved capacity: no allocation.
+        self.by_tap.clear();
+        self.by_tap.resize(taps * dst as usize, 0.0);
+        for (i, w) in self.weights.chunks_exact(taps).enumerate() {
+            for (t, &v) in w.iter().enumerate() {
+                self.by_tap[t * dst as usize + i] = v;
+            }
+        }
         self.planned = Some((src, dst));
     }
 
@@ -171,6 +185,16 @@ impl Axis {
     /// All weights, `taps` per output.
     pub fn weights(&self) -> &[f32] {
         &self.weights
+    }
+
+    /// All weights tap by tap: tap `t` of output `i` at `t·dst + i`.
+    pub fn weights_by_tap(&self) -> &[f32] {
+        &self.by_tap
+    }
+
+    /// Outputs planned.
+    pub fn outputs(&self) -> usize {
+        self.start.len()
     }
 
     /// Output `i`'s first sample and weights.

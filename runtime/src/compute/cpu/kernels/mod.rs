@@ -263,6 +263,26 @@ pub(crate) type RgbRow = unsafe fn(src: &[u8], flip: bool, dst: [&mut [f32]; 3])
 pub(crate) type WeightedRows =
     unsafe fn(src: &[u8], stride: usize, weights: &[f32], out: &mut [f32]);
 
+/// `out[i] = Σ_t weights[t·dst + i] · v[starts[i]·step + offset + t·step]` for every
+/// `i < out.len()`: one channel of the frame pass's horizontal windows, vectorised across
+/// outputs (each lane gathers its window's samples). `weights` is laid out tap by tap, `dst`
+/// outputs a tap.
+///
+/// # Safety
+/// A table of a set that runs here; `out.len() ≤ dst ≤ starts.len()`, `weights.len() ≥
+/// taps·dst`, `taps ≥ 1`, and for every `i < out.len()` the index `starts[i]·step + offset`
+/// is ≥ 0 and `starts[i]·step + offset + (taps − 1)·step < v.len() ≤ i32::MAX`.
+pub(crate) type GatherTaps = unsafe fn(
+    v: &[f32],
+    starts: &[u32],
+    weights: &[f32],
+    dst: usize,
+    taps: usize,
+    step: usize,
+    offset: isize,
+    out: &mut [f32],
+);
+
 /// One set's kernels. Only [`table`] hands them out, and only for a set the CPU can run:
 /// that is what makes calling through them sound.
 pub(crate) struct Kernels {
@@ -286,6 +306,9 @@ pub(crate) struct Kernels {
     pub dw3x3_input_grad_s2: Dw3x3InputGradS2,
     /// The frame pass's vertical windows ([`crate::pixels`]).
     pub weighted_rows: WeightedRows,
+    /// Its horizontal windows by gathers, where the set has them (the pass falls back to
+    /// its own loops, a window at a time).
+    pub gather_taps: Option<GatherTaps>,
 }
 
 impl std::fmt::Debug for Kernels {

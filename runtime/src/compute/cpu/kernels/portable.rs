@@ -17,6 +17,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_input_grad_s2,
     rgb_row,
     weighted_rows,
+    gather_taps: None,
 };
 
 /// See [`super::WeightedRows`] (and its safety): a row at a time, in the order every set

@@ -487,3 +487,42 @@ fn weighted_rows_match_the_portable_ones_at_every_tail() {
         }
     }
 }
+
+#[test]
+fn gathered_taps_match_the_sums_they_stand_for() {
+    let v = wave(700, 0.37);
+    for kern in simd_tables() {
+        let Some(gather) = kern.gather_taps else {
+            continue;
+        };
+        for (dst, taps, step, offset) in [
+            (37usize, 5usize, 1usize, 0isize),
+            (64, 3, 2, 1),
+            (19, 7, 3, -2),
+            (128, 1, 4, 3),
+        ] {
+            let starts: Vec<u32> = (0..dst as u32).map(|i| 1 + i * 5 % 97).collect();
+            let weights = wave(dst * taps, 1.3);
+            for n in [1, dst / 2, dst - 1, dst] {
+                let want: Vec<f32> = (0..n)
+                    .map(|i| {
+                        let first = (starts[i] as usize * step).wrapping_add_signed(offset);
+                        (0..taps)
+                            .map(|t| weights[t * dst + i] * v[first + t * step])
+                            .sum()
+                    })
+                    .collect();
+                let mut got = vec![f32::NAN; n];
+                // SAFETY: a table from `table`; every index is at most (1 + 96)·4 + 3 + 6·4
+                // < 700 and at least 1·1 − 2 ≥ 0 (the starts are ≥ 1).
+                unsafe { gather(&v, &starts, &weights, dst, taps, step, offset, &mut got) };
+                assert_close(
+                    kern.set,
+                    &format!("{taps} taps of {n}, step {step}"),
+                    &got,
+                    &want,
+                );
+            }
+        }
+    }
+}

@@ -2,8 +2,9 @@
 
 use super::super::portable;
 use std::arch::x86_64::{
-    __m256, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_fmadd_ps, _mm256_mul_ps,
-    _mm256_set1_ps, _mm256_storeu_ps, _mm_loadl_epi64,
+    __m256, __m256i, _mm256_add_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_fmadd_ps,
+    _mm256_i32gather_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_mullo_epi32,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps, _mm_loadl_epi64,
 };
 
 /// Eight bytes at `p` as eight floats.
@@ -66,5 +67,49 @@ pub(in super::super) unsafe fn weighted_rows(
     if x < n {
         // SAFETY: the same rows from column x: (len − 1)·stride + (n − x) ≤ src.len() − x.
         unsafe { portable::weighted_rows(&src[x..], stride, weights, &mut out[x..]) };
+    }
+}
+
+/// See [`super::super::GatherTaps`] (and its safety): eight outputs at a time, each tap one
+/// gather of their eight samples and one multiply-add; the last few outputs one by one.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(in super::super) unsafe fn gather_taps(
+    v: &[f32],
+    starts: &[u32],
+    weights: &[f32],
+    dst: usize,
+    taps: usize,
+    step: usize,
+    offset: isize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    let (stepv, offv) = (
+        _mm256_set1_epi32(step as i32),
+        _mm256_set1_epi32(offset as i32),
+    );
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: outputs i .. i + 8 < n ≤ dst ≤ starts.len(); tap t's weights at t·dst + i
+        // .. + 8 ≤ taps·dst; every gathered index lies inside `v` (the contract).
+        unsafe {
+            let s = _mm256_loadu_si256(starts.as_ptr().add(i).cast::<__m256i>());
+            let mut at = _mm256_add_epi32(_mm256_mullo_epi32(s, stepv), offv);
+            let mut acc = _mm256_setzero_ps();
+            for t in 0..taps {
+                let w = _mm256_loadu_ps(weights.as_ptr().add(t * dst + i));
+                acc = _mm256_fmadd_ps(w, _mm256_i32gather_ps::<4>(v.as_ptr(), at), acc);
+                at = _mm256_add_epi32(at, stepv);
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), acc);
+        }
+        i += 8;
+    }
+    for (k, o) in out.iter_mut().enumerate().skip(i) {
+        let first = (starts[k] as usize * step).wrapping_add_signed(offset);
+        *o = (0..taps).fold(0.0, |acc, t| {
+            weights[t * dst + k].mul_add(v[first + t * step], acc)
+        });
     }
 }

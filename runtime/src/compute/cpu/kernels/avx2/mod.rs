@@ -20,6 +20,7 @@ static KERNELS: Kernels = Kernels {
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
     weighted_rows: frame::weighted_rows,
+    gather_taps: Some(frame::gather_taps),
 };
 
 /// The set, where the CPU has AVX2 and FMA (everything its kernels are compiled with).

@@ -2,8 +2,10 @@
 
 use super::super::portable;
 use std::arch::x86_64::{
-    __m512, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_fmadd_ps, _mm512_mul_ps,
-    _mm512_set1_ps, _mm512_storeu_ps, _mm_loadu_si128,
+    __m512, _mm512_add_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_fmadd_ps,
+    _mm512_i32gather_ps, _mm512_loadu_ps, _mm512_mask_i32gather_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_epi32, _mm512_maskz_loadu_ps, _mm512_mul_ps, _mm512_mullo_epi32,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm_loadu_si128,
 };
 
 /// Sixteen bytes at `p` as sixteen floats.
@@ -65,5 +67,61 @@ pub(in super::super) unsafe fn weighted_rows(
     if x < n {
         // SAFETY: the same rows from column x: (len − 1)·stride + (n − x) ≤ src.len() − x.
         unsafe { portable::weighted_rows(&src[x..], stride, weights, &mut out[x..]) };
+    }
+}
+
+/// See [`super::super::GatherTaps`] (and its safety): sixteen outputs at a time, each tap
+/// one gather of their sixteen samples and one multiply-add; the last few under a lane mask.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(in super::super) unsafe fn gather_taps(
+    v: &[f32],
+    starts: &[u32],
+    weights: &[f32],
+    dst: usize,
+    taps: usize,
+    step: usize,
+    offset: isize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    let (stepv, offv) = (
+        _mm512_set1_epi32(step as i32),
+        _mm512_set1_epi32(offset as i32),
+    );
+    let mut i = 0;
+    while i < n {
+        let lanes = (n - i).min(16);
+        let mask: u16 = if lanes == 16 {
+            u16::MAX
+        } else {
+            (1 << lanes) - 1
+        };
+        // SAFETY: the lanes of `mask` are outputs i .. i + lanes ≤ n ≤ dst ≤ starts.len();
+        // tap t's weights of them lie at t·dst + i .. < taps·dst; every index a masked-in
+        // lane gathers lies inside `v` (the contract); masked-out lanes read and write
+        // nothing.
+        unsafe {
+            let s = _mm512_maskz_loadu_epi32(mask, starts.as_ptr().add(i).cast());
+            let mut at = _mm512_add_epi32(_mm512_mullo_epi32(s, stepv), offv);
+            let mut acc = _mm512_setzero_ps();
+            if lanes == 16 {
+                for t in 0..taps {
+                    let w = _mm512_loadu_ps(weights.as_ptr().add(t * dst + i));
+                    acc = _mm512_fmadd_ps(w, _mm512_i32gather_ps::<4>(at, v.as_ptr()), acc);
+                    at = _mm512_add_epi32(at, stepv);
+                }
+                _mm512_storeu_ps(out.as_mut_ptr().add(i), acc);
+            } else {
+                for t in 0..taps {
+                    let w = _mm512_maskz_loadu_ps(mask, weights.as_ptr().add(t * dst + i));
+                    let x = _mm512_mask_i32gather_ps::<4>(acc, mask, at, v.as_ptr());
+                    acc = _mm512_fmadd_ps(w, x, acc);
+                    at = _mm512_add_epi32(at, stepv);
+                }
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, acc);
+            }
+        }
+        i += lanes;
     }
 }

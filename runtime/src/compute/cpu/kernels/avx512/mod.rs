@@ -35,6 +35,7 @@ static KERNELS: Kernels = Kernels {
     dw3x3_input_grad_s2: avx2::dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
     weighted_rows: frame::weighted_rows,
+    gather_taps: Some(frame::gather_taps),
 };
 
 /// The set, where the CPU has AVX-512F and also AVX2 and FMA (the kernels it shares with

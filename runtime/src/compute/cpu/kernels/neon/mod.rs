@@ -20,4 +20,5 @@ pub(super) static KERNELS: Kernels = Kernels {
     dw3x3_input_grad_s2: dw3x3::input_grad_s2,
     rgb_row: elementwise::rgb_row,
     weighted_rows: frame::weighted_rows,
+    gather_taps: None,
 };
