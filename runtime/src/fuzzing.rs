@@ -177,7 +177,7 @@ mod tests {
     fn frame_request_seeds_are_current_and_reach_the_pixels() {
         use crate::serve::server::DEFAULT_MAX_FRAME_SIDE;
         use fulcrum_board::protocol::{
-            ColourSpace, Crop, Frame, FrameDesc, FrameSource, Message, PixelFormat,
+            ColourSpace, Crop, Frame, FrameDesc, FrameSource, Message, PixelFormat, HEADER_LEN,
         };
         let seed = |ring_len: u16, desc: FrameDesc, pixels: &[u8]| {
             let msg = Message::Infer(Frame { desc, pixels });
@@ -185,6 +185,10 @@ mod tests {
             let start = bytes.len();
             bytes.resize(start + msg.encoded_len(), 0);
             msg.encode(1, 0, &mut bytes[start..]).unwrap();
+            bytes
+        };
+        let patched = |mut bytes: Vec<u8>, at: usize, with: &[u8]| {
+            bytes[at..at + with.len()].copy_from_slice(with);
             bytes
         };
         let rgb = FrameDesc::packed(PixelFormat::Rgb8, FrameSource::Inline, 8, 6).unwrap();
@@ -209,21 +213,39 @@ mod tests {
             ("cropped-nv12.bin", seed(256, cropped, &[]), true),
             ("inline-yuyv.bin", seed(0, yuyv, &[77; 48]), true),
             ("inline-bgra.bin", seed(0, bgra, &[200; 60]), true),
+            // The rejections: a crop reaching outside the frame, an odd NV12 height, a stride
+            // shorter than a row (descriptions the encoder refuses, so written by hand).
+            (
+                "bad-crop.bin",
+                patched(seed(256, nv12, &[]), 2 + HEADER_LEN + 32, &[15, 0]),
+                false,
+            ),
+            (
+                "odd-nv12.bin",
+                patched(seed(256, nv12, &[]), 2 + HEADER_LEN + 4, &[7, 0]),
+                false,
+            ),
+            (
+                "short-stride.bin",
+                patched(seed(0, rgb, &[9; 144]), 2 + HEADER_LEN + 8, &[5]),
+                false,
+            ),
         ];
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/frame_request");
         for (name, bytes, passes) in &seeds {
             let ring = vec![0u8; usize::from(u16::from_le_bytes([bytes[0], bytes[1]]))];
-            let (_, msg) = fulcrum_board::protocol::decode(&bytes[2..]).unwrap();
-            let fulcrum_board::protocol::Message::Infer(frame) = msg else {
-                panic!("{name}")
+            let passed = match fulcrum_board::protocol::decode(&bytes[2..]) {
+                Ok((_, Message::Infer(frame))) => crate::serve::frame::resolve(
+                    frame.desc,
+                    frame.pixels,
+                    Some(&ring),
+                    DEFAULT_MAX_FRAME_SIDE,
+                )
+                .is_ok(),
+                Ok((_, other)) => panic!("{name}: {other:?}"),
+                Err(_) => false,
             };
-            let resolved = crate::serve::frame::resolve(
-                frame.desc,
-                frame.pixels,
-                Some(&ring),
-                DEFAULT_MAX_FRAME_SIDE,
-            );
-            assert_eq!(resolved.is_ok(), *passes, "{name}: {resolved:?}");
+            assert_eq!(passed, *passes, "{name}");
             frame_request(bytes);
             if std::env::var_os("FULCRUM_BLESS").is_some() {
                 std::fs::create_dir_all(&dir).unwrap();

@@ -32,6 +32,33 @@
 #define FULCRUM_PROTOCOL_VERSION 4
 
 /**
+ * How YUV values map to RGB (`FulcrumFrame::colour`; ignored for RGB and grey frames).
+ */
+enum FulcrumColour
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint8_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * BT.601, luma 16–235: V4L2's and the Raspberry Pi ISP's default.
+   */
+  FULCRUM_COLOUR_BT601_LIMITED = 0,
+  FULCRUM_COLOUR_BT601_FULL = 1,
+  /**
+   * BT.709, luma 16–235: HD cameras.
+   */
+  FULCRUM_COLOUR_BT709_LIMITED = 2,
+  FULCRUM_COLOUR_BT709_FULL = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum FulcrumColour FulcrumColour;
+#else
+typedef uint8_t FulcrumColour;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Message kinds (`FulcrumReply::kind`, `fulcrum_encode_request`).
  */
 enum FulcrumKind

@@ -646,10 +646,25 @@ mod tests {
             assert_eq!(format!("{c:?}"), format!("{kind:?}"));
         }
         use FulcrumPixelFormat as P;
-        let c_formats = [P::Rgb8, P::Bgr8, P::Gray8, P::Yuyv, P::Nv12];
+        let c_formats = [
+            P::Rgb8,
+            P::Bgr8,
+            P::Gray8,
+            P::Yuyv,
+            P::Nv12,
+            P::Rgba8,
+            P::Bgra8,
+        ];
+        assert_eq!(c_formats.len(), PixelFormat::ALL.len());
         for (c, format) in c_formats.into_iter().zip(PixelFormat::ALL) {
             assert_eq!(c as u8, format as u8);
             assert_eq!(format!("{c:?}").to_uppercase(), format.name());
+        }
+        use FulcrumColour as C;
+        let c_colours = [C::Bt601Limited, C::Bt601Full, C::Bt709Limited, C::Bt709Full];
+        for (c, space) in c_colours.into_iter().zip(ColourSpace::ALL) {
+            assert_eq!(c as u8, space as u8);
+            assert_eq!(format!("{c:?}"), format!("{space:?}"));
         }
         for code in 1..=12 {
             // SAFETY: static NUL-terminated strings.
@@ -742,6 +757,55 @@ mod tests {
             fulcrum_encode_request(FulcrumKind::Hello as u16, 1, buf.as_mut_ptr(), buf.len())
         };
         assert_eq!(n, FulcrumStatus::OutOfRange as i32);
+    }
+
+    #[test]
+    fn crops_and_colour_spaces_travel_and_bad_ones_are_refused() {
+        let mut buf = vec![0u8; FULCRUM_MAX_MESSAGE_LEN];
+        let frame = FulcrumFrame {
+            format: FulcrumPixelFormat::Nv12 as u8,
+            in_ring: 1,
+            width: 640,
+            height: 480,
+            length: fulcrum_frame_len(5, 640, 480, 0) as u32,
+            colour: FulcrumColour::Bt709Full as u8,
+            crop_x: 320,
+            crop_y: 11,
+            crop_width: 320,
+            crop_height: 240,
+            ..FulcrumFrame::default()
+        };
+        let encode = |f: &FulcrumFrame, buf: &mut [u8]| {
+            // SAFETY: `f` is a FulcrumFrame; a ring frame needs no pixels; `buf` is writable.
+            unsafe { fulcrum_encode_infer(1, 0, f, core::ptr::null(), buf.as_mut_ptr(), buf.len()) }
+        };
+        let n = encode(&frame, &mut buf);
+        assert!(n > 0, "{n}");
+        let Ok((_, Message::Infer(f))) = decode(&buf[..n as usize]) else {
+            panic!("an Infer")
+        };
+        assert_eq!(f.desc.colour, ColourSpace::Bt709Full);
+        assert_eq!(
+            f.desc.crop,
+            Crop {
+                x: 320,
+                y: 11,
+                width: 320,
+                height: 240
+            }
+        );
+        let outside = FulcrumFrame {
+            crop_x: 321,
+            ..frame
+        };
+        assert_eq!(encode(&outside, &mut buf), FulcrumStatus::BadCrop as i32);
+        let empty = FulcrumFrame {
+            crop_height: 0,
+            ..frame
+        };
+        assert_eq!(encode(&empty, &mut buf), FulcrumStatus::BadCrop as i32);
+        let unknown = FulcrumFrame { colour: 4, ..frame };
+        assert_eq!(encode(&unknown, &mut buf), FulcrumStatus::BadValue as i32);
     }
 
     #[test]
