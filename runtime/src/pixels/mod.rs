@@ -17,7 +17,7 @@
 mod colour;
 mod pass;
 mod source;
-pub(crate) mod window;
+mod window;
 
 pub use fulcrum_board::protocol::{ColourSpace, PixelFormat};
 pub use pass::{FramePass, Letterbox};

@@ -81,6 +81,14 @@ struct Plane {
     grids: [Option<Grid>; 2],
 }
 
+impl Grid {
+    /// The lowest and highest byte offset of its channels within a sample.
+    fn offset_range(&self) -> (usize, usize) {
+        let o = &self.offsets[..self.channels];
+        (*o.iter().min().unwrap(), *o.iter().max().unwrap())
+    }
+}
+
 fn grid(step: usize, offsets: &[usize], halved_x: bool, first: usize) -> Option<Grid> {
     let mut o = [0; 3];
     o[..offsets.len()].copy_from_slice(offsets);
@@ -470,9 +478,9 @@ impl Frame<'_, '_> {
         let (mut lo, mut hi) = (usize::MAX, 0);
         for g in plane.grids.iter().flatten() {
             let (s0, s1) = self.x[x_axis(g)].span();
-            let offs = &g.offsets[..g.channels];
-            lo = lo.min(s0 as usize * g.step + offs.iter().min().unwrap());
-            hi = hi.max((s1 as usize - 1) * g.step + offs.iter().max().unwrap() + 1);
+            let (least, most) = g.offset_range();
+            lo = lo.min(s0 as usize * g.step + least);
+            hi = hi.max((s1 as usize - 1) * g.step + most + 1);
         }
         let axis = &self.y[usize::from(plane.halved_y)];
         let (first_row, weights) = axis.window(j);
@@ -520,10 +528,7 @@ fn gather_channels(
     let n = out.len() / g.channels;
     let taps = axis.taps();
     let (lo, hi) = axis.span();
-    let (least, most) = (
-        *g.offsets[..g.channels].iter().min().unwrap(),
-        *g.offsets[..g.channels].iter().max().unwrap(),
-    );
+    let (least, most) = g.offset_range();
     // Every window starts at or after the span's first sample and ends by its last: the
     // kernel's bounds hold for all outputs when they hold for the span's ends.
     assert!(
@@ -576,7 +581,7 @@ fn horizontal<const C: usize>(
     let n = out.len() / C;
     let taps = axis.taps();
     // Offsets from the grid's first byte in a window, which is at or after `base`.
-    let least = *g.offsets[..C].iter().min().unwrap();
+    let (least, _) = g.offset_range();
     let lanes: [usize; C] = std::array::from_fn(|c| g.offsets[c] - least);
     debug_assert!(lanes.iter().all(|&l| l < 4));
     let windows = axis.starts().iter().zip(axis.weights().chunks_exact(taps));
