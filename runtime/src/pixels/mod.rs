@@ -6,9 +6,9 @@
 //! straight from the frame's bytes (the vertical pass, a kernel of the CPU kernel table:
 //! `u8` rows in, one `f32` row out, whatever the format, since it works on bytes), then the
 //! horizontal windows pick each channel out of that row by its byte position (see
-//! [`window`] for the filter: area when shrinking, linear when enlarging). YUV formats are
+//! `window.rs` for the filter: area when shrinking, linear when enlarging). YUV formats are
 //! resampled as YUV, luma and chroma each at their own resolution, and only the small result
-//! is converted to RGB ([`colour`]): the conversion is affine, so this is the same as
+//! is converted to RGB (`colour.rs`): the conversion is affine, so this is the same as
 //! converting first except where a source pixel's RGB would have been clipped. The output is
 //! the engine's input record (8-bit RGB, pixels interleaved; the engines normalise as they
 //! read it). `pack`, `infer`, `eval` and `fulcrumd` all letterbox through here, so a frame

@@ -359,7 +359,8 @@ impl FramePass {
     }
 
     /// [`FramePass::run`], with the content's rows split in bands over `pool`'s threads
-    /// where that measured faster for frames like this one (see [`BandChoice`]).
+    /// where that measured faster for frames like this one: the first frames of a geometry try
+    /// one band and all alternately, and the faster is kept.
     pub fn run_on(
         &mut self,
         pool: Option<&Pool>,
