@@ -58,12 +58,34 @@ impl PixelFormat {
 
     /// Bytes of one row of `width` pixels with no padding (of the Y plane for NV12).
     pub const fn row_bytes(self, width: u16) -> u32 {
-        let w = width as u32;
+        self.bytes_per_pixel() * width as u32
+    }
+
+    /// Bytes of one pixel in a row (of the luma plane for NV12; a YUYV pair is 4 bytes for 2).
+    pub const fn bytes_per_pixel(self) -> u32 {
         match self {
-            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3 * w,
-            PixelFormat::Gray8 | PixelFormat::Nv12 => w,
-            PixelFormat::Yuyv => 2 * w,
-            PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4 * w,
+            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
+            PixelFormat::Gray8 | PixelFormat::Nv12 => 1,
+            PixelFormat::Yuyv => 2,
+            PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4,
+        }
+    }
+
+    /// Whether a chroma sample covers two pixels across and two rows down: the sides that
+    /// must be even.
+    pub const fn chroma_halves(self) -> (bool, bool) {
+        match self {
+            PixelFormat::Yuyv => (true, false),
+            PixelFormat::Nv12 => (true, true),
+            _ => (false, false),
+        }
+    }
+
+    /// Rows of bytes in a frame `height` pixels high (NV12's chroma plane adds half as many).
+    pub const fn byte_rows(self, height: u64) -> u64 {
+        match self {
+            PixelFormat::Nv12 => height * 3 / 2,
+            _ => height,
         }
     }
 
@@ -73,10 +95,8 @@ impl PixelFormat {
         if width == 0 || height == 0 || width > MAX_FRAME_SIDE || height > MAX_FRAME_SIDE {
             return Err(WireError::BadFrameSize);
         }
-        let subsampled_x = matches!(self, PixelFormat::Yuyv | PixelFormat::Nv12);
-        if (subsampled_x && !width.is_multiple_of(2))
-            || (self == PixelFormat::Nv12 && !height.is_multiple_of(2))
-        {
+        let (halved_x, halved_y) = self.chroma_halves();
+        if (halved_x && !width.is_multiple_of(2)) || (halved_y && !height.is_multiple_of(2)) {
             return Err(WireError::BadFrameSize);
         }
         let row = self.row_bytes(width);
@@ -84,10 +104,7 @@ impl PixelFormat {
         if stride < row {
             return Err(WireError::BadFrameSize);
         }
-        let rows = match self {
-            PixelFormat::Nv12 => u64::from(height) * 3 / 2,
-            _ => u64::from(height),
-        };
+        let rows = self.byte_rows(u64::from(height));
         // The last row needs only its pixels, not its padding.
         let len = (rows - 1) * u64::from(stride) + u64::from(row);
         u32::try_from(len).map_err(|_| WireError::BadFrameSize)

@@ -90,6 +90,14 @@ impl ExecOptions {
         }
     }
 
+    /// The CPU engine's threads these options give: `threads`, or every core for 0.
+    pub fn cpu_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     /// These options with the engine decided (`auto` resolved to `cpu` or `vulkan`, see the
     /// module docs) and the CPU engine's threads counted (0: every core), so that a plan made
     /// from them and the engine set up from them agree. Resolving resolved options changes
@@ -100,13 +108,9 @@ impl ExecOptions {
             EngineChoice::Auto => EngineChoice::Cpu,
             chosen => chosen,
         };
-        let threads = match self.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
         Ok(ExecOptions {
             engine,
-            threads,
+            threads: self.cpu_threads(),
             ..self.clone()
         })
     }

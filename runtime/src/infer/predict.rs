@@ -75,10 +75,7 @@ impl Predictor {
         let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
         let mut plan = Exec::memory_plan(&graph.recording, exec)?;
         // The frame pass may split a frame over the CPU engine's threads, a scratch row each.
-        let threads = match exec.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let threads = exec.cpu_threads();
         plan.add("input record", 1, layout.record_size as u64);
         plan.add(
             "detections read back",

@@ -185,19 +185,18 @@ impl BandChoice {
             };
         }
         let threads = key.4;
-        if threads <= 1 {
-            1
-        } else if self.tried < 2 * TRIALS {
-            if self.tried.is_multiple_of(2) {
-                1
-            } else {
-                threads
-            }
-        } else if self.all < self.one {
-            threads
-        } else {
-            1
+        match self.settled() {
+            _ if threads <= 1 => 1,
+            Some(bands) => bands,
+            None if self.tried.is_multiple_of(2) => 1,
+            None => threads,
         }
+    }
+
+    /// The bands decided on, once every trial has run.
+    fn settled(&self) -> Option<usize> {
+        let threads = self.key?.4;
+        (self.tried >= 2 * TRIALS).then_some(if self.all < self.one { threads } else { 1 })
     }
 
     fn record(&mut self, bands: usize, micros: u64) {
@@ -234,6 +233,8 @@ pub struct FramePass {
 struct Frame<'p, 'a> {
     src: &'p Pixels<'a>,
     planes: [Option<Plane>; 2],
+    /// Each plane's bytes `lo .. hi` within a row that any window of its grids reads.
+    spans: [(usize, usize); 2],
     channels: Channels,
     x: &'p [Axis; 2],
     y: &'p [Axis; 2],
@@ -282,9 +283,7 @@ impl FramePass {
 
     /// Bands the last frame's geometry settled on (1: this thread alone), once measured.
     pub fn bands_chosen(&self) -> Option<usize> {
-        let c = &self.choice;
-        let threads = c.key?.4;
-        (c.tried >= 2 * TRIALS).then_some(if c.all < c.one { threads } else { 1 })
+        self.choice.settled()
     }
 
     /// The kernel set the vertical pass runs on.
@@ -386,10 +385,11 @@ impl FramePass {
         let down = Interval::whole(region.y, region.height);
         self.x[0].plan(across, placed.width);
         self.y[0].plan(down, placed.height);
-        if matches!(src.format(), PixelFormat::Yuyv | PixelFormat::Nv12) {
+        let (halved_x, halved_y) = src.format().chroma_halves();
+        if halved_x {
             self.x[1].plan(across.halved(), placed.width);
         }
-        if src.format() == PixelFormat::Nv12 {
+        if halved_y {
             self.y[1].plan(down.halved(), placed.height);
         }
 
@@ -399,9 +399,11 @@ impl FramePass {
         fill_pad(above);
         fill_pad(below);
         let (planes, channels) = layout(src);
+        let spans = planes.map(|p| p.map_or((0, 0), |p| byte_span(&p, &self.x)));
         let frame = Frame {
             src,
             planes,
+            spans,
             channels,
             x: &self.x,
             y: &self.y,
@@ -457,8 +459,10 @@ impl Frame<'_, '_> {
         for (k, row) in out.chunks_exact_mut(n * 3).enumerate() {
             fill_pad(&mut row[..self.px * 3]);
             fill_pad(&mut row[(self.px + self.dw) * 3..]);
-            for plane in self.planes.iter().flatten() {
-                self.plane_row(band, plane, first + k);
+            for (plane, &span) in self.planes.iter().zip(&self.spans) {
+                if let Some(plane) = plane {
+                    self.plane_row(band, plane, span, first + k);
+                }
             }
             let (a, rest) = band.channels[..3 * n].split_at(n);
             let (b, c) = rest.split_at(n);
@@ -472,17 +476,8 @@ impl Frame<'_, '_> {
 
     /// Output row `j` of one plane's channels: the vertical sums of its bytes, then each
     /// grid's horizontal windows into the band's channels.
-    fn plane_row(&self, band: &mut Band, plane: &Plane, j: usize) {
+    fn plane_row(&self, band: &mut Band, plane: &Plane, (lo, hi): (usize, usize), j: usize) {
         let n = self.n;
-        let x_axis = |g: &Grid| usize::from(g.halved_x);
-        // The bytes any window of any grid reads.
-        let (mut lo, mut hi) = (usize::MAX, 0);
-        for g in plane.grids.iter().flatten() {
-            let (s0, s1) = self.x[x_axis(g)].span();
-            let (least, most) = g.offset_range();
-            lo = lo.min(s0 as usize * g.step + least);
-            hi = hi.max((s1 as usize - 1) * g.step + most + 1);
-        }
         let axis = &self.y[usize::from(plane.halved_y)];
         let (first_row, weights) = axis.window(j);
         let stride = self.src.stride();
@@ -500,7 +495,7 @@ impl Frame<'_, '_> {
         // assertion above is the kernel's bound on `src`, and `weights` is not empty.
         unsafe { (self.kernels.weighted_rows)(&bytes[start..], stride, weights, &mut vrow[..len]) };
         for g in plane.grids.iter().flatten() {
-            let axis = &self.x[x_axis(g)];
+            let axis = &self.x[usize::from(g.halved_x)];
             let out = &mut band.channels[g.first * n..(g.first + g.channels) * n];
             if let Some(gather) = self.kernels.gather_taps {
                 gather_channels(gather, vrow, lo, g, axis, out, self.dw);
@@ -513,6 +508,33 @@ impl Frame<'_, '_> {
             }
         }
     }
+}
+
+/// The bytes `lo .. hi` of a row of `plane` that any window of any of its grids reads, the
+/// windows across being `x` (pixels, then chroma samples).
+fn byte_span(plane: &Plane, x: &[Axis; 2]) -> (usize, usize) {
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for g in plane.grids.iter().flatten() {
+        let (s0, s1) = x[usize::from(g.halved_x)].span();
+        let (least, most) = g.offset_range();
+        lo = lo.min(s0 as usize * g.step + least);
+        hi = hi.max((s1 as usize - 1) * g.step + most + 1);
+    }
+    (lo, hi)
+}
+
+/// Asserts that every window of `axis` over grid `g` reads inside a row of sums `v` that
+/// starts at byte `base`, `reach` floats past a window's last sample's first channel included:
+/// windows start at or after the axis's first sample and end by its last, so checking the
+/// span's ends covers them all, once per row rather than once per tap.
+fn assert_inside(v: &[f32], base: usize, g: &Grid, axis: &Axis, reach: usize) {
+    let (lo, hi) = axis.span();
+    let (least, _) = g.offset_range();
+    assert!(
+        lo as usize * g.step + least >= base
+            && (hi as usize - 1) * g.step + least + reach <= base + v.len(),
+        "horizontal windows reach outside the row of sums"
+    );
 }
 
 /// The horizontal windows of each channel of a grid by the kernel set's gathers: the same
@@ -528,17 +550,9 @@ fn gather_channels(
 ) {
     let n = out.len() / g.channels;
     let taps = axis.taps();
-    let (lo, hi) = axis.span();
     let (least, most) = g.offset_range();
-    // Every window starts at or after the span's first sample and ends by its last: the
-    // kernel's bounds hold for all outputs when they hold for the span's ends.
-    assert!(
-        lo as usize * g.step + least >= base
-            && (hi as usize - 1) * g.step + most < base + v.len()
-            && v.len() < i32::MAX as usize
-            && dw <= axis.outputs(),
-        "horizontal windows reach outside the row of sums"
-    );
+    assert_inside(v, base, g, axis, most - least + 1);
+    assert!(v.len() < i32::MAX as usize && dw <= axis.outputs());
     for (c, out) in out.chunks_exact_mut(n).enumerate() {
         let offset = g.offsets[c] as isize - base as isize;
         // SAFETY: a table's kernel (only sets this CPU runs); dw ≤ the axis's outputs, whose
@@ -586,14 +600,8 @@ fn horizontal<const C: usize>(
     let lanes: [usize; C] = std::array::from_fn(|c| g.offsets[c] - least);
     debug_assert!(lanes.iter().all(|&l| l < 4));
     let windows = axis.starts().iter().zip(axis.weights().chunks_exact(taps));
-    // Every window starts at or after the axis's first sample and ends by its last, so the
-    // reads below stay inside `v` when the span's do: checked once here, not per tap.
-    let (lo, hi) = axis.span();
-    assert!(
-        lo as usize * g.step + least >= base
-            && (hi as usize - 1) * g.step + least + 4 <= base + v.len(),
-        "horizontal windows reach outside the row of sums"
-    );
+    // Four lanes from each tap's first channel: the reads below stay inside `v`.
+    assert_inside(v, base, g, axis, 4);
     let at = |s: u32| v[s as usize * g.step + least - base..].as_ptr();
     if C == 1 && g.step == 1 {
         for (i, (&s, w)) in windows.take(dw).enumerate() {

@@ -100,22 +100,22 @@ impl<'a> Pixels<'a> {
         if width == 0 || height == 0 {
             return Err(PixelsError::Empty { width, height });
         }
-        let subsampled_x = matches!(format, PixelFormat::Yuyv | PixelFormat::Nv12);
-        if subsampled_x && width % 2 == 1 {
+        let (halved_x, halved_y) = format.chroma_halves();
+        if halved_x && width % 2 == 1 {
             return Err(PixelsError::OddSide {
                 format: name,
                 side: "width",
                 value: width,
             });
         }
-        if format == PixelFormat::Nv12 && height % 2 == 1 {
+        if halved_y && height % 2 == 1 {
             return Err(PixelsError::OddSide {
                 format: name,
                 side: "height",
                 value: height,
             });
         }
-        let row = width as usize * bytes_per_pixel(format);
+        let row = width as usize * format.bytes_per_pixel() as usize;
         let stride = if stride == 0 { row } else { stride };
         if stride < row {
             return Err(PixelsError::ShortStride {
@@ -124,10 +124,7 @@ impl<'a> Pixels<'a> {
                 row,
             });
         }
-        let rows = match format {
-            PixelFormat::Nv12 => height as usize / 2 * 3,
-            _ => height as usize,
-        };
+        let rows = format.byte_rows(u64::from(height)) as usize;
         let need = (rows - 1)
             .checked_mul(stride)
             .and_then(|v| v.checked_add(row))
@@ -210,15 +207,5 @@ impl<'a> Pixels<'a> {
                 frame_h: self.height,
             })
         }
-    }
-}
-
-/// Bytes of one pixel in a row (of the luma plane for NV12; a YUYV pair is 4 bytes for 2).
-pub(super) fn bytes_per_pixel(format: PixelFormat) -> usize {
-    match format {
-        PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
-        PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4,
-        PixelFormat::Gray8 | PixelFormat::Nv12 => 1,
-        PixelFormat::Yuyv => 2,
     }
 }

@@ -128,19 +128,9 @@ fn reference(p: &Pixels<'_>, crop: Rect, size: u32) -> (Letterbox, Vec<f64>) {
 }
 
 fn picture(format: PixelFormat, w: u32, h: u32, pad: usize, rng: &mut Rng) -> (usize, Vec<u8>) {
-    let row = w as usize
-        * match format {
-            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
-            PixelFormat::Rgba8 | PixelFormat::Bgra8 => 4,
-            PixelFormat::Yuyv => 2,
-            _ => 1,
-        };
+    let row = w as usize * format.bytes_per_pixel() as usize;
     let stride = row + pad;
-    let rows = if format == PixelFormat::Nv12 {
-        h * 3 / 2
-    } else {
-        h
-    };
+    let rows = format.byte_rows(u64::from(h));
     // Smooth content (as photos are) plus noise, so that windows of every size matter.
     let bytes = (0..stride * rows as usize)
         .map(|i| ((i % stride) as u8).wrapping_mul(3) ^ (rng.byte() & 0x3F))
