@@ -1,5 +1,6 @@
-//! After warm-up, delivering a batch and running a training step allocate nothing, on any
-//! thread (DESIGN.md: "after warm-up a training step allocates nothing on the heap").
+//! After warm-up, delivering a batch, running a training step and answering a camera frame
+//! with the frame pass on the GPU allocate nothing, on any thread (DESIGN.md: "after warm-up
+//! a training step allocates nothing on the heap").
 //!
 //! This file is its own test binary, so the counting allocator below sees only this test's
 //! process: the loader threads, the consumer (this test) and the test harness. It holds one
@@ -174,7 +175,60 @@ fn allocations_while_training(dir: &std::path::Path, engine: EngineChoice) -> u6
     during
 }
 
-/// One test (see the module docs): loading, then training steps, each measured alone.
+/// Allocations made while the predictor answers NV12 frames, whole and cropped, with the frame
+/// pass on the Vulkan engine's device, after warm-up (the frame copied into the stage's
+/// buffer, its windows planned, the kernel and the forward pass submitted, detections read).
+fn allocations_while_predicting_with_the_gpu_frame_pass() -> u64 {
+    use fulcrum::infer::predict::{FramePlace, Predictor};
+    use fulcrum::model::Checkpoint;
+    use fulcrum::pixels::{ColourSpace, PixelFormat, Pixels, Rect};
+    let model = ModelConfig::named("det-s", 1).unwrap();
+    let checkpoint = Checkpoint::initial(model, vec!["thing".into()], 3);
+    let options = ExecOptions {
+        engine: EngineChoice::Vulkan,
+        ..ExecOptions::default()
+    };
+    let mut predictor = Predictor::new(&checkpoint, &options, 0.0, 50).unwrap();
+    predictor.set_frame_place(FramePlace::Gpu).unwrap();
+    predictor.reserve_sources(640).unwrap();
+    let (w, h) = (640u32, 480u32);
+    let frame: Vec<u8> = (0..w * h * 3 / 2).map(|i| (i % 251) as u8).collect();
+    let pixels = Pixels::new(
+        PixelFormat::Nv12,
+        w,
+        h,
+        0,
+        ColourSpace::Bt601Limited,
+        &frame,
+    )
+    .unwrap();
+    let crops = [
+        None,
+        Some(Rect {
+            x: 33,
+            y: 17,
+            width: 301,
+            height: 222,
+        }),
+    ];
+    let mut found = Vec::with_capacity(predictor.top_k());
+    for crop in crops {
+        predictor.predict_into(&pixels, crop, &mut found).unwrap();
+    }
+    let before = allocations();
+    trace(5);
+    for _ in 0..3 {
+        for crop in crops {
+            predictor.predict_into(&pixels, crop, &mut found).unwrap();
+        }
+    }
+    trace(0);
+    assert!(!found.is_empty());
+    allocations() - before
+}
+
+/// One test (see the module docs): loading, then training steps, then frames on the GPU, each
+/// measured alone.
 #[test]
 fn delivering_batches_and_training_steps_allocate_nothing_on_any_thread() {
     let tmp = tempfile::tempdir().unwrap();
@@ -193,12 +247,20 @@ fn delivering_batches_and_training_steps_allocate_nothing_on_any_thread() {
     if testing::engine("training steps allocate nothing on Vulkan").is_some() {
         engines.push(EngineChoice::Vulkan);
     }
-    for engine in engines {
+    for &engine in &engines {
         let allocations = allocations_while_training(&det_s_data, engine);
         assert_eq!(
             allocations, 0,
             "{engine:?}: {allocations} heap allocations in training steps after warm-up; rerun \
              with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
+        );
+    }
+    if engines.contains(&EngineChoice::Vulkan) {
+        let allocations = allocations_while_predicting_with_the_gpu_frame_pass();
+        assert_eq!(
+            allocations, 0,
+            "{allocations} heap allocations answering frames with the GPU frame pass after \
+             warm-up; rerun with FULCRUM_ALLOC_TRACE=1 -- --nocapture to see where"
         );
     }
 }

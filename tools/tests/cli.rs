@@ -431,6 +431,49 @@ fn bench_compute_measures_the_model_it_is_given() {
 }
 
 #[test]
+fn bench_frames_times_each_kernel_set_and_the_gpu_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let gpu = fulcrum::compute::vulkan::testing::required();
+    let mut args = vec!["bench", "frames", "--formats", "nv12,bgra8", "--runs", "10"];
+    args.extend_from_slice(&["--best-only", "--json", "f.json"]);
+    if gpu {
+        args.push("--gpu");
+    }
+    let run = fulcrum(cwd, &args);
+    run.expect(0);
+    assert_mentions(&run.stdout, &["NV12", "BGRA8", "1920x1080", "256 (det-m)"]);
+    let text = std::fs::read_to_string(cwd.join("f.json")).expect("f.json written");
+    let figures: Vec<serde_json::Value> = serde_json::from_str(&text).expect("valid JSON");
+    let of = |kernels: &str| {
+        figures
+            .iter()
+            .filter(|f| f["kernels"] == kernels)
+            .collect::<Vec<_>>()
+    };
+    // Two formats × three frame sizes × two inputs, each with the portable baseline first.
+    let portable = of("portable");
+    assert_eq!(portable.len(), 12, "{text}");
+    for f in &portable {
+        assert_eq!(f["ratio_to_portable"], 1.0, "{f}");
+        assert!(f["median_us"].as_f64().is_some_and(|v| v > 0.0), "{f}");
+        assert!(f["p99_us"].as_f64() >= f["median_us"].as_f64(), "{f}");
+    }
+    if gpu {
+        let on_gpu = of("gpu");
+        assert_eq!(on_gpu.len(), 12, "{text}");
+        for f in on_gpu {
+            // lavapipe's queue has timestamps: the kernel's own time is in the wall time.
+            let kernel = f["kernel_median_us"].as_f64().expect("the kernel's time");
+            assert!(kernel > 0.0 && kernel <= f["median_us"].as_f64().unwrap(), "{f}");
+        }
+    }
+    let bad = fulcrum(cwd, &["bench", "frames", "--device", "0"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["--gpu"]);
+}
+
+#[test]
 fn bench_io_runs_without_io_uring() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();

@@ -147,6 +147,8 @@ impl ExecOptions {
     }
 }
 
+const NO_GPU_FRAMES: &str = "the frame pass runs on the GPU only on the Vulkan engine";
+
 /// How long one run took on the device.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunTiming {
@@ -323,6 +325,49 @@ impl Exec {
 
     pub fn is_vulkan(&self) -> bool {
         matches!(self, Exec::Vulkan(_))
+    }
+
+    /// The Vulkan device's type; `None` on the CPU engine.
+    pub fn vulkan_device_type(&self) -> Option<vulkan::DeviceType> {
+        match self {
+            Exec::Cpu(_) => None,
+            Exec::Vulkan(v) => Some(v.engine().info().device_type),
+        }
+    }
+
+    /// Sizes the GPU frame pass's buffers (see [`VulkanExec::reserve_frames`]); the CPU engine
+    /// has none, and refuses.
+    pub fn reserve_frames(
+        &mut self,
+        target: TensorId,
+        frame_bytes: usize,
+        window_words: usize,
+    ) -> Result<()> {
+        match self {
+            Exec::Cpu(_) => Err(Error::Model(NO_GPU_FRAMES.into())),
+            Exec::Vulkan(v) => Ok(v.reserve_frames(target, frame_bytes, window_words)?),
+        }
+    }
+
+    /// Bytes of the GPU frame pass's buffers (0 on the CPU engine and before first use).
+    pub fn frame_bytes(&self) -> u64 {
+        match self {
+            Exec::Cpu(_) => 0,
+            Exec::Vulkan(v) => v.frame_bytes(),
+        }
+    }
+
+    /// Runs the frame pass on the GPU, then entry `then` in the same submission (see
+    /// [`VulkanExec::run_frame`]); the CPU engine refuses.
+    pub fn run_frame(
+        &mut self,
+        job: &vulkan::FrameJob<'_>,
+        then: Option<usize>,
+    ) -> Result<vulkan::FrameTiming> {
+        match self {
+            Exec::Cpu(_) => Err(Error::Model(NO_GPU_FRAMES.into())),
+            Exec::Vulkan(v) => Ok(v.run_frame(job, then)?),
+        }
     }
 
     pub fn run(&mut self, entry: usize) -> Result<RunTiming> {

@@ -11,14 +11,15 @@ use super::nms::{suppress_duplicates, DEFAULT_NMS_IOU};
 use super::{Error, Result};
 use crate::balance::MemoryPlan;
 use crate::compute::cpu::decode::detections_from_bytes;
-use crate::compute::exec::{Exec, ExecOptions};
+use crate::compute::exec::{EngineChoice, Exec, ExecOptions, RunTiming};
 use crate::compute::recording::DETECTION_BYTES;
+use crate::compute::vulkan::{DeviceType, FrameJob};
 use crate::format::{RecordLayout, RecordMeta};
 use crate::model::Checkpoint;
 use crate::model::ModelConfig;
 use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_INFER};
 use crate::pack::letterbox::decode_image;
-use crate::pixels::{FramePass, Pixels, Rect};
+use crate::pixels::{FramePass, GpuFramePlan, Pixels, Rect};
 
 /// A checkpoint set up for inference, one image at a time (the latency a robot sees).
 pub struct Predictor {
@@ -29,11 +30,49 @@ pub struct Predictor {
     dets: Vec<u8>,
     counts: [u8; 4],
     frames: FramePass,
+    /// The frame pass planned for the GPU, where it runs there ([`FramePlace::Gpu`]).
+    gpu_frames: Option<GpuFramePlan>,
     /// The CPU engine's threads, which the frame pass may split large frames over.
     pool: Option<std::sync::Arc<crate::compute::cpu::pool::Pool>>,
     /// Duplicate suppression's IoU limit (see [`super::nms`]).
     nms_iou: f32,
     pub classes: Vec<String>,
+}
+
+/// Where a predictor's frame pass runs: on the host's cores (SIMD, split over the CPU engine's
+/// threads where that pays), or on the Vulkan engine's device ahead of the forward pass, the
+/// frame going there as it came. The default is the GPU where the model runs on one that is
+/// not a CPU (on a CPU-type Vulkan device such as lavapipe the host pass is the faster of the
+/// two on the same cores); [`FRAME_PASS_ENV`] overrides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FramePlace {
+    Cpu,
+    Gpu,
+}
+
+/// `FULCRUM_FRAME_PASS=cpu|gpu|auto`: where the frame pass runs (see [`FramePlace`]).
+pub const FRAME_PASS_ENV: &str = "FULCRUM_FRAME_PASS";
+
+impl FramePlace {
+    /// The place [`FRAME_PASS_ENV`] asks for, else the default for a model on `exec`.
+    fn chosen(exec: &Exec) -> Result<FramePlace> {
+        let default = match exec.vulkan_device_type() {
+            Some(t) if t != DeviceType::Cpu => FramePlace::Gpu,
+            _ => FramePlace::Cpu,
+        };
+        match std::env::var(FRAME_PASS_ENV).as_deref() {
+            Err(_) | Ok("auto") | Ok("") => Ok(default),
+            Ok("cpu") => Ok(FramePlace::Cpu),
+            Ok("gpu") if exec.is_vulkan() => Ok(FramePlace::Gpu),
+            Ok("gpu") => {
+                log::info!("{FRAME_PASS_ENV}=gpu: the model runs on the CPU engine; frames too");
+                Ok(FramePlace::Cpu)
+            }
+            Ok(other) => Err(Error::Config(format!(
+                "{FRAME_PASS_ENV}={other:?}: use cpu, gpu or auto, or unset it"
+            ))),
+        }
+    }
 }
 
 /// One image's detections, in source pixels, best first.
@@ -49,10 +88,19 @@ pub struct Prediction {
 /// Where the time of one [`Predictor::predict_into`] went.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PredictTiming {
-    /// Letterboxing on the host.
+    /// The frame pass on the host, or with the pass on the GPU, planning its windows.
     pub prepare: Duration,
     /// The `infer` entry (normalise, forward, decode) on the engine.
     pub device: Duration,
+    /// The frame pass's kernel on the GPU ([`FramePlace::Gpu`] on a queue with timestamps).
+    pub frame_on_device: Option<Duration>,
+}
+
+impl PredictTiming {
+    /// The frame pass, wherever it ran.
+    pub fn frame_pass(&self) -> Duration {
+        self.prepare + self.frame_on_device.unwrap_or_default()
+    }
 }
 
 impl Predictor {
@@ -87,6 +135,21 @@ impl Predictor {
             1,
             FramePass::planned_bytes(size, max_side, threads) as u64,
         );
+        if exec.resolved()?.engine == EngineChoice::Vulkan && GpuFramePlan::new(size).is_some() {
+            // Where the pass may run on the GPU: its frame and window buffers (host-visible),
+            // and the windows planned on the host.
+            let words = GpuFramePlan::planned_words(size, max_side);
+            plan.add(
+                format!("frame pass on the GPU: frame buffer (frames up to {max_side} px)"),
+                1,
+                GpuFramePlan::planned_frame_bytes(max_side) as u64,
+            );
+            plan.add(
+                "frame pass on the GPU: windows",
+                1,
+                (4 * words + GpuFramePlan::planned_bytes(size, max_side)) as u64,
+            );
+        }
         Ok(plan)
     }
 
@@ -117,12 +180,17 @@ impl Predictor {
         let mut exec = Exec::new(&graph.recording, exec)?;
         checkpoint.load_into(&mut exec, &graph, false)?;
         let pool = exec.cpu_pool();
+        let gpu_frames = match FramePlace::chosen(&exec)? {
+            FramePlace::Gpu => GpuFramePlan::new(size),
+            FramePlace::Cpu => None,
+        };
         Ok(Predictor {
             exec,
             record: vec![0; layout.record_size],
             dets: vec![0; top_k as usize * DETECTION_BYTES],
             counts: [0; 4],
             frames: FramePass::new(size),
+            gpu_frames,
             pool,
             nms_iou: DEFAULT_NMS_IOU,
             graph,
@@ -148,6 +216,35 @@ impl Predictor {
         self.exec.is_vulkan()
     }
 
+    /// Where the frame pass runs.
+    pub fn frame_place(&self) -> FramePlace {
+        if self.gpu_frames.is_some() {
+            FramePlace::Gpu
+        } else {
+            FramePlace::Cpu
+        }
+    }
+
+    /// Moves the frame pass to `place`: [`FramePlace::Gpu`] needs the Vulkan engine (and a
+    /// model input that is a multiple of four pixels, as every model's is).
+    pub fn set_frame_place(&mut self, place: FramePlace) -> Result<()> {
+        self.gpu_frames =
+            match place {
+                FramePlace::Cpu => None,
+                FramePlace::Gpu if !self.exec.is_vulkan() => return Err(Error::Config(
+                    "the frame pass runs on the GPU only where the model does (--engine vulkan)"
+                        .into(),
+                )),
+                FramePlace::Gpu => Some(GpuFramePlan::new(self.layout.width).ok_or_else(|| {
+                    Error::Config(format!(
+                        "the GPU frame pass writes {}-pixel inputs only in multiples of four",
+                        self.layout.width
+                    ))
+                })?),
+            };
+        Ok(())
+    }
+
     /// Detections in an image file (JPEG, PNG; EXIF orientation applied).
     pub fn predict_file(&mut self, path: &Path) -> Result<(RgbImage, Prediction)> {
         let started = Instant::now();
@@ -169,16 +266,29 @@ impl Predictor {
 
     /// Sizes the letterbox's scratch for sources up to `max_side` pixels a side, so that
     /// [`Predictor::predict_into`] on them allocates nothing.
-    pub fn reserve_sources(&mut self, max_side: u32) {
+    pub fn reserve_sources(&mut self, max_side: u32) -> Result<()> {
         let threads = self.pool.as_ref().map_or(1, |p| p.threads());
         self.frames = FramePass::new(self.layout.width);
         self.frames.reserve(max_side, threads);
+        if let Some(gpu) = &mut self.gpu_frames {
+            gpu.reserve(max_side);
+            self.exec.reserve_frames(
+                self.graph.records,
+                GpuFramePlan::planned_frame_bytes(max_side),
+                GpuFramePlan::planned_words(self.layout.width, max_side),
+            )?;
+        }
+        Ok(())
     }
 
     /// Bytes the predictor holds on the host for one image (record, detections, letterbox
-    /// scratch), for memory plans.
+    /// scratch, the GPU frame pass's plan and buffers), for memory plans.
     pub fn host_bytes(&self) -> usize {
-        self.record.capacity() + self.dets.capacity() + self.frames.bytes()
+        self.record.capacity()
+            + self.dets.capacity()
+            + self.frames.bytes()
+            + self.gpu_frames.as_ref().map_or(0, GpuFramePlan::bytes)
+            + self.exec.frame_bytes() as usize
     }
 
     /// Detections in `image`.
@@ -204,12 +314,19 @@ impl Predictor {
     ) -> Result<PredictTiming> {
         let started = Instant::now();
         let pixels = self.layout.image_bytes;
-        let placed = self.frames.run_on(
-            self.pool.as_deref(),
-            src,
-            crop,
-            self.layout.image_mut(&mut self.record),
-        )?;
+        let on_gpu = match &mut self.gpu_frames {
+            Some(gpu) => gpu.plan(src, crop)?,
+            None => None,
+        };
+        let placed = match &on_gpu {
+            Some(frame) => frame.placed,
+            None => self.frames.run_on(
+                self.pool.as_deref(),
+                src,
+                crop,
+                self.layout.image_mut(&mut self.record),
+            )?,
+        };
         let region = crop.unwrap_or(Rect::whole(src.width(), src.height()));
         let meta = RecordMeta {
             source_width: region.width,
@@ -222,8 +339,28 @@ impl Predictor {
         self.record[pixels..].fill(0);
         self.layout.write_meta(&mut self.record, &meta, &[]);
         let prepare = started.elapsed();
-        self.exec.write_bytes(self.graph.records, &self.record)?;
-        let timing = self.exec.run(self.graph.entry(ENTRY_INFER))?;
+        let entry = self.graph.entry(ENTRY_INFER);
+        let (timing, frame_on_device) = match on_gpu {
+            Some(frame) => {
+                let job = FrameJob {
+                    target: self.graph.records,
+                    out_bytes: pixels,
+                    frame: src.picture_bytes(),
+                    windows: frame.windows,
+                    push: frame.push,
+                    groups: frame.groups,
+                    tail: &self.record[pixels..],
+                    tail_offset: pixels,
+                };
+                let t = self.exec.run_frame(&job, Some(entry))?;
+                let entry = t.entry.map(RunTiming::from).unwrap_or_default();
+                (entry, t.frame_gpu)
+            }
+            None => {
+                self.exec.write_bytes(self.graph.records, &self.record)?;
+                (self.exec.run(entry)?, None)
+            }
+        };
         self.exec.read_bytes(self.graph.dets, &mut self.dets)?;
         self.exec.read_bytes(self.graph.counts, &mut self.counts)?;
         out.clear();
@@ -249,6 +386,7 @@ impl Predictor {
         Ok(PredictTiming {
             prepare,
             device: timing.device,
+            frame_on_device,
         })
     }
 }
@@ -352,5 +490,93 @@ mod tests {
         // edge, and clipping would make each one a line at x = 256.
         let outside = predict(&overlapping_model_shifted(50.0));
         assert!(outside.is_empty(), "{outside:?}");
+    }
+
+    /// The GPU frame pass (Vulkan engine) writes the record the CPU pass would, within a level
+    /// of 255, with the same metadata, and the model finds the same things in it.
+    #[test]
+    fn frames_passed_on_the_gpu_reach_the_model_as_on_the_cpu() {
+        use crate::pixels::{ColourSpace, PixelFormat};
+        if crate::compute::vulkan::testing::engine("frames_passed_on_the_gpu").is_none() {
+            return;
+        }
+        let exec = ExecOptions {
+            engine: EngineChoice::Vulkan,
+            validation: true,
+            ..ExecOptions::default()
+        };
+        let model = ModelConfig::named("det-s", 1).unwrap();
+        let checkpoint = Checkpoint::initial(model, vec!["thing".into()], 7);
+        let (w, h) = (320u32, 240u32);
+        // Smooth NV12 content: a luma ramp with a bright square, chroma ramps.
+        let mut frame = vec![0u8; (w * h * 3 / 2) as usize];
+        for y in 0..h as usize {
+            for x in 0..w as usize {
+                let square = (100..180).contains(&x) && (60..140).contains(&y);
+                frame[y * w as usize + x] = if square { 230 } else { (x / 2 + y / 3) as u8 };
+            }
+        }
+        for (i, v) in frame[(w * h) as usize..].iter_mut().enumerate() {
+            *v = (64 + i % 128) as u8;
+        }
+        let pixels = Pixels::new(
+            PixelFormat::Nv12,
+            w,
+            h,
+            0,
+            ColourSpace::Bt601Limited,
+            &frame,
+        )
+        .unwrap();
+        let crop = Some(Rect {
+            x: 17,
+            y: 9,
+            width: 250,
+            height: 200,
+        });
+        let run = |place| {
+            let mut p = Predictor::new(&checkpoint, &exec, 0.0, 20).unwrap();
+            p.set_frame_place(place).unwrap();
+            assert_eq!(p.frame_place(), place);
+            p.reserve_sources(w).unwrap();
+            let mut found = Vec::new();
+            p.predict_into(&pixels, crop, &mut found).unwrap();
+            let mut record = vec![0u8; p.layout.image_bytes + p.layout.meta_bytes];
+            p.exec.read_bytes(p.graph.records, &mut record).unwrap();
+            (found, record, p.layout.image_bytes)
+        };
+        let (on_gpu, gpu_record, image) = run(FramePlace::Gpu);
+        let (on_cpu, cpu_record, _) = run(FramePlace::Cpu);
+        let worst = gpu_record[..image]
+            .iter()
+            .zip(&cpu_record[..image])
+            .map(|(a, b)| a.abs_diff(*b))
+            .max();
+        assert!(worst <= Some(1), "image bytes differ by {worst:?}");
+        assert!(
+            gpu_record[..image].iter().any(|&v| v > 200),
+            "the square is in the image"
+        );
+        // The metadata after the checksum (a record's checksum guards records on disk; the
+        // GPU pass's host copy has no image to sum, and inference reads no checksum).
+        assert_eq!(gpu_record[image + 4..], cpu_record[image + 4..], "metadata");
+        assert_eq!(on_gpu.len(), on_cpu.len());
+        assert!(!on_gpu.is_empty());
+        assert!(
+            iou(&on_gpu[0], &on_cpu[0]) > 0.9 && (on_gpu[0].score - on_cpu[0].score).abs() < 0.02,
+            "{:?} against {:?}",
+            on_gpu[0],
+            on_cpu[0]
+        );
+
+        let cpu_engine = ExecOptions {
+            engine: EngineChoice::Cpu,
+            threads: 1,
+            ..ExecOptions::default()
+        };
+        let mut p = Predictor::new(&checkpoint, &cpu_engine, 0.0, 20).unwrap();
+        assert_eq!(p.frame_place(), FramePlace::Cpu);
+        let refused = p.set_frame_place(FramePlace::Gpu).unwrap_err().to_string();
+        assert!(refused.contains("--engine vulkan"), "{refused}");
     }
 }

@@ -34,6 +34,11 @@ impl YuvToRgb {
         }
     }
 
+    /// The matrix as `[ys, y0, rv, gu, gv, bu]` (see the type's docs), for the GPU kernel.
+    pub fn coefficients(&self) -> [f32; 6] {
+        [self.ys, self.y0, self.rv, self.gu, self.gv, self.bu]
+    }
+
     /// RGB of one YUV sample, unclipped.
     pub fn rgb(&self, y: f32, u: f32, v: f32) -> [f32; 3] {
         let l = self.ys * (y - self.y0);

@@ -13,13 +13,19 @@
 //! the engine's input record (8-bit RGB, pixels interleaved; the engines normalise as they
 //! read it). `pack`, `infer`, `eval` and `fulcrumd` all letterbox through here, so a frame
 //! sent to the daemon and the same picture given to `fulcrum infer` reach the model alike.
+//!
+//! Where the model runs on a GPU, the same pass can run there instead (`gpu.rs` plans it for
+//! the Vulkan engine's `frame_pass` kernel): the frame goes to the GPU as it came from the
+//! camera, and only the detections come back.
 
 mod colour;
+mod gpu;
 mod pass;
 mod source;
 mod window;
 
 pub use fulcrum_board::protocol::{ColourSpace, PixelFormat};
+pub use gpu::{GpuFrame, GpuFramePlan, GPU_PUSH_BYTES};
 pub use pass::{FramePass, Letterbox};
 pub use source::{Pixels, PixelsError, Rect};
 

@@ -305,7 +305,7 @@ impl FramePass {
     /// Most taps of a window for sources up to `max_side`: the letterbox keeps the aspect
     /// ratio, and rounding a side to at least one pixel can at most double an axis's shrink
     /// factor, so `2·max_side / size` bounds every axis's.
-    fn max_taps(max_side: u32, size: u32) -> usize {
+    pub(super) fn max_taps(max_side: u32, size: u32) -> usize {
         Axis::taps_for(f64::from(2 * max_side.max(1)), size.max(1))
     }
 
@@ -392,17 +392,7 @@ impl FramePass {
         let threads = pool.map_or(1, Pool::threads);
         self.reserve(src.width().max(src.height()), threads);
 
-        let across = Interval::whole(region.x, region.width);
-        let down = Interval::whole(region.y, region.height);
-        self.x[0].plan(across, placed.width);
-        self.y[0].plan(down, placed.height);
-        let (halved_x, halved_y) = src.format().chroma_halves();
-        if halved_x {
-            self.x[1].plan(across.halved(), placed.width);
-        }
-        if halved_y {
-            self.y[1].plan(down.halved(), placed.height);
-        }
+        plan_windows(&mut self.x, &mut self.y, src, region, &placed);
 
         let row_bytes = n * 3;
         let (above, rest) = out.split_at_mut(py * row_bytes);
@@ -460,6 +450,29 @@ impl FramePass {
         self.choice
             .record(bands, started.elapsed().as_micros() as u64);
         Ok(placed)
+    }
+}
+
+/// Plans the windows of `region` of `src` onto the letterbox's content `placed`: across
+/// (pixels, then chroma samples where chroma is halved across) into `x`, down (pixel rows,
+/// then 4:2:0 chroma rows) into `y`. The axes a format has no use for are left as they were.
+pub(super) fn plan_windows(
+    x: &mut [Axis; 2],
+    y: &mut [Axis; 2],
+    src: &Pixels<'_>,
+    region: Rect,
+    placed: &Letterbox,
+) {
+    let across = Interval::whole(region.x, region.width);
+    let down = Interval::whole(region.y, region.height);
+    x[0].plan(across, placed.width);
+    y[0].plan(down, placed.height);
+    let (halved_x, halved_y) = src.format().chroma_halves();
+    if halved_x {
+        x[1].plan(across.halved(), placed.width);
+    }
+    if halved_y {
+        y[1].plan(down.halved(), placed.height);
     }
 }
 

@@ -187,6 +187,15 @@ impl<'a> Pixels<'a> {
         self.bytes
     }
 
+    /// The bytes of the picture itself: from the first row to the end of the last (without
+    /// what the buffer holds beyond it).
+    pub fn picture_bytes(&self) -> &'a [u8] {
+        let rows = self.format.byte_rows(u64::from(self.height)) as usize;
+        let row = self.width as usize * self.format.bytes_per_pixel() as usize;
+        // Checked in `new` to be inside the bytes.
+        &self.bytes[..(rows - 1) * self.stride + row]
+    }
+
     /// `crop`, or the whole picture for `None`, checked to be a non-empty rectangle inside.
     pub fn region(&self, crop: Option<Rect>) -> Result<Rect, PixelsError> {
         let Some(c) = crop else {

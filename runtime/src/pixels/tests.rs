@@ -370,3 +370,94 @@ fn bands_over_a_pool_give_the_same_bytes_and_the_choice_settles() {
         }
     }
 }
+
+/// The GPU pass (Vulkan engine, `shaders/frame_pass.comp`) against the same float reference,
+/// every format, padded rows, crops with odd origins, every colour space, shrinking and
+/// enlarging; with the metadata after the image written as given and no validation message.
+#[test]
+fn the_gpu_pass_matches_the_float_reference() {
+    use crate::compute::recording::{Elem, Recording, Role};
+    use crate::compute::vulkan::{testing, FrameJob, VulkanExec};
+    let Some(engine) = testing::engine("the_gpu_pass_matches_the_float_reference") else {
+        return;
+    };
+    let sizes = [16u32, 32, 40, 64, 128];
+    let tail_len = 64;
+    let largest = (128 * 128 * 3) + tail_len;
+    let mut rec = Recording::new();
+    let records = rec.tensor("records", largest, Elem::Bytes, Role::Input);
+    let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
+    let mut rng = Rng(0x6B0_F00D);
+    /// Format, sides, row padding, crop, output side, colour space.
+    type Case = (PixelFormat, u32, u32, usize, Option<Rect>, u32, ColourSpace);
+    let mut cases: Vec<Case> = Vec::new();
+    for format in PixelFormat::ALL {
+        for (w, h, pad, size) in [
+            (64, 48, 0, 16),
+            (96, 54, 5, 40),
+            (38, 30, 0, 64),
+            (200, 2, 3, 32),
+            (130, 98, 0, 128),
+        ] {
+            cases.push((format, w, h, pad, None, size, ColourSpace::Bt601Limited));
+        }
+        for (x, y, width, height) in [(3, 5, 41, 27), (79, 59, 1, 1), (10, 11, 13, 40)] {
+            let crop = Some(Rect {
+                x,
+                y,
+                width,
+                height,
+            });
+            cases.push((format, 80, 60, 7, crop, 32, ColourSpace::Bt709Full));
+        }
+    }
+    for colour in ColourSpace::ALL {
+        cases.push((PixelFormat::Nv12, 64, 48, 0, None, 16, colour));
+        cases.push((PixelFormat::Yuyv, 64, 48, 0, None, 16, colour));
+    }
+    assert!(sizes.iter().all(|s| cases.iter().any(|c| c.5 == *s)));
+    let tail: Vec<u8> = (0..tail_len as u8).map(|v| v.wrapping_mul(7)).collect();
+    for (format, w, h, pad, crop, size, colour) in cases {
+        let (stride, bytes) = picture(format, w, h, pad, &mut rng);
+        let p = Pixels::new(
+            format,
+            w,
+            h,
+            if pad == 0 { 0 } else { stride },
+            colour,
+            &bytes,
+        )
+        .unwrap();
+        let mut plan = GpuFramePlan::new(size).unwrap();
+        let frame = plan.plan(&p, crop).unwrap().unwrap();
+        let out_bytes = (size * size * 3) as usize;
+        let job = FrameJob {
+            target: records,
+            out_bytes,
+            frame: p.picture_bytes(),
+            windows: frame.windows,
+            push: frame.push,
+            groups: frame.groups,
+            tail: &tail,
+            tail_offset: out_bytes,
+        };
+        exec.run_frame(&job, None).unwrap();
+        let mut got = vec![0u8; out_bytes + tail_len];
+        exec.read_bytes(records, &mut got).unwrap();
+        let region = crop.unwrap_or(Rect::whole(w, h));
+        let (want_placed, want) = reference(&p, region, size);
+        assert_eq!(frame.placed, want_placed);
+        assert_eq!(&got[out_bytes..], &tail[..], "the metadata after the image");
+        for (k, (&g, &r)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(g) - r).abs() <= 1.0,
+                "gpu {} {w}x{h}+{pad} crop {crop:?} {colour:?} → {size}: byte {k} (pixel {}, {}) \
+                 is {g}, the reference {r:.2}",
+                format.name(),
+                k / 3 % size as usize,
+                k / 3 / size as usize,
+            );
+        }
+    }
+    testing::assert_clean(exec.engine());
+}

@@ -17,7 +17,7 @@ use super::frame::{encode_frame, FrameView};
 use super::stats::LatencyHistogram;
 use super::{Control, Error, Notifier, ServeConfig, Server};
 use crate::compute::exec::ExecOptions;
-use crate::infer::predict::Predictor;
+use crate::infer::predict::{FramePlace, Predictor};
 use crate::infer::Scored;
 use crate::model::Checkpoint;
 use crate::model::ModelConfig;
@@ -76,8 +76,11 @@ pub struct ServeBenchReport {
     /// The engine's forward (normalise, network, decode) for one frame, in process.
     pub forward_p50_ms: f64,
     pub forward_p99_ms: f64,
-    /// Letterboxing the frame on the host, in process.
+    /// The frame pass, in process: on the host, or on the GPU (its kernel's time, and planning
+    /// its windows on the host), as [`ServeBenchReport::frame_pass_on`] says.
     pub prepare_p50_ms: f64,
+    /// Where the frame pass ran: `cpu` or `gpu`.
+    pub frame_pass_on: &'static str,
     pub runs: Vec<ServeRun>,
     /// Runs left out, and why.
     pub skipped: Vec<String>,
@@ -118,11 +121,13 @@ fn forward_baseline(
     config: &ServeBenchConfig,
     desc: FrameDesc,
     bytes: &[u8],
-) -> Result<(LatencyHistogram, LatencyHistogram, String), Error> {
+) -> Result<(LatencyHistogram, LatencyHistogram, String, &'static str), Error> {
     let model = Path::new("(benchmark model)");
     let mut predictor = Predictor::new(checkpoint, &config.exec, 0.3, 100)
         .map_err(|e| Error::from_infer(model, e))?;
-    predictor.reserve_sources(u32::from(config.width.max(config.height)));
+    predictor
+        .reserve_sources(u32::from(config.width.max(config.height)))
+        .map_err(|e| Error::from_infer(model, e))?;
     let view =
         FrameView::new(desc, bytes).ok_or_else(|| Error::Config("bad benchmark frame".into()))?;
     let mut out: Vec<Scored> = Vec::with_capacity(100);
@@ -133,10 +138,14 @@ fn forward_baseline(
             .map_err(|e| Error::from_infer(model, e))?;
         if i >= 20 {
             forward.record(t.device.as_micros() as u64);
-            prepare.record(t.prepare.as_micros() as u64);
+            prepare.record(t.frame_pass().as_micros() as u64);
         }
     }
-    Ok((forward, prepare, predictor.engine()))
+    let on = match predictor.frame_place() {
+        FramePlace::Cpu => "cpu",
+        FramePlace::Gpu => "gpu",
+    };
+    Ok((forward, prepare, predictor.engine(), on))
 }
 
 /// One run: every client sends frames (paced at `rate` frames/s in all, or flat out when
@@ -254,7 +263,8 @@ pub fn bench_serve(
     };
     let frame = Arc::new(bench_frame(config)?);
     progress("engine forward, in process");
-    let (forward, prepare, engine) = forward_baseline(&checkpoint, config, frame.0, &frame.1)?;
+    let (forward, prepare, engine, frame_pass_on) =
+        forward_baseline(&checkpoint, config, frame.0, &frame.1)?;
     let socket = dir.path().join("fulcrumd.sock");
     let mut serve = ServeConfig::new(socket.clone(), weights, config.exec.clone());
     serve.state_dir = Some(dir.path().join("state"));
@@ -352,6 +362,7 @@ pub fn bench_serve(
         forward_p50_ms: ms(forward.quantile(0.5)),
         forward_p99_ms: ms(forward.quantile(0.99)),
         prepare_p50_ms: ms(prepare.quantile(0.5)),
+        frame_pass_on,
         runs,
         skipped,
     })

@@ -225,7 +225,9 @@ impl Model {
         // Buffers sized for the largest frame up front; the warm-up frame itself is the
         // model's input size (a largest-size frame was 10.5 MiB at 1920 px, held only for
         // the warm-up and the process's peak resident memory ever after).
-        predictor.reserve_sources(u32::from(config.max_frame_side));
+        predictor
+            .reserve_sources(u32::from(config.max_frame_side))
+            .map_err(|e| Error::from_infer(path, e))?;
         let side = checkpoint.model.input;
         let grey = image::RgbImage::from_pixel(side, side, image::Rgb([114, 114, 114]));
         let mut out = Vec::with_capacity(predictor.top_k());

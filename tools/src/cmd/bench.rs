@@ -202,8 +202,11 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         r.seconds_per_run
     );
     crate::outln!(
-        "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (frame pass on the host {:.3} ms)",
-        r.forward_p50_ms, r.forward_p99_ms, r.prepare_p50_ms
+        "  engine forward, in process: median {:.3} ms, p99 {:.3} ms (frame pass on the {} {:.3} ms)",
+        r.forward_p50_ms,
+        r.forward_p99_ms,
+        if r.frame_pass_on == "gpu" { "GPU" } else { "host" },
+        r.prepare_p50_ms
     );
     crate::outln!("  transport  load                  daemon           frames  frames/s   p50 ms   p99 ms  p99.9 ms");
     for run in &r.runs {

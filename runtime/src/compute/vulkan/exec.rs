@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use super::allocation::Location;
 use super::buffer::Buffer;
 use super::engine::{Engine, Timestamps, Timing};
+use super::frames::{FrameJob, FrameStage, FrameTiming};
 use super::lower::{joined_steps, lower_with, LowerError, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
@@ -35,6 +36,8 @@ pub struct VulkanExec {
     storage: StoragePlan,
     /// `f32` tensors as little-endian bytes on their way in or out, kept between calls.
     f32_bytes: Vec<u8>,
+    /// The frame pass on the GPU, once asked for ([`VulkanExec::run_frame`]).
+    frames: Option<FrameStage>,
 }
 
 /// Why a [`VulkanExec`] could not be set up for a recording.
@@ -323,6 +326,7 @@ impl VulkanExec {
             bytes: sizes.total(),
             storage,
             f32_bytes: Vec::new(),
+            frames: None,
         })
     }
 
@@ -390,6 +394,76 @@ impl VulkanExec {
         let timing = timing?;
         self.engine.count_imported_upload();
         Ok(timing)
+    }
+
+    /// Sizes the GPU frame pass's buffers for frames up to `frame_bytes` and window tables up
+    /// to `window_words`, writing byte tensor `target` (the records), so that
+    /// [`VulkanExec::run_frame`] on them allocates nothing.
+    pub fn reserve_frames(
+        &mut self,
+        target: TensorId,
+        frame_bytes: usize,
+        window_words: usize,
+    ) -> Result<(), super::Error> {
+        let index = self.check(target, Elem::Bytes, 0, true)?;
+        match &mut self.frames {
+            Some(stage) if stage.target() == index => {
+                stage.reserve(&self.engine, frame_bytes, window_words)
+            }
+            _ => {
+                self.frames = Some(FrameStage::new(
+                    &self.engine,
+                    index,
+                    frame_bytes,
+                    window_words,
+                )?);
+                Ok(())
+            }
+        }
+    }
+
+    /// Bytes the GPU frame pass's buffers hold (0 before it is used).
+    pub fn frame_bytes(&self) -> u64 {
+        self.frames.as_ref().map_or(0, FrameStage::bytes)
+    }
+
+    /// Runs the frame pass on the GPU: writes `job.tail` into the target, copies the frame and
+    /// windows into the stage's host-visible buffers, and submits the frame kernel, followed in
+    /// the same submission by entry `then` where given (which reads the record it wrote).
+    pub fn run_frame(
+        &mut self,
+        job: &FrameJob<'_>,
+        then: Option<usize>,
+    ) -> Result<FrameTiming, super::Error> {
+        if let Some(entry) = then {
+            self.recording.check_entry(entry)?;
+        }
+        let written = job.out_bytes.max(job.tail_offset + job.tail.len());
+        let index = self.check(job.target, Elem::Bytes, written, true)?;
+        self.reserve_frames(job.target, job.frame.len(), job.windows.len())?;
+        let buffer = self.program.buffer_mut(index);
+        self.engine
+            .upload(buffer, job.tail_offset as u64, job.tail)?;
+        let stage = self.frames.as_mut().expect("reserved above");
+        stage.record(job, self.program.buffer(index))?;
+        let (entry, wall) = match then {
+            Some(entry) => {
+                let t = self.program.run_after(entry, stage.commands())?;
+                let wall = t.wall;
+                (Some(t), wall)
+            }
+            None => (
+                None,
+                stage
+                    .commands()
+                    .submit_and_wait(&self.engine.device().compute)?,
+            ),
+        };
+        Ok(FrameTiming {
+            frame_gpu: stage.gpu_time()?,
+            entry,
+            wall,
+        })
     }
 
     /// The `(kernel name, step index)` of every dispatch of entry `entry`, in order: labels

@@ -202,6 +202,10 @@ pub enum Kernel {
     /// Peak decode + top-K: `pred, dets (w), counts (w)`; push `{ n, classes, levels (six
     /// words, [`crate::compute::ops::Levels::words`]), threshold, top_k }`.
     Decode,
+    /// A camera frame to the letterboxed RGB record (the frame pass on the GPU, see
+    /// [`super::frames`]): `frame, windows, records (w)`; push [`FRAME_PUSH_BYTES`]
+    /// (`shaders/frame_pass.comp`); a workgroup writes 16 × 4 quads of output pixels.
+    FramePass,
 }
 
 /// How a kernel's texel bindings are viewed ([`KernelInfo::texels`]).
@@ -599,9 +603,14 @@ static ADAMW_EMA: KernelInfo =
 static DECODE: KernelInfo =
     kernel!("decode", bindings 3, push 40, local LINEAR, x None, shared 8 * DECODE_SLOTS + 4);
 
+/// Push bytes of [`Kernel::FramePass`]: eleven words of layout and six of colour matrix.
+pub const FRAME_PUSH_BYTES: u32 = 68;
+static FRAME_PASS: KernelInfo = kernel!("frame_pass", bindings 3, push FRAME_PUSH_BYTES,
+    local [16, 4, 1], x None, shared 0);
+
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 57] = [
+    pub const ALL: [Kernel; 58] = [
         Kernel::Saxpy,
         Kernel::Conv2d,
         Kernel::Conv2dQuad,
@@ -659,6 +668,7 @@ impl Kernel {
         Kernel::AdamWEma,
         Kernel::Sgd,
         Kernel::Decode,
+        Kernel::FramePass,
     ];
 
     pub fn info(self) -> &'static KernelInfo {
@@ -720,6 +730,7 @@ impl Kernel {
             Kernel::AdamWEma => &ADAMW_EMA,
             Kernel::Sgd => &SGD,
             Kernel::Decode => &DECODE,
+            Kernel::FramePass => &FRAME_PASS,
         }
     }
 

@@ -27,6 +27,8 @@
 //!   for the loader's ring: uploads from it are GPU copies, with no CPU copy.
 //! - [`exec`]: [`VulkanExec`], a recording on the engine: its buffers (sized against the
 //!   memory budget first), pipelines and one recorded command buffer per entry, replayed.
+//! - [`frames`]: the frame pass on the GPU, a dispatch submitted ahead of an entry that
+//!   writes the letterboxed record from a camera frame.
 //!
 //! # Ownership: why nothing can be freed in the wrong order
 //!
@@ -67,6 +69,7 @@ pub mod context;
 pub(crate) mod device;
 pub mod engine;
 pub mod exec;
+pub mod frames;
 pub mod host_import;
 pub(crate) mod import_registry;
 #[cfg(test)]
@@ -90,6 +93,7 @@ pub use context::{
 };
 pub use engine::{Dispatch, Engine, Timestamps, Timing};
 pub use exec::VulkanExec;
+pub use frames::{FrameJob, FrameTiming};
 pub use host_import::{HostImporter, ImportedHostMemory, IMPORTED_KIND};
 pub use kernels::{Kernel, KernelInfo, MAX_INVOCATIONS, MAX_SHARED_BYTES};
 pub use options::{Options, LOADER_ENV, VALIDATION_ENV};

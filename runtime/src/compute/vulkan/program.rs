@@ -161,11 +161,7 @@ impl Program {
     /// (`record_dispatches`), which makes the copies' writes visible to its shaders: they come
     /// before it in submission order.
     pub(crate) fn run_after_copies(&mut self, entry: usize, copies: &[CopyIn]) -> Result<Timing> {
-        let e = self.entries.get(entry).ok_or_else(|| Error::Dispatch {
-            index: entry,
-            kernel: "?",
-            detail: format!("entry {entry} of a program with {}", self.entries.len()),
-        })?;
+        self.entry(entry)?;
         for c in copies {
             let dst = self.buffers.get(c.dst).ok_or_else(|| Error::Dispatch {
                 index: c.dst,
@@ -180,16 +176,22 @@ impl Program {
             self.record_copies(copies)?;
             Some(&self.copies)
         };
-        let mut timing = Timing {
-            wall: e
-                .commands
-                .submit_after_and_wait(&self.device.compute, before)?,
-            ..Timing::default()
-        };
-        if let Some(q) = &e.queries {
-            q.read(e.timestamps, &mut timing)?;
-        }
-        Ok(timing)
+        submit_entry(&self.device, self.entry(entry)?, before)
+    }
+
+    /// Submits `before` (recorded and ended by the caller, from a pool of the compute family)
+    /// and entry `entry` as one submission; waits for it and returns the entry's timing. The
+    /// entry's opening barrier makes what `before` wrote, by shader or transfer, visible to it.
+    pub(crate) fn run_after(&mut self, entry: usize, before: &Commands) -> Result<Timing> {
+        submit_entry(&self.device, self.entry(entry)?, Some(before))
+    }
+
+    fn entry(&self, entry: usize) -> Result<&Entry> {
+        self.entries.get(entry).ok_or_else(|| Error::Dispatch {
+            index: entry,
+            kernel: "?",
+            detail: format!("entry {entry} of a program with {}", self.entries.len()),
+        })
     }
 
     fn record_copies(&self, copies: &[CopyIn]) -> Result<()> {
@@ -229,6 +231,18 @@ impl Program {
     pub fn buffers(&self) -> &[Buffer] {
         &self.buffers
     }
+}
+
+/// Submits `e` after `before` (one submission), waits, and reads its timestamps.
+fn submit_entry(device: &Device, e: &Entry, before: Option<&Commands>) -> Result<Timing> {
+    let mut timing = Timing {
+        wall: e.commands.submit_after_and_wait(&device.compute, before)?,
+        ..Timing::default()
+    };
+    if let Some(q) = &e.queries {
+        q.read(e.timestamps, &mut timing)?;
+    }
+    Ok(timing)
 }
 
 impl std::fmt::Debug for Program {
