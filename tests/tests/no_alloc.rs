@@ -1,6 +1,5 @@
 //! After warm-up, delivering a batch, running a training step and answering a camera frame
-//! with the frame pass on the GPU allocate nothing, on any thread (DESIGN.md: "after warm-up
-//! a training step allocates nothing on the heap").
+//! with the frame pass on the GPU allocate nothing, on any thread.
 //!
 //! This file is its own test binary, so the counting allocator below sees only this test's
 //! process: the loader threads, the consumer (this test) and the test harness. It holds one

@@ -465,7 +465,10 @@ fn bench_frames_times_each_kernel_set_and_the_gpu_pass() {
         for f in on_gpu {
             // lavapipe's queue has timestamps: the kernel's own time is in the wall time.
             let kernel = f["kernel_median_us"].as_f64().expect("the kernel's time");
-            assert!(kernel > 0.0 && kernel <= f["median_us"].as_f64().unwrap(), "{f}");
+            assert!(
+                kernel > 0.0 && kernel <= f["median_us"].as_f64().unwrap(),
+                "{f}"
+            );
         }
     }
     let bad = fulcrum(cwd, &["bench", "frames", "--device", "0"]);
@@ -592,7 +595,8 @@ fn o_direct_refused_falls_back_to_buffered_reads_unless_required() {
 fn balance_explains_the_equation_from_flags_or_a_bench_file() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
-    // The field example of DESIGN.md: 28 ms × 32 / 4 = 224 ms per batch against 10.4 ms.
+    // A field example (28 ms a record on a slow board): 28 ms × 32 / 4 = 224 ms per batch
+    // against a 10.4 ms step.
     let run = fulcrum(
         cwd,
         &[

@@ -2,7 +2,7 @@
 //! levels, input size, classes) and the layers it implies ([`Arch`]), from which
 //! [`super::graph`] builds the recordings and [`super::init`] the initial weights.
 //!
-//! `det-s` (DESIGN.md, "The reference detector"): input 3×128×128, a 3×3 stride-2 stem, seven
+//! `det-s`, the reference detector: input 3×128×128, a 3×3 stride-2 stem, seven
 //! depthwise-separable blocks (three with stride 2, four residual), a neck that projects the
 //! last feature map with a pointwise conv (at its own 8×8 size: the conv and nearest
 //! upsampling commute), upsamples it and adds it to the 16×16 one (`c3`), and a head of
