@@ -6,6 +6,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod balance;
+pub mod base;
+pub mod bench;
 pub mod compute;
 pub mod durable;
 pub mod format;

@@ -9,13 +9,13 @@
 //! When it fails, run it with `FULCRUM_ALLOC_TRACE=1` (and `--nocapture`): the first few
 //! allocations inside the measured window are printed with a backtrace.
 
+use fulcrum::base::SlotBytes;
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
 use fulcrum::compute::recording::LOSS_LEN;
 use fulcrum::compute::vulkan::testing;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{AugmentConfig, Dataset, Loader, LoaderConfig};
 use fulcrum::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_TRAIN};
-use fulcrum::ring::SlotBytes;
 use fulcrum_tests::alloc::{allocations, trace, Counting};
 use fulcrum_tests::*;
 

@@ -6,9 +6,9 @@
 
 use std::process::Command;
 
+use fulcrum::base::SplitMix64;
 use fulcrum::compute::exec::{EngineChoice, Exec, ExecOptions};
 use fulcrum::format::{RecordLayout, RecordMeta};
-use fulcrum::loader::order::SplitMix64;
 use fulcrum::model::{init, onnx, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER};
 
 const RUNNER: &str = r#"

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
+use fulcrum::base::{ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
 use fulcrum::compute::vulkan::{testing, Location, IMPORTED_KIND};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::{Dataset, Loader, LoaderConfig};
-use fulcrum::ring::{ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
 use fulcrum_tests::*;
 
 /// Every batch of `config` over `dir`, each also uploaded to a device buffer through `engine`

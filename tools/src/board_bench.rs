@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use fulcrum::balance::{self, BalanceInput, BalanceReport, IoBenchConfig, IoBenchReport};
-use fulcrum::compute::bench::{self as compute_bench, ComputeBenchConfig};
+use fulcrum::balance::{self, BalanceInput, BalanceReport};
+use fulcrum::bench::compute::{self as compute_bench, ComputeBenchConfig};
+use fulcrum::bench::serve::{bench_serve, ServeBenchConfig, ServeBenchReport};
+use fulcrum::bench::{self, IoBenchConfig, IoBenchReport};
 use fulcrum::compute::cpu::kernels::{self, KernelSet};
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 use fulcrum::model::ModelConfig;
-use fulcrum::serve::bench::{bench_serve, ServeBenchConfig, ServeBenchReport};
 use fulcrum_board::protocol::PixelFormat;
 use serde::Serialize;
 
@@ -149,7 +150,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(d) => d.clone(),
         None => {
             let records = a.records.unwrap_or(if quick { 128 } else { 4096 });
-            balance::ensure_bench_data(records, &|note| eprintln!("{note}"))?
+            bench::ensure_bench_data(records, &|note| eprintln!("{note}"))?
         }
     };
     let board = board_section(&data, cpu_kernels);
@@ -163,7 +164,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         queue_depth: 32,
         seconds: a.seconds.unwrap_or(if quick { 0.3 } else { 3.0 }),
     };
-    let (io, io_error) = match balance::bench_io(&io_config, &|step| eprintln!("  io: {step}")) {
+    let (io, io_error) = match bench::bench_io(&io_config, &|step| eprintln!("  io: {step}")) {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(crate::describe(&anyhow::Error::from(e)))),
     };
@@ -352,7 +353,7 @@ fn larger_balance(
     let best = best.ok_or("no engine measured det-s")?;
     let model = ModelConfig::named(LARGER_MODEL, 2)?;
     let records = (a.records.unwrap_or(if quick { 128 } else { 4096 }) / 8).max(64);
-    let data = balance::ensure_bench_data_sized(records, model.input, &|note| {
+    let data = bench::ensure_bench_data_sized(records, model.input, &|note| {
         eprintln!("  {LARGER_MODEL}: {note}")
     })
     .map_err(|e| e.to_string())?;
@@ -365,7 +366,7 @@ fn larger_balance(
         queue_depth: 32,
         seconds: a.seconds.unwrap_or(if quick { 0.3 } else { 3.0 }),
     };
-    let io = balance::bench_io(&io_config, &|step| eprintln!("  {LARGER_MODEL} io: {step}"))
+    let io = bench::bench_io(&io_config, &|step| eprintln!("  {LARGER_MODEL} io: {step}"))
         .map_err(|e| e.to_string())?;
     let config = ComputeBenchConfig {
         model: LARGER_MODEL.into(),

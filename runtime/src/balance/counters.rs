@@ -3,13 +3,6 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-/// CPU time of the calling thread (zero where the clock is unavailable).
-pub fn thread_cpu_time() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
-        .unwrap_or_default()
-}
-
 /// One stage's running totals. Updated with relaxed atomics by whichever thread did the work.
 #[derive(Debug, Default)]
 pub struct StageCounters {

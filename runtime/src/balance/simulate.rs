@@ -98,7 +98,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use super::timeline::{ConsumerSpan, ConsumerState, LoaderRow, QueueSeries, Span, Timeline};
-use crate::loader::order::{derive_seed, SplitMix64};
+use crate::base::{derive_seed, SplitMix64};
 
 /// The `derive_seed` stream of load times: batch `i`'s load time is drawn from
 /// `derive_seed(&[seed, LOAD_STREAM, i])`.

@@ -14,8 +14,8 @@ use super::cpu::exec::{CpuExec, CpuTiming};
 use super::recording::{Recording, TensorId};
 use super::vulkan;
 use super::vulkan::exec::VulkanExec;
-use crate::balance::MemoryPlan;
-use crate::ring::{SlotAllocator, SlotBytes};
+use crate::base::MemoryPlan;
+use crate::base::{SlotAllocator, SlotBytes};
 
 /// Which engine to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -3,7 +3,6 @@
 //! reference every GPU kernel is tested against) and Vulkan compute shaders ([`vulkan`]).
 
 pub mod ab;
-pub mod bench;
 pub mod cpu;
 pub mod exec;
 pub mod fusion;

@@ -16,7 +16,7 @@
 //! a kernel never finds an input overwritten by its own output.
 
 use super::recording::{Elem, Recording, Role, Step, TensorId};
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
 
 /// One buffer of a [`StoragePlan`] and the tensors it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

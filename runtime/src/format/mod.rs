@@ -75,8 +75,8 @@ pub use record::{
     RecordBox, RecordLayout, RecordMeta, RecordProblem, BOX_BYTES, FLAG_SUBSTITUTE, META_FIXED,
 };
 
-/// The alignment unit of `O_DIRECT` reads and of everything in a shard.
-pub const PAGE_SIZE: usize = 4096;
+/// The alignment unit of `O_DIRECT` reads and of everything in a shard (the memory page).
+pub const PAGE_SIZE: usize = crate::base::PAGE_SIZE;
 
 /// Rounds `n` up to a multiple of [`PAGE_SIZE`].
 pub const fn page_align(n: usize) -> usize {

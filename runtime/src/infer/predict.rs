@@ -9,7 +9,7 @@ use image::RgbImage;
 use super::map::Scored;
 use super::nms::{suppress_duplicates, DEFAULT_NMS_IOU};
 use super::{Error, Result};
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
 use crate::compute::cpu::decode::detections_from_bytes;
 use crate::compute::exec::{EngineChoice, Exec, ExecOptions, RunTiming};
 use crate::compute::recording::DETECTION_BYTES;

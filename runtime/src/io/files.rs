@@ -7,8 +7,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{Error, RecordLoc, Result};
+use crate::base::HostMemory;
 use crate::format::{self, Manifest, ShardHeader, HEADER_SIZE};
-use crate::ring::HostMemory;
 
 /// Whether to bypass the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

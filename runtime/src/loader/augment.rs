@@ -42,7 +42,7 @@
 //! [`RecordLayout::check_boxes`] holds afterwards. The record's checksum is stale afterwards on
 //! purpose: records are verified when they come off disk, before augmentation.
 
-use super::order::SplitMix64;
+use crate::base::SplitMix64;
 use crate::format::{RecordBox, RecordLayout};
 
 /// Colour (all three channels) of pixels that come from outside the image: the letterbox pad.
@@ -553,8 +553,8 @@ pub(crate) mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::base::{derive_seed, SplitMix64};
     use crate::format::RecordMeta;
-    use crate::loader::order::{derive_seed, SplitMix64};
 
     // A counting allocator for the whole test binary; it counts only on a thread that opened a
     // window with `allocations_during`, so other tests running in parallel do not disturb it.

@@ -78,7 +78,7 @@ impl Dataset {
     pub fn verify_all(&self, progress: &dyn Fn(u64, u64)) -> super::Result<VerifyReport> {
         const CHUNK: usize = 64;
         let rs = self.layout.record_size;
-        let mut buf = crate::ring::HostMemory::zeroed(CHUNK * rs)
+        let mut buf = crate::base::HostMemory::zeroed(CHUNK * rs)
             .ok_or(crate::ring::Error::Alloc { bytes: CHUNK * rs })?;
         let classes = self.manifest.num_classes();
         let mut report = VerifyReport {

@@ -25,7 +25,8 @@ use fulcrum_board::CoreSet;
 pub use augment::AugmentConfig;
 pub use dataset::{Dataset, VerifyReport};
 
-use crate::balance::{human, largest_fitting, MemoryPlan, PipelineCounters, PipelineSnapshot};
+use crate::balance::{PipelineCounters, PipelineSnapshot};
+use crate::base::{human, largest_fitting, MemoryPlan};
 use crate::format::{RecordBox, RecordLayout, RecordMeta, RecordProblem};
 use crate::io::{self, BackendKind, IoKind, UringOptions};
 use crate::ring::{self, Consumer, ReadyBatch, Ring, RingShape};
@@ -93,7 +94,7 @@ pub struct LoaderConfig {
     pub counters: Option<Arc<PipelineCounters>>,
     /// Makes the ring's memory (an engine that reads batches straight from it); `None`:
     /// plain host memory.
-    pub slot_allocator: Option<Arc<dyn ring::SlotAllocator>>,
+    pub slot_allocator: Option<Arc<dyn crate::base::SlotAllocator>>,
 }
 
 impl Default for LoaderConfig {
@@ -234,7 +235,7 @@ impl Batch<'_> {
 
     /// [`Batch::records`] with their slot's identity, for an engine to read them where they
     /// are ([`crate::compute::exec::Exec::run_reading`]).
-    pub fn slot_bytes(&self) -> crate::ring::SlotBytes<'_> {
+    pub fn slot_bytes(&self) -> crate::base::SlotBytes<'_> {
         self.slot.slot_bytes()
     }
 

@@ -34,7 +34,7 @@
 use super::augment::{
     clip_to_image, gather_row, AugmentConfig, AugmentParams, Augmenter, PAD_VALUE,
 };
-use super::order::{derive_seed, SplitMix64};
+use crate::base::{derive_seed, SplitMix64};
 use crate::format::{RecordBox, RecordLayout};
 
 /// Batch positions per group: the records one mosaic is made of.

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::augment::Augmenter;
 use super::mosaic::{Mosaic, GROUP};
-use super::order::{derive_seed, EpochOrder};
+use super::order::EpochOrder;
 use super::{substitute_record, Dataset, Error, LoaderConfig, OnCorrupt};
-use crate::balance::{thread_cpu_time, PipelineCounters};
+use crate::balance::PipelineCounters;
+use crate::base::derive_seed;
+use crate::base::thread_cpu_time;
 use crate::format::{RecordLayout, HEADER_SIZE};
 use crate::io::{self, ControlFlow, ReadBackend, RecordLoc, ShardSet};
 use crate::ring::Ring;

@@ -326,7 +326,7 @@ impl ModelGraph {
             // Graph sizes grow with the batch, so a binary search finds the largest that
             // builds; only when batch 1 does is the batch itself the problem.
             let builds = |b: u64| Self::build_at(arch, b as u32, layout, options).is_ok();
-            match crate::balance::largest_fitting(u64::from(batch.saturating_sub(1)), builds) {
+            match crate::base::largest_fitting(u64::from(batch.saturating_sub(1)), builds) {
                 Some(best) => format!(
                     "batch {batch} is too large for {} at {}×{}: {e}; the largest batch that \
                      works is {best} (lower --batch)",

@@ -7,7 +7,7 @@
 //! loss of the (mostly empty) heat map starts small and stable (CenterNet's prior).
 
 use super::arch::Arch;
-use crate::loader::order::{derive_seed, SplitMix64};
+use crate::base::{derive_seed, SplitMix64};
 
 /// The heat-map bias at start: `sigmoid(−2.19) ≈ 0.1`.
 pub const HEAT_BIAS: f32 = -2.19;

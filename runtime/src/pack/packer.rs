@@ -86,7 +86,7 @@ impl Holdout {
         for b in name.as_bytes() {
             h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
-        let x = crate::loader::order::mix64(h ^ crate::loader::order::mix64(self.seed));
+        let x = crate::base::mix64(h ^ crate::base::mix64(self.seed));
         let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
         unit < self.fraction
     }

@@ -21,6 +21,8 @@
 //! Each box is the tight bounding box of the object's visible pixels, in pixel-edge coordinates
 //! (`x1` is one past the last column).
 
+use crate::base::{mix64, SplitMix64, GOLDEN_GAMMA};
+
 use crate::format::RecordBox;
 
 /// Class names: the class id of a box is the index here.
@@ -35,27 +37,26 @@ const MIN_SIDE: f32 = 16.0;
 /// Least L1 colour distance (over R, G, B) between an object and the samples under it.
 const MIN_CONTRAST: i32 = 120;
 
-/// SplitMix64: tiny, fast and good enough for pictures; no dependency.
-struct Rng(u64);
+/// The crate's SplitMix64, seeded per image and stream.
+struct Rng(SplitMix64);
 
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// SplitMix64's output function alone (the crate's `mix64` adds the increment first).
+fn finalize(z: u64) -> u64 {
+    mix64(z.wrapping_sub(GOLDEN_GAMMA))
 }
 
 impl Rng {
     fn new(seed: u64, index: u64, stream: u64) -> Self {
-        let s = mix64(seed ^ 0x5EED_F00D_CAFE_0001);
-        Rng(mix64(s ^ mix64(index.wrapping_add(0x1234_5678_9ABC_DEF1))) ^ stream)
+        let s = finalize(seed ^ 0x5EED_F00D_CAFE_0001);
+        let state = finalize(s ^ finalize(index.wrapping_add(0x1234_5678_9ABC_DEF1))) ^ stream;
+        Rng(SplitMix64::new(state))
     }
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix64(self.0)
+        self.0.next_u64()
     }
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+        self.0.next_f32()
     }
     fn range(&mut self, lo: f32, hi: f32) -> f32 {
         lo + (hi - lo) * self.unit()

@@ -21,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use heapless::mpmc::Queue;
 
+use crate::base::{HostMemory, SlotBytes, SlotMemory};
 use doorbell::Doorbell;
-pub use memory::{
-    HostMemory, ImportId, ImportedAt, RingMemory, SlotAllocator, SlotBytes, SlotMemory,
-};
+pub use memory::RingMemory;
 
 /// Most slots a ring can have (the capacity of the lock-free index queues).
 pub const MAX_SLOTS: usize = 64;

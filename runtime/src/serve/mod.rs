@@ -5,7 +5,6 @@
 //! Unsafe code here is limited to [`ring`]'s read-only mapping of a client's memfd and taking
 //! ownership of descriptors the kernel hands over in [`socket`].
 
-pub mod bench;
 pub mod client;
 pub mod fine_tune;
 pub mod frame;
@@ -44,8 +43,8 @@ pub enum Error {
     #[error(
         "serving needs {} but --mem-budget is {}; lower --max-clients, --max-frame-side or \
          --top-k, or raise the budget. The plan:\n{table}",
-        crate::balance::human(*needed),
-        crate::balance::human(*budget)
+        crate::base::human(*needed),
+        crate::base::human(*budget)
     )]
     Budget {
         needed: u64,

@@ -30,7 +30,7 @@ use super::ring::ClientRing;
 use super::socket::{self, PeerCredentials, Received};
 use super::stats::LatencyHistogram;
 use super::Error;
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
 use crate::compute::exec::ExecOptions;
 use crate::infer::predict::Predictor;
 use crate::infer::Scored;
@@ -528,7 +528,7 @@ impl Server {
             frame_pass: &c.frame_pass,
             forward: &c.engine,
             planned_bytes: self.plan.total(),
-            resident_bytes: crate::balance::resident(),
+            resident_bytes: crate::base::resident(),
             fine_tune: self.fine_tune.as_ref().map(FineTuner::status),
         };
         metrics::render(exposition, &snapshot);

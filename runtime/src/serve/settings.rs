@@ -59,7 +59,7 @@ fn engine_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<EngineCh
 
 fn size_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text: Option<String> = Option::deserialize(d)?;
-    text.map(|t| crate::balance::parse_size(&t).map_err(serde::de::Error::custom))
+    text.map(|t| crate::base::parse_size(&t).map_err(serde::de::Error::custom))
         .transpose()
 }
 

@@ -2,7 +2,6 @@
 //! [`crate::model::checkpoint`]).
 
 pub mod autotune;
-pub mod bench_balance;
 pub mod plan;
 pub mod recipe;
 pub mod schedule;

@@ -5,7 +5,8 @@
 
 use super::autotune::{Decision, Tuning};
 use super::trainer::{Error, Result, TrainConfig};
-use crate::balance::{self, MemoryPlan};
+
+use crate::base::MemoryPlan;
 use crate::compute::exec::{Exec, ExecOptions};
 use crate::compute::recording::Role;
 use crate::io::IoKind;
@@ -48,7 +49,7 @@ impl Planner<'_> {
         budget: u64,
         loader_at: &dyn Fn(u32) -> LoaderConfig,
     ) -> Option<u32> {
-        balance::largest_fitting(u64::from(most), |b| {
+        crate::base::largest_fitting(u64::from(most), |b| {
             self.engine(b as u32)
                 .is_ok_and(|e| self.run(&loader_at(b as u32), &e).fits(Some(budget)))
         })
@@ -92,7 +93,7 @@ pub(super) fn size_run(
                         "batch {} does not fit --mem-budget {} with one loader and a ring of 2; \
                          {b} is the largest that does",
                         config.batch,
-                        balance::human(budget)
+                        crate::base::human(budget)
                     ),
                 });
                 loader.batch = b as usize;
@@ -164,13 +165,13 @@ pub(super) fn loader_tuning(lc: &LoaderConfig) -> Tuning {
 /// Refuses a plan over the limit the system puts on this process (`ulimit -v`, a cgroup),
 /// which would otherwise be killed or fail mid-run.
 fn within_process_limit(memory: &MemoryPlan) -> Result<()> {
-    match balance::process_memory_limit() {
+    match crate::base::process_memory_limit() {
         Some(limit) if memory.total() > limit.bytes => Err(Error::Config(format!(
             "the run plans {} of memory but {} allows this process {}: lower --batch or \
              --ring (--mem-budget says what fits), or raise that limit",
-            balance::human(memory.total()),
+            crate::base::human(memory.total()),
             limit.source,
-            balance::human(limit.bytes)
+            crate::base::human(limit.bytes)
         ))),
         _ => Ok(()),
     }
@@ -196,14 +197,14 @@ pub fn model_memory_plan(graph: &ModelGraph, exec: &ExecOptions) -> Result<Memor
 /// largest batch that fits at this ring depth.
 fn budget_error(budget: u64, memory: &MemoryPlan, best: Option<u32>) -> Error {
     Error::Budget {
-        budget: balance::human(budget),
-        needed: balance::human(memory.total()),
+        budget: crate::base::human(budget),
+        needed: crate::base::human(memory.total()),
         detail: match memory.items.iter().max_by_key(|i| i.bytes()) {
             Some(i) => format!(
                 "largest: {} ×{} = {}",
                 i.name,
                 i.count,
-                balance::human(i.bytes())
+                crate::base::human(i.bytes())
             ),
             None => "nothing planned".to_owned(),
         },

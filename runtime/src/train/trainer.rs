@@ -32,7 +32,8 @@ use serde::{Deserialize, Serialize};
 use super::autotune::{Autotuner, Decision, Limits, Probe, Tuning, Window};
 use super::plan::{self, loader_tuning, tuned_loader_config, Planner};
 use super::schedule::Schedule;
-use crate::balance::{self, BalanceInput, BalanceReport, MemoryPlan, StageSnapshot};
+use crate::balance::{self, BalanceInput, BalanceReport, StageSnapshot};
+use crate::base::MemoryPlan;
 use crate::compute::exec::{self, Exec, ExecOptions};
 use crate::compute::ops::{AdamW, CLIP_NORM, CLIP_SCALE};
 use crate::compute::recording::LOSS_LEN;
@@ -355,7 +356,7 @@ pub struct TrainReport {
     /// [`Exec::submissions`]): one per step on Vulkan, 0 on the CPU engine.
     pub step_submissions: u64,
     /// The run's memory plan, and the process's peak resident memory at the end
-    /// ([`balance::peak_resident`]; `None` where the system does not report it).
+    /// ([`crate::base::peak_resident`]; `None` where the system does not report it).
     pub memory: MemoryPlan,
     pub peak_resident: Option<u64>,
 }
@@ -517,7 +518,7 @@ pub fn train(
         imported_uploads: exec.imported_uploads(),
         step_submissions: record.step_submissions,
         memory: planner.run(&loader_config, &sized.engine),
-        peak_resident: balance::peak_resident(),
+        peak_resident: crate::base::peak_resident(),
     })
 }
 

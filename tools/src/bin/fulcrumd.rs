@@ -71,7 +71,7 @@ struct Args {
     /// Memory budget (e.g. 64M): the engine, the letterbox scratch, request and reply buffers,
     /// every client's outbox and a second model for reloads are planned before anything is
     /// allocated, and a plan over the budget is refused at start (the plan is logged).
-    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    #[arg(long, value_parser = fulcrum::base::parse_size)]
     mem_budget: Option<u64>,
     /// State folder: fine-tuning's job, checkpoints and swapped-in weights live in its
     /// `fine-tune/` [default: $STATE_DIRECTORY; without either, fine-tuning is refused].
@@ -220,7 +220,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let plan = server.memory_plan();
     log::info!(
         "memory planned up front: {}\n{}",
-        fulcrum::balance::human(plan.total()),
+        fulcrum::base::human(plan.total()),
         plan.table().trim_end()
     );
     log::info!(
@@ -229,7 +229,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         server.status_line()
     );
     server.run(&CONTROL)?;
-    use fulcrum::balance::{human, peak_resident, resident_files};
+    use fulcrum::base::{human, peak_resident, resident_files};
     match (peak_resident(), resident_files()) {
         (Some(peak), Some(files)) => log::info!(
             "stopped; peak resident memory {} ({} of it the program's code and libraries; \

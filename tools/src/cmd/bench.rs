@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fulcrum::balance::{self, IoBenchConfig, IoBenchReport};
+use fulcrum::bench::{self as benches, IoBenchConfig, IoBenchReport};
 
 /// Benchmarks, reported as ratios to a baseline measured in the same run.
 #[derive(clap::Args)]
@@ -82,7 +82,7 @@ pub struct BalanceArgs {
     #[arg(long, default_value_t = 3.0, value_parser = crate::args::factor)]
     slowdown: f64,
     /// Memory budget for both runs (the autotuner stays inside it).
-    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    #[arg(long, value_parser = fulcrum::base::parse_size)]
     mem_budget: Option<u64>,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -173,7 +173,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
-    use fulcrum::serve::bench::{bench_serve, ServeBenchConfig};
+    use fulcrum::bench::serve::{bench_serve, ServeBenchConfig};
     crate::output_file::check_some("--json", a.json.as_deref())?;
     let config = ServeBenchConfig {
         weights: a.weights.clone(),
@@ -303,14 +303,14 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
-    use fulcrum::train::bench_balance::{self, BalanceBenchConfig, RunFigures};
+    use fulcrum::bench::balance::{self as bench_balance, BalanceBenchConfig, RunFigures};
     use fulcrum::train::trainer::RunOptions;
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
     // --batch, --slowdown and --steps are in range by their parsers.
     let data = match a.data {
         Some(d) => d,
-        None => balance::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
+        None => benches::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
     };
     crate::signals::install();
     let config = BalanceBenchConfig {
@@ -390,7 +390,7 @@ fn model_name(s: &str) -> Result<String, String> {
 }
 
 pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
-    use fulcrum::compute::bench::{self, ComputeBenchConfig, EntryFigures};
+    use fulcrum::bench::compute::{self as bench, ComputeBenchConfig, EntryFigures};
     use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
@@ -544,7 +544,7 @@ pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {
     crate::output_file::check_some("--json", a.json.as_deref())?;
     let data = match a.data {
         Some(d) => d,
-        None => balance::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
+        None => benches::ensure_bench_data(a.records, &|note| eprintln!("{note}"))?,
     };
     let config = IoBenchConfig {
         data,
@@ -554,7 +554,7 @@ pub fn run_io(a: IoArgs) -> anyhow::Result<ExitCode> {
         queue_depth: a.queue_depth,
         seconds: a.seconds,
     };
-    let report = balance::bench_io(&config, &|step| eprintln!("measuring: {step}"))?;
+    let report = benches::bench_io(&config, &|step| eprintln!("measuring: {step}"))?;
     print_io(&report);
     if let Some(path) = &a.json {
         crate::output_file::write_json(path, &report)?;
@@ -582,7 +582,7 @@ fn print_io(r: &IoBenchReport) {
         "records/s",
         "× raw"
     );
-    let row = |name: &str, t: &balance::Throughput| {
+    let row = |name: &str, t: &benches::Throughput| {
         crate::outln!(
             "  {:<34} {:>10.0} {:>12.0} {:>9.2}",
             name,

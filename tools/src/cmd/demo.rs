@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use fulcrum::balance::human;
+use fulcrum::base::human;
 use fulcrum::infer::evaluate::{evaluate, EvalOptions};
 use fulcrum::infer::predict::Predictor;
 use fulcrum::io::DirectMode;

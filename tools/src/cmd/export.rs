@@ -59,7 +59,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::outln!(
         "{}: {} ({} parameters, {} classes: {}), input images [N, 3, {s}, {s}], output pred {pred}",
         a.onnx.display(),
-        fulcrum::balance::human(bytes.len() as u64),
+        fulcrum::base::human(bytes.len() as u64),
         arch.param_count(),
         model.classes,
         checkpoint.classes.join(", "),

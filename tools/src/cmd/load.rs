@@ -51,16 +51,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         loader.batches_per_epoch(),
         config.loaders,
         config.ring_slots,
-        fulcrum::balance::human(loader.ring_bytes() as u64),
+        fulcrum::base::human(loader.ring_bytes() as u64),
         loader.backend().name(),
         if dataset.files.is_direct() { " with O_DIRECT" } else { " (buffered)" },
     );
     let plan = loader.memory_plan();
     crate::outln!(
         "memory: {} planned and allocated up front{}",
-        fulcrum::balance::human(plan.total()),
+        fulcrum::base::human(plan.total()),
         match a.pipeline.mem_budget {
-            Some(b) => format!(" (budget {})", fulcrum::balance::human(b)),
+            Some(b) => format!(" (budget {})", fulcrum::base::human(b)),
             None => String::new(),
         }
     );

@@ -39,7 +39,7 @@ pub struct PipelineArgs {
     pub mosaic: f32,
     /// Hard memory limit for the pipeline (e.g. 64M, 1.5G): a configuration over it is refused
     /// before anything is allocated, naming the batch or ring depth that would fit.
-    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    #[arg(long, value_parser = fulcrum::base::parse_size)]
     pub mem_budget: Option<u64>,
     /// Seed of the epoch order and augmentation.
     #[arg(long, default_value_t = 0)]

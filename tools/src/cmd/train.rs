@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use fulcrum::balance::human;
+use fulcrum::base::human;
 use fulcrum::compute::ops::MAX_NEIGHBOUR_RADIUS;
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
@@ -135,7 +135,7 @@ pub struct Args {
     max_steps: Option<u64>,
     /// Hard memory limit for the pipeline and the model together (e.g. 64M): a configuration
     /// over it is refused before anything is allocated, naming a batch that fits.
-    #[arg(long, value_parser = fulcrum::balance::parse_size)]
+    #[arg(long, value_parser = fulcrum::base::parse_size)]
     mem_budget: Option<u64>,
     /// Read backend.
     #[arg(long, default_value = "auto")]
@@ -383,7 +383,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         report.checkpoint.display()
     );
     if let Some(peak) = report.peak_resident {
-        let code = fulcrum::balance::resident_files().map_or(String::new(), |files| {
+        let code = fulcrum::base::resident_files().map_or(String::new(), |files| {
             format!("{} of it the program's code and libraries; ", human(files))
         });
         crate::outln!(

@@ -35,7 +35,7 @@ use std::ops::Range;
 
 use super::arena::Arena;
 use super::scratch::part_range;
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
 use crate::compute::recording::{Recording, TensorId};
 use crate::compute::storage::ArenaPlan;
 

@@ -731,10 +731,10 @@ pub(crate) fn conv2d_backward_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::compute::cpu::gradcheck::{
         assert_close, numeric_grad_f64, random_vec, sign_signature,
     };
-    use crate::loader::order::SplitMix64;
 
     /// `Σ r ⊙ relu?(conv(x, w) + b)` in `f64`, straight from the definition in ops.rs, with
     /// the signs of the pre-activations as the kink signature.

@@ -504,8 +504,8 @@ fn scatter_input_grad(g: &Geometry, gyc: &[f32], wc: &[f32], dph: &mut [f32], gx
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::compute::cpu::gradcheck::random_vec;
-    use crate::loader::order::SplitMix64;
 
     /// `(gx, gw, gb)` by the definition, in f64: every output tap scattered back.
     #[allow(clippy::needless_range_loop)]

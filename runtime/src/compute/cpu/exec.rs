@@ -19,7 +19,7 @@ use super::schedule::{banded_kernel, schedule, Kernel};
 use super::scratch::Scratch;
 use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
 use super::{banded, separable, stem, upsampled};
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
 use crate::compute::ops::Conv2d;
 use crate::compute::ops::CLIP_SUMS;
 use crate::compute::recording::{
@@ -1126,8 +1126,8 @@ impl CpuExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::format::RecordLayout;
-    use crate::loader::order::SplitMix64;
     use crate::model::{
         init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
     };

@@ -22,7 +22,7 @@
 //! absolute error `tol · 1e-2 · max |want|` rather than to a relative error that `f32`
 //! cancellation could not meet.
 
-use crate::loader::order::SplitMix64;
+use crate::base::SplitMix64;
 
 /// `len` values uniform in `[lo, hi)`.
 pub fn random_vec(rng: &mut SplitMix64, len: usize, lo: f32, hi: f32) -> Vec<f32> {

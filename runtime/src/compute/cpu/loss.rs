@@ -178,10 +178,10 @@ pub fn center_loss_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::compute::cpu::gradcheck::{
         assert_close, numeric_grad_f64, random_vec, sign_signature,
     };
-    use crate::loader::order::SplitMix64;
 
     /// A small random problem: heat targets in [0, 1) with some exact 1s and centre cells
     /// (mask 1), and neighbour cells of mask 0.4 between them.

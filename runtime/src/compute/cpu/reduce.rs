@@ -65,8 +65,8 @@ pub fn channel_sums(n: usize, c: usize, plane: usize, x: &[f32], out: &mut [f32]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::compute::cpu::gradcheck::{assert_close, random_vec};
-    use crate::loader::order::SplitMix64;
 
     #[test]
     fn sums_match_f64_sums() {

@@ -47,8 +47,8 @@ pub fn upsample2x_backward(op: &Upsample2x, gy: &[f32], gx: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::SplitMix64;
     use crate::compute::cpu::gradcheck::random_vec;
-    use crate::loader::order::SplitMix64;
 
     #[test]
     fn forward_copies_each_pixel_into_a_2x2_block() {

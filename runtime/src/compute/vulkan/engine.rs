@@ -33,7 +33,7 @@ use super::lower::Variants;
 use super::options::Options;
 use super::pipeline::{Pipeline, SpecConstant};
 use super::{Error, Result};
-use crate::ring::SlotBytes;
+use crate::base::SlotBytes;
 
 /// Which GPU timestamps to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -19,10 +19,10 @@ use super::frames::{FrameJob, FrameStage, FrameTiming};
 use super::lower::{joined_steps, lower_with, LowerError, Slot, Variants};
 use super::pipeline::Pipeline;
 use super::program::{CopyIn, Program, ProgramDispatch};
-use crate::balance::MemoryPlan;
+use crate::base::MemoryPlan;
+use crate::base::SlotBytes;
 use crate::compute::recording::{AccessError, Elem, Recording, Role, Step, TensorId};
 use crate::compute::storage::StoragePlan;
-use crate::ring::SlotBytes;
 
 /// A recording set up on the Vulkan engine: see the module docs.
 pub struct VulkanExec {

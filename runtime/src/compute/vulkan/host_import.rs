@@ -3,7 +3,7 @@
 //! The loaders read records into plain, page-aligned host memory, which is what `O_DIRECT` and
 //! io_uring's registered buffers need, and the device imports that same memory as a
 //! `VkDeviceMemory` with a transfer-source buffer over it. A slot's bytes carry the import's
-//! id ([`crate::ring::SlotBytes`]); an upload of them is one `vkCmdCopyBuffer` from
+//! id ([`crate::base::SlotBytes`]); an upload of them is one `vkCmdCopyBuffer` from
 //! the slot to the tensor, recorded ahead of the step in the same submission
 //! ([`super::exec::VulkanExec::run_reading`]): the GPU reads the batch where the disk put it
 //! and the CPU copies nothing. On a unified-memory board those pages are the GPU's own memory,
@@ -30,7 +30,7 @@ use ash::vk;
 
 use super::device::Device;
 use super::{Error, Result};
-use crate::ring::{HostMemory, ImportId, SlotAllocator, SlotMemory};
+use crate::base::{HostMemory, ImportId, SlotAllocator, SlotMemory};
 
 const HANDLE: vk::ExternalMemoryHandleTypeFlags =
     vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
@@ -176,7 +176,7 @@ unsafe impl SlotMemory for ImportedHostMemory {
 /// [`SlotMemory::kind`] of imported ring slots.
 pub const IMPORTED_KIND: &str = "host, imported into Vulkan (the GPU copies each batch)";
 
-/// Hands out [`ImportedHostMemory`] for the loader's ring ([`crate::ring::SlotAllocator`]).
+/// Hands out [`ImportedHostMemory`] for the loader's ring ([`crate::base::SlotAllocator`]).
 #[derive(Clone)]
 pub struct HostImporter {
     device: Arc<Device>,

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use ash::vk;
 
-use crate::ring::{ImportId, ImportedAt, SlotBytes};
+use crate::base::{ImportId, ImportedAt, SlotBytes};
 
 /// What the device needs to import host memory, and the imports alive now.
 pub(crate) struct HostImport {

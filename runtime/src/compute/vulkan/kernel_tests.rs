@@ -10,6 +10,7 @@
 
 use super::exec::VulkanExec;
 use super::testing::{assert_clean, engine};
+use crate::base::SplitMix64;
 use crate::compute::cpu::exec::CpuExec;
 use crate::compute::cpu::gradcheck::{assert_close, random_vec};
 use crate::compute::cpu::{self, Scratch};
@@ -20,7 +21,6 @@ use crate::compute::ops::{
 use crate::compute::recording::{
     Elem, Recording, Role, Step, TensorId, DETECTION_BYTES, HYPER_LEN, LOSS_LEN,
 };
-use crate::loader::order::SplitMix64;
 use crate::model::graph::GraphOptions;
 
 /// The comparison tolerance (module docs).

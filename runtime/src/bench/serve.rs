@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 use fulcrum_board::protocol::{FrameDesc, FrameSource, PixelFormat};
 use serde::Serialize;
 
-use super::client::Client;
-use super::frame::{encode_frame, FrameView};
-use super::stats::LatencyHistogram;
-use super::{Control, Error, Notifier, ServeConfig, Server};
 use crate::compute::exec::ExecOptions;
 use crate::infer::predict::{FramePlace, Predictor};
 use crate::infer::Scored;
 use crate::model::Checkpoint;
 use crate::model::ModelConfig;
+use crate::serve::client::Client;
+use crate::serve::frame::{encode_frame, FrameView};
+use crate::serve::stats::LatencyHistogram;
+use crate::serve::{Control, Error, Notifier, ServeConfig, Server};
 
 #[derive(Clone, Debug)]
 pub struct ServeBenchConfig {

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::base::HostMemory;
 use crate::io::{self, DirectMode, IoKind, UringOptions};
 use crate::loader::{self, AugmentConfig, Dataset, Loader, LoaderConfig};
-use crate::ring::HostMemory;
 
 /// Threads reading in the backend runs.
 const BACKEND_THREADS: usize = 2;

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::autotune::{Decision, Tuning};
-use super::trainer::{self, Observer, Result, RunOptions, StepReport, TrainConfig, TrainReport};
+use crate::train::autotune::{Decision, Tuning};
+use crate::train::trainer::{
+    self, Observer, Result, RunOptions, StepReport, TrainConfig, TrainReport,
+};
 
 #[derive(Debug, Clone)]
 pub struct BalanceBenchConfig {

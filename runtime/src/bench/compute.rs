@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::cpu::exec::SplitChoice;
-use super::cpu::kernels::KernelSet;
-use super::exec::{Exec, ExecOptions, Result};
-use super::recording::{Recording, Step};
-use crate::balance::thread_cpu_time;
+use crate::base::thread_cpu_time;
+use crate::base::SlotBytes;
+use crate::base::SplitMix64;
+use crate::compute::cpu::exec::SplitChoice;
+use crate::compute::cpu::kernels::KernelSet;
+use crate::compute::exec::{Exec, ExecOptions, Result};
+use crate::compute::recording::{Recording, Step};
 use crate::format::{RecordBox, RecordLayout, RecordMeta};
-use crate::loader::order::SplitMix64;
 use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN};
-use crate::ring::SlotBytes;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -32,7 +32,7 @@ pub struct ComputeBenchConfig {
     /// Runs measured per figure (after two warm-up runs).
     pub runs: usize,
     pub exec: ExecOptions,
-    /// Alternate the runs between [`super::ab`]'s variants A and B (and report both).
+    /// Alternate the runs between [`crate::compute::ab`]'s variants A and B (and report both).
     pub ab: bool,
 }
 
@@ -65,7 +65,7 @@ pub struct EntryFigures {
     pub ab: Option<AbFigures>,
 }
 
-/// Runs of one entry alternating between [`super::ab`]'s variants, each variant's own figures.
+/// Runs of one entry alternating between [`crate::compute::ab`]'s variants, each variant's own figures.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AbFigures {
     pub a: VariantFigures,
@@ -255,17 +255,17 @@ fn measure(
     train: bool,
     breakdown: bool,
 ) -> Result<(EntryFigures, Engine, Option<StepInputFigures>)> {
-    let model =
-        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Model)?;
+    let model = ModelConfig::named(&config.model, config.classes)
+        .map_err(crate::compute::exec::Error::Model)?;
     let arch = Arch::new(&model);
-    let layout =
-        RecordLayout::new(model.input, model.input, 3, 8).map_err(super::exec::Error::Model)?;
+    let layout = RecordLayout::new(model.input, model.input, 3, 8)
+        .map_err(crate::compute::exec::Error::Model)?;
     let options = GraphOptions {
         train,
         ..GraphOptions::default()
     };
-    let graph =
-        ModelGraph::build(&arch, batch, &layout, &options).map_err(super::exec::Error::Model)?;
+    let graph = ModelGraph::build(&arch, batch, &layout, &options)
+        .map_err(crate::compute::exec::Error::Model)?;
     let entry = graph.entry(if train { ENTRY_TRAIN } else { ENTRY_INFER });
 
     // Whole-entry timing: per-step timestamps only (per-kernel timing adds barriers and
@@ -286,14 +286,14 @@ fn measure(
     let (mut device, mut wall) = (Vec::new(), Vec::new());
     // The warm-up runs are A and B too; measured run `i − 2` is B where it is odd.
     for i in 0..config.runs + 2 {
-        super::ab::set_b(config.ab && i % 2 == 1);
+        crate::compute::ab::set_b(config.ab && i % 2 == 1);
         let t = exec.run(entry)?;
         if i >= 2 {
             device.push(t.device);
             wall.push(t.wall);
         }
     }
-    super::ab::set_b(false);
+    crate::compute::ab::set_b(false);
     let ab = config.ab.then(|| {
         let variant = |b: usize| VariantFigures::of(device.iter().skip(b).step_by(2).copied());
         let (a, b) = (variant(0), variant(1));
@@ -418,8 +418,8 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     let (forward_batch1, engine, _) = measure(config, 1, false, true)?;
     progress(&format!("training step at batch {}", config.train_batch));
     let (train_step, _, step_input) = measure(config, config.train_batch, true, true)?;
-    let model =
-        ModelConfig::named(&config.model, config.classes).map_err(super::exec::Error::Model)?;
+    let model = ModelConfig::named(&config.model, config.classes)
+        .map_err(crate::compute::exec::Error::Model)?;
     Ok(ComputeBenchReport {
         engine: engine.describe,
         cpu_kernels: engine.cpu_kernels,
