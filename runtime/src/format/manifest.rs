@@ -29,6 +29,13 @@ pub struct PackSummary {
     pub labels_without_image: u64,
     pub rejected_labels: u64,
     pub unreadable_images: u64,
+    /// Groups of duplicate pictures among the records (the same file twice, or the same
+    /// picture saved again; `hashes.txt` beside the manifest says which), and the records
+    /// in them. Packs made before duplicates were looked for say 0.
+    #[serde(default)]
+    pub duplicate_groups: u64,
+    #[serde(default)]
+    pub duplicate_images: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

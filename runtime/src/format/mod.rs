@@ -11,7 +11,9 @@
 //!   ([`Manifest`]);
 //! * `shard-00000.fsh`, `shard-00001.fsh`, … — the records, [`Manifest::records_per_shard`]
 //!   per shard except the last;
-//! * `sources.txt` — one line per record: the source image it was packed from.
+//! * `sources.txt` — one line per record: the source image it was packed from;
+//! * `hashes.txt` — for real data, one line per record: the picture's content and difference
+//!   hashes (`crate::pack::duplicates`), which find copies of a picture.
 //!
 //! # A shard file
 //!

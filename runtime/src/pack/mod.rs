@@ -1,5 +1,6 @@
 //! Dataset import: YOLO txt, Pascal VOC XML, COCO JSON and the synthetic set → shards.
 pub mod coco;
+pub mod duplicates;
 mod error;
 pub mod letterbox;
 pub mod source;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::duplicates::{hashes_text, Groups, ImageHash, HASHES_FILE};
 use super::letterbox::{self, BoxStats};
 use super::source::{SourceDataset, SourceItem};
 use super::{coco, synthetic, voc, yolo, Error, Result};
@@ -63,8 +64,11 @@ pub struct PackOptions {
 }
 
 /// A train/validation split fixed by a seed: an image is held out when a hash of its file
-/// name and the seed falls below `fraction`. The same names, fraction and seed always give
-/// the same split, wherever the dataset lives and whatever order the importer lists it in.
+/// name and the seed falls below `fraction`. Duplicates (the same file twice, or the same
+/// picture re-encoded or resized: [`super::duplicates`]) go together, on the side of the
+/// group's first file name, so that no picture is both trained on and held out. The same
+/// pictures, names, fraction and seed always give the same split, wherever the dataset lives
+/// and whatever order the importer lists it in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Holdout {
     /// Fraction of the images held out, in `(0, 1)`.
@@ -113,6 +117,9 @@ pub struct PackReport {
     pub manifest: Manifest,
     /// Human-readable notes: skipped files, rejected label lines (first few of each).
     pub warnings: Vec<String>,
+    /// With `--holdout`: the groups of duplicate pictures found in the whole source, each
+    /// kept on one side of the split.
+    pub holdout_duplicates: Option<Groups>,
 }
 
 /// Work every thread reports back, per record.
@@ -120,6 +127,8 @@ struct Packed {
     crc: u32,
     stats: BoxStats,
     background: bool,
+    /// The picture's hashes (none for synthetic records).
+    hash: Option<ImageHash>,
 }
 
 /// Packs a dataset; `progress(done, total)` is called as records are written.
@@ -146,6 +155,7 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
     // Held until the new dataset is in place: nobody starts reading the old one meanwhile.
     let old_lock = lock_existing_output(&options.out)?;
     let (mut dataset, mut source_name) = import(&options.source)?;
+    let mut holdout_duplicates = None;
     if let Some(h) = &options.holdout {
         if matches!(options.source, Source::Synthetic { .. }) {
             return Err(Error::BadOption(
@@ -160,9 +170,7 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
                 h.fraction
             )));
         }
-        dataset
-            .items
-            .retain(|item| h.holds_out(&item.image) == h.take_held_out);
+        holdout_duplicates = Some(split_keeping_duplicates(&mut dataset, h, options.threads));
         source_name = format!(
             "{source_name} ({} of a {:.0} % hold-out, seed {})",
             if h.take_held_out {
@@ -220,7 +228,65 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
         }
     };
     publish(&tmp, &options.out)?;
-    Ok(report)
+    Ok(PackReport {
+        holdout_duplicates,
+        ..report
+    })
+}
+
+/// Keeps the side of `holdout` that it asks for, every group of duplicates whole: each picture
+/// is hashed (on `threads` threads, 0: every core), and a group goes where its first file
+/// name (the smallest) would. Pictures that cannot be read go by their own name (packing then
+/// names them as unreadable). Returns the groups found among all the pictures.
+fn split_keeping_duplicates(
+    dataset: &mut SourceDataset,
+    holdout: &Holdout,
+    threads: usize,
+) -> Groups {
+    let items = &dataset.items;
+    let hashes: Vec<Mutex<Option<ImageHash>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(items.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let Ok(bytes) = fs::read(&item.image) else {
+                    continue;
+                };
+                if let Ok(picture) = letterbox::decode_image_bytes(&bytes, &item.image) {
+                    *hashes[i].lock().unwrap() = Some(ImageHash::of(&bytes, &picture));
+                }
+            });
+        }
+    });
+    let hashes: Vec<Option<ImageHash>> = hashes
+        .into_iter()
+        .map(|m| m.into_inner().unwrap())
+        .collect();
+    let groups = Groups::find(&hashes);
+    let name = |i: usize| items[i].image.file_name().unwrap_or_default().to_owned();
+    let mut decides: Vec<usize> = (0..items.len()).collect();
+    for group in &groups.groups {
+        let first = *group
+            .iter()
+            .min_by_key(|&&i| name(i))
+            .expect("groups are not empty");
+        for &i in group {
+            decides[i] = first;
+        }
+    }
+    let keep: Vec<bool> = decides
+        .iter()
+        .map(|&d| holdout.holds_out(&items[d].image) == holdout.take_held_out)
+        .collect();
+    let mut k = keep.iter();
+    dataset.items.retain(|_| *k.next().unwrap());
+    groups
 }
 
 /// An exclusive lock on the dataset `pack --force` will replace; refused while anyone reads it.
@@ -455,6 +521,7 @@ fn write_dataset(
     // Images that had more boxes than --max-boxes, and the most boxes one image had.
     let (mut crowded, mut most_boxes) = (0u64, 0usize);
     let mut kept: Vec<(u64, u32)> = Vec::with_capacity(outcomes.len()); // (old index, crc)
+    let mut hashes: Vec<Option<ImageHash>> = Vec::with_capacity(outcomes.len());
     let mut sources = String::new();
     for (i, outcome) in outcomes.iter().enumerate() {
         match outcome {
@@ -468,6 +535,7 @@ fn write_dataset(
                 crowded += (p.stats.over_max > 0) as u64;
                 most_boxes = most_boxes.max(p.stats.kept + p.stats.over_max);
                 kept.push((i as u64, p.crc));
+                hashes.push(p.hash);
                 match &options.source {
                     Source::Synthetic { seed, .. } => {
                         sources.push_str(&format!("synthetic:{seed}:{i}\n"))
@@ -530,6 +598,9 @@ fn write_dataset(
         notes.rejected_labels.iter().cloned(),
     );
 
+    let inside = Groups::find(&hashes);
+    summary.duplicate_groups = inside.groups.len() as u64;
+    summary.duplicate_images = inside.images() as u64;
     let mut manifest = Manifest::new(layout, options.records_per_shard, classes);
     manifest.records = total;
     manifest.summary = summary;
@@ -555,8 +626,15 @@ fn write_dataset(
         file.sync_all().map_err(|e| Error::io(path, e))?;
     }
     write_synced(&dir.join(SOURCES_FILE), sources.as_bytes())?;
+    if !matches!(options.source, Source::Synthetic { .. }) {
+        write_synced(&dir.join(HASHES_FILE), hashes_text(&hashes).as_bytes())?;
+    }
     write_synced(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    Ok(PackReport { manifest, warnings })
+    Ok(PackReport {
+        manifest,
+        warnings,
+        holdout_duplicates: None,
+    })
 }
 
 fn pack_item(
@@ -567,7 +645,8 @@ fn pack_item(
     image: &mut [u8],
     boxes: &mut Vec<RecordBox>,
 ) -> std::result::Result<Packed, String> {
-    let decoded = letterbox::decode_image(&item.image).map_err(|e| e.to_string())?;
+    let bytes = fs::read(&item.image).map_err(|e| Error::io(&item.image, e).to_string())?;
+    let decoded = letterbox::decode_image_bytes(&bytes, &item.image).map_err(|e| e.to_string())?;
     let (w, h) = decoded.dimensions();
     let lb = letterbox::letterbox_into(&decoded, layout.width, image);
     let stats = letterbox::map_boxes(
@@ -594,6 +673,7 @@ fn pack_item(
         crc: layout.stored_checksum(record),
         stats,
         background: item.boxes.is_empty(),
+        hash: Some(ImageHash::of(&bytes, &decoded)),
     })
 }
 
@@ -626,6 +706,7 @@ fn pack_synthetic(
         crc: layout.stored_checksum(record),
         stats,
         background: boxes.is_empty(),
+        hash: None,
     }
 }
 

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fulcrum::infer::evaluate::{evaluate, full_image_baseline, EvalOptions, EvalReport};
@@ -71,6 +71,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             data_classes.join(", ")
         );
     }
+    let leaks = held_out_leaks(&checkpoint, &a.data, dataset.records());
     let options = EvalOptions {
         exec: a.engine.options(None),
         batch: a.batch,
@@ -116,10 +117,70 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "seconds": report.wall.as_secs_f64(),
             "baseline_map": baseline.as_ref().map(|b| b.map),
             "baseline_map_50_95": baseline.as_ref().map(|b| b.map_50_95),
+            "duplicates_of_training": leaks,
         });
         crate::output_file::write_json(path, &json)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many images of `data` duplicate images the checkpoint was trained on (the training
+/// pack its header names), warning with the first few; `None` where that cannot be told.
+fn held_out_leaks(checkpoint: &Checkpoint, data: &Path, records: u64) -> Option<usize> {
+    use fulcrum::pack::duplicates::{leaks, Kind, Leaks};
+    let trained_on = checkpoint.train.as_ref()?.get("data")?.as_str()?;
+    let trained_on = Path::new(trained_on);
+    if std::fs::canonicalize(trained_on).ok()? == std::fs::canonicalize(data).ok()? {
+        log::warn!(
+            "evaluating on the data the checkpoint was trained on ({}): the figures measure \
+             memory, not detection; pack a held-out set with `fulcrum pack --holdout`",
+            data.display()
+        );
+        return Some(records as usize);
+    }
+    match leaks(trained_on, data, records) {
+        Ok(Leaks::Found(pairs)) if pairs.is_empty() => Some(0),
+        Ok(Leaks::Found(pairs)) => {
+            let shown: Vec<String> = pairs
+                .iter()
+                .take(5)
+                .map(|(held_out, trained, kind)| match kind {
+                    Kind::Exact => format!("{held_out} = {trained} (the same file)"),
+                    Kind::Near => format!("{held_out} ≈ {trained} (the same picture saved again)"),
+                })
+                .collect();
+            log::warn!(
+                "{} of the {records} held-out images duplicate images the checkpoint was \
+                 trained on ({}): {}{}; on those the figures measure memory, not detection. \
+                 `fulcrum pack --holdout` keeps duplicates on one side of the split",
+                pairs.len(),
+                trained_on.display(),
+                shown.join(", "),
+                if pairs.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            );
+            Some(pairs.len())
+        }
+        Ok(Leaks::Unknown) => {
+            log::info!(
+                "not checked whether held-out images duplicate training images: {} or {} has no \
+                 picture hashes (packed before they were kept, or synthetic)",
+                trained_on.display(),
+                data.display()
+            );
+            None
+        }
+        Err(e) => {
+            log::info!(
+                "not checked whether held-out images duplicate training images: the training \
+                 data the checkpoint names cannot be read here ({e})"
+            );
+            None
+        }
+    }
 }
 
 /// The per-class and per-size tables and the summary line.

@@ -40,6 +40,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", png.display()))?;
         eprintln!("wrote {}", png.display());
     }
+    let duplicates = fulcrum::pack::duplicates::in_pack(&a.dir, m.records);
     if a.json {
         let problems: Vec<_> = report
             .problems
@@ -49,6 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let doc = serde_json::json!({
             "dir": a.dir, "manifest": m, "records_verified": report.records, "boxes": report.boxes,
             "background": report.background, "boxes_per_class": report.boxes_per_class, "problems": problems,
+            "duplicates": duplicates.as_ref().map(|(_, named)| named),
         });
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -92,6 +94,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             classes.len(),
             shown.join(", ")
         );
+        print_duplicates(duplicates.as_ref().map(|(g, named)| (g, named.as_slice())));
         if report.problems.is_empty() {
             crate::outln!("  checksums: all {} records OK", report.records);
         } else {
@@ -110,4 +113,36 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The groups of duplicate pictures inside the pack, the first few named.
+fn print_duplicates(found: Option<(&fulcrum::pack::duplicates::Groups, &[Vec<String>])>) {
+    const SHOWN: usize = 10;
+    let Some((groups, named)) = found else {
+        crate::outln!(
+            "  duplicates: not known (a synthetic pack, or packed before pictures were hashed)"
+        );
+        return;
+    };
+    if groups.groups.is_empty() {
+        crate::outln!("  duplicates: none (no two records show the same picture)");
+        return;
+    }
+    crate::outln!(
+        "  duplicates: {} groups, {} records ({} pairs byte-identical, {} the same picture saved \
+         again); each group trains the model on one picture several times:",
+        groups.groups.len(),
+        groups.images(),
+        groups.exact_pairs,
+        groups.near_pairs
+    );
+    for names in named.iter().take(SHOWN) {
+        crate::outln!("    {}", names.join(" = "));
+    }
+    if named.len() > SHOWN {
+        crate::outln!(
+            "    … and {} more groups (--json lists them all)",
+            named.len() - SHOWN
+        );
+    }
 }

@@ -190,6 +190,25 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
             s.unreadable_images
         );
     }
+    if let Some(g) = &report.holdout_duplicates {
+        crate::outln!(
+            "  hold-out split: {} groups of duplicate pictures in the source ({} images: {} pairs \
+             byte-identical, {} the same picture saved again, within {} bits of difference \
+             hash), each kept on one side",
+            g.groups.len(),
+            g.images(),
+            g.exact_pairs,
+            g.near_pairs,
+            fulcrum::pack::duplicates::NEAR_BITS
+        );
+    }
+    if s.duplicate_groups > 0 {
+        crate::outln!(
+            "  duplicates inside this pack: {} groups, {} records (`fulcrum inspect` lists them)",
+            s.duplicate_groups,
+            s.duplicate_images
+        );
+    }
     for w in &report.warnings {
         log::warn!("{w}");
     }
