@@ -147,6 +147,27 @@ fn concurrent_clients_get_the_same_detections_as_infer() {
     assert!((peak - code - plan).abs() <= 8.0, "{line}");
 }
 
+/// At its default engine (`auto`: here the CPU engine, or lavapipe being a CPU device) the
+/// daemon's peak resident memory, its code and libraries included, is within 8 MiB of its
+/// plan: choosing the engine leaves no Vulkan driver mapped.
+#[test]
+fn at_its_default_engine_the_daemon_stays_within_its_plan() {
+    let daemon = Daemon::start(&["--engine", "auto"]);
+    let planned = daemon.planned_mib();
+    assert!(daemon.client().health().is_ok());
+    let (status, log) = daemon.stop_with_log();
+    assert!(status.success(), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("stopped; peak resident memory"))
+        .unwrap_or_else(|| panic!("no peak memory at stop:\n{log}"));
+    let peak = common::mib_after(line, "peak resident memory");
+    assert!(
+        peak - planned <= 8.0,
+        "peak resident {peak} MiB against a plan of {planned} MiB:\n{log}"
+    );
+}
+
 #[test]
 fn peers_of_other_uids_are_refused_unless_allowed() {
     if !nix::unistd::getuid().is_root() {

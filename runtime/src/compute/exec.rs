@@ -115,7 +115,48 @@ impl ExecOptions {
         })
     }
 
+    /// Whether `auto` takes a Vulkan device: one that is not a CPU (a device asked for by
+    /// number is taken whatever it is). The devices are listed in a child process where one
+    /// can be made ([`vulkan::probe`]), so that choosing the CPU engine leaves no Vulkan
+    /// driver mapped here; in process where no child can be made, and when the child meets an
+    /// error, so that the error is this process's own. A child that dies (a crashing driver,
+    /// a memory limit that listing the drivers met) means the CPU engine.
     fn auto_picks_vulkan(&self) -> Result<bool> {
+        use vulkan::probe::{in_child, Child, CHILD_TIMEOUT};
+        const GPU: u8 = b'V';
+        const CPU: u8 = b'C';
+        const ERROR: u8 = b'E';
+        let child = in_child(
+            || match self.auto_decision() {
+                Ok((true, _)) => vec![GPU],
+                Ok((false, why)) => [&[CPU][..], why.as_bytes()].concat(),
+                Err(_) => vec![ERROR],
+            },
+            CHILD_TIMEOUT,
+        );
+        let (gpu, why) = match child {
+            Child::Answered(a) if a == [GPU] => (true, String::new()),
+            Child::Answered(a) if a.first() == Some(&CPU) => {
+                (false, String::from_utf8_lossy(&a[1..]).into_owned())
+            }
+            Child::Failed(what) => (
+                false,
+                format!(
+                    "listing the Vulkan devices failed in a child process ({what}); using the \
+                     CPU engine (--engine vulkan tries the device in this process)"
+                ),
+            ),
+            Child::Answered(_) | Child::NotMade => self.auto_decision()?,
+        };
+        if !gpu {
+            log::info!("engine: {why}");
+        }
+        Ok(gpu)
+    }
+
+    /// What `auto` decides, and when the CPU engine, why (for the log). Logs nothing: it may
+    /// run in a child process.
+    fn auto_decision(&self) -> Result<(bool, String)> {
         let options = self.vulkan();
         Ok(match vulkan::list_devices(&options) {
             Ok(list) => match vulkan::pick_device(&list.devices, self.device) {
@@ -123,25 +164,19 @@ impl ExecOptions {
                     if list.devices[i].device_type == vulkan::DeviceType::Cpu
                         && self.device.is_none() =>
                 {
-                    log::info!(
-                        "engine: the only Vulkan device is {} (a CPU device): the CPU engine \
-                         is faster on the same cores (--engine vulkan uses it anyway)",
+                    let why = format!(
+                        "the only Vulkan device is {} (a CPU device): the CPU engine is faster \
+                         on the same cores (--engine vulkan uses it anyway)",
                         list.devices[i].label()
                     );
-                    false
+                    (false, why)
                 }
-                Ok(_) => true,
+                Ok(_) => (true, String::new()),
                 // A device asked for by number and missing is a mistake, not a fallback.
                 Err(e) if self.device.is_some() => return Err(e.into()),
-                Err(e) => {
-                    log::info!("engine: {e}; using the CPU engine");
-                    false
-                }
+                Err(e) => (false, format!("{e}; using the CPU engine")),
             },
-            Err(e) if e.is_unavailable() => {
-                log::info!("engine: {e}; using the CPU engine");
-                false
-            }
+            Err(e) if e.is_unavailable() => (false, format!("{e}; using the CPU engine")),
             Err(e) => return Err(e.into()),
         })
     }
@@ -325,6 +360,28 @@ impl Exec {
 
     pub fn is_vulkan(&self) -> bool {
         matches!(self, Exec::Vulkan(_))
+    }
+
+    /// What the Vulkan loader and driver added to the process's resident memory as they
+    /// loaded ([`vulkan::Engine::driver_bytes`]); `None` on the CPU engine.
+    pub fn driver_bytes(&self) -> Option<u64> {
+        match self {
+            Exec::Cpu(_) => None,
+            Exec::Vulkan(v) => v.engine().driver_bytes(),
+        }
+    }
+
+    /// `plan` with the Vulkan driver's measured resident memory as a line of its own, where
+    /// the engine is Vulkan.
+    pub fn with_driver(&self, mut plan: MemoryPlan) -> MemoryPlan {
+        if let Some(bytes) = self.driver_bytes() {
+            plan.add(
+                "vulkan driver: code and data (measured as it loaded)",
+                1,
+                bytes,
+            );
+        }
+        plan
     }
 
     /// The Vulkan device's type; `None` on the CPU engine.

@@ -211,6 +211,12 @@ impl Predictor {
         self.exec.describe()
     }
 
+    /// What the Vulkan loader and driver added to resident memory as they loaded; `None` on
+    /// the CPU engine (see [`Exec::driver_bytes`]).
+    pub fn driver_bytes(&self) -> Option<u64> {
+        self.exec.driver_bytes()
+    }
+
     /// Whether the model runs on the Vulkan engine (else the CPU engine).
     pub fn is_vulkan(&self) -> bool {
         self.exec.is_vulkan()

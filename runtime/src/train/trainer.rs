@@ -471,7 +471,9 @@ pub fn train(
         batches_per_epoch,
         total_steps,
         first_step: steps.progress.step,
-        memory: planner.run(&steps.loader_config, &sized.engine),
+        memory: steps
+            .exec
+            .with_driver(planner.run(&steps.loader_config, &sized.engine)),
         backend: backend.to_owned(),
         ring_memory,
         param_count: arch.param_count(),
@@ -517,7 +519,7 @@ pub fn train(
         probe_time,
         imported_uploads: exec.imported_uploads(),
         step_submissions: record.step_submissions,
-        memory: planner.run(&loader_config, &sized.engine),
+        memory: exec.with_driver(planner.run(&loader_config, &sized.engine)),
         peak_resident: crate::base::peak_resident(),
     })
 }

@@ -117,7 +117,12 @@ impl Daemon {
             .arg(weights)
             .arg("--socket")
             .arg(&socket)
-            .args(["--engine", "cpu"])
+            // The CPU engine unless the test picks one.
+            .args(if args.contains(&"--engine") {
+                &[][..]
+            } else {
+                &["--engine", "cpu"][..]
+            })
             // A low default for the barely trained test model, unless the test sets one.
             .args(if args.contains(&"--threshold") {
                 &[][..]

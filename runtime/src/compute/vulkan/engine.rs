@@ -638,6 +638,8 @@ pub struct Engine {
     // Field order: everything holding an `Arc<Device>` is dropped before `device`, which is
     // only a handle here (the Arc keeps the device alive regardless).
     compute: Commands,
+    /// See [`Engine::driver_bytes`].
+    driver_bytes: Option<u64>,
     transfer: Option<Commands>,
     cache: PipelineCache,
     /// Uploads done as GPU copies from imported host memory (see [`Engine::upload`]).
@@ -649,6 +651,7 @@ impl Engine {
     /// Loads Vulkan and sets up the device chosen per `options` (see [`super::pick_device`]).
     /// Errors for which [`Error::is_unavailable`] holds mean "use the CPU engine".
     pub fn new(options: &Options) -> Result<Engine> {
+        let before = crate::base::resident();
         let device = Device::new(options)?;
         let cache = PipelineCache::open(&device, &options.pipeline_cache)?;
         let compute = Commands::new(&device, device.compute.family)?;
@@ -656,13 +659,25 @@ impl Engine {
             Some(q) => Some(Commands::new(&device, q.family)?),
             None => None,
         };
+        let driver_bytes = match (before, crate::base::resident()) {
+            (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+            _ => None,
+        };
         Ok(Engine {
             compute,
             transfer,
             cache,
             imported_uploads: 0,
+            driver_bytes,
             device,
         })
+    }
+
+    /// What loading the Vulkan loader and driver and making the device added to this process's
+    /// resident memory (their code, libraries and own allocations), measured as they loaded;
+    /// `None` where resident memory cannot be read. Memory plans list it as a line of its own.
+    pub fn driver_bytes(&self) -> Option<u64> {
+        self.driver_bytes
     }
 
     /// The fp16 kernel variants are enabled (asked for, and the device has `shaderFloat16`).

@@ -27,6 +27,8 @@
 //!   for the loader's ring: uploads from it are GPU copies, with no CPU copy.
 //! - [`exec`]: [`VulkanExec`], a recording on the engine: its buffers (sized against the
 //!   memory budget first), pipelines and one recorded command buffer per entry, replayed.
+//! - [`probe`]: device listing in a child process, so that choosing the CPU engine leaves
+//!   no Vulkan driver mapped in this one.
 //! - [`frames`]: the frame pass on the GPU, a dispatch submitted ahead of an entry that
 //!   writes the letterboxed record from a camera frame.
 //!
@@ -78,6 +80,7 @@ pub mod kernels;
 pub mod lower;
 pub mod options;
 pub mod pipeline;
+pub mod probe;
 pub mod program;
 #[doc(hidden)]
 pub mod testing;
