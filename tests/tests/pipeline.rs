@@ -282,6 +282,11 @@ fn is_tmpfs_mount(path: &str) -> bool {
 #[test]
 fn o_direct_refused_by_the_filesystem_falls_back_to_buffered_reads() {
     if !is_tmpfs_mount("/dev/shm") {
+        // CI has one (FULCRUM_REQUIRE_TMPFS=1): there a missing tmpfs is a failure.
+        assert!(
+            std::env::var("FULCRUM_REQUIRE_TMPFS").map_or(true, |v| v != "1"),
+            "FULCRUM_REQUIRE_TMPFS=1 but /dev/shm is not a tmpfs mount"
+        );
         eprintln!("SKIP: /dev/shm is not a tmpfs mount here; no filesystem to refuse O_DIRECT");
         return;
     }

@@ -550,7 +550,6 @@ pub(super) fn gather_row<const LUT: bool>(
 pub(crate) mod tests {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
-    use std::time::{Duration, Instant};
 
     use super::*;
     use crate::base::{derive_seed, SplitMix64};
@@ -991,49 +990,6 @@ pub(crate) mod tests {
         // The counter itself works.
         let (_, n) = allocations_during(|| vec![0u8; 10]);
         assert_eq!(n, 1);
-    }
-
-    /// Records per second on one core (`cargo test --release -p fulcrum --lib
-    /// loader::augment -- --ignored --nocapture`). A measurement, not an assertion.
-    #[test]
-    #[ignore]
-    fn augment_speed() {
-        let l = layout(128, 128);
-        let pristine = record(&l, &random_boxes(&l, 8, 1), 1);
-        let cases = [
-            ("default", AugmentConfig::default()),
-            ("flip only", only(|c| c.flip_prob = 1.0)),
-            ("table only", only(|c| c.brightness = 0.2)),
-            (
-                "geometry + table, always",
-                AugmentConfig {
-                    geometric_prob: 1.0,
-                    ..AugmentConfig::default()
-                },
-            ),
-        ];
-        for (name, config) in cases {
-            let mut aug = Augmenter::new(l, config);
-            let mut r = pristine.clone();
-            let mut busy = Duration::ZERO;
-            let mut n = 0u64;
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_millis(1500) {
-                // Fresh record each time (as off disk); only `apply` is timed.
-                r.copy_from_slice(&pristine);
-                let t = Instant::now();
-                std::hint::black_box(aug.apply(&mut r, n));
-                busy += t.elapsed();
-                n += 1;
-            }
-            println!(
-                "augment_speed {name:>26}: {:>8.0} records/s ({:.1} µs/record, {n} records, {}×{})",
-                n as f64 / busy.as_secs_f64(),
-                busy.as_secs_f64() * 1e6 / n as f64,
-                l.width,
-                l.height
-            );
-        }
     }
 
     #[test]

@@ -599,18 +599,4 @@ mod tests {
         }
         render(0, 0, 0, &mut [], &mut Vec::new());
     }
-
-    /// `cargo test --release -p fulcrum --lib synthetic_speed -- --ignored --nocapture`
-    #[test]
-    #[ignore = "a measurement, not a test"]
-    fn synthetic_speed() {
-        let mut img = vec![0; (N * N * 3) as usize];
-        let mut boxes = Vec::new();
-        let t = std::time::Instant::now();
-        for i in 0..20_000 {
-            render(5, i, N, &mut img, &mut boxes);
-        }
-        let s = t.elapsed().as_secs_f64();
-        eprintln!("{:.0} images/s of {N}² on one core", 20_000.0 / s);
-    }
 }
