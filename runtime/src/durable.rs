@@ -155,8 +155,12 @@ pub struct FolderLock {
 
 impl FolderLock {
     /// Claims `dir` (creating it), or says who holds it.
-    pub fn claim(dir: &Path, what: &str) -> Result<FolderLock, String> {
-        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn claim(dir: &Path, what: &str) -> Result<FolderLock, LockError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| LockError::Io { path, source }
+        };
+        fs::create_dir_all(dir).map_err(io(dir))?;
         let path = dir.join(".lock");
         let file = fs::OpenOptions::new()
             .read(true)
@@ -164,7 +168,7 @@ impl FolderLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(io(&path))?;
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
             Ok(mut lock) => {
                 // The pid is only for messages: failing to write it does not matter.
@@ -175,19 +179,41 @@ impl FolderLock {
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
                 let holder = fs::read_to_string(&path).unwrap_or_default();
                 let holder = holder.trim();
-                Err(format!(
-                    "{} is in use by another {what}{}: wait for it to finish, or choose another folder",
-                    dir.display(),
-                    if holder.is_empty() {
+                Err(LockError::Held {
+                    dir: dir.to_owned(),
+                    what: what.to_owned(),
+                    holder: if holder.is_empty() {
                         String::new()
                     } else {
                         format!(" (pid {holder})")
-                    }
-                ))
+                    },
+                })
             }
-            Err((_, e)) => Err(format!("locking {}: {e}", path.display())),
+            Err((_, e)) => Err(LockError::Io {
+                path,
+                source: e.into(),
+            }),
         }
     }
+}
+
+/// Why a folder could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is in use by another {what}{holder}: wait for it to finish, or choose another folder",
+        dir.display()
+    )]
+    Held {
+        dir: std::path::PathBuf,
+        what: String,
+        holder: String,
+    },
 }
 
 /// A `flock` on a folder's own directory descriptor: shared by the readers of a packed

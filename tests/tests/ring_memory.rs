@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use fulcrum::base::{ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
+use fulcrum::base::{ImportedAt, SlotAllocator, SlotBytes, SlotError, SlotMemory};
 use fulcrum::compute::vulkan::{testing, Location, IMPORTED_KIND};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::{Dataset, Loader, LoaderConfig};
@@ -178,8 +178,8 @@ fn uploads_find_their_import_by_id_and_only_bytes_wholly_inside_it() {
 struct Refusing;
 
 impl SlotAllocator for Refusing {
-    fn allocate(&self, bytes: usize) -> Result<Box<dyn SlotMemory>, String> {
-        Err(format!("refusing {bytes} bytes on purpose"))
+    fn allocate(&self, bytes: usize) -> Result<Box<dyn SlotMemory>, SlotError> {
+        Err(format!("refusing {bytes} bytes on purpose").into())
     }
 }
 

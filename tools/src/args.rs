@@ -204,7 +204,9 @@ pub fn nms_limit(s: &str) -> Result<f32, String> {
     let v = s
         .parse::<f32>()
         .map_err(|_| format!("{} is not a number", quoted(s)))?;
-    fulcrum::infer::nms::check_limit(v).map(|()| v)
+    fulcrum::infer::nms::check_limit(v)
+        .map(|()| v)
+        .map_err(|e| e.to_string())
 }
 
 /// Compute threads: 1 to the CPU engine's most ([`MAX_THREADS`]); more would be clamped

@@ -351,7 +351,7 @@ fn larger_balance(
     best: Option<&ComputeRow>,
 ) -> Result<BalanceSection, String> {
     let best = best.ok_or("no engine measured det-s")?;
-    let model = ModelConfig::named(LARGER_MODEL, 2)?;
+    let model = ModelConfig::named(LARGER_MODEL, 2).map_err(|e| e.to_string())?;
     let records = (a.records.unwrap_or(if quick { 128 } else { 4096 }) / 8).max(64);
     let data = bench::ensure_bench_data_sized(records, model.input, &|note| {
         eprintln!("  {LARGER_MODEL}: {note}")

@@ -221,13 +221,7 @@ const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00\
 fn yolo_folder(dir: &Path, n: usize, classes: &str) -> PathBuf {
     std::fs::create_dir_all(dir.join("images")).unwrap();
     std::fs::create_dir_all(dir.join("labels")).unwrap();
-    let coco = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/images");
-    let mut jpgs: Vec<_> = std::fs::read_dir(coco)
-        .expect("the shared coco128 images")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
-        .collect();
-    jpgs.sort();
+    let jpgs = common::coco128_photos();
     for (i, jpg) in jpgs.iter().take(n).enumerate() {
         std::fs::copy(jpg, dir.join(format!("images/p{i}.jpg"))).unwrap();
         std::fs::write(

@@ -14,13 +14,7 @@ use common::{assert_mentions, fulcrum};
 fn photos_with_copies(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("images")).unwrap();
     std::fs::create_dir_all(dir.join("labels")).unwrap();
-    let coco = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/images");
-    let mut jpgs: Vec<_> = std::fs::read_dir(coco)
-        .expect("the shared coco128 images")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
-        .collect();
-    jpgs.sort();
+    let jpgs = common::coco128_photos();
     let label = |name: &str| {
         std::fs::write(
             dir.join(format!("labels/{name}.txt")),

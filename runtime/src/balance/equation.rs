@@ -92,12 +92,21 @@ fn idle(load_ms: f64, step_ms: f64) -> f64 {
     }
 }
 
-pub fn evaluate(input: &BalanceInput) -> Result<BalanceReport, String> {
+/// Inputs the equation cannot be evaluated with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BalanceError {
+    #[error("--cores and --batch must be positive")]
+    CoresOrBatch,
+    #[error("--tg and --step must be positive durations")]
+    Durations,
+}
+
+pub fn evaluate(input: &BalanceInput) -> Result<BalanceReport, BalanceError> {
     if input.cores <= 0.0 || input.batch == 0 {
-        return Err("--cores and --batch must be positive".into());
+        return Err(BalanceError::CoresOrBatch);
     }
     if input.step.is_zero() || input.tg.is_zero() {
-        return Err("--tg and --step must be positive durations".into());
+        return Err(BalanceError::Durations);
     }
     let (tg, step, batch) = (ms(input.tg), ms(input.step), input.batch as f64);
     let load = tg * batch / input.cores;

@@ -9,7 +9,9 @@ pub mod timeline;
 pub use counters::{
     coefficient_of_variation, PipelineCounters, PipelineSnapshot, StageCounters, StageSnapshot,
 };
-pub use equation::{evaluate, parse_duration, BalanceInput, BalanceReport, Binding, WhatIf};
+pub use equation::{
+    evaluate, parse_duration, BalanceError, BalanceInput, BalanceReport, Binding, WhatIf,
+};
 pub use simulate::{
     closed_form, constant_forecast, constant_schedule, simulate, ConstantForecast, DistKind,
     DistSpec, Distribution, Method, Policy, Regime, Role, SimConfig, SimError, SimReport,

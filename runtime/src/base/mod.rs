@@ -14,7 +14,7 @@ pub use memory::{
     resident_files, MemoryPlan, PlanItem, ProcessLimit,
 };
 pub use random::{derive_seed, mix64, SplitMix64, GOLDEN_GAMMA};
-pub use slot::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotBytes, SlotMemory};
+pub use slot::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotBytes, SlotError, SlotMemory};
 
 /// The memory page: ring slots and records are whole pages, aligned to one (`O_DIRECT`
 /// reads).

@@ -123,13 +123,17 @@ impl<'a> SlotBytes<'a> {
     }
 }
 
+/// Why an allocator could not hand out slot memory: its own error type, boxed (the Vulkan
+/// engine's says what the driver refused), which callers show and fall back from.
+pub type SlotError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Makes the ring's memory: the loader asks it for one block of the ring's size at start (and
 /// at every restart with another shape). An engine hands one out when batches should land in
 /// memory it reads directly.
 pub trait SlotAllocator: Send + Sync + std::fmt::Debug {
     /// A zeroed block of at least `bytes` bytes, or why not (the loader then falls back to
     /// plain host memory, with a warning).
-    fn allocate(&self, bytes: usize) -> Result<Box<dyn SlotMemory>, String>;
+    fn allocate(&self, bytes: usize) -> Result<Box<dyn SlotMemory>, SlotError>;
 }
 
 /// Plain host memory from the global allocator, zeroed, page-aligned.

@@ -256,16 +256,16 @@ fn measure(
     breakdown: bool,
 ) -> Result<(EntryFigures, Engine, Option<StepInputFigures>)> {
     let model = ModelConfig::named(&config.model, config.classes)
-        .map_err(crate::compute::exec::Error::Model)?;
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     let arch = Arch::new(&model);
     let layout = RecordLayout::new(model.input, model.input, 3, 8)
-        .map_err(crate::compute::exec::Error::Model)?;
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     let options = GraphOptions {
         train,
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, batch, &layout, &options)
-        .map_err(crate::compute::exec::Error::Model)?;
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     let entry = graph.entry(if train { ENTRY_TRAIN } else { ENTRY_INFER });
 
     // Whole-entry timing: per-step timestamps only (per-kernel timing adds barriers and
@@ -419,7 +419,7 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
     progress(&format!("training step at batch {}", config.train_batch));
     let (train_step, _, step_input) = measure(config, config.train_batch, true, true)?;
     let model = ModelConfig::named(&config.model, config.classes)
-        .map_err(crate::compute::exec::Error::Model)?;
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     Ok(ComputeBenchReport {
         engine: engine.describe,
         cpu_kernels: engine.cpu_kernels,

@@ -251,7 +251,8 @@ pub fn bench_serve(
             })?,
         ),
         None => {
-            let model = ModelConfig::named(&config.model, 2).map_err(Error::Config)?;
+            let model =
+                ModelConfig::named(&config.model, 2).map_err(|e| Error::Config(e.to_string()))?;
             let c = Checkpoint::initial(model, vec!["disc".into(), "square".into()], 0);
             let path = dir.path().join(format!("{}.safetensors", config.model));
             c.save(&path).map_err(|e| Error::Weights {

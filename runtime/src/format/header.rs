@@ -107,7 +107,7 @@ impl ShardHeader {
             dataset_id: u64_at(56),
         };
         let layout = super::RecordLayout::new(h.width, h.height, h.channels, h.max_boxes)
-            .map_err(|what| bad(&what))?;
+            .map_err(|what| bad(&what.to_string()))?;
         if h.record_size as usize != layout.record_size
             || !(h.record_size as usize).is_multiple_of(PAGE_SIZE)
         {

@@ -155,7 +155,7 @@ impl Manifest {
         let layout = match RecordLayout::new(self.width, self.height, self.channels, self.max_boxes)
         {
             Ok(l) => l,
-            Err(e) => return bad(e),
+            Err(e) => return bad(e.to_string()),
         };
         if layout.record_size as u32 != self.record_size {
             return bad("record size does not match the layout".into());

@@ -74,7 +74,8 @@ pub use error::{Error, Result};
 pub use header::{ShardHeader, FORMAT_VERSION, HEADER_SIZE, MAGIC};
 pub use manifest::{Manifest, PackSummary, ShardEntry, MANIFEST_FILE, SOURCES_FILE};
 pub use record::{
-    RecordBox, RecordLayout, RecordMeta, RecordProblem, BOX_BYTES, FLAG_SUBSTITUTE, META_FIXED,
+    LayoutError, RecordBox, RecordLayout, RecordMeta, RecordProblem, BOX_BYTES, FLAG_SUBSTITUTE,
+    META_FIXED,
 };
 
 /// The alignment unit of `O_DIRECT` reads and of everything in a shard (the memory page).

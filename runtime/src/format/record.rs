@@ -86,26 +86,43 @@ pub(crate) fn le_f32(b: &[u8], o: usize) -> f32 {
     f32::from_le_bytes(b[o..o + 4].try_into().unwrap())
 }
 
+/// Why a record layout is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("image size {width}×{height} outside 1..={max}")]
+    Size { width: u32, height: u32, max: u32 },
+    #[error("{0} channels; only RGB (3) is supported")]
+    Channels(u32),
+    #[error("max boxes {max_boxes} outside 1..={max}")]
+    MaxBoxes { max_boxes: u32, max: u32 },
+}
+
 impl RecordLayout {
     /// Largest accepted input size and box count: keeps every offset well inside `u32`.
     pub const MAX_SIDE: u32 = 4096;
     pub const MAX_BOXES: u32 = 1024;
 
-    pub fn new(width: u32, height: u32, channels: u32, max_boxes: u32) -> Result<Self, String> {
+    pub fn new(
+        width: u32,
+        height: u32,
+        channels: u32,
+        max_boxes: u32,
+    ) -> Result<Self, LayoutError> {
         if !(1..=Self::MAX_SIDE).contains(&width) || !(1..=Self::MAX_SIDE).contains(&height) {
-            return Err(format!(
-                "image size {width}×{height} outside 1..={}",
-                Self::MAX_SIDE
-            ));
+            return Err(LayoutError::Size {
+                width,
+                height,
+                max: Self::MAX_SIDE,
+            });
         }
         if channels != 3 {
-            return Err(format!("{channels} channels; only RGB (3) is supported"));
+            return Err(LayoutError::Channels(channels));
         }
         if !(1..=Self::MAX_BOXES).contains(&max_boxes) {
-            return Err(format!(
-                "max boxes {max_boxes} outside 1..={}",
-                Self::MAX_BOXES
-            ));
+            return Err(LayoutError::MaxBoxes {
+                max_boxes,
+                max: Self::MAX_BOXES,
+            });
         }
         let image_bytes = (width * height * channels) as usize;
         let meta_bytes = META_FIXED + BOX_BYTES * max_boxes as usize;

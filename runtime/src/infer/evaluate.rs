@@ -144,7 +144,7 @@ pub fn evaluate(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EvalReport> {
     check_compatible(checkpoint, dataset)?;
-    super::nms::check_limit(options.nms_iou).map_err(Error::Config)?;
+    super::nms::check_limit(options.nms_iou)?;
     let started = Instant::now();
     let arch = Arch::new(&checkpoint.model);
     let graph_options = GraphOptions {
@@ -156,8 +156,7 @@ pub fn evaluate(
         neighbour_radius: checkpoint.neighbour_radius(),
         ..GraphOptions::default()
     };
-    let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)
-        .map_err(Error::Config)?;
+    let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)?;
     let mut exec = Exec::new(&graph.recording, &options.exec)?;
     checkpoint.load_into(&mut exec, &graph, false)?;
     let entry = graph.entry(ENTRY_EVAL);

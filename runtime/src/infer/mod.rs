@@ -23,6 +23,13 @@ pub enum Error {
     /// A frame or crop the frame pass cannot read.
     #[error(transparent)]
     Pixels(#[from] crate::pixels::PixelsError),
+    #[error(transparent)]
+    Graph(#[from] crate::model::GraphError),
+    #[error(transparent)]
+    Nms(#[from] nms::BadLimit),
+    /// A model input no record layout holds.
+    #[error(transparent)]
+    Layout(#[from] crate::format::LayoutError),
     #[error("{0}")]
     Config(String),
 }

@@ -15,16 +15,21 @@ pub const DEFAULT_NMS_IOU: f32 = 0.6;
 
 /// Checks a suppression limit from the command line or a configuration file: an IoU in (0, 1],
 /// where 1 keeps every detection (no two boxes overlap by more than 1).
-pub fn check_limit(limit: f32) -> Result<(), String> {
+pub fn check_limit(limit: f32) -> Result<(), BadLimit> {
     if limit > 0.0 && limit <= 1.0 {
         Ok(())
     } else {
-        Err(format!(
-            "an NMS IoU limit of {limit} is not in (0, 1]: give 1 to keep every detection, or a \
-             limit such as {DEFAULT_NMS_IOU}"
-        ))
+        Err(BadLimit(limit))
     }
 }
+
+/// A suppression limit outside (0, 1].
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "an NMS IoU limit of {0} is not in (0, 1]: give 1 to keep every detection, or a limit such \
+     as {DEFAULT_NMS_IOU}"
+)]
+pub struct BadLimit(pub f32);
 
 /// Drops from `dets` (best first, as decoding gives them) every detection that overlaps a
 /// better one of the same class by an IoU above `limit`; the survivors keep their order.
@@ -108,7 +113,7 @@ mod tests {
         assert!(check_limit(0.6).is_ok());
         assert!(check_limit(1.0).is_ok());
         for bad in [0.0, -0.5, 1.5, f32::NAN] {
-            let e = check_limit(bad).unwrap_err();
+            let e = check_limit(bad).unwrap_err().to_string();
             assert!(e.contains("not in (0, 1]"), "{e}");
         }
     }

@@ -114,13 +114,13 @@ impl Predictor {
     ) -> Result<MemoryPlan> {
         let arch = Arch::new(model);
         let size = model.input;
-        let layout = RecordLayout::new(size, size, 3, 1).map_err(Error::Config)?;
+        let layout = RecordLayout::new(size, size, 3, 1)?;
         let options = GraphOptions {
             train: false,
             top_k,
             ..GraphOptions::default()
         };
-        let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
+        let graph = ModelGraph::build(&arch, 1, &layout, &options)?;
         let mut plan = Exec::memory_plan(&graph.recording, exec)?;
         // The frame pass may split a frame over the CPU engine's threads, a scratch row each.
         let threads = exec.cpu_threads();
@@ -169,14 +169,14 @@ impl Predictor {
         }
         let arch = Arch::new(&checkpoint.model);
         let size = checkpoint.model.input;
-        let layout = RecordLayout::new(size, size, 3, 1).map_err(Error::Config)?;
+        let layout = RecordLayout::new(size, size, 3, 1)?;
         let options = GraphOptions {
             train: false,
             threshold,
             top_k,
             ..GraphOptions::default()
         };
-        let graph = ModelGraph::build(&arch, 1, &layout, &options).map_err(Error::Config)?;
+        let graph = ModelGraph::build(&arch, 1, &layout, &options)?;
         let mut exec = Exec::new(&graph.recording, exec)?;
         checkpoint.load_into(&mut exec, &graph, false)?;
         let pool = exec.cpu_pool();
@@ -202,7 +202,7 @@ impl Predictor {
     /// Drops, of two detections of a class that overlap by an IoU above `limit`, the
     /// lower-scored (1 keeps every detection); a limit outside (0, 1] is refused.
     pub fn set_nms_iou(&mut self, limit: f32) -> Result<()> {
-        super::nms::check_limit(limit).map_err(Error::Config)?;
+        super::nms::check_limit(limit)?;
         self.nms_iou = limit;
         Ok(())
     }

@@ -141,12 +141,16 @@ impl AugmentConfig {
     }
 
     /// Checks every field; the error names the field, its value and the accepted range.
-    pub fn validate(&self) -> Result<(), String> {
-        let unit = |name: &str, v: f32, what: &str| {
+    pub fn validate(&self) -> Result<(), AugmentError> {
+        let unit = |name: &'static str, v: f32, what: &'static str| {
             if (0.0..=1.0).contains(&v) {
                 Ok(())
             } else {
-                Err(format!("augment {name} = {v}: {what} must be in [0, 1]"))
+                Err(AugmentError::Unit {
+                    name,
+                    value: v,
+                    what,
+                })
             }
         };
         unit("flip_prob", self.flip_prob, "a probability")?;
@@ -162,13 +166,34 @@ impl AugmentConfig {
             ("mosaic_scale", self.mosaic_scale, "(0.5, 1.5)"),
         ] {
             if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
-                return Err(format!(
-                    "augment {name} = ({lo}, {hi}): need finite 0 < min ≤ max, e.g. {example}"
-                ));
+                return Err(AugmentError::Range {
+                    name,
+                    lo,
+                    hi,
+                    example,
+                });
             }
         }
         Ok(())
     }
+}
+
+/// A field of [`AugmentConfig`] out of its range.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum AugmentError {
+    #[error("augment {name} = {value}: {what} must be in [0, 1]")]
+    Unit {
+        name: &'static str,
+        value: f32,
+        what: &'static str,
+    },
+    #[error("augment {name} = ({lo}, {hi}): need finite 0 < min ≤ max, e.g. {example}")]
+    Range {
+        name: &'static str,
+        lo: f32,
+        hi: f32,
+        example: &'static str,
+    },
 }
 
 /// The random choices of one application, drawn by [`Augmenter::params`]; can also be built
@@ -695,13 +720,13 @@ pub(crate) mod tests {
             only(|c| c.mosaic_scale = (1.5, 0.5)),
         ];
         for c in bad {
-            let e = c.validate().unwrap_err();
+            let e = c.validate().unwrap_err().to_string();
             assert!(e.starts_with("augment "), "{e}");
         }
-        assert!(only(|c| c.scale.0 = 1.5)
-            .validate()
-            .unwrap_err()
-            .contains("scale"));
+        assert!(matches!(
+            only(|c| c.scale.0 = 1.5).validate(),
+            Err(AugmentError::Range { name: "scale", .. })
+        ));
     }
 
     #[test]

@@ -143,6 +143,8 @@ impl LoaderConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
+    Augment(#[from] augment::AugmentError),
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error(transparent)]
     Format(#[from] crate::format::Error),
@@ -272,7 +274,7 @@ impl Loader {
     /// thread and starts the threads. Everything that can fail for a configuration reason
     /// fails here, before any record is read.
     pub fn start(dataset: &Dataset, config: &LoaderConfig) -> Result<Self> {
-        config.augment.validate().map_err(Error::Config)?;
+        config.augment.validate()?;
         if config.batch == 0 || config.loaders == 0 || config.epochs == 0 {
             return Err(Error::Config(
                 "--batch, --loaders and --epochs must be at least 1".into(),

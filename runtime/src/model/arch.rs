@@ -51,6 +51,25 @@ fn one() -> u32 {
     1
 }
 
+/// Why a model configuration (a preset's name, a checkpoint's description) is refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown model {0}: use det-s, det-m or det-l")]
+    UnknownModel(String),
+    #[error("input size {input}: a model trains at a multiple of 32 from {min} to {max}")]
+    TrainingInput { input: u32, min: u32, max: u32 },
+    #[error("{classes} classes: a model needs 1 to {max}")]
+    Classes { classes: u32, max: u32 },
+    #[error("input size {input}: it must be a multiple of 32, at most {max}")]
+    Input { input: u32, max: u32 },
+    #[error("width {width}: use 0.25 to {max}")]
+    Width { width: f32, max: f32 },
+    #[error("depth {depth}: use 1 to {max}")]
+    Depth { depth: u32, max: u32 },
+    #[error("{0} output levels: a model has 1 (stride 8) or 3 (strides 8, 16, 32)")]
+    Levels(u32),
+}
+
 impl ModelConfig {
     /// The presets: name, width, depth, levels, usual input size.
     pub const PRESETS: [(&'static str, f32, u32, u32, u32); 3] = [
@@ -61,10 +80,10 @@ impl ModelConfig {
 
     /// A named variant at its usual input size ([`Self::PRESETS`]); training takes the size
     /// from the data ([`Self::named_at`]).
-    pub fn named(name: &str, classes: u32) -> Result<ModelConfig, String> {
+    pub fn named(name: &str, classes: u32) -> Result<ModelConfig, ConfigError> {
         let Some(&(_, width, depth, levels, input)) = Self::PRESETS.iter().find(|p| p.0 == name)
         else {
-            return Err(format!("unknown model {name:?}: use det-s, det-m or det-l"));
+            return Err(ConfigError::UnknownModel(crate::text::quoted(name)));
         };
         let config = ModelConfig {
             name: name.to_owned(),
@@ -84,13 +103,13 @@ impl ModelConfig {
 
     /// The variant `name` at input size `input` (the side of the packed records it trains on),
     /// which must be a multiple of 32 from [`Self::MIN_INPUT`] to [`Self::MAX_INPUT`].
-    pub fn named_at(name: &str, classes: u32, input: u32) -> Result<ModelConfig, String> {
+    pub fn named_at(name: &str, classes: u32, input: u32) -> Result<ModelConfig, ConfigError> {
         if !input.is_multiple_of(32) || !(Self::MIN_INPUT..=Self::MAX_INPUT).contains(&input) {
-            return Err(format!(
-                "input size {input}: a model trains at a multiple of 32 from {} to {}",
-                Self::MIN_INPUT,
-                Self::MAX_INPUT
-            ));
+            return Err(ConfigError::TrainingInput {
+                input,
+                min: Self::MIN_INPUT,
+                max: Self::MAX_INPUT,
+            });
         }
         let config = ModelConfig {
             input,
@@ -107,43 +126,36 @@ impl ModelConfig {
     /// Largest input side a checkpoint may describe (training stops at [`Self::MAX_INPUT`]).
     pub const MAX_DESCRIBED_INPUT: u32 = 1024;
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.classes == 0 || self.classes > Self::MAX_CLASSES {
-            return Err(format!(
-                "{} classes: a model needs 1 to {}",
-                self.classes,
-                Self::MAX_CLASSES
-            ));
+            return Err(ConfigError::Classes {
+                classes: self.classes,
+                max: Self::MAX_CLASSES,
+            });
         }
         if self.input == 0
             || !self.input.is_multiple_of(32)
             || self.input > Self::MAX_DESCRIBED_INPUT
         {
-            return Err(format!(
-                "input size {}: it must be a multiple of 32, at most {}",
-                self.input,
-                Self::MAX_DESCRIBED_INPUT
-            ));
+            return Err(ConfigError::Input {
+                input: self.input,
+                max: Self::MAX_DESCRIBED_INPUT,
+            });
         }
         if !(self.width.is_finite() && (0.25..=Self::MAX_WIDTH).contains(&self.width)) {
-            return Err(format!(
-                "width {}: use 0.25 to {}",
-                self.width,
-                Self::MAX_WIDTH
-            ));
+            return Err(ConfigError::Width {
+                width: self.width,
+                max: Self::MAX_WIDTH,
+            });
         }
         if !(1..=Self::MAX_DEPTH).contains(&self.depth) {
-            return Err(format!(
-                "depth {}: use 1 to {}",
-                self.depth,
-                Self::MAX_DEPTH
-            ));
+            return Err(ConfigError::Depth {
+                depth: self.depth,
+                max: Self::MAX_DEPTH,
+            });
         }
         if self.levels != 1 && self.levels != 3 {
-            return Err(format!(
-                "{} output levels: a model has 1 (stride 8) or 3 (strides 8, 16, 32)",
-                self.levels
-            ));
+            return Err(ConfigError::Levels(self.levels));
         }
         Ok(())
     }
@@ -404,22 +416,26 @@ mod tests {
 
     #[test]
     fn bad_configs_are_refused_by_name() {
-        assert!(ModelConfig::named("det-x", 2)
-            .unwrap_err()
-            .contains("det-x"));
-        assert!(ModelConfig::named("det-s", 0)
-            .unwrap_err()
-            .contains("classes"));
+        let e = ModelConfig::named("det-x", 2).unwrap_err();
+        assert!(e.to_string().contains("det-x"), "{e}");
+        assert!(matches!(
+            ModelConfig::named("det-s", 0),
+            Err(ConfigError::Classes { classes: 0, .. })
+        ));
         let mut c = ModelConfig::named("det-s", 2).unwrap();
         c.input = 100;
-        assert!(c.validate().unwrap_err().contains("multiple of 32"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of 32"));
         // A checkpoint's config is validated on load: no level count or depth outside the
         // family gets as far as building layers.
         let mut c = ModelConfig::named("det-m", 2).unwrap();
         c.levels = 2;
-        assert!(c.validate().unwrap_err().contains("1 (stride 8) or 3"));
+        assert_eq!(c.validate(), Err(ConfigError::Levels(2)));
         c.levels = 3;
         c.depth = 1_000_000;
-        assert!(c.validate().unwrap_err().contains("depth"));
+        assert!(matches!(c.validate(), Err(ConfigError::Depth { .. })));
     }
 }

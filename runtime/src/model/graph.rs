@@ -310,6 +310,37 @@ impl Grads {
     }
 }
 
+/// Why a model's graph cannot be built for a batch of records.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error(
+        "the dataset's records are {width}×{height}×{channels}; {model} takes {input}×{input}×3 \
+         (pack with --size {input})"
+    )]
+    RecordSize {
+        width: u32,
+        height: u32,
+        channels: u32,
+        model: String,
+        input: u32,
+    },
+    #[error("batch 0: a batch needs at least one record")]
+    EmptyBatch,
+    #[error(
+        "batch {batch} is too large for {model} at {input}×{input}: {source}; the largest batch \
+         that works is {best} (lower --batch)"
+    )]
+    BatchTooLarge {
+        batch: u32,
+        model: String,
+        input: u32,
+        best: u64,
+        source: Box<GraphError>,
+    },
+    #[error(transparent)]
+    Recording(#[from] crate::compute::recording::RecordingError),
+}
+
 impl ModelGraph {
     /// Builds the recording for `batch` records of `layout` (whose image must be the model's
     /// input size, 3 channels).
@@ -321,17 +352,19 @@ impl ModelGraph {
         batch: u32,
         layout: &RecordLayout,
         options: &GraphOptions,
-    ) -> Result<ModelGraph, String> {
+    ) -> Result<ModelGraph, GraphError> {
         Self::build_at(arch, batch, layout, options).map_err(|e| {
             // Graph sizes grow with the batch, so a binary search finds the largest that
             // builds; only when batch 1 does is the batch itself the problem.
             let builds = |b: u64| Self::build_at(arch, b as u32, layout, options).is_ok();
             match crate::base::largest_fitting(u64::from(batch.saturating_sub(1)), builds) {
-                Some(best) => format!(
-                    "batch {batch} is too large for {} at {}×{}: {e}; the largest batch that \
-                     works is {best} (lower --batch)",
-                    arch.config.name, arch.config.input, arch.config.input
-                ),
+                Some(best) => GraphError::BatchTooLarge {
+                    batch,
+                    model: arch.config.name.clone(),
+                    input: arch.config.input,
+                    best,
+                    source: Box::new(e),
+                },
                 None => e,
             }
         })
@@ -342,22 +375,19 @@ impl ModelGraph {
         batch: u32,
         layout: &RecordLayout,
         options: &GraphOptions,
-    ) -> Result<ModelGraph, String> {
+    ) -> Result<ModelGraph, GraphError> {
         let config = &arch.config;
         if (layout.width, layout.height, layout.channels) != (config.input, config.input, 3) {
-            return Err(format!(
-                "the dataset's records are {}×{}×{}; {} takes {}×{}×3 (pack with --size {})",
-                layout.width,
-                layout.height,
-                layout.channels,
-                config.name,
-                config.input,
-                config.input,
-                config.input
-            ));
+            return Err(GraphError::RecordSize {
+                width: layout.width,
+                height: layout.height,
+                channels: layout.channels,
+                model: config.name.clone(),
+                input: config.input,
+            });
         }
         if batch == 0 {
-            return Err("batch 0: a batch needs at least one record".into());
+            return Err(GraphError::EmptyBatch);
         }
         let n = batch;
         let side = config.input;
@@ -636,7 +666,7 @@ impl ModelGraph {
         }
         rec.entry(ENTRY_EVAL, eval);
         rec.entry(ENTRY_INFER, infer);
-        rec.validate().map_err(|e| e.to_string())?;
+        rec.validate()?;
         Ok(ModelGraph {
             arch: arch.clone(),
             batch,
@@ -1154,6 +1184,7 @@ mod tests {
         let arch = Arch::new(&ModelConfig::named("det-s", 2).unwrap());
         let layout = RecordLayout::new(256, 256, 3, 32).unwrap();
         let e = ModelGraph::build(&arch, 4, &layout, &GraphOptions::default()).unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("256×256×3") && e.contains("--size 128"), "{e}");
     }
 }

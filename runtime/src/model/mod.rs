@@ -7,6 +7,6 @@ pub mod graph;
 pub mod init;
 pub mod onnx;
 
-pub use arch::{Arch, ModelConfig};
+pub use arch::{Arch, ConfigError, ModelConfig};
 pub use checkpoint::{Checkpoint, Progress};
-pub use graph::{GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
+pub use graph::{GraphError, GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};

@@ -157,25 +157,40 @@ fn value_info(name: &str, dims: &[Result<u64, &str>]) -> Msg {
     m
 }
 
+/// Parameters that do not fit the model being exported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    #[error("{given} parameter tensors given; {model} has {needed}")]
+    TensorCount {
+        given: usize,
+        model: String,
+        needed: usize,
+    },
+    #[error("{name}: {given} values, the model needs {needed}")]
+    TensorLength {
+        name: String,
+        given: usize,
+        needed: usize,
+    },
+}
+
 /// The ONNX model's bytes for `arch` with `params` (in [`Arch::params`] order).
-pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, String> {
+pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, ExportError> {
     let specs = arch.params();
     if params.len() != specs.len() {
-        return Err(format!(
-            "{} parameter tensors given; {} has {}",
-            params.len(),
-            arch.config.name,
-            specs.len()
-        ));
+        return Err(ExportError::TensorCount {
+            given: params.len(),
+            model: arch.config.name.clone(),
+            needed: specs.len(),
+        });
     }
     for (s, p) in specs.iter().zip(params) {
         if s.len() != p.len() {
-            return Err(format!(
-                "{}: {} values, the model needs {}",
-                s.name,
-                p.len(),
-                s.len()
-            ));
+            return Err(ExportError::TensorLength {
+                name: s.name.clone(),
+                given: p.len(),
+                needed: s.len(),
+            });
         }
     }
     let mut graph = Msg::default();
@@ -405,8 +420,8 @@ mod tests {
         for needle in ["Conv", "Relu", "Resize", "head.out.bias", "images", "pred"] {
             assert!(text.contains(needle), "{needle}");
         }
-        assert!(export(&arch, &params[1..])
-            .unwrap_err()
-            .contains("parameter tensors"));
+        let e = export(&arch, &params[1..]).unwrap_err();
+        assert!(matches!(e, ExportError::TensorCount { .. }), "{e}");
+        assert!(e.to_string().contains("parameter tensors"), "{e}");
     }
 }

@@ -39,6 +39,9 @@ pub enum Error {
     Empty { what: String },
     #[error("bad pack option: {0}")]
     BadOption(String),
+    /// `--size` and `--max-boxes` make no record layout.
+    #[error("--size / --max-boxes: {0}")]
+    Layout(#[from] crate::format::LayoutError),
     #[error("{dir}: split {split:?} asked for, but this YOLO dataset has no data.yaml and so no splits; leave the split out, or add a data.yaml naming the split folders")]
     NoSplits { dir: PathBuf, split: String },
 }

@@ -145,8 +145,7 @@ pub fn pack(options: &PackOptions, progress: &(dyn Fn(u64, u64) + Sync)) -> Resu
             "--shard-records must be at least 1".into(),
         ));
     }
-    let layout = RecordLayout::new(options.size, options.size, 3, options.max_boxes)
-        .map_err(Error::BadOption)?;
+    let layout = RecordLayout::new(options.size, options.size, 3, options.max_boxes)?;
     if options.out.exists() && !options.force {
         return Err(Error::OutputExists {
             path: options.out.clone(),

@@ -138,6 +138,54 @@ fn picture(format: PixelFormat, w: u32, h: u32, pad: usize, rng: &mut Rng) -> (u
     (stride, bytes)
 }
 
+/// One picture to letterbox: format, sides, row padding, crop, output side, colour space.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    format: PixelFormat,
+    w: u32,
+    h: u32,
+    pad: usize,
+    crop: Option<Rect>,
+    size: u32,
+    colour: ColourSpace,
+}
+
+/// Makes `case`'s picture, letterboxes it with `run` (which returns where the content landed
+/// and the `size × size × 3` bytes) and checks both against the float reference: at most one
+/// level of 255 off. `what` names the pass in failures.
+fn check_with(
+    what: &str,
+    case: Case,
+    rng: &mut Rng,
+    run: impl FnOnce(&Pixels<'_>) -> (Letterbox, Vec<u8>),
+) {
+    let Case {
+        format,
+        w,
+        h,
+        pad,
+        crop,
+        size,
+        colour,
+    } = case;
+    let (stride, bytes) = picture(format, w, h, pad, rng);
+    let stride = if pad == 0 { 0 } else { stride };
+    let p = Pixels::new(format, w, h, stride, colour, &bytes).unwrap();
+    let (placed, out) = run(&p);
+    let region = crop.unwrap_or(Rect::whole(w, h));
+    let (want_placed, want) = reference(&p, region, size);
+    assert_eq!(placed, want_placed, "{what} {case:?}");
+    for (k, (&g, &r)) in out.iter().zip(&want).enumerate() {
+        assert!(
+            (f64::from(g) - r).abs() <= 1.0,
+            "{what} {case:?}: byte {k} (pixel {}, {}) is {g}, the reference {r:.2}",
+            k / 3 % size as usize,
+            k / 3 / size as usize,
+        );
+    }
+}
+
+/// [`check_with`] the CPU pass on kernel set `set`.
 #[allow(clippy::too_many_arguments)]
 fn check(
     set: KernelSet,
@@ -150,31 +198,21 @@ fn check(
     colour: ColourSpace,
     rng: &mut Rng,
 ) {
-    let (stride, bytes) = picture(format, w, h, pad, rng);
-    let p = Pixels::new(
+    let case = Case {
         format,
         w,
         h,
-        if pad == 0 { 0 } else { stride },
+        pad,
+        crop,
+        size,
         colour,
-        &bytes,
-    )
-    .unwrap();
-    let mut pass = FramePass::with_kernels(size, kernels::table(set).unwrap());
-    let mut out = vec![0u8; (size * size * 3) as usize];
-    let placed = pass.run(&p, crop, &mut out).unwrap();
-    let region = crop.unwrap_or(Rect::whole(w, h));
-    let (want_placed, want) = reference(&p, region, size);
-    assert_eq!(placed, want_placed);
-    for (k, (&g, &r)) in out.iter().zip(&want).enumerate() {
-        assert!(
-            (f64::from(g) - r).abs() <= 1.0,
-            "{set} {} {w}x{h}+{pad} crop {crop:?} → {size}: byte {k} (pixel {}, {}) is {g}, the reference {r:.2}",
-            format.name(),
-            k / 3 % size as usize,
-            k / 3 / size as usize,
-        );
-    }
+    };
+    check_with(set.name(), case, rng, |p| {
+        let mut pass = FramePass::with_kernels(size, kernels::table(set).unwrap());
+        let mut out = vec![0u8; (size * size * 3) as usize];
+        let placed = pass.run(p, crop, &mut out).unwrap();
+        (placed, out)
+    });
 }
 
 #[test]
@@ -388,9 +426,16 @@ fn the_gpu_pass_matches_the_float_reference() {
     let records = rec.tensor("records", largest, Elem::Bytes, Role::Input);
     let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
     let mut rng = Rng(0x6B0_F00D);
-    /// Format, sides, row padding, crop, output side, colour space.
-    type Case = (PixelFormat, u32, u32, usize, Option<Rect>, u32, ColourSpace);
     let mut cases: Vec<Case> = Vec::new();
+    let case = |format, w, h, pad, crop, size, colour| Case {
+        format,
+        w,
+        h,
+        pad,
+        crop,
+        size,
+        colour,
+    };
     for format in PixelFormat::ALL {
         for (w, h, pad, size) in [
             (64, 48, 0, 16),
@@ -399,7 +444,15 @@ fn the_gpu_pass_matches_the_float_reference() {
             (200, 2, 3, 32),
             (130, 98, 0, 128),
         ] {
-            cases.push((format, w, h, pad, None, size, ColourSpace::Bt601Limited));
+            cases.push(case(
+                format,
+                w,
+                h,
+                pad,
+                None,
+                size,
+                ColourSpace::Bt601Limited,
+            ));
         }
         for (x, y, width, height) in [(3, 5, 41, 27), (79, 59, 1, 1), (10, 11, 13, 40)] {
             let crop = Some(Rect {
@@ -408,56 +461,37 @@ fn the_gpu_pass_matches_the_float_reference() {
                 width,
                 height,
             });
-            cases.push((format, 80, 60, 7, crop, 32, ColourSpace::Bt709Full));
+            cases.push(case(format, 80, 60, 7, crop, 32, ColourSpace::Bt709Full));
         }
     }
     for colour in ColourSpace::ALL {
-        cases.push((PixelFormat::Nv12, 64, 48, 0, None, 16, colour));
-        cases.push((PixelFormat::Yuyv, 64, 48, 0, None, 16, colour));
+        cases.push(case(PixelFormat::Nv12, 64, 48, 0, None, 16, colour));
+        cases.push(case(PixelFormat::Yuyv, 64, 48, 0, None, 16, colour));
     }
-    assert!(sizes.iter().all(|s| cases.iter().any(|c| c.5 == *s)));
+    assert!(sizes.iter().all(|s| cases.iter().any(|c| c.size == *s)));
     let tail: Vec<u8> = (0..tail_len as u8).map(|v| v.wrapping_mul(7)).collect();
-    for (format, w, h, pad, crop, size, colour) in cases {
-        let (stride, bytes) = picture(format, w, h, pad, &mut rng);
-        let p = Pixels::new(
-            format,
-            w,
-            h,
-            if pad == 0 { 0 } else { stride },
-            colour,
-            &bytes,
-        )
-        .unwrap();
-        let mut plan = GpuFramePlan::new(size).unwrap();
-        let frame = plan.plan(&p, crop).unwrap().unwrap();
-        let out_bytes = (size * size * 3) as usize;
-        let job = FrameJob {
-            target: records,
-            out_bytes,
-            frame: p.picture_bytes(),
-            windows: frame.windows,
-            push: frame.push,
-            groups: frame.groups,
-            tail: &tail,
-            tail_offset: out_bytes,
-        };
-        exec.run_frame(&job, None).unwrap();
-        let mut got = vec![0u8; out_bytes + tail_len];
-        exec.read_bytes(records, &mut got).unwrap();
-        let region = crop.unwrap_or(Rect::whole(w, h));
-        let (want_placed, want) = reference(&p, region, size);
-        assert_eq!(frame.placed, want_placed);
-        assert_eq!(&got[out_bytes..], &tail[..], "the metadata after the image");
-        for (k, (&g, &r)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (f64::from(g) - r).abs() <= 1.0,
-                "gpu {} {w}x{h}+{pad} crop {crop:?} {colour:?} → {size}: byte {k} (pixel {}, {}) \
-                 is {g}, the reference {r:.2}",
-                format.name(),
-                k / 3 % size as usize,
-                k / 3 / size as usize,
-            );
-        }
+    for c in cases {
+        check_with("gpu", c, &mut rng, |p| {
+            let mut plan = GpuFramePlan::new(c.size).unwrap();
+            let frame = plan.plan(p, c.crop).unwrap().unwrap();
+            let out_bytes = (c.size * c.size * 3) as usize;
+            let job = FrameJob {
+                target: records,
+                out_bytes,
+                frame: p.picture_bytes(),
+                windows: frame.windows,
+                push: frame.push,
+                groups: frame.groups,
+                tail: &tail,
+                tail_offset: out_bytes,
+            };
+            exec.run_frame(&job, None).unwrap();
+            let mut got = vec![0u8; out_bytes + tail_len];
+            exec.read_bytes(records, &mut got).unwrap();
+            assert_eq!(&got[out_bytes..], &tail[..], "the metadata after the image");
+            got.truncate(out_bytes);
+            (frame.placed, got)
+        });
     }
     testing::assert_clean(exec.engine());
 }

@@ -587,7 +587,8 @@ fn batch_for_slice(
         train: true,
         ..GraphOptions::default()
     };
-    let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;
+    let graph =
+        ModelGraph::build(&arch, 1, &train_set.layout, &options).map_err(|e| e.to_string())?;
     let mut exec = Exec::new(&graph.recording, &settings.exec).map_err(|e| e.to_string())?;
     let entry = graph.entry(ENTRY_TRAIN);
     exec.run(entry).map_err(|e| e.to_string())?; // warm-up

@@ -25,8 +25,12 @@ pub(super) struct Planner<'a> {
 impl Planner<'_> {
     /// The model's graph at `batch`.
     pub fn graph(&self, batch: u32) -> Result<ModelGraph> {
-        ModelGraph::build(self.arch, batch, &self.dataset.layout, self.graph_options)
-            .map_err(Error::Config)
+        Ok(ModelGraph::build(
+            self.arch,
+            batch,
+            &self.dataset.layout,
+            self.graph_options,
+        )?)
     }
 
     /// The engine's plan at `batch` ([`model_memory_plan`]).

@@ -203,6 +203,10 @@ pub enum Error {
     Checkpoint(#[from] checkpoint::Error),
     #[error(transparent)]
     Load(#[from] LoadError),
+    #[error(transparent)]
+    Graph(#[from] crate::model::GraphError),
+    #[error(transparent)]
+    Lock(#[from] crate::durable::LockError),
     #[error("{0}")]
     Config(String),
     #[error("memory budget {budget} is too small: the run needs {needed} ({detail}); {advice}")]
@@ -372,8 +376,7 @@ pub fn train(
     let model = model_for(&config.model, &dataset)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
     // One run per output folder: a second would overwrite the first's checkpoints.
-    let _claim =
-        crate::durable::FolderLock::claim(&config.out, "training run").map_err(Error::Config)?;
+    let _claim = crate::durable::FolderLock::claim(&config.out, "training run")?;
 
     let (config, resumed) = starting_point(config, options, &model, &checkpoint_path)?;
     let config = &config;

@@ -76,7 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("{}: no raw.mb_per_s", path.display()))?;
         input.disk = Some((number("record_bytes")?, raw * 1e6));
     }
-    let report = evaluate(&input).map_err(anyhow::Error::msg)?;
+    let report = evaluate(&input)?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

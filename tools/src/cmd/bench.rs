@@ -386,7 +386,9 @@ pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
 
 /// A preset's name, refused here with the list when it is none.
 fn model_name(s: &str) -> Result<String, String> {
-    fulcrum::model::ModelConfig::named(s, 1).map(|m| m.name)
+    fulcrum::model::ModelConfig::named(s, 1)
+        .map(|m| m.name)
+        .map_err(|e| e.to_string())
 }
 
 pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
@@ -438,9 +440,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let cpu = &reports[0];
-    let input = fulcrum::model::ModelConfig::named(&a.model, base.classes)
-        .map_err(anyhow::Error::msg)?
-        .input;
+    let input = fulcrum::model::ModelConfig::named(&a.model, base.classes)?.input;
     crate::outln!(
         "{} at {input}×{input} ({} parameters), medians of {} runs",
         a.model,

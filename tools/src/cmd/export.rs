@@ -34,7 +34,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let bytes = onnx::export(&arch, &params).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bytes = onnx::export(&arch, &params)?;
     fulcrum::durable::write_atomic(&a.onnx, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.onnx.display()))?;
     let model = &checkpoint.model;

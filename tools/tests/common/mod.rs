@@ -159,3 +159,15 @@ pub fn mib_after(line: &str, after: &str) -> f64 {
         _ => panic!("unit {unit:?} in {line}"),
     }
 }
+
+/// The shared coco128 photos (`../shared/data` beside the checkout), sorted by name.
+pub fn coco128_photos() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/images");
+    let mut jpgs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("the shared coco128 images (../shared/data beside the checkout)")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .collect();
+    jpgs.sort();
+    jpgs
+}

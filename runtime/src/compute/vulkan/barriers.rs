@@ -77,7 +77,7 @@ const SPIRV_MAGIC: u32 = 0x0723_0203;
 
 /// The bindings of descriptor set 0 that `spirv` does not mark `NonWritable` (on the
 /// variable or on every member of its block), as a mask.
-pub fn writable_bindings(spirv: &[u8]) -> Result<u32, String> {
+pub fn writable_bindings(spirv: &[u8]) -> Result<u32, SpirvError> {
     reflect_bindings(spirv).map(|b| b.writable)
 }
 
@@ -92,17 +92,30 @@ pub struct ShaderBindings {
     pub int_texels: u32,
 }
 
+/// Why embedded SPIR-V could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SpirvError {
+    #[error("{0} bytes is not a SPIR-V module")]
+    Length(usize),
+    #[error("bad SPIR-V magic")]
+    Magic,
+    #[error("instruction at word {at} runs past the module")]
+    Truncated { at: usize },
+    #[error("binding {0} is beyond the 32 this engine tracks")]
+    Binding(u32),
+}
+
 /// The bindings of descriptor set 0 of `spirv`: which it may write, which are texel buffers.
-pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
+pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, SpirvError> {
     if !spirv.len().is_multiple_of(4) || spirv.len() < 20 {
-        return Err(format!("{} bytes is not a SPIR-V module", spirv.len()));
+        return Err(SpirvError::Length(spirv.len()));
     }
     let words: Vec<u32> = spirv
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     if words[0] != SPIRV_MAGIC {
-        return Err("bad SPIR-V magic".into());
+        return Err(SpirvError::Magic);
     }
     let mut binding = std::collections::HashMap::new(); // variable → binding
     let mut set = std::collections::HashMap::new(); // variable → descriptor set
@@ -117,7 +130,7 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
     while at < words.len() {
         let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
         if count == 0 || at + count > words.len() {
-            return Err(format!("instruction at word {at} runs past the module"));
+            return Err(SpirvError::Truncated { at });
         }
         let w = &words[at..at + count];
         match op {
@@ -169,7 +182,7 @@ pub fn reflect_bindings(spirv: &[u8]) -> Result<ShaderBindings, String> {
             continue;
         }
         if b >= 32 {
-            return Err(format!("binding {b} is beyond the 32 this engine tracks"));
+            return Err(SpirvError::Binding(b));
         }
         let block = var_type.get(&var).and_then(|t| pointee.get(t));
         // Every member of a block is marked NonWritable by glslc for a `readonly` buffer; a
@@ -235,12 +248,11 @@ mod tests {
     #[test]
     fn malformed_spirv_is_refused() {
         assert!(writable_bindings(&[0; 7]).is_err());
-        assert!(writable_bindings(&[0; 20]).unwrap_err().contains("magic"));
+        assert_eq!(writable_bindings(&[0; 20]), Err(SpirvError::Magic));
         let mut truncated = Kernel::Add.info().spirv.to_vec();
         truncated.truncate(24); // the header and the first word of a two-word instruction
-        assert!(writable_bindings(&truncated)
-            .unwrap_err()
-            .contains("runs past"));
+        let e = writable_bindings(&truncated).unwrap_err();
+        assert!(e.to_string().contains("runs past"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use ash::vk;
 
 use super::device::Device;
 use super::{Error, Result};
-use crate::base::{HostMemory, ImportId, SlotAllocator, SlotMemory};
+use crate::base::{HostMemory, ImportId, SlotAllocator, SlotError, SlotMemory};
 
 const HANDLE: vk::ExternalMemoryHandleTypeFlags =
     vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
@@ -200,9 +200,9 @@ impl std::fmt::Debug for HostImporter {
 }
 
 impl SlotAllocator for HostImporter {
-    fn allocate(&self, bytes: usize) -> std::result::Result<Box<dyn SlotMemory>, String> {
+    fn allocate(&self, bytes: usize) -> std::result::Result<Box<dyn SlotMemory>, SlotError> {
         ImportedHostMemory::new(&self.device, bytes)
             .map(|m| Box::new(m) as Box<dyn SlotMemory>)
-            .map_err(|e| e.to_string())
+            .map_err(|e| Box::new(e) as SlotError)
     }
 }
