@@ -138,13 +138,17 @@ fn concurrent_clients_get_the_same_detections_as_infer() {
     assert!(status.success(), "{log}");
     // After serving, the peak resident memory less the program's code and libraries is
     // within 8 MiB of the plan.
-    let line = log
-        .lines()
-        .find(|l| l.contains("stopped; peak resident memory"))
-        .unwrap_or_else(|| panic!("no peak memory at stop:\n{log}"));
+    let line = peak_at_stop(&log);
     let mib = |after| common::mib_after(line, after);
     let (peak, code, plan) = (mib("peak resident memory"), mib("("), mib("planned"));
     assert!((peak - code - plan).abs() <= 8.0, "{line}");
+}
+
+/// The line in which a stopped daemon logged its peak resident memory beside its plan.
+fn peak_at_stop(log: &str) -> &str {
+    log.lines()
+        .find(|l| l.contains("stopped; peak resident memory"))
+        .unwrap_or_else(|| panic!("no peak memory at stop:\n{log}"))
 }
 
 /// At its default engine (`auto`: here the CPU engine, or lavapipe being a CPU device) the
@@ -157,11 +161,7 @@ fn at_its_default_engine_the_daemon_stays_within_its_plan() {
     assert!(daemon.client().health().is_ok());
     let (status, log) = daemon.stop_with_log();
     assert!(status.success(), "{log}");
-    let line = log
-        .lines()
-        .find(|l| l.contains("stopped; peak resident memory"))
-        .unwrap_or_else(|| panic!("no peak memory at stop:\n{log}"));
-    let peak = common::mib_after(line, "peak resident memory");
+    let peak = common::mib_after(peak_at_stop(&log), "peak resident memory");
     assert!(
         peak - planned <= 8.0,
         "peak resident {peak} MiB against a plan of {planned} MiB:\n{log}"

@@ -121,6 +121,8 @@ impl Predictor {
             ..GraphOptions::default()
         };
         let graph = ModelGraph::build(&arch, 1, &layout, &options)?;
+        // Resolved once: `auto` lists the devices (in a child process) to decide.
+        let exec = &exec.resolved()?;
         let mut plan = Exec::memory_plan(&graph.recording, exec)?;
         // The frame pass may split a frame over the CPU engine's threads, a scratch row each.
         let threads = exec.cpu_threads();
@@ -135,7 +137,7 @@ impl Predictor {
             1,
             FramePass::planned_bytes(size, max_side, threads) as u64,
         );
-        if exec.resolved()?.engine == EngineChoice::Vulkan && GpuFramePlan::new(size).is_some() {
+        if exec.engine == EngineChoice::Vulkan && GpuFramePlan::new(size).is_some() {
             // Where the pass may run on the GPU: its frame and window buffers (host-visible),
             // and the windows planned on the host.
             let words = GpuFramePlan::planned_words(size, max_side);
@@ -211,10 +213,10 @@ impl Predictor {
         self.exec.describe()
     }
 
-    /// What the Vulkan loader and driver added to resident memory as they loaded; `None` on
-    /// the CPU engine (see [`Exec::driver_bytes`]).
-    pub fn driver_bytes(&self) -> Option<u64> {
-        self.exec.driver_bytes()
+    /// `plan` with the Vulkan driver's measured resident memory as a line of its own, where
+    /// the model runs on Vulkan (see [`Exec::with_driver`]).
+    pub fn with_driver(&self, plan: MemoryPlan) -> MemoryPlan {
+        self.exec.with_driver(plan)
     }
 
     /// Whether the model runs on the Vulkan engine (else the CPU engine).

@@ -210,26 +210,31 @@ pub fn read_hashes(dir: &Path, records: u64) -> Option<Vec<Option<ImageHash>>> {
     (hashes.len() as u64 == records).then_some(hashes)
 }
 
+/// Each record's source (`sources.txt` of the pack in `dir`; empty where it has none).
+fn source_lines(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join(crate::format::SOURCES_FILE))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Record `i`'s name among `names`, or its index where the names do not reach it.
+fn record_name(names: &[String], i: usize) -> String {
+    names.get(i).cloned().unwrap_or(format!("record {i}"))
+}
+
 /// The groups of duplicates inside the pack in `dir` of `records` records, each named by its
 /// records' source files (`sources.txt`), or by record index where those are missing. `None`
 /// where the pack has no hashes (synthetic, or packed before pictures were hashed).
 pub fn in_pack(dir: &Path, records: u64) -> Option<(Groups, Vec<Vec<String>>)> {
     let hashes = read_hashes(dir, records)?;
-    let sources =
-        std::fs::read_to_string(dir.join(crate::format::SOURCES_FILE)).unwrap_or_default();
-    let sources: Vec<&str> = sources.lines().collect();
+    let sources = source_lines(dir);
     let groups = Groups::find(&hashes);
     let named = groups
         .groups
         .iter()
-        .map(|g| {
-            g.iter()
-                .map(|&i| match sources.get(i) {
-                    Some(s) => s.to_string(),
-                    None => format!("record {i}"),
-                })
-                .collect()
-        })
+        .map(|g| g.iter().map(|&i| record_name(&sources, i)).collect())
         .collect();
     Some((groups, named))
 }
@@ -259,9 +264,8 @@ pub fn leaks(
         return Ok(Leaks::Unknown);
     };
     let names = |dir: &Path| -> Vec<String> {
-        std::fs::read_to_string(dir.join(crate::format::SOURCES_FILE))
-            .unwrap_or_default()
-            .lines()
+        source_lines(dir)
+            .iter()
             .map(|l| {
                 Path::new(l)
                     .file_name()
@@ -270,12 +274,17 @@ pub fn leaks(
             .collect()
     };
     let (train_names, val_names) = (names(training), names(held_out));
-    let name = |names: &[String], i: usize| names.get(i).cloned().unwrap_or(format!("record {i}"));
     let mut seen = std::collections::BTreeSet::new();
     let pairs = across(&val, &train)
         .into_iter()
         .filter(|&(v, _, _)| seen.insert(v))
-        .map(|(v, t, kind)| (name(&val_names, v), name(&train_names, t), kind))
+        .map(|(v, t, kind)| {
+            (
+                record_name(&val_names, v),
+                record_name(&train_names, t),
+                kind,
+            )
+        })
         .collect();
     Ok(Leaks::Found(pairs))
 }

@@ -113,12 +113,14 @@ impl GpuFramePlan {
         let placed = Letterbox::place(self.size, region.width, region.height);
         plan_windows(&mut self.x, &mut self.y, src, region, &placed);
         let (halved_x, halved_y) = src.format().chroma_halves();
-        let used = [&self.x[0], &self.x[1], &self.y[0], &self.y[1]];
-        let in_use = [true, halved_x, true, halved_y];
+        // The header's order: pixels across, chroma across, pixel rows, chroma rows; an axis
+        // the format has no use for keeps a header of zeros.
+        let axes = [&self.x[0], &self.x[1], &self.y[0], &self.y[1]];
+        let planned = [true, halved_x, true, halved_y];
         self.windows.clear();
         self.windows.resize(HEADER_WORDS, 0);
-        for (a, (axis, used)) in used.iter().zip(in_use).enumerate() {
-            if !used {
+        for (a, (axis, planned)) in axes.iter().zip(planned).enumerate() {
+            if !planned {
                 continue;
             }
             let starts = self.windows.len() as u32;

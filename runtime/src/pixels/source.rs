@@ -115,7 +115,7 @@ impl<'a> Pixels<'a> {
                 value: height,
             });
         }
-        let row = width as usize * format.bytes_per_pixel() as usize;
+        let row = row_bytes(format, width);
         let stride = if stride == 0 { row } else { stride };
         if stride < row {
             return Err(PixelsError::ShortStride {
@@ -124,11 +124,7 @@ impl<'a> Pixels<'a> {
                 row,
             });
         }
-        let rows = format.byte_rows(u64::from(height)) as usize;
-        let need = (rows - 1)
-            .checked_mul(stride)
-            .and_then(|v| v.checked_add(row))
-            .unwrap_or(usize::MAX);
+        let need = picture_len(format, width, height, stride).unwrap_or(usize::MAX);
         if bytes.len() < need {
             return Err(PixelsError::Short {
                 format: name,
@@ -190,10 +186,9 @@ impl<'a> Pixels<'a> {
     /// The bytes of the picture itself: from the first row to the end of the last (without
     /// what the buffer holds beyond it).
     pub fn picture_bytes(&self) -> &'a [u8] {
-        let rows = self.format.byte_rows(u64::from(self.height)) as usize;
-        let row = self.width as usize * self.format.bytes_per_pixel() as usize;
         // Checked in `new` to be inside the bytes.
-        &self.bytes[..(rows - 1) * self.stride + row]
+        let len = picture_len(self.format, self.width, self.height, self.stride);
+        &self.bytes[..len.expect("checked in Pixels::new")]
     }
 
     /// `crop`, or the whole picture for `None`, checked to be a non-empty rectangle inside.
@@ -217,4 +212,18 @@ impl<'a> Pixels<'a> {
             })
         }
     }
+}
+
+/// Bytes of one row of `width` pixels of `format`.
+fn row_bytes(format: PixelFormat, width: u32) -> usize {
+    width as usize * format.bytes_per_pixel() as usize
+}
+
+/// Bytes from a picture's first row to the end of its last (all planes), rows `stride` apart;
+/// `None` where that overflows.
+fn picture_len(format: PixelFormat, width: u32, height: u32, stride: usize) -> Option<usize> {
+    let rows = format.byte_rows(u64::from(height)) as usize;
+    (rows - 1)
+        .checked_mul(stride)?
+        .checked_add(row_bytes(format, width))
 }

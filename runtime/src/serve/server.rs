@@ -250,14 +250,7 @@ impl Model {
             });
         }
         // The Vulkan driver's own resident memory, measured as it loaded, as a line of its own.
-        let mut plan = plan;
-        if let Some(bytes) = predictor.driver_bytes() {
-            plan.add(
-                "vulkan driver: code and data (measured as it loaded)",
-                1,
-                bytes,
-            );
-        }
+        let plan = predictor.with_driver(plan);
         let model = Model {
             engine: predictor.engine(),
             classes: checkpoint.classes.len().min(usize::from(u16::MAX)) as u16,

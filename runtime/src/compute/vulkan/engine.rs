@@ -123,19 +123,7 @@ impl RawDispatch {
                 b.name()
             )));
         }
-        if push.len() != info.push_bytes as usize {
-            return Err(fail(format!(
-                "{} push-constant bytes given; the kernel takes {}",
-                push.len(),
-                info.push_bytes
-            )));
-        }
-        let max = device.info.limits.max_compute_work_group_count;
-        if groups.contains(&0) || (0..3).any(|d| groups[d] > max[d]) {
-            return Err(fail(format!(
-                "workgroup counts {groups:?}: each must be at least 1 and at most {max:?}"
-            )));
-        }
+        check_push_and_groups(device, index, kernel, push, groups)?;
         Ok(RawDispatch {
             kernel,
             pipeline: pipeline.raw(),
@@ -146,6 +134,38 @@ impl RawDispatch {
             groups,
         })
     }
+}
+
+/// Checks that `push` is `kernel`'s push-constant block and `groups` a grid the device runs
+/// (dispatch `index` in errors): what every dispatch recorded needs, whether made once
+/// ([`RawDispatch::new`]) or per frame (the frame pass's).
+pub(crate) fn check_push_and_groups(
+    device: &Device,
+    index: usize,
+    kernel: Kernel,
+    push: &[u8],
+    groups: [u32; 3],
+) -> Result<()> {
+    let info = kernel.info();
+    let fail = |detail: String| Error::Dispatch {
+        index,
+        kernel: info.name,
+        detail,
+    };
+    if push.len() != info.push_bytes as usize {
+        return Err(fail(format!(
+            "{} push-constant bytes given; the kernel takes {}",
+            push.len(),
+            info.push_bytes
+        )));
+    }
+    let max = device.info.limits.max_compute_work_group_count;
+    if groups.contains(&0) || (0..3).any(|d| groups[d] > max[d]) {
+        return Err(fail(format!(
+            "workgroup counts {groups:?}: each must be at least 1 and at most {max:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// Descriptor sets for a list of dispatches: one pool, one set per dispatch, written once,

@@ -16,8 +16,11 @@ use ash::vk;
 use super::allocation::Location;
 use super::buffer::Buffer;
 use super::device::Device;
-use super::engine::{Commands, DescriptorSets, Engine, QueryPool, RawDispatch, Timestamps, Timing};
-use super::kernels::{Kernel, FRAME_PUSH_BYTES};
+use super::engine::{
+    check_push_and_groups, Commands, DescriptorSets, Engine, QueryPool, RawDispatch, Timestamps,
+    Timing,
+};
+use super::kernels::Kernel;
 use super::pipeline::Pipeline;
 use super::Result;
 use crate::compute::recording::TensorId;
@@ -32,7 +35,7 @@ pub struct FrameJob<'a> {
     pub frame: &'a [u8],
     /// The window tables (`shaders/frame_pass.comp` says their layout).
     pub windows: &'a [u32],
-    /// [`FRAME_PUSH_BYTES`] of push constants.
+    /// [`super::kernels::FRAME_PUSH_BYTES`] of push constants.
     pub push: &'a [u8],
     pub groups: [u32; 3],
     /// Bytes the host writes at `tail_offset` of the target before the kernel runs (the
@@ -72,6 +75,14 @@ fn buffer_bytes(len: usize) -> u64 {
     (len.max(4).div_ceil(4) * 4) as u64
 }
 
+const FRAME_BUFFER: &str = "frame pass: frame";
+const WINDOWS_BUFFER: &str = "frame pass: windows";
+
+/// A host-visible stage buffer named `name` for `len` bytes.
+fn stage_buffer(engine: &Engine, name: &str, len: usize) -> Result<Buffer> {
+    engine.buffer(name, buffer_bytes(len), Location::CpuToGpu)
+}
+
 impl FrameStage {
     /// A stage with buffers for frames of `frame_bytes` and windows of `window_words`, writing
     /// into program buffer `target`.
@@ -86,16 +97,8 @@ impl FrameStage {
             sets: None,
             commands: Commands::new(&device, device.compute.family)?,
             queries: QueryPool::for_dispatches(&device, Timestamps::Step, 1)?,
-            frame: engine.buffer(
-                "frame pass: frame",
-                buffer_bytes(frame_bytes),
-                Location::CpuToGpu,
-            )?,
-            windows: engine.buffer(
-                "frame pass: windows",
-                buffer_bytes(window_words * 4),
-                Location::CpuToGpu,
-            )?,
+            frame: stage_buffer(engine, FRAME_BUFFER, frame_bytes)?,
+            windows: stage_buffer(engine, WINDOWS_BUFFER, window_words * 4)?,
             pipeline: engine.pipeline(Kernel::FramePass, &[])?,
             target,
             device,
@@ -118,19 +121,11 @@ impl FrameStage {
         if buffer_bytes(frame_bytes) > self.frame.size() {
             log::debug!("frame pass: frame buffer grows to {frame_bytes} bytes");
             self.sets = None;
-            self.frame = engine.buffer(
-                "frame pass: frame",
-                buffer_bytes(frame_bytes),
-                Location::CpuToGpu,
-            )?;
+            self.frame = stage_buffer(engine, FRAME_BUFFER, frame_bytes)?;
         }
         if buffer_bytes(window_words * 4) > self.windows.size() {
             self.sets = None;
-            self.windows = engine.buffer(
-                "frame pass: windows",
-                buffer_bytes(window_words * 4),
-                Location::CpuToGpu,
-            )?;
+            self.windows = stage_buffer(engine, WINDOWS_BUFFER, window_words * 4)?;
         }
         Ok(())
     }
@@ -144,7 +139,7 @@ impl FrameStage {
             .windows
             .mapped_mut()
             .ok_or_else(|| super::Error::Buffer {
-                name: "frame pass: windows".into(),
+                name: WINDOWS_BUFFER.into(),
                 detail: "not host-visible".into(),
             })?;
         for (out, w) in words.chunks_exact_mut(4).zip(job.windows) {
@@ -162,15 +157,7 @@ impl FrameStage {
             self.sets = Some(DescriptorSets::new(&self.device, &[raw])?);
         }
         let set = self.sets.as_ref().expect("made above").sets[0];
-        debug_assert_eq!(job.push.len(), FRAME_PUSH_BYTES as usize);
-        let max = self.device.info.limits.max_compute_work_group_count;
-        if job.groups.contains(&0) || (0..3).any(|d| job.groups[d] > max[d]) {
-            return Err(super::Error::Dispatch {
-                index: 0,
-                kernel: Kernel::FramePass.name(),
-                detail: format!("workgroup counts {:?} (at most {max:?})", job.groups),
-            });
-        }
+        check_push_and_groups(&self.device, 0, Kernel::FramePass, job.push, job.groups)?;
         let cmd = self.commands.begin(true)?;
         let raw = &self.device.raw;
         let layout = self.pipeline.layout();
@@ -185,8 +172,7 @@ impl FrameStage {
         // SAFETY: `cmd` is recording (after `begin`); the pipeline, its layout and the set (which
         // names the stage's buffers and the program's target buffer, all alive while the exec
         // that holds this stage is) belong to this device; the push block is the kernel's size
-        // (the table's, checked by RawDispatch when the set was made, and asserted above) and
-        // the grid is within the device's limits (checked above). The submission is waited for
+        // and the grid within the device's limits (both checked above). The submission is waited for
         // before the buffers can change.
         unsafe {
             if let Some(q) = &self.queries {
