@@ -8,8 +8,9 @@
 // combine by maximum (so every cell's value is independent of the others: no atomics), and
 // where two boxes share a centre cell the later box's offset and size win. With a neighbour
 // weight, a cell within neighbour_radius of a box's centre cell and inside the box also gets
-// that box's regression, with mask neighbour_weight, unless a centre or an earlier box's
-// neighbour holds it (mask already at least the weight).
+// that box's regression, with mask neighbour_weight (shared out as w·(K/C) where the box has
+// C > K = neighbour_cells such cells), unless a centre or an earlier box's neighbour holds it
+// (mask already at least this box's).
 //
 // A record's metadata is read as little-endian 32-bit words (meta_offset and record_stride
 // are multiples of 4): box count (u16) in the low half of word meta_offset + 4, box i at
@@ -35,6 +36,7 @@ layout(push_constant) uniform Push {
     uint flip;
     float neighbour_weight;
     uint neighbour_radius;
+    uint neighbour_cells;
 } pc;
 
 #include "levels.glsl"
@@ -54,6 +56,34 @@ float gaussian_radius(float h, float w, float overlap) {
     float c3 = (overlap - 1.0) * w * h;
     float r3 = (b3 + sqrt(max(b3 * b3 - 4.0 * a3 * c3, 0.0))) / 2.0;
     return min(r1, min(r2, r3));
+}
+
+// How many cells of [centre − reach, centre + reach] (within 0..cells) have their centres
+// strictly inside a box centred at c, `size` cells across: the CPU twin's test, one axis.
+int inside_along(int centre, float c, float size, int cells) {
+    int reach = int(pc.neighbour_radius);
+    int count = 0;
+    for (int x = max(centre - reach, 0); x <= min(centre + reach, cells - 1); x++) {
+        if (abs(c - float(x) - 0.5) < size / 2.0) {
+            count++;
+        }
+    }
+    return count;
+}
+
+// The mask of a box's neighbour cells: the weight, shared out above neighbour_cells of them.
+float neighbour_mask(int ccx, int ccy, float cx, float cy, float bw, float bh, int gw, int gh) {
+    if (pc.neighbour_cells == 0u) {
+        return pc.neighbour_weight;
+    }
+    bool centre_inside = abs(cx - float(ccx) - 0.5) < bw / 2.0
+        && abs(cy - float(ccy) - 0.5) < bh / 2.0;
+    int count = inside_along(ccx, cx, bw, gw) * inside_along(ccy, cy, bh, gh)
+        - (centre_inside ? 1 : 0);
+    if (count <= int(pc.neighbour_cells)) {
+        return pc.neighbour_weight;
+    }
+    return pc.neighbour_weight * (float(pc.neighbour_cells) / float(count));
 }
 
 void main() {
@@ -123,10 +153,13 @@ void main() {
                 mask = 1.0;
             } else if (pc.neighbour_weight > 0.0 && abs(dx) <= int(pc.neighbour_radius)
                     && abs(dy) <= int(pc.neighbour_radius)
-                    && o[at_mask] < pc.neighbour_weight
                     && abs(cx - float(gx) - 0.5) < bw / 2.0
                     && abs(cy - float(gy) - 0.5) < bh / 2.0) {
-                mask = pc.neighbour_weight;
+                float weight = neighbour_mask(ccx, ccy, cx, cy, bw, bh, int(grid_w),
+                    int(grid_h));
+                if (o[at_mask] < weight) {
+                    mask = weight;
+                }
             }
             if (mask > 0.0) {
                 o[base + pc.classes * plane] = cx - float(gx);

@@ -1477,3 +1477,70 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
     bad.expect(2);
     assert_mentions(&bad.stderr, &["--neighbour-radius", "1..=4"]);
 }
+
+/// Boxes too small for det-m's finest level (stride 8): `pack` and `inspect` show their sizes
+/// and `train --recipe photos` says, before it starts, which size to pack at instead.
+#[test]
+fn small_boxes_are_measured_at_pack_time_and_the_recipe_names_a_larger_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let src = cwd.join("tiny");
+    std::fs::create_dir_all(src.join("images")).unwrap();
+    std::fs::create_dir_all(src.join("labels")).unwrap();
+    for (i, photo) in common::coco128_photos().iter().take(4).enumerate() {
+        std::fs::copy(photo, src.join(format!("images/{i}.jpg"))).unwrap();
+        // Three boxes a tenth of the photo's longer side and one a half: at 128 px the
+        // small ones are 12.8 px at most, under two cells of stride 8.
+        let labels =
+            "0 0.2 0.2 0.1 0.1\n0 0.5 0.5 0.1 0.05\n0 0.8 0.8 0.08 0.1\n0 0.5 0.5 0.5 0.5\n";
+        std::fs::write(src.join(format!("labels/{i}.txt")), labels).unwrap();
+    }
+    let pack = fulcrum(cwd, &["pack", "tiny", "--out", "packed", "--size", "128"]);
+    pack.expect(0);
+    assert_mentions(&pack.stdout, &["box sizes at 128 px", "75 % under 16 px"]);
+    let inspect = fulcrum(cwd, &["inspect", "packed"]);
+    inspect.expect(0);
+    assert_mentions(&inspect.stdout, &["box sizes: longer side", "(quartiles)"]);
+    let train = fulcrum(
+        cwd,
+        &[
+            "train",
+            "--data",
+            "packed",
+            "--out",
+            "run",
+            "--recipe",
+            "photos",
+            "--batch",
+            "4",
+            "--max-steps",
+            "1",
+        ],
+    );
+    train.expect(0);
+    assert_mentions(
+        &train.stderr,
+        &[
+            "75 % of the boxes are under 16 px",
+            "stride 8",
+            "pack at --size",
+        ],
+    );
+    // Without the recipe nothing is said (a person who set the model chose it).
+    let plain = fulcrum(
+        cwd,
+        &[
+            "train",
+            "--data",
+            "packed",
+            "--out",
+            "run2",
+            "--batch",
+            "4",
+            "--max-steps",
+            "1",
+        ],
+    );
+    plain.expect(0);
+    assert!(!plain.stderr.contains("pack at --size"), "{}", plain.stderr);
+}

@@ -475,7 +475,15 @@ impl Levels {
 /// small dataset few regression samples; a large box covers more than the 3×3 block): there
 /// the offsets are `cx − x`, `cy − y` for cell `(x, y)`, the sizes the box's, and the mask is
 /// `w` (below 1, so that the loss still tells centres apart). A centre cell is never taken by
-/// a neighbour; where neighbours of two boxes meet, the earlier box keeps the cell.
+/// a neighbour; where neighbours of two boxes meet, the box of the larger mask keeps the cell
+/// (the earlier one where they are equal).
+///
+/// With `neighbour_cells` `K > 0`, a box with more than `K` such neighbours (`C` of them: a
+/// large box at a reach above 1) weighs each `w·K/C` instead of `w`, so that no box's
+/// neighbours weigh more than `K·w` together: at reach 3 a box filling the 7×7 block would
+/// otherwise weigh 37 centres in the box loss, a box of two cells 1 to 4, and large boxes
+/// would crowd small ones out of it. A smaller box's heavier neighbours also win the cells two
+/// boxes share, as FCOS gives an ambiguous cell to the smaller box.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Targets {
     pub n: u32,
@@ -493,6 +501,9 @@ pub struct Targets {
     /// How far the neighbours reach from the centre cell, in cells: 1 to
     /// [`MAX_NEIGHBOUR_RADIUS`].
     pub neighbour_radius: u32,
+    /// The most neighbour cells a box weighs in full (0: no limit); up to
+    /// [`MAX_NEIGHBOUR_RADIUS`]'s block, `(2·4 + 1)² − 1`.
+    pub neighbour_cells: u32,
 }
 
 /// The farthest [`Targets::neighbour_radius`]: a 9×9 block, more than the largest box of a
@@ -549,6 +560,13 @@ impl Targets {
             return Err(OpError::Invalid(format!(
                 "targets neighbour_radius {} must be 1 to {MAX_NEIGHBOUR_RADIUS}",
                 self.neighbour_radius
+            )));
+        }
+        let block = (2 * MAX_NEIGHBOUR_RADIUS + 1).pow(2) - 1;
+        if self.neighbour_cells > block {
+            return Err(OpError::Invalid(format!(
+                "targets neighbour_cells {} must be at most {block}",
+                self.neighbour_cells
             )));
         }
         check_fits("targets input", self.input_bytes() as u64)?;
@@ -1160,6 +1178,7 @@ mod tests {
             flip: false,
             neighbour_weight: 0.0,
             neighbour_radius: 1,
+            neighbour_cells: 0,
         };
         t.validate().unwrap();
         assert_eq!(t.output_len(), 2 * 7 * 256);
@@ -1172,6 +1191,13 @@ mod tests {
             .unwrap_err();
             assert!(e.to_string().contains("neighbour_radius"), "{e}");
         }
+        let e = Targets {
+            neighbour_cells: 81,
+            ..t
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("neighbour_cells 81"), "{e}");
         assert!(Targets {
             meta_offset: 2,
             ..t

@@ -36,6 +36,10 @@ pub struct PackSummary {
     pub duplicate_groups: u64,
     #[serde(default)]
     pub duplicate_images: u64,
+    /// How large the boxes are at the packed size (`None` in packs from before it was
+    /// kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub box_sides: Option<super::box_sides::BoxSides>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -64,6 +64,7 @@
 //!
 //! The format version changes whenever any of the above does; readers refuse other versions.
 
+pub mod box_sides;
 mod error;
 mod header;
 mod manifest;

@@ -154,6 +154,7 @@ pub fn evaluate(
         giou_weight: checkpoint.giou_weight(),
         neighbour_weight: checkpoint.neighbour_weight(),
         neighbour_radius: checkpoint.neighbour_radius(),
+        neighbour_cells: checkpoint.neighbour_cells(),
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, options.batch, &dataset.layout, &graph_options)?;

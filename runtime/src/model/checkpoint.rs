@@ -195,6 +195,12 @@ impl Checkpoint {
         }
     }
 
+    /// The most neighbour cells a box weighed in full (the training config's
+    /// `neighbour_cells`; 0, no limit, for runs without it).
+    pub fn neighbour_cells(&self) -> u32 {
+        self.trained_with("neighbour_cells") as u32
+    }
+
     /// A number from the training config (0 where it or the field is absent).
     fn trained_with(&self, field: &str) -> f32 {
         self.train

@@ -52,6 +52,9 @@ pub struct GraphOptions {
     pub neighbour_weight: f32,
     /// How far, in cells, those neighbours reach ([`Targets::neighbour_radius`]).
     pub neighbour_radius: u32,
+    /// The most neighbour cells a box weighs in full ([`Targets::neighbour_cells`]; 0: no
+    /// limit).
+    pub neighbour_cells: u32,
 }
 
 impl Default for GraphOptions {
@@ -68,6 +71,7 @@ impl Default for GraphOptions {
             clip_norm: None,
             neighbour_weight: 0.0,
             neighbour_radius: 1,
+            neighbour_cells: 0,
         }
     }
 }
@@ -428,6 +432,7 @@ impl ModelGraph {
             flip: false,
             neighbour_weight: options.neighbour_weight,
             neighbour_radius: options.neighbour_radius,
+            neighbour_cells: options.neighbour_cells,
         };
         let targets = b
             .rec

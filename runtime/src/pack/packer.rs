@@ -17,6 +17,7 @@ use super::letterbox::{self, BoxStats};
 use super::source::{SourceDataset, SourceItem};
 use super::{coco, synthetic, voc, yolo, Error, Result};
 use crate::durable::DirLock;
+use crate::format::box_sides::BoxSides;
 use crate::format::{
     shard_file_name, Manifest, PackSummary, RecordBox, RecordLayout, RecordMeta, ShardEntry,
     HEADER_SIZE, MANIFEST_FILE, SOURCES_FILE,
@@ -129,6 +130,8 @@ struct Packed {
     background: bool,
     /// The picture's hashes (none for synthetic records).
     hash: Option<ImageHash>,
+    /// Each kept box's longer side, in pixels at the packed size.
+    sides: Vec<f32>,
 }
 
 /// Packs a dataset; `progress(done, total)` is called as records are written.
@@ -522,6 +525,7 @@ fn write_dataset(
     let mut kept: Vec<(u64, u32)> = Vec::with_capacity(outcomes.len()); // (old index, crc)
     let mut hashes: Vec<Option<ImageHash>> = Vec::with_capacity(outcomes.len());
     let mut sources = String::new();
+    let mut sides = Vec::new();
     for (i, outcome) in outcomes.iter().enumerate() {
         match outcome {
             Ok(p) => {
@@ -535,6 +539,7 @@ fn write_dataset(
                 most_boxes = most_boxes.max(p.stats.kept + p.stats.over_max);
                 kept.push((i as u64, p.crc));
                 hashes.push(p.hash);
+                sides.extend_from_slice(&p.sides);
                 match &options.source {
                     Source::Synthetic { seed, .. } => {
                         sources.push_str(&format!("synthetic:{seed}:{i}\n"))
@@ -600,6 +605,7 @@ fn write_dataset(
     let inside = Groups::find(&hashes);
     summary.duplicate_groups = inside.groups.len() as u64;
     summary.duplicate_images = inside.images() as u64;
+    summary.box_sides = Some(BoxSides::of(&mut sides));
     let mut manifest = Manifest::new(layout, options.records_per_shard, classes);
     manifest.records = total;
     manifest.summary = summary;
@@ -673,6 +679,7 @@ fn pack_item(
         stats,
         background: item.boxes.is_empty(),
         hash: Some(ImageHash::of(&bytes, &decoded)),
+        sides: longer_sides(boxes),
     })
 }
 
@@ -706,7 +713,15 @@ fn pack_synthetic(
         stats,
         background: boxes.is_empty(),
         hash: None,
+        sides: longer_sides(boxes),
     }
+}
+
+fn longer_sides(boxes: &[RecordBox]) -> Vec<f32> {
+    boxes
+        .iter()
+        .map(|b| (b.x1 - b.x0).max(b.y1 - b.y0))
+        .collect()
 }
 
 /// Moves the kept records down to dense indices, rewriting each one's index and checksum.

@@ -532,6 +532,7 @@ fn fine_tune(
         giou: weights.giou_weight(),
         neighbours: weights.neighbour_weight(),
         neighbour_radius: weights.neighbour_radius(),
+        neighbour_cells: weights.neighbour_cells(),
         ..TrainConfig::default()
     };
     let resume = config.out.join(train::CHECKPOINT_FILE).exists();

@@ -46,6 +46,8 @@ pub struct RecipeSettings {
     pub neighbours: f32,
     /// How far, in cells, those cells reach from the centre.
     pub neighbour_radius: u32,
+    /// The most of a box's neighbour cells weighed in full (0: no limit).
+    pub neighbour_cells: u32,
 }
 
 impl Recipe {
@@ -69,6 +71,7 @@ impl Recipe {
                     clip_norm: PHOTO_CLIP_NORM,
                     neighbours: PHOTO_NEIGHBOURS,
                     neighbour_radius: PHOTO_NEIGHBOUR_RADIUS,
+                    neighbour_cells: 0,
                 }
             }
         }
@@ -102,7 +105,7 @@ impl std::fmt::Display for RecipeSettings {
         write!(
             f,
             "{}, batch {}, {} epochs, lr {} with {} warm-up steps, mosaic {}, gradient norm \
-             clipped at {}, box neighbours weighted {} within {} cells",
+             clipped at {}, box neighbours weighted {} within {} cells{}",
             self.model,
             self.batch,
             self.epochs,
@@ -111,7 +114,11 @@ impl std::fmt::Display for RecipeSettings {
             self.mosaic,
             self.clip_norm,
             self.neighbours,
-            self.neighbour_radius
+            self.neighbour_radius,
+            match self.neighbour_cells {
+                0 => String::new(),
+                n => format!(", at most {n} of them in full"),
+            }
         )
     }
 }

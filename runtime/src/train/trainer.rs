@@ -84,6 +84,10 @@ pub struct TrainConfig {
     /// runs from before it read as 1).
     #[serde(default = "one_cell")]
     pub neighbour_radius: u32,
+    /// The most neighbour cells a box weighs in full (0: no limit, the default; runs from
+    /// before it read as 0). See [`crate::compute::ops::Targets::neighbour_cells`].
+    #[serde(default)]
+    pub neighbour_cells: u32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -124,6 +128,7 @@ impl TrainConfig {
             clip_norm: (self.clip_norm > 0.0).then_some(self.clip_norm),
             neighbour_weight: self.neighbours,
             neighbour_radius: self.neighbour_radius,
+            neighbour_cells: self.neighbour_cells,
             ..GraphOptions::default()
         }
     }
@@ -160,6 +165,7 @@ impl Default for TrainConfig {
             clip_norm: 0.0,
             neighbours: 0.0,
             neighbour_radius: 1,
+            neighbour_cells: 0,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),

@@ -76,6 +76,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             report.boxes,
             report.background
         );
+        if let Some(sides) = &m.summary.box_sides {
+            crate::outln!("  box sizes: {}", sides.describe());
+        }
         let mut classes: Vec<_> = m
             .classes
             .iter()

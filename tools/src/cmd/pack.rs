@@ -181,6 +181,9 @@ fn pack_one(options: &PackOptions) -> anyhow::Result<()> {
         s.boxes_over_max,
         m.max_boxes
     );
+    if let Some(sides) = s.box_sides.as_ref().filter(|b| b.boxes() > 0) {
+        crate::outln!("  box sizes at {} px: {}", m.width, sides.describe());
+    }
     if s.labels_without_image + s.rejected_labels + s.unreadable_images > 0 {
         crate::outln!(
             "  skipped: {} label files without an image, {} rejected label lines, {} images \

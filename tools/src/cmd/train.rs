@@ -120,6 +120,12 @@ pub struct Args {
     /// 1; recipe photos: 3]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
     neighbour_radius: Option<u32>,
+    /// The most of a box's neighbour cells that weigh W each: a box with more (a large box
+    /// at a reach above 1) shares N·W among them, so that large boxes do not crowd small
+    /// ones out of the box loss (and a smaller box's neighbour wins a cell two boxes share).
+    /// 0: no limit. [default: 0; recipe photos: 8, the 3×3 block's]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=80), value_name = "N")]
+    neighbour_cells: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
@@ -238,6 +244,27 @@ impl Observer for Printer {
     }
 }
 
+/// Says, before a recipe's run starts, when most of the pack's boxes are too small for the
+/// model's finest level, and what size to pack at instead.
+fn warn_of_small_boxes(manifest: &fulcrum::format::Manifest, model: &str) {
+    use fulcrum::model::ModelConfig;
+    let (Some(sides), Ok(config)) = (
+        &manifest.summary.box_sides,
+        ModelConfig::named_at(model, manifest.num_classes(), manifest.width),
+    ) else {
+        return;
+    };
+    let finest = config.strides()[0];
+    if let Some(advice) = fulcrum::format::box_sides::size_advice(
+        sides,
+        manifest.width,
+        finest,
+        ModelConfig::MAX_INPUT,
+    ) {
+        log::warn!("{advice}");
+    }
+}
+
 /// The settings a recipe decides: given explicitly, else the recipe's, else the defaults.
 fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
     let d = TrainConfig::default();
@@ -246,7 +273,12 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         Some(recipe) => {
             let dataset = fulcrum::loader::Dataset::open(&a.data, DirectMode::Auto)?;
             records = Some(dataset.records());
-            recipe.settings(dataset.records(), a.batch)
+            let settings = recipe.settings(dataset.records(), a.batch);
+            warn_of_small_boxes(
+                &dataset.manifest,
+                a.model.as_deref().unwrap_or(&settings.model),
+            );
+            settings
         }
         None => RecipeSettings {
             model: d.model,
@@ -258,6 +290,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
             clip_norm: d.clip_norm,
             neighbours: d.neighbours,
             neighbour_radius: d.neighbour_radius,
+            neighbour_cells: d.neighbour_cells,
         },
     };
     let settings = RecipeSettings {
@@ -270,6 +303,7 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
         clip_norm: a.clip_norm.unwrap_or(base.clip_norm),
         neighbours: a.neighbours.unwrap_or(base.neighbours),
         neighbour_radius: a.neighbour_radius.unwrap_or(base.neighbour_radius),
+        neighbour_cells: a.neighbour_cells.unwrap_or(base.neighbour_cells),
     };
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
         crate::outln!("recipe {recipe}: {settings} (for {records} records)");
@@ -299,6 +333,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         clip_norm: r.clip_norm,
         neighbours: r.neighbours,
         neighbour_radius: r.neighbour_radius,
+        neighbour_cells: r.neighbour_cells,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()

@@ -103,14 +103,30 @@ pub fn render_targets(op: &Targets, records: &[u8], out: &mut [f32]) {
             regress(t, ix, iy, 1.0);
             if op.neighbour_weight > 0.0 {
                 let reach = op.neighbour_radius as usize;
+                let weight = neighbour_mask(
+                    op,
+                    cells.neighbours_inside((ix, iy), reach, (gw, gh)).count(),
+                );
                 for (x, y) in cells.neighbours_inside((ix, iy), reach, (gw, gh)) {
-                    // A centre (mask 1) or an earlier box's neighbour keeps its cell.
-                    if t[at(4, x, y)] < op.neighbour_weight {
-                        regress(t, x, y, op.neighbour_weight);
+                    // A centre (mask 1) or an earlier box's neighbour of at least this
+                    // weight keeps its cell.
+                    if t[at(4, x, y)] < weight {
+                        regress(t, x, y, weight);
                     }
                 }
             }
         }
+    }
+}
+
+/// The mask of each of a box's `count` neighbour cells: the weight, shared out above
+/// [`Targets::neighbour_cells`] of them (the shader's arithmetic: `w · (K / C)`).
+fn neighbour_mask(op: &Targets, count: usize) -> f32 {
+    let limit = op.neighbour_cells as usize;
+    if limit == 0 || count <= limit {
+        op.neighbour_weight
+    } else {
+        op.neighbour_weight * (limit as f32 / count as f32)
     }
 }
 
@@ -178,6 +194,7 @@ pub(crate) mod tests {
             flip,
             neighbour_weight: 0.0,
             neighbour_radius: 1,
+            neighbour_cells: 0,
         }
     }
 
@@ -292,6 +309,47 @@ pub(crate) mod tests {
             }
         }
         assert_eq!(far[6 * 8 + 3], 0.0, "two from B's centre, outside B");
+    }
+
+    #[test]
+    fn a_cap_on_neighbour_cells_shares_a_large_box_weight_out() {
+        // As above at reach 2, at most 8 cells in full: A's 24 neighbours weigh 0.5 · 8/24
+        // each (4 together, as its 3×3 block did), B's 8 weigh 0.5 and so take (2, 5) from
+        // A, whose neighbours they are too.
+        let boxes: &[(u32, [f32; 4])] =
+            &[(0, [4.0, 0.0, 68.0, 48.0]), (1, [0.0, 40.0, 24.0, 64.0])];
+        let o = Targets {
+            neighbour_weight: 0.5,
+            neighbour_radius: 2,
+            neighbour_cells: 8,
+            ..op(1, 4, 256, false)
+        };
+        let mut t = vec![f32::NAN; o.output_len()];
+        render_targets(&o, &records(16, 256, &[boxes]), &mut t);
+        let m = &t[6 * 64..7 * 64];
+        let shared = 0.5 * (8.0 / 24.0);
+        assert_eq!(m.iter().filter(|&&v| v == shared).count(), 23);
+        assert_eq!(m.iter().filter(|&&v| v == 0.5).count(), 8);
+        assert_eq!(
+            m[5 * 8 + 2],
+            0.5,
+            "the smaller box's neighbour wins the shared cell"
+        );
+        assert_eq!(t[2 * 64 + 5 * 8 + 2], 1.5 - 2.0, "with B's offset");
+        // At most 8 cells changes nothing where no box has more.
+        let mut near = vec![f32::NAN; o.output_len()];
+        let limited = Targets {
+            neighbour_radius: 1,
+            ..o
+        };
+        render_targets(&limited, &records(16, 256, &[boxes]), &mut near);
+        let mut plain = vec![f32::NAN; o.output_len()];
+        let unlimited = Targets {
+            neighbour_cells: 0,
+            ..limited
+        };
+        render_targets(&unlimited, &records(16, 256, &[boxes]), &mut plain);
+        assert_eq!(near, plain);
     }
 
     #[test]

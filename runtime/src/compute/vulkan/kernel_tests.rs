@@ -1050,9 +1050,16 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         let mut steps = Vec::new();
         let mut outs = Vec::new();
         // Plain, and flipped with the centres' neighbours (which the loss then reads),
-        // reaching three cells for the three levels' large boxes.
+        // reaching three cells for the three levels' large boxes; then those neighbours at
+        // most three in full (shared out in the boxes of more: a box spans at most four
+        // cells of its level here).
         let reach = if level_count == 3 { 3 } else { 1 };
-        for (flip, neighbour_weight) in [(false, 0.0), (true, NEIGHBOUR_WEIGHT)] {
+        let variants = [
+            (false, 0.0, 0),
+            (true, NEIGHBOUR_WEIGHT, 0),
+            (true, NEIGHBOUR_WEIGHT, 3),
+        ];
+        for (v, (flip, neighbour_weight, neighbour_cells)) in variants.into_iter().enumerate() {
             let op = Targets {
                 n,
                 classes,
@@ -1064,8 +1071,9 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
                 flip,
                 neighbour_weight,
                 neighbour_radius: if flip { reach } else { 1 },
+                neighbour_cells,
             };
-            let out = rec.f32(&format!("targets{i}{flip}"), op.output_len(), Role::Output);
+            let out = rec.f32(&format!("targets{i}.{v}"), op.output_len(), Role::Output);
             steps.push(Step::Targets { op, records, out });
             outs.push(out);
         }
@@ -1159,6 +1167,18 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
                     .all(|&m| [0.0, NEIGHBOUR_WEIGHT, 1.0].contains(&m))
                     && wide.contains(&NEIGHBOUR_WEIGHT),
                 "case {i}: neighbours"
+            );
+            let shared = masks(2);
+            assert!(
+                shared
+                    .iter()
+                    .all(|&m| m == 0.0 || m == 1.0 || (m > 0.0 && m <= NEIGHBOUR_WEIGHT)),
+                "case {i}: shared neighbours"
+            );
+            // Case 0's few boxes need not have four neighbours.
+            assert!(
+                i == 0 || shared.iter().any(|&m| m > 0.0 && m < NEIGHBOUR_WEIGHT),
+                "case {i}: neighbours shared out"
             );
             assert!(l[5] > 0.0, "case {i}: a GIoU term ({l:?})");
             // The loss in parts is finished in the gradient's pass.
@@ -1521,12 +1541,14 @@ fn det_s_train_steps_match_the_cpu() {
 /// Three output levels (strides 8, 16, 32 over 128 px), the levels gathered into one output
 /// and the gradient scattered back; boxes of every size, so every level trains. With the
 /// gradients' norm clipped (at a limit the first steps exceed) and the box regression
-/// trained at the centres' neighbours too.
+/// trained at the centres' neighbours too (three cells out, at most eight in full).
 #[test]
 fn det_m_train_steps_match_the_cpu() {
     let options = GraphOptions {
         clip_norm: Some(15.0),
         neighbour_weight: 0.5,
+        neighbour_radius: 3,
+        neighbour_cells: 8,
         ..GraphOptions::default()
     };
     train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);

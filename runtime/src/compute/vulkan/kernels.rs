@@ -163,7 +163,7 @@ pub enum Kernel {
     Normalize,
     /// CenterNet targets from the records' boxes: `records, out (rw)`; push `{ n, classes,
     /// levels (six words), max_boxes, record_stride, meta_offset, min_overlap, flip,
-    /// neighbour_weight, neighbour_radius }`.
+    /// neighbour_weight, neighbour_radius, neighbour_cells }`.
     Targets,
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
     /// grid_w, alpha, beta, offset_weight, size_weight, giou_weight, parts, cells_per_part }`.
@@ -564,7 +564,7 @@ static NORMALIZE: KernelInfo = KernelInfo {
     ..kernel!("normalize", bindings 2, push 20, local LINEAR, x Some(0), shared 0)
 };
 static TARGETS: KernelInfo =
-    kernel!("targets", bindings 2, push 60, local LINEAR, x Some(0), shared 0);
+    kernel!("targets", bindings 2, push 64, local LINEAR, x Some(0), shared 0);
 static ROW_COPY: KernelInfo =
     kernel!("row_copy", bindings 2, push 24, local LINEAR, x Some(0), shared 0);
 /// The first loss pass's workgroup sums: a vec4 and a float an invocation

@@ -1101,6 +1101,7 @@ fn lower_step(
                         u32::from(op.flip),
                         op.neighbour_weight.to_bits(),
                         op.neighbour_radius,
+                        op.neighbour_cells,
                     ],
                 ]
                 .concat(),
