@@ -84,6 +84,15 @@ pub enum BoundedRead {
     Grew,
 }
 
+impl std::error::Error for BoundedRead {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BoundedRead::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for BoundedRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

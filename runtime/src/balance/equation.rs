@@ -154,17 +154,17 @@ pub fn evaluate(input: &BalanceInput) -> Result<BalanceReport, BalanceError> {
 const MAX_DURATION_S: f64 = 3600.0;
 
 /// Parses a duration like `28ms`, `30us`, `30µs`, `0.5s`, `120ns`; a bare number is seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, crate::base::BadQuantity> {
+    use crate::base::BadQuantity;
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!(
-            "{} is not a duration (e.g. 28ms, 30us, 0.5s)",
-            crate::text::quoted(text)
-        )
+    let value: f64 = number.parse().map_err(|_| BadQuantity::NotANumber {
+        kind: "duration",
+        given: text.to_owned(),
+        examples: "28ms, 30us, 0.5s",
     })?;
     let scale = match unit.trim() {
         "" | "s" => 1.0,
@@ -172,19 +172,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "us" | "µs" => 1e-6,
         "ns" => 1e-9,
         other => {
-            return Err(format!(
-                "{}: unknown unit {}; use s, ms, us or ns",
-                crate::text::quoted(text),
-                crate::text::quoted(other)
-            ))
+            return Err(BadQuantity::UnknownUnit {
+                kind: "duration",
+                given: text.to_owned(),
+                unit: other.to_owned(),
+                units: "s, ms, us or ns",
+            })
         }
     };
     let seconds = value * scale;
     if !(0.0..=MAX_DURATION_S).contains(&seconds) {
-        return Err(format!(
-            "{}: a duration must be between 0 and an hour",
-            crate::text::quoted(text)
-        ));
+        return Err(BadQuantity::OutOfRange {
+            given: text.to_owned(),
+            rule: "a duration must be between 0 and an hour",
+        });
     }
     Ok(Duration::from_secs_f64(seconds))
 }
@@ -267,20 +268,14 @@ mod tests {
         assert_eq!(parse_duration("30µs").unwrap(), Duration::from_micros(30));
         assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("120ns").unwrap(), Duration::from_nanos(120));
-        assert!(parse_duration("fast")
-            .unwrap_err()
-            .contains("not a duration"));
-        assert!(parse_duration("3h").unwrap_err().contains("unknown unit"));
+        let says = |text: &str| parse_duration(text).unwrap_err().to_string();
+        assert!(says("fast").contains("not a duration"));
+        assert!(says("3h").contains("unknown duration unit"));
         assert!(parse_duration("-1ms").is_err());
         assert!(parse_duration("nan").is_err() && parse_duration("inf").is_err());
         for absurd in ["1e300", "99999999999999999999", "3601s"] {
-            assert!(
-                parse_duration(absurd)
-                    .unwrap_err()
-                    .contains("between 0 and an hour"),
-                "{absurd}"
-            );
+            assert!(says(absurd).contains("between 0 and an hour"), "{absurd}");
         }
-        assert!(parse_duration(&"9".repeat(100_000)).unwrap_err().len() < 200);
+        assert!(says(&"9".repeat(100_000)).len() < 200);
     }
 }

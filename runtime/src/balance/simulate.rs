@@ -189,22 +189,34 @@ pub enum DistSpec {
     Trace(PathBuf),
 }
 
-impl FromStr for DistSpec {
-    type Err = String;
+/// Why a distribution's name does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadDistribution {
+    #[error(transparent)]
+    Unknown(#[from] crate::base::UnknownChoice),
+    #[error("trace: needs a file name, as in trace:times.txt")]
+    NoTraceFile,
+}
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+impl FromStr for DistSpec {
+    type Err = BadDistribution;
+
+    fn from_str(s: &str) -> std::result::Result<Self, BadDistribution> {
         Ok(match s {
             "const" | "constant" => DistSpec::Const,
             "normal" => DistSpec::Normal,
             "lognormal" => DistSpec::Lognormal,
             "exp" | "exponential" => DistSpec::Exp,
             _ => match s.strip_prefix("trace:") {
-                Some("") => return Err("trace: needs a file name, as in trace:times.txt".into()),
+                Some("") => return Err(BadDistribution::NoTraceFile),
                 Some(path) => DistSpec::Trace(PathBuf::from(path)),
                 None => {
-                    return Err(format!(
-                    "unknown distribution {s:?}: use const, normal, lognormal, exp or trace:FILE"
-                ))
+                    return Err(crate::base::UnknownChoice::new(
+                        "distribution",
+                        s,
+                        "const, normal, lognormal, exp or trace:FILE",
+                    )
+                    .into())
                 }
             },
         })
@@ -1475,7 +1487,7 @@ mod tests {
         );
         assert!(e.contains("leave out --load-ms"), "{e}");
         assert_eq!(
-            "weird".parse::<DistSpec>().unwrap_err(),
+            "weird".parse::<DistSpec>().unwrap_err().to_string(),
             "unknown distribution \"weird\": use const, normal, lognormal, exp or trace:FILE"
         );
         assert_eq!(

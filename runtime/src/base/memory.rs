@@ -81,15 +81,18 @@ pub fn human(bytes: u64) -> String {
 
 /// Parses a size: `512k`, `64M`, `1.5G`, `64MiB` are binary (×1024); `64MB`, `1GB` decimal
 /// (×1000); a bare number is bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, super::BadQuantity> {
+    use super::BadQuantity;
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 64M, 1.5G, 512k)"))?;
+    let value: f64 = number.parse().map_err(|_| BadQuantity::NotANumber {
+        kind: "size",
+        given: text.to_owned(),
+        examples: "64M, 1.5G, 512k",
+    })?;
     let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -99,14 +102,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         other => {
-            return Err(format!(
-                "{text:?}: unknown size unit {other:?}; use k, M, G (binary) or kB, MB, GB"
-            ))
+            return Err(BadQuantity::UnknownUnit {
+                kind: "size",
+                given: text.to_owned(),
+                unit: other.to_owned(),
+                units: "k, M, G (binary) or kB, MB, GB",
+            })
         }
     };
     let bytes = value * scale;
     if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("{text:?}: a size must be at least one byte"));
+        return Err(BadQuantity::OutOfRange {
+            given: text.to_owned(),
+            rule: "a size must be at least one byte",
+        });
     }
     Ok(bytes as u64)
 }
@@ -158,8 +167,14 @@ mod tests {
         assert_eq!(parse_size("512k").unwrap(), 512 << 10);
         assert_eq!(parse_size("64MB").unwrap(), 64_000_000);
         assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("lots").unwrap_err().contains("not a size"));
-        assert!(parse_size("3T").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("lots")
+            .unwrap_err()
+            .to_string()
+            .contains("not a size"));
+        assert!(parse_size("3T")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown size unit"));
         assert!(parse_size("0").is_err());
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(human(512), "512 B");

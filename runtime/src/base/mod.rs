@@ -5,6 +5,7 @@
 
 mod cpu_time;
 mod memory;
+mod parse;
 mod random;
 mod slot;
 
@@ -13,6 +14,7 @@ pub use memory::{
     human, largest_fitting, parse_size, peak_resident, process_memory_limit, resident,
     resident_files, MemoryPlan, PlanItem, ProcessLimit,
 };
+pub use parse::{BadQuantity, UnknownChoice};
 pub use random::{derive_seed, mix64, SplitMix64, GOLDEN_GAMMA};
 pub use slot::{HostMemory, ImportId, ImportedAt, SlotAllocator, SlotBytes, SlotError, SlotMemory};
 

@@ -410,21 +410,27 @@ fn reloading_run(
 
 /// Synthetic `train/` (512 images) and `val/` (32) at the model's input size, if the model
 /// detects the synthetic set's two classes.
-fn fine_tune_data(checkpoint: &Checkpoint, dir: &Path) -> Result<PathBuf, String> {
+fn fine_tune_data(checkpoint: &Checkpoint, dir: &Path) -> Result<PathBuf, NoFineTuneData> {
     use crate::pack::{pack, PackOptions, Source};
     if checkpoint.model.classes != 2 {
-        return Err(format!(
-            "the weights detect {} classes; the synthetic set has 2 (leave --weights out)",
-            checkpoint.model.classes
-        ));
+        return Err(NoFineTuneData::Classes(checkpoint.model.classes));
     }
     let data = dir.join("fine-tune");
     for (split, count, seed) in [("train", 512, 101), ("val", 32, 102)] {
         let mut options = PackOptions::new(Source::Synthetic { count, seed }, data.join(split));
         options.size = checkpoint.model.input;
-        pack(&options, &|_, _| {}).map_err(|e| e.to_string())?;
+        pack(&options, &|_, _| {})?;
     }
     Ok(data)
+}
+
+/// Why the bench skips its fine-tuning runs.
+#[derive(Debug, thiserror::Error)]
+enum NoFineTuneData {
+    #[error("the weights detect {0} classes; the synthetic set has 2 (leave --weights out)")]
+    Classes(u32),
+    #[error(transparent)]
+    Pack(#[from] crate::pack::Error),
 }
 
 /// The memfd runs again while the daemon fine-tunes on `data`.

@@ -28,13 +28,17 @@ pub enum EngineChoice {
 }
 
 impl std::str::FromStr for EngineChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "auto" => Ok(EngineChoice::Auto),
             "cpu" => Ok(EngineChoice::Cpu),
             "vulkan" => Ok(EngineChoice::Vulkan),
-            _ => Err(format!("unknown engine {s:?}: use auto, cpu or vulkan")),
+            _ => Err(crate::base::UnknownChoice::new(
+                "engine",
+                s,
+                "auto, cpu or vulkan",
+            )),
         }
     }
 }

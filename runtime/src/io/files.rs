@@ -23,13 +23,17 @@ pub enum DirectMode {
 }
 
 impl std::str::FromStr for DirectMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "auto" => Ok(DirectMode::Auto),
             "on" => Ok(DirectMode::On),
             "off" => Ok(DirectMode::Off),
-            _ => Err(format!("unknown --direct mode {s:?}: use auto, on or off")),
+            _ => Err(crate::base::UnknownChoice::new(
+                "--direct mode",
+                s,
+                "auto, on or off",
+            )),
         }
     }
 }

@@ -37,14 +37,16 @@ pub enum IoKind {
 }
 
 impl std::str::FromStr for IoKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "auto" => Ok(IoKind::Auto),
             "uring" | "io_uring" => Ok(IoKind::Uring),
             "pread" => Ok(IoKind::Pread),
-            _ => Err(format!(
-                "unknown I/O backend {s:?}: use auto, uring or pread"
+            _ => Err(crate::base::UnknownChoice::new(
+                "I/O backend",
+                s,
+                "auto, uring or pread",
             )),
         }
     }

@@ -43,13 +43,15 @@ pub enum OnCorrupt {
 }
 
 impl std::str::FromStr for OnCorrupt {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "fail" => Ok(OnCorrupt::Fail),
             "skip" => Ok(OnCorrupt::Skip),
-            _ => Err(format!(
-                "unknown --on-corrupt policy {s:?}: use fail or skip"
+            _ => Err(crate::base::UnknownChoice::new(
+                "--on-corrupt policy",
+                s,
+                "fail or skip",
             )),
         }
     }

@@ -210,6 +210,11 @@ thread_local! {
     static IN_DECODER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// A panic inside an image decoder, with its message.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("{0}")]
+struct DecoderPanic(String);
+
 /// Runs `decode`, turning a panic inside it into `Err(its message)`.
 ///
 /// Decoders are third-party code fed hostile bytes: fuzzing found zune-jpeg 0.5.15 asserting
@@ -217,7 +222,7 @@ thread_local! {
 /// damaged photo must cost its file, not the pack, the daemon or the training run. The panic
 /// hook is wrapped once so that a panic contained here prints nothing (other panics print as
 /// before); unwinding out of the decoder is ordinary Rust unwinding through safe code.
-fn contain_decoder_panic<T>(decode: impl FnOnce() -> T) -> std::result::Result<T, String> {
+fn contain_decoder_panic<T>(decode: impl FnOnce() -> T) -> std::result::Result<T, DecoderPanic> {
     static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
     QUIET_HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -231,11 +236,13 @@ fn contain_decoder_panic<T>(decode: impl FnOnce() -> T) -> std::result::Result<T
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
     IN_DECODER.with(|d| d.set(false));
     result.map_err(|payload| {
-        payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".to_owned())
+        DecoderPanic(
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned()),
+        )
     })
 }
 
@@ -684,7 +691,7 @@ mod tests {
         // A panic inside the decoder comes back as its message, printing nothing.
         assert_eq!(
             contain_decoder_panic(|| -> u8 { panic!("inner") }),
-            Err("inner".to_owned())
+            Err(DecoderPanic("inner".to_owned()))
         );
         assert_eq!(contain_decoder_panic(|| 7), Ok(7));
         // The JPEG that sets off zune-jpeg's AVX2 upsampler assertion (x86-64 with AVX2;

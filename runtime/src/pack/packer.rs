@@ -451,7 +451,7 @@ fn write_dataset(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let results: Vec<Mutex<Option<std::result::Result<Packed, String>>>> =
+    let results: Vec<Mutex<Option<Result<Packed>>>> =
         (0..count).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -549,7 +549,7 @@ fn write_dataset(
             }
             Err(why) => {
                 summary.unreadable_images += 1;
-                warnings.push(why.clone());
+                warnings.push(why.to_string());
             }
         }
     }
@@ -649,9 +649,9 @@ fn pack_item(
     record: &mut [u8],
     image: &mut [u8],
     boxes: &mut Vec<RecordBox>,
-) -> std::result::Result<Packed, String> {
-    let bytes = fs::read(&item.image).map_err(|e| Error::io(&item.image, e).to_string())?;
-    let decoded = letterbox::decode_image_bytes(&bytes, &item.image).map_err(|e| e.to_string())?;
+) -> Result<Packed> {
+    let bytes = fs::read(&item.image).map_err(|e| Error::io(&item.image, e))?;
+    let decoded = letterbox::decode_image_bytes(&bytes, &item.image)?;
     let (w, h) = decoded.dimensions();
     let lb = letterbox::letterbox_into(&decoded, layout.width, image);
     let stats = letterbox::map_boxes(

@@ -12,12 +12,16 @@ pub enum RingMemory {
 }
 
 impl std::str::FromStr for RingMemory {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "auto" => Ok(RingMemory::Auto),
             "host" => Ok(RingMemory::Host),
-            _ => Err(format!("unknown ring memory {s:?}: use auto or host")),
+            _ => Err(crate::base::UnknownChoice::new(
+                "ring memory",
+                s,
+                "auto or host",
+            )),
         }
     }
 }

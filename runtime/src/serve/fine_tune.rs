@@ -112,22 +112,75 @@ struct Job {
     state: JobState,
 }
 
+/// Why a fine-tune did not start, resume or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum FineTuneError {
+    #[error("a fine-tune is already running: stop it first (FineTuneStop), or wait")]
+    AlreadyRunning,
+    #[error(
+        "this daemon has no state folder to fine-tune in: start it with --state-dir (systemd's \
+         StateDirectory= sets one)"
+    )]
+    NoStateDir,
+    #[error(
+        "{} is not a packed dataset; the fine-tune folder needs train/ and val/: `fulcrum pack \
+         SOURCE --out {data}/train --holdout 0.2 --holdout-out {data}/val`",
+        dir.display(),
+        data = data.display()
+    )]
+    NotPacked { dir: PathBuf, data: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    JobFile {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Checkpoint(#[from] crate::model::checkpoint::Error),
+    #[error(transparent)]
+    Data(#[from] crate::loader::Error),
+    #[error(transparent)]
+    Infer(#[from] Box<crate::infer::Error>),
+    #[error(transparent)]
+    Train(#[from] Box<crate::train::trainer::Error>),
+    #[error(transparent)]
+    Graph(#[from] crate::model::GraphError),
+    #[error(transparent)]
+    Exec(#[from] crate::compute::exec::Error),
+}
+
+impl FineTuneError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FineTuneError + '_ {
+        move |source| FineTuneError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
 impl Job {
-    fn load(dir: &Path) -> Result<Option<Job>, String> {
+    fn load(dir: &Path) -> Result<Option<Job>, FineTuneError> {
         let path = dir.join(JOB_FILE);
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| format!("{}: {e}", path.display())),
+                .map_err(|source| FineTuneError::JobFile { path, source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(FineTuneError::io(&path)(e)),
         }
     }
 
-    fn save(&self, dir: &Path) -> Result<(), String> {
+    fn save(&self, dir: &Path) -> Result<(), FineTuneError> {
         let path = dir.join(JOB_FILE);
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        crate::durable::write_atomic(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+        let bytes = serde_json::to_vec_pretty(self).map_err(|source| FineTuneError::JobFile {
+            path: path.clone(),
+            source,
+        })?;
+        crate::durable::write_atomic(&path, &bytes).map_err(FineTuneError::io(&path))
     }
 }
 
@@ -288,31 +341,26 @@ impl FineTuner {
         data: &Path,
         base: &Path,
         serving: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), FineTuneError> {
         if self.running() {
-            return Err(
-                "a fine-tune is already running: stop it first (FineTuneStop), or wait".into(),
-            );
+            return Err(FineTuneError::AlreadyRunning);
         }
         for split in ["train", "val"] {
             let dir = data.join(split);
             if !dir.join("manifest.json").is_file() {
-                return Err(format!(
-                    "{} is not a packed dataset; the fine-tune folder needs train/ and val/: \
-                     `fulcrum pack SOURCE --out {}/train --holdout 0.2 --holdout-out {}/val`",
-                    dir.display(),
-                    data.display(),
-                    data.display()
-                ));
+                return Err(FineTuneError::NotPacked {
+                    dir,
+                    data: data.to_owned(),
+                });
             }
         }
         let dir = self.settings.dir();
         // A new job starts from the served weights: the previous run's checkpoint goes.
         let run = dir.join(RUN_DIR);
         if run.exists() {
-            std::fs::remove_dir_all(&run).map_err(|e| format!("{}: {e}", run.display()))?;
+            std::fs::remove_dir_all(&run).map_err(FineTuneError::io(&run))?;
         }
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(FineTuneError::io(&dir))?;
         let job = Job {
             data: data.to_path_buf(),
             max_steps: params.max_steps,
@@ -323,7 +371,7 @@ impl FineTuner {
             },
             swap_always: params.swap_always,
             base: base.to_path_buf(),
-            base_crc: file_crc(base).map_err(|e| format!("{}: {e}", base.display()))?,
+            base_crc: file_crc(base).map_err(FineTuneError::io(base))?,
             batch: None,
             state: JobState::Running,
         };
@@ -333,7 +381,7 @@ impl FineTuner {
     }
 
     /// At the daemon's start: resumes a job that was running when it last stopped or died.
-    pub fn resume_saved(&mut self, serving: &Path) -> Result<(), String> {
+    pub fn resume_saved(&mut self, serving: &Path) -> Result<(), FineTuneError> {
         if let Some(job) = Job::load(&self.settings.dir())? {
             if job.state == JobState::Running {
                 log::info!(
@@ -486,14 +534,14 @@ fn fine_tune(
     serving: &Path,
     settings: &Settings,
     shared: &Shared,
-) -> Result<(), String> {
+) -> Result<(), FineTuneError> {
     let dir = settings.dir();
-    let weights = Arc::new(Checkpoint::load(serving).map_err(|e| e.to_string())?);
+    let weights = Arc::new(Checkpoint::load(serving)?);
     let train_dir = job.data.join("train");
-    let val = Dataset::open(&job.data.join("val"), DirectMode::Off).map_err(|e| e.to_string())?;
-    let train_set = Dataset::open(&train_dir, DirectMode::Off).map_err(|e| e.to_string())?;
-    check_compatible(&weights, &train_set).map_err(|e| e.to_string())?;
-    check_compatible(&weights, &val).map_err(|e| e.to_string())?;
+    let val = Dataset::open(&job.data.join("val"), DirectMode::Off)?;
+    let train_set = Dataset::open(&train_dir, DirectMode::Off)?;
+    check_compatible(&weights, &train_set).map_err(Box::new)?;
+    check_compatible(&weights, &val).map_err(Box::new)?;
     let eval = EvalOptions {
         exec: settings.exec.clone(),
         batch: 4,
@@ -554,8 +602,7 @@ fn fine_tune(
         last_checkpoint: None,
         offered: false,
     };
-    let report =
-        train::train(&config, &options, &shared.stop, &mut observer).map_err(|e| e.to_string())?;
+    let report = train::train(&config, &options, &shared.stop, &mut observer).map_err(Box::new)?;
     let over = shared.over_slice.load(Ordering::Relaxed);
     if over > 0 {
         log::warn!(
@@ -565,14 +612,18 @@ fn fine_tune(
     }
     if !report.interrupted && job.swap_always && !observer.offered {
         let map = Shared::f32(&shared.candidate_map);
-        let weights = Checkpoint::load(&report.checkpoint).map_err(|e| e.to_string())?;
+        let weights = Checkpoint::load(&report.checkpoint)?;
         observer.offer(&weights, map, true)?;
     }
     Ok(())
 }
 
-fn held_out_map(weights: &Checkpoint, val: &Dataset, eval: &EvalOptions) -> Result<f32, String> {
-    let report = evaluate(weights, val, eval, &mut |_, _| {}).map_err(|e| e.to_string())?;
+fn held_out_map(
+    weights: &Checkpoint,
+    val: &Dataset,
+    eval: &EvalOptions,
+) -> Result<f32, FineTuneError> {
+    let report = evaluate(weights, val, eval, &mut |_, _| {}).map_err(Box::new)?;
     Ok(report.map.map as f32)
 }
 
@@ -582,21 +633,20 @@ fn batch_for_slice(
     weights: &Checkpoint,
     train_set: &Dataset,
     settings: &Settings,
-) -> Result<u32, String> {
+) -> Result<u32, FineTuneError> {
     let arch = Arch::new(&weights.model);
     let options = GraphOptions {
         train: true,
         ..GraphOptions::default()
     };
-    let graph =
-        ModelGraph::build(&arch, 1, &train_set.layout, &options).map_err(|e| e.to_string())?;
-    let mut exec = Exec::new(&graph.recording, &settings.exec).map_err(|e| e.to_string())?;
+    let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;
+    let mut exec = Exec::new(&graph.recording, &settings.exec)?;
     let entry = graph.entry(ENTRY_TRAIN);
-    exec.run(entry).map_err(|e| e.to_string())?; // warm-up
+    exec.run(entry)?; // warm-up
     let mut best = Duration::MAX;
     for _ in 0..3 {
         let started = Instant::now();
-        let t = exec.run(entry).map_err(|e| e.to_string())?;
+        let t = exec.run(entry)?;
         best = best.min(
             t.device
                 .max(Duration::from_micros(1))
@@ -644,16 +694,14 @@ struct Watcher<'a> {
 impl Watcher<'_> {
     /// Offers `weights` (scoring `map`) to the serving loop, if they beat the served weights
     /// or `always`.
-    fn offer(&mut self, weights: &Checkpoint, map: f32, always: bool) -> Result<(), String> {
+    fn offer(&mut self, weights: &Checkpoint, map: f32, always: bool) -> Result<(), FineTuneError> {
         let serving = Shared::f32(&self.shared.serving_map);
         let better = map >= serving + MIN_GAIN || serving.is_nan();
         if !(always || better) {
             log::info!("fine-tune: held-out mAP {map:.4} does not beat {serving:.4} by {MIN_GAIN}; kept serving");
             return Ok(());
         }
-        weights
-            .save(&self.serving_file)
-            .map_err(|e| e.to_string())?;
+        weights.save(&self.serving_file)?;
         log::info!(
             "fine-tune: held-out mAP {map:.4} {} {serving:.4}: swapping {} in",
             if better { ">" } else { "(swap asked for) vs" },
@@ -723,7 +771,7 @@ impl Observer for Watcher<'_> {
         }
         self.last_checkpoint = Some(progress.step);
         let scored = Checkpoint::load(path)
-            .map_err(|e| e.to_string())
+            .map_err(FineTuneError::from)
             .and_then(|c| held_out_map(&c, self.val, self.eval).map(|map| (c, map)));
         match scored {
             Ok((weights, map)) => {

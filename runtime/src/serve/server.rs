@@ -746,28 +746,32 @@ impl Server {
 
     /// The file a client's `Reload` names, if it may: empty is the configured weights; any
     /// other path only inside `--client-reload-dir`, links resolved.
-    fn client_reload_path(&self, path: &str) -> Result<PathBuf, String> {
+    fn client_reload_path(&self, path: &str) -> Result<PathBuf, ReloadRefused> {
         if path.is_empty() {
             return Ok(self.config.weights.clone());
         }
         let Some(dir) = &self.config.client_reload_dir else {
-            return Err(format!(
-                "this daemon reloads only its configured weights: send Reload with no path, \
-                 or start it with --client-reload-dir DIR for files in DIR ({path} refused)"
-            ));
+            return Err(ReloadRefused::NoReloadDir(path.to_owned()));
         };
         let dir = dir
             .canonicalize()
-            .map_err(|e| format!("--client-reload-dir {}: {e}", dir.display()))?;
-        let resolved = Path::new(path)
-            .canonicalize()
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(|source| ReloadRefused::Unresolved {
+                what: format!("--client-reload-dir {}", dir.display()),
+                source,
+            })?;
+        let resolved =
+            Path::new(path)
+                .canonicalize()
+                .map_err(|source| ReloadRefused::Unresolved {
+                    what: path.to_owned(),
+                    source,
+                })?;
         if !resolved.starts_with(&dir) {
-            return Err(format!(
-                "{path} resolves to {}, outside --client-reload-dir {}",
-                resolved.display(),
-                dir.display()
-            ));
+            return Err(ReloadRefused::Outside {
+                path: path.to_owned(),
+                resolved,
+                dir,
+            });
         }
         Ok(resolved)
     }
@@ -1222,18 +1226,14 @@ impl Server {
                     }
                     Err(e) => {
                         log::warn!("reload refused (pid {}): {e}", self.peer_pid(slot));
-                        self.set_text(&e);
+                        self.set_text(&e.to_string());
                         self.reply_error(slot, seq, ts, ErrorCode::RELOAD_FAILED);
                     }
                 }
             }
             Message::FineTuneStart { params, path } => {
                 let started = match &mut self.fine_tune {
-                    None => Err(
-                        "this daemon has no state folder to fine-tune in: start it with \
-                         --state-dir (systemd's StateDirectory= sets one)"
-                            .to_owned(),
-                    ),
+                    None => Err(super::fine_tune::FineTuneError::NoStateDir),
                     Some(f) => f.start(
                         &params,
                         Path::new(path),
@@ -1248,7 +1248,7 @@ impl Server {
                     }
                     Err(e) => {
                         log::warn!("fine-tune on {path} refused: {e}");
-                        self.set_text(&e);
+                        self.set_text(&e.to_string());
                         self.reply_error(slot, seq, ts, ErrorCode::FINE_TUNE_FAILED);
                     }
                 }
@@ -1477,4 +1477,25 @@ impl From<WireError> for Error {
     fn from(e: WireError) -> Self {
         Error::Protocol(e)
     }
+}
+
+/// Why a client's `Reload` of a named file was refused.
+#[derive(Debug, thiserror::Error)]
+enum ReloadRefused {
+    #[error(
+        "this daemon reloads only its configured weights: send Reload with no path, or start it \
+         with --client-reload-dir DIR for files in DIR ({0} refused)"
+    )]
+    NoReloadDir(String),
+    #[error("{what}: {source}")]
+    Unresolved {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{path} resolves to {}, outside --client-reload-dir {}", resolved.display(), dir.display())]
+    Outside {
+        path: String,
+        resolved: PathBuf,
+        dir: PathBuf,
+    },
 }

@@ -71,19 +71,72 @@ pub struct Defaults {
     pub threads: usize,
 }
 
+/// Why settings were refused: the file, or a value out of its range.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: crate::durable::BoundedRead,
+    },
+    #[error("{}: not UTF-8 text ({source})", path.display())]
+    NotText {
+        path: PathBuf,
+        source: std::str::Utf8Error,
+    },
+    #[error("{}{source}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+    Toml {
+        path: Option<PathBuf>,
+        source: toml::de::Error,
+    },
+    #[error("no weights: give --weights CHECKPOINT (or `weights = ...` in --config)")]
+    NoWeights,
+    #[error("{option} {value} {unit}: use {least} to {most} {unit}")]
+    OutOfRange {
+        option: &'static str,
+        value: u64,
+        least: u64,
+        most: u64,
+        unit: &'static str,
+    },
+    #[error("--max-clients-per-uid {value}: use 1 to --max-clients ({max_clients})")]
+    ClientsPerUid { value: usize, max_clients: usize },
+    #[error("--client-reload-dir {}: not a folder; create it or leave the option out", .0.display())]
+    ReloadDir(PathBuf),
+    #[error(
+        "--metrics {}: give a file in an existing folder (node_exporter's textfile folder, for \
+         example)",
+        .0.display()
+    )]
+    MetricsFile(PathBuf),
+    #[error("--threshold {0} must be in [0, 1]")]
+    Threshold(f32),
+    #[error("--nms: {0}")]
+    Nms(#[from] crate::infer::nms::BadLimit),
+}
+
 impl Settings {
     /// Parses a configuration file's text.
-    pub fn from_toml(text: &str) -> Result<Settings, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+    pub fn from_toml(text: &str) -> Result<Settings, SettingsError> {
+        toml::from_str(text).map_err(|source| SettingsError::Toml { path: None, source })
     }
 
     /// Reads and parses the file at `path` (a regular file of at most [`MAX_FILE_BYTES`]).
-    pub fn from_file(path: &Path) -> Result<Settings, String> {
-        let bytes = crate::durable::read_bounded(path, MAX_FILE_BYTES)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| format!("{}: not UTF-8 text ({e})", path.display()))?;
-        Self::from_toml(text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn from_file(path: &Path) -> Result<Settings, SettingsError> {
+        let bytes = crate::durable::read_bounded(path, MAX_FILE_BYTES).map_err(|source| {
+            SettingsError::Read {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        let text = std::str::from_utf8(&bytes).map_err(|source| SettingsError::NotText {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(text).map_err(|source| SettingsError::Toml {
+            path: Some(path.to_owned()),
+            source,
+        })
     }
 
     /// `self`'s values where set, else `other`'s; the allowed uids and gids of both.
@@ -116,10 +169,8 @@ impl Settings {
 
     /// The checked configuration. Limits that depend on the model (frame side, top-K, clients)
     /// are checked again when the server starts.
-    pub fn into_config(self, defaults: Defaults) -> Result<ServeConfig, String> {
-        let weights = self.weights.ok_or(
-            "no weights: give --weights CHECKPOINT (or `weights = ...` in --config)".to_string(),
-        )?;
+    pub fn into_config(self, defaults: Defaults) -> Result<ServeConfig, SettingsError> {
+        let weights = self.weights.ok_or(SettingsError::NoWeights)?;
         let exec = ExecOptions {
             engine: self.engine.unwrap_or(EngineChoice::Auto),
             device: self.device,
@@ -142,10 +193,10 @@ impl Settings {
         }
         if let Some(v) = self.max_clients_per_uid {
             if v == 0 || v > c.max_clients {
-                return Err(format!(
-                    "--max-clients-per-uid {v}: use 1 to --max-clients ({})",
-                    c.max_clients
-                ));
+                return Err(SettingsError::ClientsPerUid {
+                    value: v,
+                    max_clients: c.max_clients,
+                });
             }
             c.max_clients_per_uid = Some(v);
         }
@@ -154,10 +205,7 @@ impl Settings {
         }
         if let Some(dir) = self.client_reload_dir {
             if !dir.is_dir() {
-                return Err(format!(
-                    "--client-reload-dir {}: not a folder; create it or leave the option out",
-                    dir.display()
-                ));
+                return Err(SettingsError::ReloadDir(dir));
             }
             c.client_reload_dir = Some(dir);
         }
@@ -170,11 +218,7 @@ impl Settings {
                 _ => Path::new("."),
             };
             if !folder.is_dir() || path.is_dir() {
-                return Err(format!(
-                    "--metrics {}: give a file in an existing folder (node_exporter's textfile \
-                     folder, for example)",
-                    path.display()
-                ));
+                return Err(SettingsError::MetricsFile(path));
             }
             c.metrics = Some(path);
         }
@@ -186,7 +230,7 @@ impl Settings {
         }
         if let Some(v) = self.threshold {
             if !(0.0..=1.0).contains(&v) {
-                return Err(format!("--threshold {v} must be in [0, 1]"));
+                return Err(SettingsError::Threshold(v));
             }
             c.threshold = v;
         }
@@ -194,25 +238,38 @@ impl Settings {
             c.top_k = v;
         }
         if let Some(v) = self.nms {
-            crate::infer::nms::check_limit(v).map_err(|e| format!("--nms: {e}"))?;
+            crate::infer::nms::check_limit(v)?;
             c.nms_iou = v;
         }
         Ok(c)
     }
 }
 
-fn millis(option: &str, ms: u64, least: u64, most: u64) -> Result<Duration, String> {
-    if !(least..=most).contains(&ms) {
-        return Err(format!("{option} {ms} ms: use {least} to {most} ms"));
-    }
-    Ok(Duration::from_millis(ms))
+fn millis(option: &'static str, ms: u64, least: u64, most: u64) -> Result<Duration, SettingsError> {
+    within(option, ms, (least, most), "ms").map(Duration::from_millis)
 }
 
-fn seconds(option: &str, s: u64) -> Result<Duration, String> {
-    if !(1..=3600).contains(&s) {
-        return Err(format!("{option} {s} s: use 1 to 3600 s"));
+fn seconds(option: &'static str, s: u64) -> Result<Duration, SettingsError> {
+    within(option, s, (1, 3600), "s").map(Duration::from_secs)
+}
+
+fn within(
+    option: &'static str,
+    value: u64,
+    (least, most): (u64, u64),
+    unit: &'static str,
+) -> Result<u64, SettingsError> {
+    if (least..=most).contains(&value) {
+        Ok(value)
+    } else {
+        Err(SettingsError::OutOfRange {
+            option,
+            value,
+            least,
+            most,
+            unit,
+        })
     }
-    Ok(Duration::from_secs(s))
 }
 
 #[cfg(test)]
@@ -279,7 +336,7 @@ mod tests {
             let e = Settings::from_toml(text)
                 .and_then(|s| s.into_config(defaults()))
                 .unwrap_err();
-            assert!(e.contains(says), "{text:?}: {e}");
+            assert!(e.to_string().contains(says), "{text:?}: {e}");
         }
     }
 
@@ -300,7 +357,7 @@ mod tests {
     #[test]
     fn the_file_is_read_as_a_bounded_regular_file() {
         let e = Settings::from_file(Path::new("/dev/zero")).unwrap_err();
-        assert!(e.contains("character device"), "{e}");
+        assert!(e.to_string().contains("character device"), "{e}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fulcrumd.toml");
         std::fs::write(&path, "weights = \"w\"\n").unwrap();
@@ -309,6 +366,7 @@ mod tests {
             Some(PathBuf::from("w"))
         );
         std::fs::write(&path, [0xff, 0xfe]).unwrap();
-        assert!(Settings::from_file(&path).unwrap_err().contains("UTF-8"));
+        let e = Settings::from_file(&path).unwrap_err();
+        assert!(matches!(e, SettingsError::NotText { .. }) && e.to_string().contains("UTF-8"));
     }
 }

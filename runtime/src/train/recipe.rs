@@ -79,15 +79,11 @@ impl Recipe {
 }
 
 impl std::str::FromStr for Recipe {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "photos" => Ok(Recipe::Photos),
-            _ => Err(format!(
-                "unknown recipe {}: use {}",
-                crate::text::quoted(s),
-                Recipe::NAMES.join(" or ")
-            )),
+            _ => Err(crate::base::UnknownChoice::new("recipe", s, "photos")),
         }
     }
 }
@@ -136,7 +132,7 @@ mod tests {
         assert_eq!(Recipe::Photos.settings(20, None).epochs, 300);
         assert_eq!(Recipe::Photos.settings(164, Some(8)).epochs, 60);
         assert_eq!("photos".parse::<Recipe>(), Ok(Recipe::Photos));
-        let e = "fast".parse::<Recipe>().unwrap_err();
+        let e = "fast".parse::<Recipe>().unwrap_err().to_string();
         assert!(e.contains("\"fast\"") && e.contains("photos"), "{e}");
         assert!(s.to_string().contains("det-m, batch 16, 120 epochs"), "{s}");
         assert!(

@@ -190,7 +190,7 @@ fn settings(args: Args) -> Settings {
 
 fn config(args: Args) -> anyhow::Result<ServeConfig> {
     let file = match &args.config {
-        Some(path) => Settings::from_file(path).map_err(anyhow::Error::msg)?,
+        Some(path) => Settings::from_file(path)?,
         None => Settings::default(),
     };
     // The Vulkan pipeline cache goes where systemd's CacheDirectory= says.
@@ -209,7 +209,7 @@ fn config(args: Args) -> anyhow::Result<ServeConfig> {
     settings(args)
         .or(file)
         .into_config(defaults)
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::from)
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
