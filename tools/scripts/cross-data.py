@@ -35,6 +35,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import statistics
 import struct
 import subprocess
@@ -155,7 +156,9 @@ def prepare(fulcrum, work, name):
 def train_and_score(fulcrum, work, variant, extra, name, seed):
     train, val = prepare(fulcrum, work, name)
     out = work / "runs" / variant / f"{name}-s{seed}"
-    out.mkdir(parents=True, exist_ok=True)
+    # Not in the results: a run that was interrupted starts over.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     cmd = [fulcrum, "train", "--data", str(train), "--out", str(out), "--recipe", "photos"]
     cmd += ["--seed", str(seed)] + shlex.split(extra)
     started = time.monotonic()

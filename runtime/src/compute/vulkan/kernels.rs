@@ -25,187 +25,215 @@ pub const MAX_INVOCATIONS: u32 = 256;
 /// Shared memory every kernel must stay within (V3D: 16 KiB).
 pub const MAX_SHARED_BYTES: u32 = 16 * 1024;
 
+/// Declares [`Kernel`] with [`Kernel::ALL`] and [`Kernel::info`] from one list, each kernel a
+/// variant and its table entry (a `static` [`KernelInfo`] below): a new kernel is a line here,
+/// its entry and its shader, and `every_shader_file_is_in_the_table` checks that none is
+/// missing.
+macro_rules! kernels {
+    ($(#[$outer:meta])* pub enum Kernel {
+        $($(#[$doc:meta])* $variant:ident => $info:ident,)*
+    }) => {
+        $(#[$outer])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kernel {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Kernel {
+            /// Every kernel, in table order.
+            pub const ALL: [Kernel; [$(stringify!($variant)),*].len()] = [$(Kernel::$variant),*];
+
+            pub fn info(self) -> &'static KernelInfo {
+                match self {
+                    $(Kernel::$variant => &$info,)*
+                }
+            }
+        }
+    };
+}
+
+kernels! {
 /// A GPU kernel. The comments give the bindings in order (read-only unless marked `rw` or
 /// `w`) and the push constants; the shader files say the rest. Every convolution kernel takes
 /// the same 72-byte push block (`shaders/conv_push.glsl`, built by
 /// [`super::lower::conv_push`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// `y[i] = a * x[i] + y[i]` for `i < n`: bindings `x` (read), `y` (read-write); push
     /// constants `{ n: u32, a: f32 }`; workgroup size x = specialisation constant 0
     /// (default 64). The engine's proof kernel.
-    Saxpy,
+    Saxpy => SAXPY,
     /// Dense / grouped conv + bias + ReLU, direct (a pixel and eight output channels an
     /// invocation): `x, w, b, y (w)`.
-    Conv2d,
+    Conv2d => CONV2D,
     /// [`Kernel::Conv2d`] with four pixels of a row an invocation, for GPUs at batches with
     /// many pixels: the same bindings and push block; grid over blocks of four pixels.
-    Conv2dQuad,
+    Conv2dQuad => CONV2D_QUAD,
     /// [`Kernel::Conv2d`] reading the records as [`Kernel::Normalize`] would normalise them
     /// (the stem, its normalisation folded in): `records, w, b, y (w)`; the push block's
     /// `record_stride` and `flip` are the normalisation's.
-    Conv2dRgb,
+    Conv2dRgb => CONV2D_RGB,
     /// [`Kernel::Conv2dQuad`] reading the records, as [`Kernel::Conv2dRgb`].
-    Conv2dQuadRgb,
+    Conv2dQuadRgb => CONV2D_QUAD_RGB,
     /// [`Kernel::Conv2d`] with f16 inputs, weights and products (f32 sums), for devices with
     /// `shaderFloat16` when fp16 variants are asked for ([`Kernel::fp16_variant`]), as are
     /// the three below: the same bindings, push block and grid.
-    Conv2dF16,
+    Conv2dF16 => CONV2D_F16,
     /// [`Kernel::Conv2dQuad`] in f16, as [`Kernel::Conv2dF16`].
-    Conv2dQuadF16,
+    Conv2dQuadF16 => CONV2D_QUAD_F16,
     /// [`Kernel::Conv2dRgb`] in f16, as [`Kernel::Conv2dF16`].
-    Conv2dRgbF16,
+    Conv2dRgbF16 => CONV2D_RGB_F16,
     /// [`Kernel::Conv2dQuadRgb`] in f16, as [`Kernel::Conv2dF16`].
-    Conv2dQuadRgbF16,
+    Conv2dQuadRgbF16 => CONV2D_QUAD_RGB_F16,
     /// [`Kernel::Conv2d`] with eight pixels of a row an invocation, for CPU-type devices: the
     /// same bindings and push block; grid over blocks of eight pixels.
-    Conv2dDirect,
+    Conv2dDirect => CONV2D_DIRECT,
     /// [`Kernel::Conv2dDirect`] reading the records, as [`Kernel::Conv2dRgb`].
-    Conv2dDirectRgb,
+    Conv2dDirectRgb => CONV2D_DIRECT_RGB,
     /// Pointwise (1×1) conv + bias + ReLU (+ a residual, where the push block's `skip` says
     /// so), a tiled GEMM: `x, w, b, y (w), skip`.
-    Pointwise,
+    Pointwise => POINTWISE,
     /// [`Kernel::Pointwise`] with f16 tiles and products (f32 sums), for devices with
     /// `shaderFloat16` when fp16 variants are asked for: the same bindings and push block.
-    PointwiseF16,
+    PointwiseF16 => POINTWISE_F16,
     /// [`Kernel::Pointwise`] summed straight from the buffers, with no shared memory or
     /// barrier, for CPU-type devices: the same bindings and push block; a workgroup covers
     /// [`POINTWISE_DIRECT_PIXELS`] pixels (twice the tiled kernel's) with a quarter of its
     /// invocations, each with 64 outputs.
-    PointwiseDirect,
+    PointwiseDirect => POINTWISE_DIRECT,
     /// [`Kernel::PointwiseDirect`] reading its input and weights as vec4 texels and storing
     /// vec4s, where the plane and the input channels are multiples of four
     /// ([`pointwise_direct4_fits`]): the same bindings, push block and grid.
-    PointwiseDirect4,
+    PointwiseDirect4 => POINTWISE_DIRECT4,
     /// [`Kernel::Pointwise`] with one output per invocation, for layers whose tiled grid is
     /// too small to fill a GPU (batch-1 inference): the same bindings and push block; grid
     /// (⌈N/64⌉, ⌈M/4⌉, n) ([`POINTWISE_THIN_GROUP`]).
-    PointwiseThin,
+    PointwiseThin => POINTWISE_THIN,
     /// [`Kernel::PointwiseThin`] with f16 products (f32 sums), as [`Kernel::PointwiseF16`].
-    PointwiseThinF16,
+    PointwiseThinF16 => POINTWISE_THIN_F16,
     /// Input gradient of dense / grouped / pointwise convs: `w, y, gy, gx (w)`.
-    Conv2dGradInput,
+    Conv2dGradInput => CONV2D_GRAD_INPUT,
     /// [`Kernel::Conv2dGradInput`] summed straight from the buffers, with no shared memory or
     /// barrier, for CPU-type devices: the same bindings, push block and grid (a quarter of the
     /// invocations, each with four times the outputs).
-    Conv2dGradInputDirect,
+    Conv2dGradInputDirect => CONV2D_GRAD_INPUT_DIRECT,
     /// [`Kernel::Conv2dGradInputDirect`] for pointwise convs whose plane and input channels
     /// are multiples of four ([`pointwise_direct4_fits`]), reading vec4 texels: the same
     /// bindings, push block and grid.
-    Conv2dGradInputDirect4,
+    Conv2dGradInputDirect4 => CONV2D_GRAD_INPUT_DIRECT4,
     /// Weight and bias gradients of dense / grouped / pointwise convs, split over the batch:
     /// `x, y, gy, partial (w), gw (w), gb (w)`.
-    Conv2dGradWeight,
+    Conv2dGradWeight => CONV2D_GRAD_WEIGHT,
     /// [`Kernel::Conv2dGradWeight`] for CPU-type devices: 64 invocations over the terms, each
     /// summing a block of outputs in registers, one barrier at the end. The same bindings and
     /// push block; its own grid ([`CONV_GRAD_WEIGHT_DIRECT_TILE`]) and parts.
-    Conv2dGradWeightDirect,
+    Conv2dGradWeightDirect => CONV2D_GRAD_WEIGHT_DIRECT,
     /// [`Kernel::Conv2dGradWeightDirect`] for pointwise convs whose plane is a multiple of
     /// four, reading four terms a fetch (vec4 texels): the same bindings, push block, grid
     /// and parts.
-    Conv2dGradWeightDirect4,
+    Conv2dGradWeightDirect4 => CONV2D_GRAD_WEIGHT_DIRECT4,
     /// Adds the split partial weight / bias gradients: `partial, gw (w), gb (w)`. A
     /// workgroup per [`CONV_GRAD_REDUCE_BLOCK`] sums, eight lanes sharing the splits.
-    Conv2dGradReduce,
+    Conv2dGradReduce => CONV2D_GRAD_REDUCE,
     /// [`Kernel::Conv2dGradReduce`] for CPU-type devices: one invocation per sum walks every
     /// split, no shared memory or barrier. The same bindings and push block; a linear grid.
-    Conv2dGradReduceDirect,
+    Conv2dGradReduceDirect => CONV2D_GRAD_REDUCE_DIRECT,
     /// Depthwise conv + bias + ReLU, direct: `x, w, b, y (w)`.
-    Depthwise,
+    Depthwise => DEPTHWISE,
     /// [`Kernel::Depthwise`] with f16 inputs, weights and products (f32 sums), as
     /// [`Kernel::Conv2dF16`].
-    DepthwiseF16,
+    DepthwiseF16 => DEPTHWISE_F16,
     /// [`Kernel::Depthwise`] for CPU-type devices, reading its inputs as texel buffers: the
     /// same bindings, push block and grid.
-    DepthwiseDirect,
+    DepthwiseDirect => DEPTHWISE_DIRECT,
     /// Input gradient of a depthwise conv: `w, y, gy, gx (w)`.
-    DepthwiseGradInput,
+    DepthwiseGradInput => DEPTHWISE_GRAD_INPUT,
     /// [`Kernel::DepthwiseGradInput`] for CPU-type devices, reading its inputs as texel
     /// buffers: the same bindings, push block and grid.
-    DepthwiseGradInputDirect,
+    DepthwiseGradInputDirect => DEPTHWISE_GRAD_INPUT_DIRECT,
     /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
-    DepthwiseGradWeight,
+    DepthwiseGradWeight => DEPTHWISE_GRAD_WEIGHT,
     /// [`Kernel::DepthwiseGradWeight`] adding its workgroup's sums by subgroup operations
     /// (`shaders/workgroup_sum.glsl`): the same bindings, push block and grid.
-    DepthwiseGradWeightSubgroup,
+    DepthwiseGradWeightSubgroup => DEPTHWISE_GRAD_WEIGHT_SUBGROUP,
     /// [`Kernel::DepthwiseGradWeight`] for CPU-type devices: a workgroup per channel and part,
     /// every tap at once, one barrier. The same bindings and push block; grid `(c, 1,
     /// splits)`; kernels up to [`DEPTHWISE_DIRECT_MAX_TAPS`] taps.
-    DepthwiseGradWeightDirect,
+    DepthwiseGradWeightDirect => DEPTHWISE_GRAD_WEIGHT_DIRECT,
     /// `out = a + b`: `a, b, out (w)`; push `{ len }`.
-    Add,
+    Add => ADD,
     /// [`Kernel::Add`] for CPU-type devices where `len` is a multiple of four
     /// ([`add_direct4_fits`]): the inputs read as vec4 texels, four sums an invocation. The
     /// same bindings and push block; grid over `len / 4`.
-    AddDirect4,
+    AddDirect4 => ADD_DIRECT4,
     /// `dst += src`: `dst (rw), src`; push `{ len }`.
-    AddAssign,
+    AddAssign => ADD_ASSIGN,
     /// [`Kernel::AddAssign`] as [`Kernel::AddDirect4`]: `dst (w), src, dst` (the first read
     /// as vec4 texels through binding 2); the same push block; grid over `len / 4`.
-    AddAssignDirect4,
+    AddAssignDirect4 => ADD_ASSIGN_DIRECT4,
     /// `dst = mask_by > 0 ? dst + src : 0`: `dst (rw), src, mask_by`; push `{ len }` (a
     /// gradient store `compute::fusion::grad_stores` allows).
-    MaskedAddAssign,
+    MaskedAddAssign => MASKED_ADD_ASSIGN,
     /// [`Kernel::MaskedAddAssign`] as [`Kernel::AddAssignDirect4`]: `dst (w), src, dst,
     /// mask_by` (all but the first read as vec4 texels); the same push block; grid over
     /// `len / 4`.
-    MaskedAddAssignDirect4,
+    MaskedAddAssignDirect4 => MASKED_ADD_ASSIGN_DIRECT4,
     /// Nearest ×2 upsample (+ a residual where `skip` is 1): `x, y (w), skip`; push `{ n, c,
     /// h, w, skip }`.
-    Upsample,
+    Upsample => UPSAMPLE,
     /// Its backward (sum of four): `gy, gx (w)`; push `{ n, c, h, w }`.
-    UpsampleGrad,
+    UpsampleGrad => UPSAMPLE_GRAD,
     /// Rows from one tensor into another at their strides ([`crate::compute::ops::RowCopy`]):
     /// `src, dst (w)`; push `{ rows, len, src_stride, src_offset, dst_stride, dst_offset }`.
-    RowCopy,
+    RowCopy => ROW_COPY,
     /// u8 HWC records → f32 NCHW `/255`: `records, out (w)`; push `{ n, h, w, record_stride,
     /// flip }`.
-    Normalize,
+    Normalize => NORMALIZE,
     /// CenterNet targets from the records' boxes: `records, out (rw)`; push `{ n, classes,
     /// levels (six words), max_boxes, record_stride, meta_offset, min_overlap, flip,
     /// neighbour_weight, neighbour_radius, neighbour_cells }`.
-    Targets,
+    Targets => TARGETS,
     /// Loss, first pass: `pred, target, partial (w), loss (w)`; push `{ n, classes, grid_h,
     /// grid_w, alpha, beta, offset_weight, size_weight, giou_weight, parts, cells_per_part }`.
-    LossPartial,
+    LossPartial => LOSS_PARTIAL,
     /// [`Kernel::LossPartial`] by subgroup operations, as
     /// [`Kernel::DepthwiseGradWeightSubgroup`].
-    LossPartialSubgroup,
+    LossPartialSubgroup => LOSS_PARTIAL_SUBGROUP,
     /// Loss, second pass: `partial, loss (w)`; the same push block; one invocation.
-    LossFinish,
+    LossFinish => LOSS_FINISH,
     /// Loss gradient: `pred, target, loss, grad (w)`; the same push block.
-    LossGrad,
+    LossGrad => LOSS_GRAD,
     /// [`Kernel::LossFinish`] and [`Kernel::LossGrad`] in one pass, for a loss in parts whose
     /// gradient follows it: `pred, target, partial, loss (w), grad (w)`; the same push block;
     /// [`Kernel::LossGrad`]'s grid.
-    LossGradFinish,
+    LossGradFinish => LOSS_GRAD_FINISH,
     /// Sums of squares of up to [`SUM_SQUARES_GROUP`] gradients, a workgroup each, for
     /// gradient-norm clipping: `g0, g1, g2, g3, sums (rw)`; push `{ len0..len3, first_slot }`.
-    SumSquares,
+    SumSquares => SUM_SQUARES,
     /// [`Kernel::SumSquares`] by subgroup operations, as
     /// [`Kernel::DepthwiseGradWeightSubgroup`].
-    SumSquaresSubgroup,
+    SumSquaresSubgroup => SUM_SQUARES_SUBGROUP,
     /// Gradient-norm clipping from the sums: `sums (rw), hyper (rw)`; push `{ tensors,
     /// max_norm }`; one workgroup.
-    ClipGrad,
+    ClipGrad => CLIP_GRAD,
     /// AdamW: `param (rw), grad, m (rw), v (rw), hyper`; push `{ len, beta1, beta2, eps,
     /// weight_decay }`.
-    AdamW,
+    AdamW => ADAMW,
     /// Weight average: `ema (rw), param, hyper`; push `{ len }`.
-    Ema,
+    Ema => EMA,
     /// [`Kernel::AdamW`] then [`Kernel::Ema`] of the same tensor in one pass: AdamW's
     /// bindings and push block, then `ema (rw)`.
-    AdamWEma,
+    AdamWEma => ADAMW_EMA,
     /// SGD with momentum: `param (rw), grad, velocity (rw), hyper`; push `{ len, momentum,
     /// weight_decay }`.
-    Sgd,
+    Sgd => SGD,
     /// Peak decode + top-K: `pred, dets (w), counts (w)`; push `{ n, classes, levels (six
     /// words, [`crate::compute::ops::Levels::words`]), threshold, top_k }`.
-    Decode,
+    Decode => DECODE,
     /// A camera frame to the letterboxed RGB record (the frame pass on the GPU, see
     /// [`super::frames`]): `frame, windows, records (w)`; push [`FRAME_PUSH_BYTES`]
     /// (`shaders/frame_pass.comp`); a workgroup writes 16 × 4 quads of output pixels.
-    FramePass,
+    FramePass => FRAME_PASS,
+}
 }
 
 /// How a kernel's texel bindings are viewed ([`KernelInfo::texels`]).
@@ -609,131 +637,6 @@ static FRAME_PASS: KernelInfo = kernel!("frame_pass", bindings 3, push FRAME_PUS
     local [16, 4, 1], x None, shared 0);
 
 impl Kernel {
-    /// Every kernel, in table order.
-    pub const ALL: [Kernel; 58] = [
-        Kernel::Saxpy,
-        Kernel::Conv2d,
-        Kernel::Conv2dQuad,
-        Kernel::Conv2dRgb,
-        Kernel::Conv2dQuadRgb,
-        Kernel::Conv2dF16,
-        Kernel::Conv2dQuadF16,
-        Kernel::Conv2dRgbF16,
-        Kernel::Conv2dQuadRgbF16,
-        Kernel::Conv2dDirect,
-        Kernel::Conv2dDirectRgb,
-        Kernel::Pointwise,
-        Kernel::PointwiseF16,
-        Kernel::PointwiseDirect,
-        Kernel::PointwiseDirect4,
-        Kernel::PointwiseThin,
-        Kernel::PointwiseThinF16,
-        Kernel::Conv2dGradInput,
-        Kernel::Conv2dGradInputDirect,
-        Kernel::Conv2dGradInputDirect4,
-        Kernel::Conv2dGradWeight,
-        Kernel::Conv2dGradWeightDirect,
-        Kernel::Conv2dGradWeightDirect4,
-        Kernel::Conv2dGradReduce,
-        Kernel::Conv2dGradReduceDirect,
-        Kernel::Depthwise,
-        Kernel::DepthwiseF16,
-        Kernel::DepthwiseDirect,
-        Kernel::DepthwiseGradInput,
-        Kernel::DepthwiseGradInputDirect,
-        Kernel::DepthwiseGradWeight,
-        Kernel::DepthwiseGradWeightSubgroup,
-        Kernel::DepthwiseGradWeightDirect,
-        Kernel::Add,
-        Kernel::AddDirect4,
-        Kernel::AddAssign,
-        Kernel::AddAssignDirect4,
-        Kernel::MaskedAddAssign,
-        Kernel::MaskedAddAssignDirect4,
-        Kernel::Upsample,
-        Kernel::UpsampleGrad,
-        Kernel::RowCopy,
-        Kernel::Normalize,
-        Kernel::Targets,
-        Kernel::LossPartial,
-        Kernel::LossPartialSubgroup,
-        Kernel::LossFinish,
-        Kernel::LossGrad,
-        Kernel::LossGradFinish,
-        Kernel::SumSquares,
-        Kernel::SumSquaresSubgroup,
-        Kernel::ClipGrad,
-        Kernel::AdamW,
-        Kernel::Ema,
-        Kernel::AdamWEma,
-        Kernel::Sgd,
-        Kernel::Decode,
-        Kernel::FramePass,
-    ];
-
-    pub fn info(self) -> &'static KernelInfo {
-        match self {
-            Kernel::Saxpy => &SAXPY,
-            Kernel::Conv2d => &CONV2D,
-            Kernel::Conv2dQuad => &CONV2D_QUAD,
-            Kernel::Conv2dRgb => &CONV2D_RGB,
-            Kernel::Conv2dQuadRgb => &CONV2D_QUAD_RGB,
-            Kernel::Conv2dF16 => &CONV2D_F16,
-            Kernel::Conv2dQuadF16 => &CONV2D_QUAD_F16,
-            Kernel::Conv2dRgbF16 => &CONV2D_RGB_F16,
-            Kernel::Conv2dQuadRgbF16 => &CONV2D_QUAD_RGB_F16,
-            Kernel::Conv2dDirect => &CONV2D_DIRECT,
-            Kernel::Conv2dDirectRgb => &CONV2D_DIRECT_RGB,
-            Kernel::Pointwise => &POINTWISE,
-            Kernel::PointwiseF16 => &POINTWISE_F16,
-            Kernel::PointwiseDirect => &POINTWISE_DIRECT,
-            Kernel::PointwiseDirect4 => &POINTWISE_DIRECT4,
-            Kernel::PointwiseThin => &POINTWISE_THIN,
-            Kernel::PointwiseThinF16 => &POINTWISE_THIN_F16,
-            Kernel::Conv2dGradInput => &CONV2D_GRAD_INPUT,
-            Kernel::Conv2dGradInputDirect => &CONV2D_GRAD_INPUT_DIRECT,
-            Kernel::Conv2dGradInputDirect4 => &CONV2D_GRAD_INPUT_DIRECT4,
-            Kernel::Conv2dGradWeight => &CONV2D_GRAD_WEIGHT,
-            Kernel::Conv2dGradWeightDirect => &CONV2D_GRAD_WEIGHT_DIRECT,
-            Kernel::Conv2dGradWeightDirect4 => &CONV2D_GRAD_WEIGHT_DIRECT4,
-            Kernel::Conv2dGradReduce => &CONV2D_GRAD_REDUCE,
-            Kernel::Conv2dGradReduceDirect => &CONV2D_GRAD_REDUCE_DIRECT,
-            Kernel::Depthwise => &DEPTHWISE,
-            Kernel::DepthwiseF16 => &DEPTHWISE_F16,
-            Kernel::DepthwiseDirect => &DEPTHWISE_DIRECT,
-            Kernel::DepthwiseGradInput => &DEPTHWISE_GRAD_INPUT,
-            Kernel::DepthwiseGradInputDirect => &DEPTHWISE_GRAD_INPUT_DIRECT,
-            Kernel::DepthwiseGradWeight => &DEPTHWISE_GRAD_WEIGHT,
-            Kernel::DepthwiseGradWeightSubgroup => &DEPTHWISE_GRAD_WEIGHT_SUBGROUP,
-            Kernel::DepthwiseGradWeightDirect => &DEPTHWISE_GRAD_WEIGHT_DIRECT,
-            Kernel::Add => &ADD,
-            Kernel::AddAssign => &ADD_ASSIGN,
-            Kernel::AddDirect4 => &ADD_DIRECT4,
-            Kernel::AddAssignDirect4 => &ADD_ASSIGN_DIRECT4,
-            Kernel::MaskedAddAssign => &MASKED_ADD_ASSIGN,
-            Kernel::MaskedAddAssignDirect4 => &MASKED_ADD_ASSIGN_DIRECT4,
-            Kernel::Upsample => &UPSAMPLE,
-            Kernel::UpsampleGrad => &UPSAMPLE_GRAD,
-            Kernel::RowCopy => &ROW_COPY,
-            Kernel::Normalize => &NORMALIZE,
-            Kernel::Targets => &TARGETS,
-            Kernel::LossPartial => &LOSS_PARTIAL,
-            Kernel::LossPartialSubgroup => &LOSS_PARTIAL_SUBGROUP,
-            Kernel::LossFinish => &LOSS_FINISH,
-            Kernel::LossGrad => &LOSS_GRAD,
-            Kernel::LossGradFinish => &LOSS_GRAD_FINISH,
-            Kernel::SumSquares => &SUM_SQUARES,
-            Kernel::SumSquaresSubgroup => &SUM_SQUARES_SUBGROUP,
-            Kernel::ClipGrad => &CLIP_GRAD,
-            Kernel::AdamW => &ADAMW,
-            Kernel::Ema => &EMA,
-            Kernel::AdamWEma => &ADAMW_EMA,
-            Kernel::Sgd => &SGD,
-            Kernel::Decode => &DECODE,
-            Kernel::FramePass => &FRAME_PASS,
-        }
-    }
-
     pub fn name(self) -> &'static str {
         self.info().name
     }
