@@ -6,7 +6,7 @@
 //! ring; the autotuned run trains with `--autotune` from scratch on the same data, the same
 //! slowdown and the same number of steps. Both report the device idle waiting for input.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -80,6 +80,14 @@ pub fn run(c: &BalanceBenchConfig, say: &dyn Fn(&str)) -> Result<BalanceBenchRep
         checkpoint_every: u64::MAX,
         ..TrainConfig::default()
     };
+    // The runs' folders go when the bench ends, whichever way it ends.
+    struct RemoveOnDrop<'a>(&'a Path);
+    impl Drop for RemoveOnDrop<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _scratch = RemoveOnDrop(&c.scratch);
     let fresh = |name: &str| -> Result<PathBuf> {
         let dir = c.scratch.join(name);
         match std::fs::remove_dir_all(&dir) {
@@ -143,7 +151,6 @@ pub fn run(c: &BalanceBenchConfig, say: &dyn Fn(&str)) -> Result<BalanceBenchRep
             ..base.clone()
         },
     )?;
-    let _ = std::fs::remove_dir_all(&c.scratch);
     Ok(BalanceBenchReport {
         engine: calibration.engine,
         batch: c.batch,
