@@ -265,8 +265,8 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, ExportError> 
         };
         features.push(x.clone());
     }
-    // The neck as the graph builds it, with each upsampling before the pointwise conv after
-    // it (the two commute).
+    // The neck as the graph builds it: each pointwise conv before the upsampling after it,
+    // at the small size (the two commute; this order does a quarter of the work).
     let c4 = features[arch.c4_block].clone();
     let mut level_inputs = Vec::new();
     let p4 = if let Some(c5) = arch.c5_block() {
@@ -286,12 +286,12 @@ pub fn export(arch: &Arch, params: &[Vec<f32>]) -> Result<Vec<u8>, ExportError> 
     } else {
         c4
     };
-    resize(&mut nodes, &p4, "neck.up");
-    let nk = conv(&mut nodes, "neck.up", 1, true);
+    let nk = conv(&mut nodes, &p4, 1, true);
+    resize(&mut nodes, &nk, "neck.up");
     nodes.push(node(
         "Add",
         "neck.out",
-        &[&nk, &features[arch.skip_block]],
+        &["neck.up", &features[arch.skip_block]],
         &["neck.out"],
         vec![],
     ));
