@@ -1544,3 +1544,82 @@ fn small_boxes_are_measured_at_pack_time_and_the_recipe_names_a_larger_size() {
     plain.expect(0);
     assert!(!plain.stderr.contains("pack at --size"), "{}", plain.stderr);
 }
+
+/// `train --init-from W --freeze backbone`: the stem and blocks come out bit for bit as W's
+/// weights went in, the checkpoint holds no optimizer state or average for them (and does for
+/// the rest), the run says what freezing saves, and `--resume` continues it.
+#[test]
+fn a_frozen_backbone_stays_as_it_was_and_keeps_no_state() {
+    use fulcrum::model::Checkpoint;
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    fulcrum(cwd, &["pack", "--synthetic", "64", "--out", "D"]).expect(0);
+    let train = |args: &[&str]| {
+        let mut all = vec!["train", "--data", "D", "--batch", "8"];
+        all.extend_from_slice(args);
+        fulcrum(cwd, &all)
+    };
+    train(&["--out", "base", "--epochs", "1"]).expect(0);
+    let run = train(&[
+        "--out",
+        "ft",
+        "--init-from",
+        "base/last.safetensors",
+        "--freeze",
+        "backbone",
+        "--epochs",
+        "2",
+        "--max-steps",
+        "10",
+    ]);
+    run.expect(0);
+    assert_mentions(
+        &run.stdout,
+        &[
+            "frozen (backbone):",
+            "parameter tensors",
+            "training every layer",
+        ],
+    );
+    let base = Checkpoint::load(&cwd.join("base/last.safetensors")).unwrap();
+    let tuned = Checkpoint::load(&cwd.join("ft/last.safetensors")).unwrap();
+    let (mut frozen, mut trained) = (0, 0);
+    for (name, _, values) in &tuned.tensors {
+        let Some(param) = ["adam.m.", "adam.v.", "ema."]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+        else {
+            continue;
+        };
+        assert!(
+            !param.starts_with("stem") && !param.starts_with('b'),
+            "{name} saved"
+        );
+        trained += usize::from(name.starts_with("ema.") && !values.is_empty());
+    }
+    for (name, _, values) in &tuned.tensors {
+        if name.starts_with("stem") || name.starts_with('b') {
+            frozen += 1;
+            // --init-from starts from the base's weight average.
+            assert_eq!(Some(values.as_slice()), base.weight(name), "{name} moved");
+        }
+    }
+    assert!(
+        frozen >= 10 && trained >= 5,
+        "{frozen} frozen, {trained} trained"
+    );
+    // Resuming a frozen run keeps it frozen; changing what is frozen is refused.
+    train(&[
+        "--out", "ft", "--resume", "--freeze", "backbone", "--epochs", "2",
+    ])
+    .expect(0);
+    let other = train(&[
+        "--out", "ft", "--resume", "--freeze", "none", "--epochs", "3",
+    ]);
+    other.expect(2);
+    assert_mentions(&other.stderr, &["freeze"]);
+    // A wrong choice names the right ones.
+    let bad = train(&["--out", "x", "--epochs", "1", "--freeze", "heads"]);
+    bad.expect(2);
+    assert_mentions(&bad.stderr, &["heads", "none, backbone or backbone+neck"]);
+}

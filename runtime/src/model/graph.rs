@@ -55,6 +55,63 @@ pub struct GraphOptions {
     /// The most neighbour cells a box weighs in full ([`Targets::neighbour_cells`]; 0: no
     /// limit).
     pub neighbour_cells: u32,
+    /// The layers that do not train ([`Freeze`]).
+    pub freeze: Freeze,
+}
+
+/// Which layers a training run leaves as they are (fine-tuning: the rest adapts). A frozen
+/// layer gets no weight gradient, no optimizer state and no weight average, and the backward
+/// pass stops before it: its activations are read by nothing after the forward pass, so they
+/// live only as long as inference needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Freeze {
+    /// Every layer trains.
+    #[default]
+    None,
+    /// The stem and the blocks stay; the neck and the heads train.
+    Backbone,
+    /// The stem, the blocks and the neck stay; the heads train.
+    #[serde(rename = "backbone+neck")]
+    BackboneNeck,
+}
+
+impl Freeze {
+    pub const NAMES: &'static str = "none, backbone or backbone+neck";
+
+    fn backbone(self) -> bool {
+        self != Freeze::None
+    }
+
+    fn neck(self) -> bool {
+        self == Freeze::BackboneNeck
+    }
+}
+
+impl std::str::FromStr for Freeze {
+    type Err = crate::base::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Freeze::None),
+            "backbone" => Ok(Freeze::Backbone),
+            "backbone+neck" => Ok(Freeze::BackboneNeck),
+            _ => Err(crate::base::UnknownChoice::new(
+                "--freeze",
+                s,
+                Freeze::NAMES,
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Freeze {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Freeze::None => "none",
+            Freeze::Backbone => "backbone",
+            Freeze::BackboneNeck => "backbone+neck",
+        })
+    }
 }
 
 impl Default for GraphOptions {
@@ -72,6 +129,7 @@ impl Default for GraphOptions {
             neighbour_weight: 0.0,
             neighbour_radius: 1,
             neighbour_cells: 0,
+            freeze: Freeze::None,
         }
     }
 }
@@ -98,7 +156,10 @@ impl GraphOptions {
 pub struct ParamTensors {
     pub name: String,
     pub value: TensorId,
-    /// Gradient, first and second moments and the weight average (only with `train`).
+    /// Left as it is by training ([`GraphOptions::freeze`]): no gradient, moments or average.
+    pub frozen: bool,
+    /// Gradient, first and second moments and the weight average (only with `train`, and
+    /// not for a frozen parameter).
     pub grad: Option<TensorId>,
     pub m: Option<TensorId>,
     pub v: Option<TensorId>,
@@ -141,6 +202,8 @@ enum Node {
         x: TensorId,
         w: usize,
         y: TensorId,
+        /// Its weights train (not frozen).
+        trains: bool,
     },
     Add {
         a: TensorId,
@@ -168,6 +231,8 @@ struct Builder {
     params: Vec<ParamTensors>,
     /// Biases, by the index of their weight in `params`.
     bias_of: HashMap<usize, usize>,
+    /// The layers made now are frozen.
+    frozen: bool,
 }
 
 impl Builder {
@@ -176,6 +241,7 @@ impl Builder {
         self.params.push(ParamTensors {
             name: name.to_owned(),
             value,
+            frozen: self.frozen,
             grad: None,
             m: None,
             v: None,
@@ -197,7 +263,13 @@ impl Builder {
             b: self.params[b].value,
             y,
         });
-        self.nodes.push(Node::Conv { op, x, w, y });
+        self.nodes.push(Node::Conv {
+            op,
+            x,
+            w,
+            y,
+            trains: !self.frozen,
+        });
         y
     }
 
@@ -403,6 +475,7 @@ impl ModelGraph {
             forward: Vec::new(),
             params: Vec::new(),
             bias_of: HashMap::new(),
+            frozen: options.train && options.freeze.backbone(),
         };
         let record_stride = layout.record_size as u32;
         let records = b.rec.tensor(
@@ -448,6 +521,7 @@ impl ModelGraph {
             (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
             features.push((x, s));
         }
+        b.frozen = options.train && options.freeze.neck();
         let (c3, s3) = features[arch.skip_block];
         let (c4, s4) = features[arch.c4_block];
         // The top-down neck. Each pointwise conv runs before the upsampling after it, at the
@@ -488,6 +562,7 @@ impl ModelGraph {
         let p3 = b.add("neck.out", u, c3);
         debug_assert_eq!(s3, grid);
 
+        b.frozen = false;
         let level_inputs = [(p3, s3)].into_iter().chain(coarse);
         let outputs: Vec<TensorId> = arch
             .heads()
@@ -621,11 +696,16 @@ impl ModelGraph {
             }
             for i in 0..b.params.len() {
                 let p = &b.params[i];
+                if p.frozen {
+                    continue;
+                }
                 let len = b.rec.get(p.value).len;
                 let name = p.name.clone();
                 let m = b.rec.f32(&StateTensor::AdamM.name(&name), len, Role::State);
                 let v = b.rec.f32(&StateTensor::AdamV.name(&name), len, Role::State);
-                let grad = b.params[i].grad.expect("every parameter has a gradient");
+                let grad = b.params[i]
+                    .grad
+                    .expect("every trained parameter has a gradient");
                 b.params[i].m = Some(m);
                 b.params[i].v = Some(v);
                 // Biases are not decayed (the usual practice; decay pulls the heat-map bias
@@ -793,17 +873,17 @@ impl Recompute {
 /// parameter's sum of squares into one tensor, then the clip, which leaves the scale in
 /// `hyper` for the optimizer steps. Returns the steps and that tensor.
 fn clip_steps(b: &mut Builder, max_norm: f32, hyper: TensorId) -> (Vec<Step>, TensorId) {
+    let trained: Vec<&ParamTensors> = b.params.iter().filter(|p| !p.frozen).collect();
     let op = ops::GradClip {
-        tensors: b.params.len() as u32,
+        tensors: trained.len() as u32,
         max_norm,
     };
     let sums = b.rec.f32("grad.norm", op.sums_len(), Role::Output);
-    let mut steps: Vec<Step> = b
-        .params
+    let mut steps: Vec<Step> = trained
         .iter()
         .enumerate()
         .map(|(slot, p)| {
-            let x = p.grad.expect("every parameter has a gradient");
+            let x = p.grad.expect("every trained parameter has a gradient");
             Step::SumSquares {
                 op: ops::SumSquares {
                     len: b.rec.get(x).len as u32,
@@ -819,6 +899,23 @@ fn clip_steps(b: &mut Builder, max_norm: f32, hyper: TensorId) -> (Vec<Step>, Te
     (steps, sums)
 }
 
+/// The tensors whose gradient the backward pass needs: the outputs of trained convolutions
+/// and everything computed from them.
+fn needs_gradient(nodes: &[Node]) -> std::collections::HashSet<TensorId> {
+    let mut needs = std::collections::HashSet::new();
+    for node in nodes {
+        let (inputs, out, trains) = match *node {
+            Node::Conv { x, y, trains, .. } => ([Some(x), None], y, trains),
+            Node::Add { a, b, out } => ([Some(a), Some(b)], out, false),
+            Node::Upsample { x, y, .. } | Node::Gather { x, y, .. } => ([Some(x), None], y, false),
+        };
+        if trains || inputs.into_iter().flatten().any(|t| needs.contains(&t)) {
+            needs.insert(out);
+        }
+    }
+    needs
+}
+
 fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) -> Vec<Step> {
     let Step::Normalize { out: x0, .. } = normalize else {
         unreachable!("the prologue normalises")
@@ -829,10 +926,16 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
         shared: HashMap::new(),
     };
     let mut recompute = Recompute::new(&b.forward, normalize);
+    let needs = needs_gradient(&b.nodes);
     grads.set(pred, g_pred);
     for node in b.nodes.clone().into_iter().rev() {
         match node {
-            Node::Conv { op, x, w, y } => {
+            // Frozen layers come first (backbone, then neck): nothing before one trains, so
+            // the backward pass ends where they begin.
+            Node::Conv { trains: false, .. } => {}
+            Node::Add { out: t, .. } | Node::Upsample { y: t, .. } | Node::Gather { y: t, .. }
+                if !needs.contains(&t) => {}
+            Node::Conv { op, x, w, y, .. } => {
                 let gy = grads.of[&y];
                 let forward_x = x;
                 let x = recompute.read(x, &mut b.rec, &mut steps);
@@ -850,7 +953,7 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
                 );
                 b.params[w].grad = Some(gw);
                 b.params[wb].grad = Some(gb);
-                let gx = (forward_x != x0).then(|| {
+                let gx = (forward_x != x0 && needs.contains(&forward_x)).then(|| {
                     let name = format!(
                         "grad.{}.from{}",
                         b.rec.get(forward_x).name,
@@ -874,8 +977,9 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
             }
             Node::Add { a, b: bb, out, .. } => {
                 let g = grads.of[&out];
-                steps.extend(grads.contribute(a, g, false, &mut b.rec));
-                steps.extend(grads.contribute(bb, g, false, &mut b.rec));
+                for input in [a, bb].into_iter().filter(|t| needs.contains(t)) {
+                    steps.extend(grads.contribute(input, g, false, &mut b.rec));
+                }
             }
             Node::Upsample { op, x, y } => {
                 let gy = grads.of[&y];
@@ -1191,5 +1295,134 @@ mod tests {
         let e = ModelGraph::build(&arch, 4, &layout, &GraphOptions::default()).unwrap_err();
         let e = e.to_string();
         assert!(e.contains("256×256×3") && e.contains("--size 128"), "{e}");
+    }
+
+    /// One training step of det-m on the CPU engine, every tensor kept: the graph and the
+    /// engine afterwards.
+    fn one_step(freeze: Freeze) -> (ModelGraph, crate::compute::cpu::exec::CpuExec) {
+        use crate::compute::cpu::targets::tests::records;
+        let arch = Arch::new(&ModelConfig::named_at("det-m", 2, 128).unwrap());
+        let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
+        let options = GraphOptions {
+            freeze,
+            ..GraphOptions::default()
+        };
+        let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
+        let mut cpu = crate::compute::cpu::exec::CpuExec::separate(&g.recording, 2).unwrap();
+        for (p, v) in g
+            .params
+            .iter()
+            .zip(super::super::init::init_params(&arch, 3))
+        {
+            for t in [Some(p.value), p.ema].into_iter().flatten() {
+                cpu.write_f32(t, &v).unwrap();
+            }
+        }
+        // Boxes of every level's size, so that every head trains.
+        let boxes: &[(u32, [f32; 4])] = &[
+            (0, [10.0, 12.0, 30.0, 40.0]),
+            (1, [40.0, 20.0, 110.0, 90.0]),
+            (0, [4.0, 60.0, 124.0, 126.0]),
+        ];
+        let mut bytes = records(
+            layout.image_bytes,
+            layout.record_size,
+            &[boxes, &boxes[..1]],
+        );
+        // Pictures of noise (a black one lights no ReLU and trains nothing).
+        let mut rng = crate::base::SplitMix64::new(5);
+        for record in bytes.chunks_exact_mut(layout.record_size) {
+            for px in &mut record[..layout.image_bytes] {
+                *px = (rng.next_u64() >> 56) as u8;
+            }
+        }
+        cpu.write_bytes(g.records, &bytes).unwrap();
+        let adam = AdamW {
+            len: 1,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 5e-4,
+            step: 1,
+        };
+        cpu.write_f32(g.hyper, &adam.hyper()).unwrap();
+        cpu.run(g.entry(ENTRY_TRAIN)).unwrap();
+        (g, cpu)
+    }
+
+    #[test]
+    fn frozen_layers_keep_their_weights_and_the_rest_gets_the_full_pass_gradients() {
+        let read = |cpu: &mut crate::compute::cpu::exec::CpuExec, t: TensorId, len: usize| {
+            let mut v = vec![0.0; len];
+            cpu.read_f32(t, &mut v).unwrap();
+            v
+        };
+        let (full, mut full_cpu) = one_step(Freeze::None);
+        let init = super::super::init::init_params(&full.arch, 3);
+        for (freeze, frozen_prefix) in [
+            (Freeze::Backbone, &["stem", "b"][..]),
+            (Freeze::BackboneNeck, &["stem", "b", "neck"][..]),
+        ] {
+            let (g, mut cpu) = one_step(freeze);
+            let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
+            let (mut frozen, mut trained, mut nonzero) = (0, 0, 0);
+            for ((p, full_p), v0) in g.params.iter().zip(&full.params).zip(&init) {
+                assert_eq!(p.name, full_p.name);
+                let len = v0.len();
+                let expected = frozen_prefix.iter().any(|f| p.name.starts_with(f));
+                assert_eq!(p.frozen, expected, "{freeze}: {}", p.name);
+                if p.frozen {
+                    frozen += 1;
+                    assert!(p.grad.is_none() && p.m.is_none() && p.v.is_none() && p.ema.is_none());
+                    assert!(!train
+                        .iter()
+                        .any(|s| matches!(s, Step::AdamW { param, .. } if *param == p.value)));
+                    assert_eq!(
+                        &read(&mut cpu, p.value, len),
+                        v0,
+                        "{freeze}: {} moved",
+                        p.name
+                    );
+                } else {
+                    trained += 1;
+                    let got = read(&mut cpu, p.grad.unwrap(), len);
+                    let want = read(&mut full_cpu, full_p.grad.unwrap(), len);
+                    assert_eq!(got, want, "{freeze}: the gradient of {}", p.name);
+                    nonzero += usize::from(got.iter().any(|&v| v != 0.0));
+                }
+            }
+            assert!(
+                frozen > 10 && trained > 10,
+                "{freeze}: {frozen} frozen, {trained} trained"
+            );
+            // Equal, and not for being zero (a layer whose ReLUs are all off here may be).
+            assert!(
+                nonzero * 10 >= trained * 9,
+                "{freeze}: {nonzero} of {trained}"
+            );
+            // The backward pass stops where the frozen layers begin: no gradient of a
+            // backbone activation is made.
+            assert!(!train
+                .iter()
+                .any(|s| matches!(s, Step::ConvBackward { gx: Some(gx), .. }
+                if g.recording.get(*gx).name.starts_with("grad.b1"))));
+        }
+        // Training state only for the trained parameters: fewer and smaller tensors.
+        let (g, _) = one_step(Freeze::BackboneNeck);
+        let state = |g: &ModelGraph| {
+            g.recording
+                .tensors
+                .iter()
+                .filter(|t| t.role == Role::State)
+                .map(|t| t.len)
+                .sum::<usize>()
+        };
+        assert!(
+            state(&g) * 2 < state(&full),
+            "{} vs {}",
+            state(&g),
+            state(&full)
+        );
     }
 }

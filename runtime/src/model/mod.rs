@@ -9,4 +9,6 @@ pub mod onnx;
 
 pub use arch::{Arch, ConfigError, ModelConfig};
 pub use checkpoint::{Checkpoint, Progress};
-pub use graph::{GraphError, GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN};
+pub use graph::{
+    Freeze, GraphError, GraphOptions, ModelGraph, ENTRY_EVAL, ENTRY_INFER, ENTRY_TRAIN,
+};

@@ -88,6 +88,10 @@ pub struct TrainConfig {
     /// before it read as 0). See [`crate::compute::ops::Targets::neighbour_cells`].
     #[serde(default)]
     pub neighbour_cells: u32,
+    /// The layers that do not train (fine-tuning; runs from before it read as none). See
+    /// [`crate::model::Freeze`].
+    #[serde(default)]
+    pub freeze: crate::model::Freeze,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -129,6 +133,7 @@ impl TrainConfig {
             neighbour_weight: self.neighbours,
             neighbour_radius: self.neighbour_radius,
             neighbour_cells: self.neighbour_cells,
+            freeze: self.freeze,
             ..GraphOptions::default()
         }
     }
@@ -166,6 +171,7 @@ impl Default for TrainConfig {
             neighbours: 0.0,
             neighbour_radius: 1,
             neighbour_cells: 0,
+            freeze: crate::model::Freeze::None,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -240,6 +246,20 @@ pub struct RunInfo {
     /// Where the ring's slots live ([`crate::loader::Loader::ring_memory`]).
     pub ring_memory: String,
     pub param_count: usize,
+    /// With frozen layers: what freezing saves.
+    pub frozen: Option<Frozen>,
+}
+
+/// What a run with frozen layers leaves out, against the same run training every layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frozen {
+    pub freeze: crate::model::Freeze,
+    /// Parameter tensors frozen, of all.
+    pub tensors: usize,
+    pub of: usize,
+    /// The engine's plan at the run's batch, frozen and with every layer training.
+    pub plan_bytes: u64,
+    pub unfrozen_plan_bytes: u64,
 }
 
 /// One step's figures.
@@ -470,6 +490,26 @@ pub fn train(
         progress,
         batches_per_epoch,
     )?;
+    let frozen = match config.freeze {
+        crate::model::Freeze::None => None,
+        freeze => {
+            let every_layer = GraphOptions {
+                freeze: crate::model::Freeze::None,
+                ..graph_options
+            };
+            let unfrozen = Planner {
+                graph_options: &every_layer,
+                ..planner
+            };
+            Some(Frozen {
+                freeze,
+                tensors: graph.params.iter().filter(|p| p.frozen).count(),
+                of: graph.params.len(),
+                plan_bytes: sized.engine.total(),
+                unfrozen_plan_bytes: unfrozen.engine(sized.batch)?.total(),
+            })
+        }
+    };
     let engine = steps.exec.describe();
     let loader = running(&mut steps.loader)?;
     let (backend, ring_memory) = (loader.backend().name(), loader.ring_memory().to_owned());
@@ -486,6 +526,7 @@ pub fn train(
         backend: backend.to_owned(),
         ring_memory,
         param_count: arch.param_count(),
+        frozen,
     });
 
     let run_started = Instant::now();

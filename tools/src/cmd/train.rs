@@ -136,6 +136,12 @@ pub struct Args {
     /// the optimizer starts over). Ignored with --resume.
     #[arg(long, value_name = "CHECKPOINT")]
     init_from: Option<PathBuf>,
+    /// Layers left as --init-from gave them (fine-tuning): none, backbone (the stem and the
+    /// blocks; the neck and heads train) or backbone+neck (the heads alone train). Frozen
+    /// layers get no gradients, optimizer state or weight average, and the backward pass
+    /// stops before them: each step is cheaper and the memory plan smaller.
+    #[arg(long, default_value = "none", value_name = "LAYERS")]
+    freeze: fulcrum::model::Freeze,
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
@@ -195,6 +201,17 @@ impl Observer for Printer {
             info.ring_memory
         );
         crate::out!("{}", info.memory.table());
+        if let Some(f) = &info.frozen {
+            crate::outln!(
+                "frozen ({}): {} of {} parameter tensors, with no gradients, optimizer state or \
+                 average; the model's plan {} against {} training every layer",
+                f.freeze,
+                f.tensors,
+                f.of,
+                human(f.plan_bytes),
+                human(f.unfrozen_plan_bytes)
+            );
+        }
         let bar = crate::progress::bar(info.total_steps, "steps");
         bar.set_position(info.first_step);
         self.bar = Some(bar);
@@ -314,6 +331,13 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::signals::install();
     let r = recipe_settings(&a)?;
+    if a.freeze != fulcrum::model::Freeze::None && a.init_from.is_none() && !a.resume {
+        log::warn!(
+            "--freeze {} without --init-from: the frozen layers keep their random initial \
+             weights, and the rest learns on top of features that never improve",
+            a.freeze
+        );
+    }
     let config = TrainConfig {
         data: a.data.clone(),
         model: r.model,
@@ -334,6 +358,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         neighbours: r.neighbours,
         neighbour_radius: r.neighbour_radius,
         neighbour_cells: r.neighbour_cells,
+        freeze: a.freeze,
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()
