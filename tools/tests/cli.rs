@@ -1623,3 +1623,53 @@ fn a_frozen_backbone_stays_as_it_was_and_keeps_no_state() {
     bad.expect(2);
     assert_mentions(&bad.stderr, &["heads", "none, backbone or backbone+neck"]);
 }
+
+/// `--init-from` weights of other class names: the classes are matched by name, and the run
+/// says which it kept, which are new and which the data does not have.
+#[test]
+fn fine_tuning_onto_other_class_names_says_what_it_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    fulcrum(cwd, &["pack", "--synthetic", "32", "--out", "D"]).expect(0);
+    let base = &[
+        "train", "--data", "D", "--out", "base", "--batch", "8", "--epochs", "1",
+    ];
+    fulcrum(cwd, base).expect(0);
+    let src = cwd.join("photos");
+    std::fs::create_dir_all(src.join("images")).unwrap();
+    std::fs::create_dir_all(src.join("labels")).unwrap();
+    for (i, photo) in common::coco128_photos().iter().take(8).enumerate() {
+        std::fs::copy(photo, src.join(format!("images/{i}.jpg"))).unwrap();
+        let label = format!("{} 0.5 0.5 0.3 0.4\n", i % 2);
+        std::fs::write(src.join(format!("labels/{i}.txt")), label).unwrap();
+    }
+    std::fs::write(src.join("classes.txt"), "square\nraccoon\n").unwrap();
+    fulcrum(cwd, &["pack", "photos", "--out", "P", "--size", "128"]).expect(0);
+    let run = fulcrum(
+        cwd,
+        &[
+            "train",
+            "--data",
+            "P",
+            "--out",
+            "tuned",
+            "--init-from",
+            "base/last.safetensors",
+            "--batch",
+            "8",
+            "--epochs",
+            "1",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(
+        &run.stderr,
+        &[
+            "kept 1 (square)",
+            "new, from initial weights: 1 (raccoon)",
+            "dropped: 1 (disc)",
+        ],
+    );
+    let tuned = fulcrum::model::Checkpoint::load(&cwd.join("tuned/last.safetensors")).unwrap();
+    assert_eq!(tuned.classes, ["square", "raccoon"]);
+}

@@ -472,6 +472,7 @@ pub fn train(
         config,
         resumed.as_ref(),
         options.init_from.as_deref(),
+        &dataset.manifest.classes,
     )?;
     let saver = Saver {
         graph,
@@ -976,6 +977,116 @@ fn loader_config_of(config: &TrainConfig, options: &RunOptions) -> LoaderConfig 
     }
 }
 
+/// `a` and `b` are the same model at the same size, whatever their classes.
+fn same_but_classes(a: &ModelConfig, b: &ModelConfig) -> bool {
+    ModelConfig {
+        classes: b.classes,
+        ..a.clone()
+    } == *b
+}
+
+/// Fine-tuning onto data of other class names: every weight of `base` but the heads' output
+/// rows, which are matched by class name: a class of the data that `base` knows keeps its
+/// heat-map row, a new one starts from the initial weights for `seed`; the box regression's
+/// rows are kept. Returns the weights (in the order of `arch`'s parameters) and a line that
+/// says which classes were kept and which are new.
+fn class_mapped_weights(
+    base: &Checkpoint,
+    arch: &Arch,
+    classes: &[String],
+    seed: u64,
+) -> Result<(Vec<Vec<f32>>, String)> {
+    let fresh = init::init_params(arch, seed);
+    let (old, new) = (base.classes.len(), classes.len());
+    let found: Vec<Option<usize>> = classes
+        .iter()
+        .map(|c| base.classes.iter().position(|b| b == c))
+        .collect();
+    let mut values = Vec::with_capacity(fresh.len());
+    for (spec, init) in arch.params().iter().zip(fresh) {
+        let weights = base.weight(&spec.name).ok_or_else(|| {
+            Error::Config(format!(
+                "the weights to fine-tune have no {} (not a checkpoint of this model)",
+                spec.name
+            ))
+        })?;
+        let outputs = spec.shape[0];
+        let head_out = spec.name.starts_with("head") && spec.name.contains(".out.");
+        if !head_out {
+            if weights.len() != init.len() {
+                return Err(Error::Config(format!(
+                    "the weights to fine-tune have {} values for {}, this model {}",
+                    weights.len(),
+                    spec.name,
+                    init.len()
+                )));
+            }
+            values.push(weights.to_vec());
+            continue;
+        }
+        // Output rows: the classes' heat maps, then four of box regression.
+        let row = init.len() / outputs;
+        if outputs != new + 4 || weights.len() != (old + 4) * row {
+            return Err(Error::Config(format!(
+                "the weights to fine-tune have {} values for {}: not {old} classes of rows of {row}",
+                weights.len(),
+                spec.name
+            )));
+        }
+        let mut v = init;
+        let rows = |from: usize, to: usize, v: &mut Vec<f32>| {
+            v[to * row..(to + 1) * row].copy_from_slice(&weights[from * row..(from + 1) * row]);
+        };
+        for (to, from) in found.iter().enumerate() {
+            if let Some(from) = *from {
+                rows(from, to, &mut v);
+            }
+        }
+        for k in 0..4 {
+            rows(old + k, new + k, &mut v);
+        }
+        values.push(v);
+    }
+    let kept: Vec<&str> = classes
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_some())
+        .map(|(c, _)| c.as_str())
+        .collect();
+    let fresh_classes: Vec<&str> = classes
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(c, _)| c.as_str())
+        .collect();
+    let dropped: Vec<&str> = base
+        .classes
+        .iter()
+        .filter(|b| !classes.contains(b))
+        .map(String::as_str)
+        .collect();
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    Ok((
+        values,
+        format!(
+            "fine-tuning onto other classes, matched by name: kept {} ({}); new, from initial \
+             weights: {} ({}); not in the data, dropped: {} ({})",
+            kept.len(),
+            list(&kept),
+            fresh_classes.len(),
+            list(&fresh_classes),
+            dropped.len(),
+            list(&dropped)
+        ),
+    ))
+}
+
 /// Whole batches of `batch` in an epoch of `dataset` (at least one, or an error).
 fn batches_per_epoch(config: &TrainConfig, dataset: &Dataset, batch: u32) -> Result<u64> {
     match dataset.records() / u64::from(batch) {
@@ -997,12 +1108,28 @@ fn initial_state(
     config: &TrainConfig,
     resumed: Option<&Checkpoint>,
     init_from: Option<&Checkpoint>,
+    classes: &[String],
 ) -> Result<Progress> {
     let model = &graph.arch.config;
     match (resumed, init_from) {
         (Some(c), _) => {
             c.load_into(exec, graph, true)?;
             return Ok(c.progress);
+        }
+        (None, Some(base))
+            if same_but_classes(&base.model, model)
+                && !base.classes.is_empty()
+                && base.classes != classes =>
+        {
+            let (values, mapping) = class_mapped_weights(base, &graph.arch, classes, config.seed)?;
+            log::info!("{mapping}");
+            for (p, v) in graph.params.iter().zip(&values) {
+                exec.write_f32(p.value, v)?;
+                if let Some(ema) = p.ema {
+                    exec.write_f32(ema, v)?;
+                }
+            }
+            zero_moments(exec, graph)?;
         }
         (None, Some(base)) => {
             if base.model != *model {
@@ -1427,5 +1554,47 @@ mod tests {
         assert_eq!(quiet_from(10), 9);
         assert_eq!(quiet_from(9), 9, "no quiet epoch under 10");
         assert_eq!(quiet_from(1), 1);
+    }
+
+    #[test]
+    fn fine_tuning_onto_other_classes_keeps_the_rows_of_the_classes_it_knows() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let base_model = ModelConfig::named_at("det-m", 3, 128).unwrap();
+        let base = Checkpoint::initial(base_model, names(&["cat", "dog", "car"]), 1);
+        let model = ModelConfig::named_at("det-m", 2, 128).unwrap();
+        let arch = Arch::new(&model);
+        let (values, said) =
+            class_mapped_weights(&base, &arch, &names(&["car", "raccoon"]), 9).unwrap();
+        let fresh = init::init_params(&arch, 9);
+        assert_eq!(
+            said,
+            "fine-tuning onto other classes, matched by name: kept 1 (car); new, from initial \
+             weights: 1 (raccoon); not in the data, dropped: 2 (cat, dog)"
+        );
+        let mut heads = 0;
+        for ((spec, v), init) in arch.params().iter().zip(&values).zip(&fresh) {
+            let old = base.weight(&spec.name).unwrap();
+            if !(spec.name.starts_with("head") && spec.name.contains(".out.")) {
+                assert_eq!(v.as_slice(), old, "{}", spec.name);
+                continue;
+            }
+            heads += 1;
+            let row = v.len() / 6;
+            let at = |x: &[f32], r: usize| x[r * row..(r + 1) * row].to_vec();
+            assert_eq!(at(v, 0), at(old, 2), "{}: car keeps its row", spec.name);
+            assert_eq!(
+                at(v, 1),
+                at(init, 1),
+                "{}: raccoon starts afresh",
+                spec.name
+            );
+            for k in 0..4 {
+                assert_eq!(at(v, 2 + k), at(old, 3 + k), "{}: box row {k}", spec.name);
+            }
+        }
+        assert_eq!(heads, 6, "three levels' output weights and biases");
+        // Weights of another model are refused, not mixed in.
+        let other = Checkpoint::initial(ModelConfig::named_at("det-s", 3, 128).unwrap(), vec![], 1);
+        assert!(class_mapped_weights(&other, &arch, &names(&["car"]), 9).is_err());
     }
 }

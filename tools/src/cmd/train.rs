@@ -132,8 +132,10 @@ pub struct Args {
     /// Continue the run whose checkpoint is in --out.
     #[arg(long)]
     resume: bool,
-    /// Start from these weights instead of fresh ones (fine-tuning: same model and classes;
-    /// the optimizer starts over). Ignored with --resume.
+    /// Start from these weights instead of fresh ones (fine-tuning: the same model at the
+    /// same size; the optimizer starts over). Where the data's class names differ, the
+    /// classes are matched by name: a known class keeps what it learnt, a new one starts
+    /// afresh, and the run says which. Ignored with --resume.
     #[arg(long, value_name = "CHECKPOINT")]
     init_from: Option<PathBuf>,
     /// Layers left as --init-from gave them (fine-tuning): none, backbone (the stem and the
