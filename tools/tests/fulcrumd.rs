@@ -699,15 +699,17 @@ fn fine_tune_data(dir: &Path) -> PathBuf {
 
 #[test]
 fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
-    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
+    use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams, FineTuneState};
     let dir = tempfile::tempdir().unwrap();
     let data = fine_tune_data(dir.path());
     let state = dir.path().join("state");
     let state_arg = state.to_str().unwrap();
+    // The backbone frozen, as a board would fine-tune (the choice survives the kill).
     let params = FineTuneParams {
         max_steps: 0,
         epochs: 4,
         swap_always: true,
+        freeze: FineTuneFreeze::Backbone,
     };
 
     // Refused with reasons: no state folder; a folder without val/.
@@ -784,6 +786,11 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
         .progress
         .step;
     assert!(saved_after >= saved);
+    // The frozen backbone was never saved with optimizer state.
+    let tuned = fulcrum::model::Checkpoint::load(&checkpoint).unwrap();
+    assert!(
+        tuned.get("adam.m.stem.weight").is_none() && tuned.get("adam.m.head.out.weight").is_some()
+    );
     drop(daemon);
     let daemon = Daemon::start(&args);
     let mut control = daemon.client();
@@ -837,6 +844,7 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
         max_steps: 0,
         epochs: 50,
         swap_always: false,
+        freeze: fulcrum_board::protocol::FineTuneFreeze::Auto,
     };
     control
         .fine_tune_start(data.to_str().unwrap(), params)
@@ -855,6 +863,9 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
         .progress
         .step;
     assert_eq!(saved, u64::from(status.step));
+    // Left to choose, without a memory budget, the daemon froze the backbone and said so.
+    let log = daemon.log();
+    assert!(log.contains("fine-tune: --freeze backbone"), "{log}");
     assert_eq!(daemon.stop().code(), Some(0));
     let daemon = Daemon::start(&args);
     assert!(!daemon.log().contains("resuming"), "{}", daemon.log());

@@ -351,6 +351,26 @@ int32_t fulcrum_encode_request(uint16_t kind, uint32_t sequence, uint8_t *buf, s
 int32_t fulcrum_encode_reload(uint32_t sequence, const char *path, uint8_t *buf, size_t cap);
 
 /**
+ * Writes a FineTuneStart on the packed dataset folder `path` (NUL-terminated UTF-8; it needs
+ * `train/` and `val/`): stop after `max_steps` steps (0: run `epochs`, 0: the daemon's
+ * default), swap the result in even if it scores no better when `swap_always` is nonzero,
+ * and leave `freeze` frozen (0 auto: the daemon chooses from its memory budget; 1 none,
+ * 2 backbone, 3 backbone and neck). Returns its length or a negative status
+ * (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` above 3).
+ *
+ * # Safety
+ * `path` must be a NUL-terminated string; `buf` must point to `cap` writable bytes.
+ */
+int32_t fulcrum_encode_fine_tune_start(uint32_t sequence,
+                                       const char *path,
+                                       uint32_t max_steps,
+                                       uint16_t epochs,
+                                       uint8_t swap_always,
+                                       uint8_t freeze,
+                                       uint8_t *buf,
+                                       size_t cap);
+
+/**
  * Decodes one received packet (`len` bytes) into `out`. Returns 0 or a negative status.
  *
  * # Safety

@@ -443,6 +443,56 @@ pub unsafe extern "C" fn fulcrum_encode_reload(
     })
 }
 
+/// Writes a FineTuneStart on the packed dataset folder `path` (NUL-terminated UTF-8; it needs
+/// `train/` and `val/`): stop after `max_steps` steps (0: run `epochs`, 0: the daemon's
+/// default), swap the result in even if it scores no better when `swap_always` is nonzero,
+/// and leave `freeze` frozen (0 auto: the daemon chooses from its memory budget; 1 none,
+/// 2 backbone, 3 backbone and neck). Returns its length or a negative status
+/// (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` above 3).
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; `buf` must point to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fulcrum_encode_fine_tune_start(
+    sequence: u32,
+    path: *const c_char,
+    max_steps: u32,
+    epochs: u16,
+    swap_always: u8,
+    freeze: u8,
+    buf: *mut u8,
+    cap: usize,
+) -> i32 {
+    use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams};
+    if path.is_null() {
+        return FulcrumStatus::NullPointer as i32;
+    }
+    // SAFETY: a NUL-terminated string (this function's contract).
+    let Ok(path) = unsafe { core::ffi::CStr::from_ptr(path) }.to_str() else {
+        return FulcrumStatus::BadText as i32;
+    };
+    let freeze = match freeze {
+        0 => FineTuneFreeze::Auto,
+        1 => FineTuneFreeze::None,
+        2 => FineTuneFreeze::Backbone,
+        3 => FineTuneFreeze::BackboneNeck,
+        _ => return FulcrumStatus::OutOfRange as i32,
+    };
+    let params = FineTuneParams {
+        max_steps,
+        epochs,
+        swap_always: swap_always != 0,
+        freeze,
+    };
+    // SAFETY: passed on from this function's contract.
+    encode(
+        &Message::FineTuneStart { params, path },
+        sequence,
+        0,
+        unsafe { out_buf(buf, cap) },
+    )
+}
+
 /// Decodes one received packet (`len` bytes) into `out`. Returns 0 or a negative status.
 ///
 /// # Safety
@@ -757,6 +807,66 @@ mod tests {
             fulcrum_encode_request(FulcrumKind::Hello as u16, 1, buf.as_mut_ptr(), buf.len())
         };
         assert_eq!(n, FulcrumStatus::OutOfRange as i32);
+    }
+
+    #[test]
+    fn a_fine_tune_start_carries_what_to_freeze() {
+        use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams};
+        let mut buf = vec![0u8; FULCRUM_MAX_MESSAGE_LEN];
+        let path = c"data/robot";
+        // SAFETY: `path` is NUL-terminated and `buf` writable for its length.
+        let n = unsafe {
+            fulcrum_encode_fine_tune_start(
+                4,
+                path.as_ptr(),
+                0,
+                3,
+                1,
+                2,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert!(n > 0, "{n}");
+        let want = FineTuneParams {
+            max_steps: 0,
+            epochs: 3,
+            swap_always: true,
+            freeze: FineTuneFreeze::Backbone,
+        };
+        match decode(&buf[..n as usize]).unwrap() {
+            (h, Message::FineTuneStart { params, path }) => {
+                assert_eq!((h.sequence, params, path), (4, want, "data/robot"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: as above; then a NULL path, which is checked.
+        let (bad_freeze, no_path) = unsafe {
+            (
+                fulcrum_encode_fine_tune_start(
+                    5,
+                    path.as_ptr(),
+                    0,
+                    0,
+                    0,
+                    4,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                ),
+                fulcrum_encode_fine_tune_start(
+                    5,
+                    core::ptr::null(),
+                    0,
+                    0,
+                    0,
+                    0,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                ),
+            )
+        };
+        assert_eq!(bad_freeze, FulcrumStatus::OutOfRange as i32);
+        assert_eq!(no_path, FulcrumStatus::NullPointer as i32);
     }
 
     #[test]

@@ -339,6 +339,41 @@ impl Health {
     }
 }
 
+/// Which layers a fine-tune leaves as they are (`fulcrum train --freeze`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum FineTuneFreeze {
+    /// The daemon chooses, from its memory budget.
+    Auto = 0,
+    /// Every layer trains.
+    None = 1,
+    /// The stem and blocks stay; the neck and heads train.
+    Backbone = 2,
+    /// The heads alone train.
+    BackboneNeck = 3,
+}
+
+impl FineTuneFreeze {
+    fn from_bits(v: u32) -> Self {
+        match v & 3 {
+            1 => FineTuneFreeze::None,
+            2 => FineTuneFreeze::Backbone,
+            3 => FineTuneFreeze::BackboneNeck,
+            _ => FineTuneFreeze::Auto,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            FineTuneFreeze::Auto => "auto",
+            FineTuneFreeze::None => "none",
+            FineTuneFreeze::Backbone => "backbone",
+            FineTuneFreeze::BackboneNeck => "backbone+neck",
+        }
+    }
+}
+
 /// The fixed part of `FineTuneStart`; the packed dataset's path follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -349,22 +384,29 @@ pub struct FineTuneParams {
     pub epochs: u16,
     /// Swap the new weights in at the end even if they do not score better.
     pub swap_always: bool,
+    /// The layers left frozen (flag bits 1–2; 0, from clients before it: the daemon's
+    /// choice).
+    pub freeze: FineTuneFreeze,
 }
 
 impl FineTuneParams {
     /// Bytes before the path (which is `path_len` bytes).
     pub const LEN: usize = 12;
     const SWAP_ALWAYS: u32 = 1;
+    const FREEZE_SHIFT: u32 = 1;
+    const FLAGS: u32 = Self::SWAP_ALWAYS | 3 << Self::FREEZE_SHIFT;
 
     pub(crate) fn write(&self, w: &mut Writer<'_>, path_len: u16) -> Result<(), WireError> {
         w.u32(self.max_steps)?;
         w.u16(self.epochs)?;
         w.u16(path_len)?;
-        w.u32(if self.swap_always {
-            Self::SWAP_ALWAYS
-        } else {
-            0
-        })
+        w.u32(
+            if self.swap_always {
+                Self::SWAP_ALWAYS
+            } else {
+                0
+            } | (self.freeze as u32) << Self::FREEZE_SHIFT,
+        )
     }
 
     /// Returns the params and the length of the path that follows.
@@ -373,13 +415,14 @@ impl FineTuneParams {
         let epochs = r.u16()?;
         let path_len = r.u16()?;
         let flags = r.u32()?;
-        if flags & !Self::SWAP_ALWAYS != 0 {
+        if flags & !Self::FLAGS != 0 {
             return Err(WireError::BadValue);
         }
         let params = FineTuneParams {
             max_steps,
             epochs,
             swap_always: flags & Self::SWAP_ALWAYS != 0,
+            freeze: FineTuneFreeze::from_bits(flags >> Self::FREEZE_SHIFT),
         };
         Ok((params, path_len))
     }

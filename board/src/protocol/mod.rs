@@ -34,8 +34,8 @@ mod schema;
 use core::fmt;
 
 pub use body::{
-    AttachRing, Detection, EngineKind, ErrorCode, FineTuneParams, FineTuneState, FineTuneStatus,
-    Health, Hello, ServiceState, Stats, Welcome,
+    AttachRing, Detection, EngineKind, ErrorCode, FineTuneFreeze, FineTuneParams, FineTuneState,
+    FineTuneStatus, Health, Hello, ServiceState, Stats, Welcome,
 };
 pub use detections::{DetectionList, DetectionsReply};
 pub use frame::{ColourSpace, Crop, FrameDesc, FrameSource, PixelFormat};

@@ -106,6 +106,7 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
                 max_steps: 500,
                 epochs: 3,
                 swap_always: true,
+                freeze: FineTuneFreeze::Backbone,
             },
             path: "data/robot-val",
         },
@@ -313,11 +314,12 @@ fn text_and_enum_fields_are_checked() {
             max_steps: 1,
             epochs: 1,
             swap_always: false,
+            freeze: FineTuneFreeze::Auto,
         },
         path: "d",
     };
     let mut bytes = encode(&start, 0, 0);
-    bytes[HEADER_LEN + 8] = 2;
+    bytes[HEADER_LEN + 8] = 8;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));
     let health = Message::Health(Health {
         state: ServiceState::Ready,

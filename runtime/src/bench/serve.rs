@@ -442,7 +442,7 @@ fn fine_tuning_runs(
     runs: &mut Vec<ServeRun>,
     progress: &mut impl FnMut(&str),
 ) -> Result<Option<String>, Error> {
-    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
+    use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams, FineTuneState};
     let mut control = Client::connect(socket)?;
     let text = data
         .to_str()
@@ -451,6 +451,8 @@ fn fine_tuning_runs(
         max_steps: 0,
         epochs: 1000,
         swap_always: false,
+        // Every layer, as the figures before freezing existed.
+        freeze: FineTuneFreeze::None,
     };
     control.fine_tune_start(text, params)?;
     // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.

@@ -25,14 +25,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fulcrum_board::protocol::{FineTuneParams, FineTuneState, FineTuneStatus};
+use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams, FineTuneState, FineTuneStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::compute::exec::{EngineChoice, Exec, ExecOptions};
 use crate::infer::evaluate::{check_compatible, evaluate, EvalOptions};
 use crate::io::DirectMode;
 use crate::loader::Dataset;
-use crate::model::{Arch, GraphOptions, ModelGraph, ENTRY_TRAIN};
+use crate::model::{Arch, Freeze, GraphOptions, ModelGraph, ENTRY_TRAIN};
 use crate::model::{Checkpoint, Progress};
 use crate::train::trainer::{
     self as train, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
@@ -109,6 +109,10 @@ struct Job {
     base_crc: u32,
     /// Chosen at the first start from the slice, kept for resuming.
     batch: Option<u32>,
+    /// The layers left frozen: the client's choice, or chosen at the first start from the
+    /// memory budget (`None` until then); kept for resuming.
+    #[serde(default)]
+    freeze: Option<Freeze>,
     state: JobState,
 }
 
@@ -373,6 +377,12 @@ impl FineTuner {
             base: base.to_path_buf(),
             base_crc: file_crc(base).map_err(FineTuneError::io(base))?,
             batch: None,
+            freeze: match params.freeze {
+                FineTuneFreeze::Auto => None,
+                FineTuneFreeze::None => Some(Freeze::None),
+                FineTuneFreeze::Backbone => Some(Freeze::Backbone),
+                FineTuneFreeze::BackboneNeck => Some(Freeze::BackboneNeck),
+            },
             state: JobState::Running,
         };
         job.save(&dir)?;
@@ -555,10 +565,19 @@ fn fine_tune(
         val.records()
     );
 
+    let freeze = match job.freeze {
+        Some(f) => f,
+        None => {
+            let f = freeze_for_budget(&weights, &train_set, settings)?;
+            job.freeze = Some(f);
+            job.save(&dir)?;
+            f
+        }
+    };
     let batch = match job.batch {
         Some(b) => b,
         None => {
-            let b = batch_for_slice(&weights, &train_set, settings)?;
+            let b = batch_for_slice(&weights, &train_set, settings, freeze)?;
             job.batch = Some(b);
             job.save(&dir)?;
             b
@@ -581,6 +600,7 @@ fn fine_tune(
         neighbours: weights.neighbour_weight(),
         neighbour_radius: weights.neighbour_radius(),
         neighbour_cells: weights.neighbour_cells(),
+        freeze,
         ..TrainConfig::default()
     };
     let resume = config.out.join(train::CHECKPOINT_FILE).exists();
@@ -627,16 +647,53 @@ fn held_out_map(
     Ok(report.map.map as f32)
 }
 
+/// The layers a fine-tune leaves frozen where the client does not say: with a memory budget,
+/// the fewest whose training graph at batch 1 fits it (every layer training costs gradients,
+/// optimizer state and kept activations for all); without one, the backbone (the neck and
+/// heads adapt at a fraction of the step and memory of training every layer).
+fn freeze_for_budget(
+    weights: &Checkpoint,
+    train_set: &Dataset,
+    settings: &Settings,
+) -> Result<Freeze, FineTuneError> {
+    let Some(budget) = settings.exec.mem_budget else {
+        log::info!("fine-tune: --freeze backbone (no memory budget to choose by)");
+        return Ok(Freeze::Backbone);
+    };
+    let arch = Arch::new(&weights.model);
+    for freeze in [Freeze::None, Freeze::Backbone, Freeze::BackboneNeck] {
+        let options = GraphOptions {
+            train: true,
+            freeze,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;
+        let plan =
+            crate::train::plan::model_memory_plan(&graph, &settings.exec).map_err(Box::new)?;
+        if plan.total() <= budget || freeze == Freeze::BackboneNeck {
+            log::info!(
+                "fine-tune: --freeze {freeze} (its model plan at batch 1, {}, within the budget of {})",
+                crate::base::human(plan.total()),
+                crate::base::human(budget)
+            );
+            return Ok(freeze);
+        }
+    }
+    unreachable!("the last choice is taken")
+}
+
 /// The largest batch (up to [`MAX_BATCH`] and the training set) whose step fits the slice,
 /// from the time of a step of 1 measured on an engine like the run's.
 fn batch_for_slice(
     weights: &Checkpoint,
     train_set: &Dataset,
     settings: &Settings,
+    freeze: Freeze,
 ) -> Result<u32, FineTuneError> {
     let arch = Arch::new(&weights.model);
     let options = GraphOptions {
         train: true,
+        freeze,
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;

@@ -8,7 +8,8 @@ use fulcrum::pack::letterbox::decode_image;
 use fulcrum::serve::client::Client;
 use fulcrum::serve::frame::encode_frame;
 use fulcrum_board::protocol::{
-    Crop, FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource, PixelFormat,
+    Crop, FineTuneFreeze, FineTuneParams, FineTuneState, FineTuneStatus, FrameDesc, FrameSource,
+    PixelFormat,
 };
 
 use super::infer::{image_files, json_line};
@@ -60,6 +61,10 @@ pub struct Args {
     /// Swap the fine-tuned weights in at the end even if they do not score better.
     #[arg(long, requires = "fine_tune")]
     swap_always: bool,
+    /// Layers the fine-tune leaves as they are: auto (the daemon chooses from its memory
+    /// budget), none, backbone or backbone+neck (see `fulcrum train --freeze`).
+    #[arg(long, requires = "fine_tune", default_value = "auto", value_parser = freeze, value_name = "LAYERS")]
+    freeze: FineTuneFreeze,
     /// Follow the fine-tune until it ends, a progress line every 2 s.
     #[arg(long)]
     wait: bool,
@@ -241,6 +246,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn freeze(s: &str) -> Result<FineTuneFreeze, fulcrum::base::UnknownChoice> {
+    [
+        FineTuneFreeze::Auto,
+        FineTuneFreeze::None,
+        FineTuneFreeze::Backbone,
+        FineTuneFreeze::BackboneNeck,
+    ]
+    .into_iter()
+    .find(|f| f.name() == s)
+    .ok_or_else(|| {
+        fulcrum::base::UnknownChoice::new("--freeze", s, "auto, none, backbone or backbone+neck")
+    })
+}
+
 /// The fine-tune options; whether there were any.
 fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
     if let Some(data) = &a.fine_tune {
@@ -253,6 +272,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
             max_steps: a.max_steps.unwrap_or(0),
             epochs: a.epochs.unwrap_or(0),
             swap_always: a.swap_always,
+            freeze: a.freeze,
         };
         client.fine_tune_start(text, params)?;
         log::info!("fine-tune started on {}", data.display());
