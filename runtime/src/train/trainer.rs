@@ -1047,18 +1047,13 @@ fn class_mapped_weights(
         }
         values.push(v);
     }
-    let kept: Vec<&str> = classes
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| f.is_some())
-        .map(|(c, _)| c.as_str())
-        .collect();
-    let fresh_classes: Vec<&str> = classes
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| f.is_none())
-        .map(|(c, _)| c.as_str())
-        .collect();
+    let (mut kept, mut fresh_classes) = (Vec::new(), Vec::new());
+    for (class, from) in classes.iter().zip(&found) {
+        match from {
+            Some(_) => kept.push(class.as_str()),
+            None => fresh_classes.push(class.as_str()),
+        }
+    }
     let dropped: Vec<&str> = base
         .classes
         .iter()
