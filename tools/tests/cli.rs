@@ -1421,16 +1421,19 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
             "photos",
             "--batch",
             "8",
+            "--neighbour-radius",
+            "2",
             "--max-steps",
             "3",
         ],
     );
     run.expect(0);
-    // 24 records in batches of 8: 3 steps per epoch, 1200 steps → 300 epochs (the most).
+    // 24 records in batches of 8: 3 steps per epoch, 1200 steps → 300 epochs (the most); the
+    // reach given wins over the recipe's 1.
     assert_mentions(
         &run.stdout,
         &["recipe photos: det-m, batch 8, 300 epochs, lr 0.01 with 50 warm-up steps, mosaic 0.5, \
-           gradient norm clipped at 10, box neighbours weighted 0.75 within 3 cells"],
+           gradient norm clipped at 10, box neighbours weighted 0.75 within 2 cells"],
     );
     // Clipping shows on the epoch lines.
     assert_mentions(&run.stdout, &["grad norm ", " steps)"]);
@@ -1454,10 +1457,10 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
             Some(0.01f32 as f64),
             Some(10.0),
             Some(0.75),
-            Some(3)
+            Some(2)
         )
     );
-    assert_eq!(c.neighbour_radius(), 3, "eval and fine-tuning read it back");
+    assert_eq!(c.neighbour_radius(), 2, "eval and fine-tuning read it back");
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["unknown recipe \"fast\"", "photos"]);

@@ -117,13 +117,14 @@ pub struct Args {
     /// How far those neighbours reach from the centre cell, in cells: 1 is the 3×3 block
     /// around it, 2 the 5×5 (only cells whose centres lie inside the box count, so a wider
     /// reach changes only boxes wider than three cells of their level), up to 4. [default:
-    /// 1; recipe photos: 3]
+    /// 1, and the recipe's]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NEIGHBOUR_RADIUS)), value_name = "R")]
     neighbour_radius: Option<u32>,
     /// The most of a box's neighbour cells that weigh W each: a box with more (a large box
     /// at a reach above 1) shares N·W among them, so that large boxes do not crowd small
     /// ones out of the box loss (and a smaller box's neighbour wins a cell two boxes share).
-    /// 0: no limit. [default: 0; recipe photos: 8, the 3×3 block's]
+    /// 0: no limit, the default and the recipe's (8 scored lower on every set tried:
+    /// docs/perf/recipes.md).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=80), value_name = "N")]
     neighbour_cells: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
