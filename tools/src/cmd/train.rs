@@ -44,7 +44,7 @@ pub struct Args {
     /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
     /// (width 1.5, outputs at strides 8, 16 and 32: small and large objects alike) or det-l
     /// (width 2, every residual block twice, three outputs). The input size is the pack's
-    /// --size. [default: det-s]
+    /// --size. [default: det-s; with --init-from, its model]
     #[arg(long)]
     model: Option<String>,
     /// Output folder for the checkpoint.
@@ -341,9 +341,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             a.freeze
         );
     }
+    let init_from = match &a.init_from {
+        Some(path) if !a.resume => {
+            Some(std::sync::Arc::new(fulcrum::model::Checkpoint::load(path)?))
+        }
+        _ => None,
+    };
+    // Fine-tuning keeps the model it starts from unless told otherwise.
+    let model = match (&a.model, &init_from) {
+        (None, Some(w)) => w.model.name.clone(),
+        _ => r.model,
+    };
     let config = TrainConfig {
         data: a.data.clone(),
-        model: r.model,
+        model,
         batch: r.batch,
         epochs: r.epochs,
         lr: r.lr,
@@ -380,12 +391,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .map(|_| std::sync::Arc::new(fulcrum::trace::TraceLog::new(a.trace_events))),
         loader_slow_down: a.loader_delay.unwrap_or_default(),
         ring_memory: a.ring_memory,
-        init_from: match &a.init_from {
-            Some(path) if !a.resume => {
-                Some(std::sync::Arc::new(fulcrum::model::Checkpoint::load(path)?))
-            }
-            _ => None,
-        },
+        init_from: init_from.clone(),
     };
     let mut printer = Printer { bar: None };
     let started = std::time::Instant::now();
