@@ -195,36 +195,43 @@ def mean_spread(values):
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
+COLUMNS = ["map", "map_50_95", "ap_small", "ap_medium", "ap_large"]
+
+
+def table_row(variant, label, runs, cells, seconds=None):
+    """One markdown row; the seconds cell stays empty without them."""
+    last = f" {seconds} |" if seconds else " |"
+    print(f"| {variant} | {label} | {runs} | " + " | ".join(cells) + " |" + last)
+
+
 def report(results):
     """A markdown table: one row per variant and set, and one per variant over all sets."""
-    cols = ["map", "map_50_95", "ap_small", "ap_medium", "ap_large"]
     head = "| variant | set | runs | mAP@0.5 | mAP@[.5:.95] | AP small | AP medium | AP large | train s |"
     print(head)
     print("|" + "---|" * 9)
+    spread = lambda rows: [mean_spread([r[c] for r in rows]) for c in COLUMNS]
     variants = list(dict.fromkeys(r["variant"] for r in results))
     for v in variants:
         mine = [r for r in results if r["variant"] == v]
         for name in [s for s in SETS if any(r["set"] == s for r in mine)]:
             rows = [r for r in mine if r["set"] == name]
-            cells = [mean_spread([r[c] for r in rows]) for c in cols]
             secs = statistics.mean(r["train_seconds"] for r in rows)
-            print(f"| {v} | {name} | {len(rows)} | " + " | ".join(cells) + f" | {secs:.0f} |")
+            table_row(v, name, len(rows), spread(rows), f"{secs:.0f}")
         raccoon = [r for r in mine if r["set"].startswith("raccoon-h")]
         if raccoon:
-            cells = [mean_spread([r[c] for r in raccoon]) for c in cols]
-            print(f"| {v} | **raccoon, all hold-outs** | {len(raccoon)} | " + " | ".join(cells) + " | |")
+            table_row(v, "**raccoon, all hold-outs**", len(raccoon), spread(raccoon))
         # Every set counts once: the mean of each set's mean.
         per_set = {}
         for r in mine:
             per_set.setdefault("raccoon" if r["set"].startswith("raccoon") else r["set"], []).append(r)
         cells = []
-        for c in cols:
+        for c in COLUMNS:
             means = [
                 statistics.mean(x) for x in
                 ([r[c] for r in rows if r[c] is not None] for rows in per_set.values()) if x
             ]
             cells.append(f"{statistics.mean(means):.3f}" if means else "–")
-        print(f"| {v} | **mean over sets** | {len(mine)} | " + " | ".join(cells) + " | |")
+        table_row(v, "**mean over sets**", len(mine), cells)
 
 
 def main():

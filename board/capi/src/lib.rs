@@ -471,12 +471,8 @@ pub unsafe extern "C" fn fulcrum_encode_fine_tune_start(
     let Ok(path) = unsafe { core::ffi::CStr::from_ptr(path) }.to_str() else {
         return FulcrumStatus::BadText as i32;
     };
-    let freeze = match freeze {
-        0 => FineTuneFreeze::Auto,
-        1 => FineTuneFreeze::None,
-        2 => FineTuneFreeze::Backbone,
-        3 => FineTuneFreeze::BackboneNeck,
-        _ => return FulcrumStatus::OutOfRange as i32,
+    let Some(freeze) = FineTuneFreeze::from_u8(freeze) else {
+        return FulcrumStatus::OutOfRange as i32;
     };
     let params = FineTuneParams {
         max_steps,

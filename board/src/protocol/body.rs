@@ -355,13 +355,17 @@ pub enum FineTuneFreeze {
 }
 
 impl FineTuneFreeze {
-    fn from_bits(v: u32) -> Self {
-        match v & 3 {
-            1 => FineTuneFreeze::None,
-            2 => FineTuneFreeze::Backbone,
-            3 => FineTuneFreeze::BackboneNeck,
-            _ => FineTuneFreeze::Auto,
-        }
+    /// Every choice, in the order of its wire value.
+    pub const ALL: [FineTuneFreeze; 4] = [
+        FineTuneFreeze::Auto,
+        FineTuneFreeze::None,
+        FineTuneFreeze::Backbone,
+        FineTuneFreeze::BackboneNeck,
+    ];
+
+    /// The choice whose wire value is `v`, if one is.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(v)).copied()
     }
 
     pub const fn name(self) -> &'static str {
@@ -422,7 +426,8 @@ impl FineTuneParams {
             max_steps,
             epochs,
             swap_always: flags & Self::SWAP_ALWAYS != 0,
-            freeze: FineTuneFreeze::from_bits(flags >> Self::FREEZE_SHIFT),
+            // Two bits: every value names a choice.
+            freeze: FineTuneFreeze::ALL[(flags >> Self::FREEZE_SHIFT & 3) as usize],
         };
         Ok((params, path_len))
     }

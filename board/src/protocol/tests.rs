@@ -318,6 +318,12 @@ fn text_and_enum_fields_are_checked() {
         },
         path: "d",
     };
+    // The choices' table is in wire-value order (the decoder indexes it by the two bits).
+    for (value, freeze) in FineTuneFreeze::ALL.into_iter().enumerate() {
+        assert_eq!(freeze as usize, value);
+        assert_eq!(FineTuneFreeze::from_u8(value as u8), Some(freeze));
+    }
+    assert_eq!(FineTuneFreeze::from_u8(4), None);
     let mut bytes = encode(&start, 0, 0);
     bytes[HEADER_LEN + 8] = 8;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));

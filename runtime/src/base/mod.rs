@@ -1,7 +1,8 @@
-//! What every layer may use, below all of them: the memory plan and size helpers, the calling
-//! thread's CPU time, the crate's deterministic PRNG and hashes, and the memory behind ring
-//! slots with the slot bytes handed to engines. Nothing here imports the rest of the crate
-//! (docs/architecture.md gives the order of the layers above).
+//! What every layer may use: the memory plan and size helpers, the calling thread's CPU
+//! time, the crate's deterministic PRNG and hashes, the memory behind ring slots with the
+//! slot bytes handed to engines, and the option parsers' errors. Nothing here imports the
+//! rest of the crate but `text`, for quoting values in those errors (docs/architecture.md
+//! gives the order of the layers).
 
 mod cpu_time;
 mod memory;

@@ -1,19 +1,9 @@
 //! Typed errors of the parsers behind command-line options and configuration keys: a name
-//! that is not one of an option's choices, and a size or duration that does not read.
+//! that is not one of an option's choices, and a size or duration that does not read. The
+//! value is quoted cut to a sensible length ([`crate::text::quoted`]): a 10 MB token must not
+//! become a 10 MB message.
 
-/// Longest input quoted whole in a message; longer input is cut (a 10 MB token must not
-/// become a 10 MB message).
-const QUOTED_CHARS: usize = 64;
-
-/// `text` as `{:?}` quotes it, cut after [`QUOTED_CHARS`] characters.
-fn quote(text: &str) -> String {
-    if text.chars().count() <= QUOTED_CHARS {
-        format!("{text:?}")
-    } else {
-        let cut: String = text.chars().take(QUOTED_CHARS).collect();
-        format!("{cut:?}… ({} bytes)", text.len())
-    }
-}
+use crate::text::quoted as quote;
 
 /// A value that is not one of the names an option takes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -502,9 +502,13 @@ pub struct Targets {
     /// [`MAX_NEIGHBOUR_RADIUS`].
     pub neighbour_radius: u32,
     /// The most neighbour cells a box weighs in full (0: no limit); up to
-    /// [`MAX_NEIGHBOUR_RADIUS`]'s block, `(2·4 + 1)² − 1`.
+    /// [`MAX_NEIGHBOUR_CELLS`].
     pub neighbour_cells: u32,
 }
+
+/// The largest useful [`Targets::neighbour_cells`]: every cell of
+/// [`MAX_NEIGHBOUR_RADIUS`]'s block but the centre, `(2·4 + 1)² − 1`.
+pub const MAX_NEIGHBOUR_CELLS: u32 = (2 * MAX_NEIGHBOUR_RADIUS + 1).pow(2) - 1;
 
 /// The farthest [`Targets::neighbour_radius`]: a 9×9 block, more than the largest box of a
 /// stride-32 level spans at the usual input sizes.
@@ -562,10 +566,9 @@ impl Targets {
                 self.neighbour_radius
             )));
         }
-        let block = (2 * MAX_NEIGHBOUR_RADIUS + 1).pow(2) - 1;
-        if self.neighbour_cells > block {
+        if self.neighbour_cells > MAX_NEIGHBOUR_CELLS {
             return Err(OpError::Invalid(format!(
-                "targets neighbour_cells {} must be at most {block}",
+                "targets neighbour_cells {} must be at most {MAX_NEIGHBOUR_CELLS}",
                 self.neighbour_cells
             )));
         }

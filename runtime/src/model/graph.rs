@@ -77,7 +77,17 @@ pub enum Freeze {
 }
 
 impl Freeze {
+    pub const ALL: [Freeze; 3] = [Freeze::None, Freeze::Backbone, Freeze::BackboneNeck];
     pub const NAMES: &'static str = "none, backbone or backbone+neck";
+
+    /// The name `--freeze` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Freeze::None => "none",
+            Freeze::Backbone => "backbone",
+            Freeze::BackboneNeck => "backbone+neck",
+        }
+    }
 
     fn backbone(self) -> bool {
         self != Freeze::None
@@ -91,26 +101,16 @@ impl Freeze {
 impl std::str::FromStr for Freeze {
     type Err = crate::base::UnknownChoice;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Freeze::None),
-            "backbone" => Ok(Freeze::Backbone),
-            "backbone+neck" => Ok(Freeze::BackboneNeck),
-            _ => Err(crate::base::UnknownChoice::new(
-                "--freeze",
-                s,
-                Freeze::NAMES,
-            )),
-        }
+        Freeze::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| crate::base::UnknownChoice::new("--freeze", s, Freeze::NAMES))
     }
 }
 
 impl std::fmt::Display for Freeze {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Freeze::None => "none",
-            Freeze::Backbone => "backbone",
-            Freeze::BackboneNeck => "backbone+neck",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -202,8 +202,6 @@ enum Node {
         x: TensorId,
         w: usize,
         y: TensorId,
-        /// Its weights train (not frozen).
-        trains: bool,
     },
     Add {
         a: TensorId,
@@ -263,13 +261,7 @@ impl Builder {
             b: self.params[b].value,
             y,
         });
-        self.nodes.push(Node::Conv {
-            op,
-            x,
-            w,
-            y,
-            trains: !self.frozen,
-        });
+        self.nodes.push(Node::Conv { op, x, w, y });
         y
     }
 
@@ -901,11 +893,11 @@ fn clip_steps(b: &mut Builder, max_norm: f32, hyper: TensorId) -> (Vec<Step>, Te
 
 /// The tensors whose gradient the backward pass needs: the outputs of trained convolutions
 /// and everything computed from them.
-fn needs_gradient(nodes: &[Node]) -> std::collections::HashSet<TensorId> {
+fn needs_gradient(nodes: &[Node], params: &[ParamTensors]) -> std::collections::HashSet<TensorId> {
     let mut needs = std::collections::HashSet::new();
     for node in nodes {
         let (inputs, out, trains) = match *node {
-            Node::Conv { x, y, trains, .. } => ([Some(x), None], y, trains),
+            Node::Conv { x, y, w, .. } => ([Some(x), None], y, !params[w].frozen),
             Node::Add { a, b, out } => ([Some(a), Some(b)], out, false),
             Node::Upsample { x, y, .. } | Node::Gather { x, y, .. } => ([Some(x), None], y, false),
         };
@@ -926,13 +918,13 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
         shared: HashMap::new(),
     };
     let mut recompute = Recompute::new(&b.forward, normalize);
-    let needs = needs_gradient(&b.nodes);
+    let needs = needs_gradient(&b.nodes, &b.params);
     grads.set(pred, g_pred);
     for node in b.nodes.clone().into_iter().rev() {
         match node {
             // Frozen layers come first (backbone, then neck): nothing before one trains, so
             // the backward pass ends where they begin.
-            Node::Conv { trains: false, .. } => {}
+            Node::Conv { w, .. } if b.params[w].frozen => {}
             Node::Add { out: t, .. } | Node::Upsample { y: t, .. } | Node::Gather { y: t, .. }
                 if !needs.contains(&t) => {}
             Node::Conv { op, x, w, y, .. } => {

@@ -150,6 +150,27 @@ struct Case {
     colour: ColourSpace,
 }
 
+impl Case {
+    fn new(
+        format: PixelFormat,
+        (w, h): (u32, u32),
+        pad: usize,
+        crop: Option<Rect>,
+        size: u32,
+        colour: ColourSpace,
+    ) -> Case {
+        Case {
+            format,
+            w,
+            h,
+            pad,
+            crop,
+            size,
+            colour,
+        }
+    }
+}
+
 /// Makes `case`'s picture, letterboxes it with `run` (which returns where the content landed
 /// and the `size × size × 3` bytes) and checks both against the float reference: at most one
 /// level of 255 off. `what` names the pass in failures.
@@ -198,15 +219,7 @@ fn check(
     colour: ColourSpace,
     rng: &mut Rng,
 ) {
-    let case = Case {
-        format,
-        w,
-        h,
-        pad,
-        crop,
-        size,
-        colour,
-    };
+    let case = Case::new(format, (w, h), pad, crop, size, colour);
     check_with(set.name(), case, rng, |p| {
         let mut pass = FramePass::with_kernels(size, kernels::table(set).unwrap());
         let mut out = vec![0u8; (size * size * 3) as usize];
@@ -427,15 +440,6 @@ fn the_gpu_pass_matches_the_float_reference() {
     let mut exec = VulkanExec::new(engine, &rec, false, None).unwrap();
     let mut rng = Rng(0x6B0_F00D);
     let mut cases: Vec<Case> = Vec::new();
-    let case = |format, w, h, pad, crop, size, colour| Case {
-        format,
-        w,
-        h,
-        pad,
-        crop,
-        size,
-        colour,
-    };
     for format in PixelFormat::ALL {
         for (w, h, pad, size) in [
             (64, 48, 0, 16),
@@ -444,15 +448,8 @@ fn the_gpu_pass_matches_the_float_reference() {
             (200, 2, 3, 32),
             (130, 98, 0, 128),
         ] {
-            cases.push(case(
-                format,
-                w,
-                h,
-                pad,
-                None,
-                size,
-                ColourSpace::Bt601Limited,
-            ));
+            let colour = ColourSpace::Bt601Limited;
+            cases.push(Case::new(format, (w, h), pad, None, size, colour));
         }
         for (x, y, width, height) in [(3, 5, 41, 27), (79, 59, 1, 1), (10, 11, 13, 40)] {
             let crop = Some(Rect {
@@ -461,12 +458,19 @@ fn the_gpu_pass_matches_the_float_reference() {
                 width,
                 height,
             });
-            cases.push(case(format, 80, 60, 7, crop, 32, ColourSpace::Bt709Full));
+            cases.push(Case::new(
+                format,
+                (80, 60),
+                7,
+                crop,
+                32,
+                ColourSpace::Bt709Full,
+            ));
         }
     }
     for colour in ColourSpace::ALL {
-        cases.push(case(PixelFormat::Nv12, 64, 48, 0, None, 16, colour));
-        cases.push(case(PixelFormat::Yuyv, 64, 48, 0, None, 16, colour));
+        cases.push(Case::new(PixelFormat::Nv12, (64, 48), 0, None, 16, colour));
+        cases.push(Case::new(PixelFormat::Yuyv, (64, 48), 0, None, 16, colour));
     }
     assert!(sizes.iter().all(|s| cases.iter().any(|c| c.size == *s)));
     let tail: Vec<u8> = (0..tail_len as u8).map(|v| v.wrapping_mul(7)).collect();

@@ -661,7 +661,8 @@ fn freeze_for_budget(
         return Ok(Freeze::Backbone);
     };
     let arch = Arch::new(&weights.model);
-    for freeze in [Freeze::None, Freeze::Backbone, Freeze::BackboneNeck] {
+    let budget_text = crate::base::human(budget);
+    for freeze in [Freeze::None, Freeze::Backbone] {
         let options = GraphOptions {
             train: true,
             freeze,
@@ -670,16 +671,20 @@ fn freeze_for_budget(
         let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;
         let plan =
             crate::train::plan::model_memory_plan(&graph, &settings.exec).map_err(Box::new)?;
-        if plan.total() <= budget || freeze == Freeze::BackboneNeck {
+        if plan.total() <= budget {
             log::info!(
-                "fine-tune: --freeze {freeze} (its model plan at batch 1, {}, within the budget of {})",
+                "fine-tune: --freeze {freeze} (its model plan at batch 1, {}, within the budget of \
+                 {budget_text})",
                 crate::base::human(plan.total()),
-                crate::base::human(budget)
             );
             return Ok(freeze);
         }
     }
-    unreachable!("the last choice is taken")
+    log::info!(
+        "fine-tune: --freeze backbone+neck (training the neck too does not fit the budget of \
+         {budget_text} at batch 1)"
+    );
+    Ok(Freeze::BackboneNeck)
 }
 
 /// The largest batch (up to [`MAX_BATCH`] and the training set) whose step fits the slice,

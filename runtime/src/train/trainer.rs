@@ -1118,13 +1118,7 @@ fn initial_state(
         {
             let (values, mapping) = class_mapped_weights(base, &graph.arch, classes, config.seed)?;
             log::info!("{mapping}");
-            for (p, v) in graph.params.iter().zip(&values) {
-                exec.write_f32(p.value, v)?;
-                if let Some(ema) = p.ema {
-                    exec.write_f32(ema, v)?;
-                }
-            }
-            zero_moments(exec, graph)?;
+            start_from(exec, graph, &values)?;
         }
         (None, Some(base)) => {
             if base.model != *model {
@@ -1143,17 +1137,7 @@ fn initial_state(
             base.load_into(exec, graph, false)?;
             zero_moments(exec, graph)?;
         }
-        (None, None) => {
-            let values = init::init_params(&graph.arch, config.seed);
-            for (p, v) in graph.params.iter().zip(&values) {
-                exec.write_f32(p.value, v)?;
-                // The weight average starts at the initial weights.
-                if let Some(ema) = p.ema {
-                    exec.write_f32(ema, v)?;
-                }
-            }
-            zero_moments(exec, graph)?;
-        }
+        (None, None) => start_from(exec, graph, &init::init_params(&graph.arch, config.seed))?,
     }
     Ok(Progress {
         seed: config.seed,
@@ -1505,6 +1489,18 @@ fn snapshot(
         classes: classes.to_vec(),
         tensors,
     })
+}
+
+/// Starts from `values` (one per parameter, in order): the weights, the weight average at
+/// the same values, AdamW's moments at zero.
+fn start_from(exec: &mut Exec, graph: &ModelGraph, values: &[Vec<f32>]) -> Result<()> {
+    for (p, v) in graph.params.iter().zip(values) {
+        exec.write_f32(p.value, v)?;
+        if let Some(ema) = p.ema {
+            exec.write_f32(ema, v)?;
+        }
+    }
+    zero_moments(exec, graph)
 }
 
 /// Starts AdamW's moments from zero (a fresh run, or fine-tuning from given weights).

@@ -247,17 +247,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn freeze(s: &str) -> Result<FineTuneFreeze, fulcrum::base::UnknownChoice> {
-    [
-        FineTuneFreeze::Auto,
-        FineTuneFreeze::None,
-        FineTuneFreeze::Backbone,
-        FineTuneFreeze::BackboneNeck,
-    ]
-    .into_iter()
-    .find(|f| f.name() == s)
-    .ok_or_else(|| {
-        fulcrum::base::UnknownChoice::new("--freeze", s, "auto, none, backbone or backbone+neck")
-    })
+    FineTuneFreeze::ALL
+        .into_iter()
+        .find(|f| f.name() == s)
+        .ok_or_else(|| {
+            fulcrum::base::UnknownChoice::new(
+                "--freeze",
+                s,
+                "auto, none, backbone or backbone+neck",
+            )
+        })
 }
 
 /// The fine-tune options; whether there were any.

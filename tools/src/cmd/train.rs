@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fulcrum::base::human;
-use fulcrum::compute::ops::MAX_NEIGHBOUR_RADIUS;
+use fulcrum::compute::ops::{MAX_NEIGHBOUR_CELLS, MAX_NEIGHBOUR_RADIUS};
 use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::OnCorrupt;
 use fulcrum::model::Progress;
@@ -125,7 +125,7 @@ pub struct Args {
     /// ones out of the box loss (and a smaller box's neighbour wins a cell two boxes share).
     /// 0: no limit, the default and the recipe's (8 scored lower on every set tried:
     /// docs/perf/recipes.md).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=80), value_name = "N")]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_NEIGHBOUR_CELLS)), value_name = "N")]
     neighbour_cells: Option<u32>,
     /// Checkpoint every this many epochs (and always at the end).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
