@@ -106,6 +106,17 @@ pub fn probability(s: &str) -> Result<f32, String> {
     from_0_to_1(s, "a probability from 0 to 1")
 }
 
+/// A share of each batch: above 0 and below 1.
+pub fn replay_fraction(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!(
+            "{} is not a share of the batch above 0 and below 1 (e.g. 0.25)",
+            quoted(s)
+        )),
+    }
+}
+
 /// A loss term's weight: a number from 0 to 10.
 pub fn loss_weight(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {

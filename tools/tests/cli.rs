@@ -1676,3 +1676,104 @@ fn fine_tuning_onto_other_class_names_says_what_it_kept() {
     let tuned = fulcrum::model::Checkpoint::load(&cwd.join("tuned/last.safetensors")).unwrap();
     assert_eq!(tuned.classes, ["square", "raccoon"]);
 }
+
+#[test]
+fn replay_mixes_the_base_data_in_trains_both_class_sets_and_eval_scores_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    fulcrum(cwd, &["pack", "--synthetic", "32", "--out", "D"]).expect(0);
+    let base = &[
+        "train", "--data", "D", "--out", "base", "--batch", "8", "--epochs", "1",
+    ];
+    fulcrum(cwd, base).expect(0);
+    let src = cwd.join("photos");
+    std::fs::create_dir_all(src.join("images")).unwrap();
+    std::fs::create_dir_all(src.join("labels")).unwrap();
+    for (i, photo) in common::coco128_photos().iter().take(12).enumerate() {
+        std::fs::copy(photo, src.join(format!("images/{i}.jpg"))).unwrap();
+        let label = format!("{} 0.5 0.5 0.3 0.4\n", i % 2);
+        std::fs::write(src.join(format!("labels/{i}.txt")), label).unwrap();
+    }
+    std::fs::write(src.join("classes.txt"), "raccoon\nsquare\n").unwrap();
+    fulcrum(cwd, &["pack", "photos", "--out", "P", "--size", "128"]).expect(0);
+    let tune = |out: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--data",
+            "P",
+            "--out",
+            out,
+            "--init-from",
+            "base/last.safetensors",
+            "--batch",
+            "8",
+            "--epochs",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        fulcrum(cwd, &args)
+    };
+    let run = tune("tuned", &["--replay", "D", "--replay-fraction", "0.5"]);
+    run.expect(0);
+    // 12 photos at 4 a batch make 3 steps an epoch.
+    assert_mentions(
+        &run.stdout,
+        &[
+            "replay: 4 of every 8 records from D (32 records, 1 classes the data lacks",
+            "3 steps per epoch",
+        ],
+    );
+    assert_mentions(
+        &run.stderr,
+        &[
+            "kept 2 (square, disc)",
+            "new, from initial weights: 1 (raccoon)",
+        ],
+    );
+    let tuned = fulcrum::model::Checkpoint::load(&cwd.join("tuned/last.safetensors")).unwrap();
+    assert_eq!(tuned.classes, ["raccoon", "square", "disc"]);
+    assert_eq!(tuned.model.classes, 3);
+    // The run's options stay with it: --resume without --replay is refused.
+    let again = fulcrum(
+        cwd,
+        &[
+            "train", "--data", "P", "--out", "tuned", "--resume", "--epochs", "3",
+        ],
+    );
+    again.expect(2);
+    assert_mentions(&again.stderr, &["replay: was \"D\", now null"]);
+
+    // Either dataset is scored with the three-class model, by class name.
+    for data in ["D", "P"] {
+        let eval = fulcrum(
+            cwd,
+            &[
+                "eval",
+                "--engine",
+                "cpu",
+                "--weights",
+                "tuned/last.safetensors",
+                "--data",
+                data,
+            ],
+        );
+        eval.expect(0);
+        assert_mentions(&eval.stderr, &["matched by name"]);
+    }
+
+    // Bad choices are clear errors.
+    let e = tune("bad1", &["--replay", "D", "--replay-fraction", "1"]);
+    e.expect(2);
+    assert_mentions(&e.stderr, &["above 0 and below 1"]);
+    let e = tune("bad2", &["--replay-fraction", "0.3"]);
+    e.expect(2);
+    assert_mentions(&e.stderr, &["--replay"]);
+    fulcrum(
+        cwd,
+        &["pack", "--synthetic", "16", "--size", "64", "--out", "D64"],
+    )
+    .expect(0);
+    let e = tune("bad3", &["--replay", "D64"]);
+    e.expect(2);
+    assert_mentions(&e.stderr, &["pack the replay data again with --size 128"]);
+}

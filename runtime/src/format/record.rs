@@ -231,6 +231,16 @@ impl RecordLayout {
         }
     }
 
+    /// Rewrites each box's class id through `map` (ids checked in range beforehand), as
+    /// [`RecordLayout::write_box`] does: one dataset's classes numbered as another's.
+    pub fn map_classes(&self, record: &mut [u8], map: &[u32]) {
+        for i in 0..self.box_count(record) as usize {
+            let mut b = self.read_box(record, i);
+            b.class = map[b.class as usize];
+            self.write_box(record, i, &b);
+        }
+    }
+
     pub fn set_box_count(&self, record: &mut [u8], count: u16) {
         let o = self.image_bytes + 4;
         record[o..o + 2].copy_from_slice(&count.to_le_bytes());

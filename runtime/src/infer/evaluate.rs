@@ -102,10 +102,45 @@ fn within_content(d: Scored, meta: &crate::format::RecordMeta) -> Scored {
     }
 }
 
-/// Checks that `checkpoint` can run on `dataset`'s records (same classes, same image size).
-pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()> {
+/// How a checkpoint numbers the classes of the data it is evaluated on: where both name their
+/// classes and the names differ, each data class by the checkpoint's class of the same name
+/// (a model fine-tuned with replay knows more classes than either dataset); else by index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassIds {
+    /// The checkpoint's id of each data class.
+    pub model_of_data: Vec<u32>,
+    /// The data's id of each checkpoint class, `u32::MAX` for one the data lacks.
+    pub data_of_model: Vec<u32>,
+}
+
+impl ClassIds {
+    /// By name, where every data class is among the checkpoint's names and they differ.
+    fn by_name(checkpoint: &Checkpoint, data: &[String]) -> Option<ClassIds> {
+        let names = &checkpoint.classes;
+        if names.is_empty() || names.as_slice() == data {
+            return None;
+        }
+        let model_of_data = data
+            .iter()
+            .map(|c| names.iter().position(|n| n == c).map(|i| i as u32))
+            .collect::<Option<Vec<u32>>>()?;
+        let mut data_of_model = vec![u32::MAX; names.len()];
+        for (d, &m) in model_of_data.iter().enumerate() {
+            data_of_model[m as usize] = d as u32;
+        }
+        Some(ClassIds {
+            model_of_data,
+            data_of_model,
+        })
+    }
+}
+
+/// Checks that `checkpoint` can run on `dataset`'s records (the data's classes among the
+/// checkpoint's, the same image size); returns how to number the classes where by name.
+pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<Option<ClassIds>> {
     let data_classes = &dataset.manifest.classes;
-    if checkpoint.model.classes != dataset.manifest.num_classes() {
+    let by_name = ClassIds::by_name(checkpoint, data_classes);
+    if by_name.is_none() && checkpoint.model.classes != dataset.manifest.num_classes() {
         return Err(Error::Config(format!(
             "the checkpoint's model has {} classes ({}); {} has {} ({}): evaluate on data \
              packed with the same classes",
@@ -116,7 +151,7 @@ pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()
             data_classes.join(", ")
         )));
     }
-    if !checkpoint.classes.is_empty() && &checkpoint.classes != data_classes {
+    if by_name.is_none() && !checkpoint.classes.is_empty() && &checkpoint.classes != data_classes {
         log::warn!(
             "class names differ: checkpoint {:?}, data {:?} (compared by index)",
             checkpoint.classes,
@@ -132,7 +167,7 @@ pub fn check_compatible(checkpoint: &Checkpoint, dataset: &Dataset) -> Result<()
             dataset.layout.height
         )));
     }
-    Ok(())
+    Ok(by_name)
 }
 
 /// Evaluates `checkpoint` on every record of `dataset` (opened with `DirectMode::Off`: the
@@ -143,7 +178,14 @@ pub fn evaluate(
     options: &EvalOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EvalReport> {
-    check_compatible(checkpoint, dataset)?;
+    let class_ids = check_compatible(checkpoint, dataset)?;
+    if let Some(ids) = &class_ids {
+        log::info!(
+            "the checkpoint knows {} classes, the data {}: scored on the data's, matched by name",
+            ids.data_of_model.len(),
+            ids.model_of_data.len()
+        );
+    }
     super::nms::check_limit(options.nms_iou)?;
     let started = Instant::now();
     let arch = Arch::new(&checkpoint.model);
@@ -181,8 +223,11 @@ pub fn evaluate(
             .read_records(first, &mut records[..n * rs])
             .map_err(loader::Error::from)?;
         records[n * rs..].fill(0);
-        for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
+        for (i, record) in records[..n * rs].chunks_exact_mut(rs).enumerate() {
             verify(dataset, record, first + i as u64)?;
+            if let Some(ids) = &class_ids {
+                layout.map_classes(record, &ids.model_of_data);
+            }
         }
         exec.write_bytes(graph.records, &records)?;
         exec.run(entry)?;
@@ -198,14 +243,23 @@ pub fn evaluate(
         for (i, record) in records[..n * rs].chunks_exact(rs).enumerate() {
             let meta = layout.read_meta(record);
             found.clear();
+            // Scored in the data's class ids (a class the data lacks drops out).
+            let data_class = |mut s: Scored| {
+                if let Some(ids) = &class_ids {
+                    s.class = ids.data_of_model[s.class as usize];
+                }
+                s
+            };
             found.extend(
                 detections_from_bytes(&graph.decode, i, &dets, &counts)
                     .map(|d| within_content(Scored::from(d), &meta))
-                    .filter(Scored::has_area),
+                    .filter(Scored::has_area)
+                    .map(data_class)
+                    .filter(|s| s.class != u32::MAX),
             );
             suppress_duplicates(&mut found, options.nms_iou);
             truth.clear();
-            truth.extend(truth_boxes(layout, record));
+            truth.extend(truth_boxes(layout, record).map(data_class));
             acc.add_image(&found, &truth, meta.scale);
         }
         first += n as u64;

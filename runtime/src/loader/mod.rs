@@ -14,6 +14,7 @@ mod dataset;
 pub mod mosaic;
 pub mod order;
 pub mod preview;
+pub mod replay;
 mod worker;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use fulcrum_board::CoreSet;
 
 pub use augment::AugmentConfig;
 pub use dataset::{Dataset, VerifyReport};
+pub use replay::Replay;
 
 use crate::balance::{PipelineCounters, PipelineSnapshot};
 use crate::base::{human, largest_fitting, MemoryPlan};
@@ -97,6 +99,8 @@ pub struct LoaderConfig {
     /// Makes the ring's memory (an engine that reads batches straight from it); `None`:
     /// plain host memory.
     pub slot_allocator: Option<Arc<dyn crate::base::SlotAllocator>>,
+    /// Records of a second dataset mixed into every batch (see [`replay`]); `None`: none.
+    pub replay: Option<Arc<Replay>>,
 }
 
 impl Default for LoaderConfig {
@@ -121,6 +125,7 @@ impl Default for LoaderConfig {
             slow_down: std::time::Duration::ZERO,
             counters: None,
             slot_allocator: None,
+            replay: None,
         }
     }
 }
@@ -139,6 +144,20 @@ impl LoaderConfig {
             part
         };
         part.min(self.batch)
+    }
+
+    /// Records per batch that come from the training data (the rest are replay records).
+    pub fn fresh_per_batch(&self) -> usize {
+        match &self.replay {
+            Some(replay) => self.batch - replay.per_batch(self.batch),
+            None => self.batch,
+        }
+    }
+
+    /// Batches in an epoch (a pass over the training data's `records`; the remainder is
+    /// dropped).
+    pub fn batches_per_epoch(&self, records: u64) -> u64 {
+        records / self.fresh_per_batch().max(1) as u64
     }
 }
 
@@ -288,14 +307,18 @@ impl Loader {
                 config.loaders
             )));
         }
+        if let Some(replay) = &config.replay {
+            replay.check_batch(config.batch)?;
+        }
         let records = dataset.records();
-        if records < config.batch as u64 {
+        let fresh = config.fresh_per_batch();
+        if records < fresh as u64 {
             return Err(Error::TooFewRecords {
                 records,
-                batch: config.batch,
+                batch: fresh,
             });
         }
-        let batches_per_epoch = records / config.batch as u64;
+        let batches_per_epoch = config.batches_per_epoch(records);
         let (kind, fallback_note) = resolve_backend(config.io)?;
         let plan = plan(dataset, config, kind);
         check_budget(dataset, config, kind, &plan)?;
@@ -318,15 +341,21 @@ impl Loader {
         let mut backends = Vec::with_capacity(config.loaders);
         for _ in 0..config.loaders {
             let (backend, _) = io::open_backend(kind, &dataset.files, &regions, &config.uring)?;
-            backends.push(backend);
+            let replay = match &config.replay {
+                Some(r) => {
+                    Some(io::open_backend(kind, &r.dataset.files, &regions, &config.uring)?.0)
+                }
+                None => None,
+            };
+            backends.push((backend, replay));
         }
 
-        let backend_kind = backends[0].kind();
+        let backend_kind = backends[0].0.kind();
         let counters = config.counters.clone().unwrap_or_default();
         let threads = backends
             .into_iter()
             .enumerate()
-            .map(|(k, backend)| {
+            .map(|(k, (backend, replay_backend))| {
                 let job = worker::Worker::new(
                     dataset,
                     config,
@@ -334,6 +363,7 @@ impl Loader {
                     ring.clone(),
                     counters.clone(),
                     backend,
+                    replay_backend,
                     batches_per_epoch,
                 );
                 std::thread::Builder::new()
@@ -497,6 +527,13 @@ pub fn plan(dataset: &Dataset, config: &LoaderConfig, backend: IoKind) -> Memory
             loaders,
             io::uring_queue_bytes(&config.uring) as u64,
         );
+        if config.replay.is_some() {
+            plan.add(
+                "io_uring queues per loader for the replay data (kernel)",
+                loaders,
+                io::uring_queue_bytes(&config.uring) as u64,
+            );
+        }
     }
     if let Some(log) = &config.trace {
         plan.add("trace log", 1, log.bytes() as u64);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::augment::Augmenter;
 use super::mosaic::{Mosaic, GROUP};
 use super::order::EpochOrder;
+use super::replay::Replay;
 use super::{substitute_record, Dataset, Error, LoaderConfig, OnCorrupt};
 use crate::balance::PipelineCounters;
 use crate::base::derive_seed;
@@ -30,6 +31,10 @@ pub(super) struct Worker {
     counters: Arc<PipelineCounters>,
     backend: Box<dyn ReadBackend>,
     files: Arc<ShardSet>,
+    /// The replay data and the backend that reads it, with replay.
+    replay: Option<(Arc<Replay>, Box<dyn ReadBackend>)>,
+    /// Records per batch from the training data; the batch's last positions are replay's.
+    fresh: u64,
     layout: RecordLayout,
     augmenter: Augmenter,
     augment: bool,
@@ -61,6 +66,7 @@ impl Worker {
         ring: Arc<Ring>,
         counters: Arc<PipelineCounters>,
         backend: Box<dyn ReadBackend>,
+        replay_backend: Option<Box<dyn ReadBackend>>,
         batches_per_epoch: u64,
     ) -> Self {
         let part = ring.shape().part_records;
@@ -71,6 +77,8 @@ impl Worker {
             counters,
             backend,
             files: dataset.files.clone(),
+            replay: config.replay.clone().zip(replay_backend),
+            fresh: config.fresh_per_batch() as u64,
             layout: dataset.layout,
             augmenter: Augmenter::new(dataset.layout, config.augment),
             augment: config.augment.enabled,
@@ -112,15 +120,30 @@ impl Worker {
             let cpu_before = thread_cpu_time();
             let global = claim.batch + self.start_batch;
             let epoch = global / self.batches_per_epoch;
-            let first = (global % self.batches_per_epoch) * self.batch + claim.first as u64;
+            let in_epoch = global % self.batches_per_epoch;
+            // Position in the epoch's stream of batch positions (the augmentation's seed).
+            let first = in_epoch * self.batch + claim.first as u64;
             let count = claim.records.len() / self.layout.record_size;
+            // The unit's positions in its batch: those before `fresh` hold the training data's
+            // records, the rest replay records.
+            let at = claim.first as u64;
+            let split = self.fresh.saturating_sub(at).min(count as u64) as usize;
             let order = EpochOrder::new(self.records, self.seed, epoch, self.shuffle);
             self.locs.clear();
             self.indices.clear();
-            for j in 0..count as u64 {
-                let index = order.get(first + j);
+            for p in at..at + split as u64 {
+                let index = order.get(in_epoch * self.fresh + p);
                 self.indices.push(index);
                 self.locs.push(self.files.locate(index));
+            }
+            if let Some((replay, _)) = &self.replay {
+                let per_batch = self.batch - self.fresh;
+                for p in at + split as u64..at + count as u64 {
+                    let k = global * per_batch + (p - self.fresh);
+                    let index = replay.record(self.seed, self.shuffle, k);
+                    self.indices.push(index);
+                    self.locs.push(replay.dataset.files.locate(index));
+                }
             }
 
             // Records are verified and augmented as their reads complete, while the rest of
@@ -128,36 +151,49 @@ impl Worker {
             let read_started = Instant::now();
             let mut processing = Duration::ZERO;
             let mut failure: Option<Error> = None;
-            let (layout, files, counters) = (&self.layout, &self.files, &self.counters);
-            let (indices, augmenter) = (&self.indices, &mut self.augmenter);
+            let layout = self.layout;
             let augment_each = self.augment && self.mosaic.is_none();
-            let (verify, on_corrupt, classes) = (self.verify, self.on_corrupt, self.num_classes);
             let (seed, slow_down) = (self.seed, self.slow_down);
-            let read = self.backend.read_records(
-                &self.locs,
-                layout.record_size,
-                claim.records,
-                &mut |j, record| {
+            let rs = layout.record_size;
+            let (fresh_records, replay_records) = claim.records.split_at_mut(split * rs);
+            let training = Intake {
+                layout,
+                files: &self.files,
+                classes: self.num_classes,
+                class_map: None,
+                verify: self.verify,
+                on_corrupt: self.on_corrupt,
+                counters: &self.counters,
+            };
+            // Two sources at most, the training data's records first: nothing allocated.
+            let sources = [
+                Some((&mut self.backend, training, fresh_records, 0)),
+                self.replay.as_mut().map(|(replay, backend)| {
+                    let intake = Intake {
+                        layout,
+                        files: &replay.dataset.files,
+                        classes: replay.dataset.manifest.num_classes(),
+                        class_map: Some(&replay.classes),
+                        verify: self.verify,
+                        on_corrupt: self.on_corrupt,
+                        counters: &self.counters,
+                    };
+                    (backend, intake, replay_records, split)
+                }),
+            ];
+            let mut read = Ok(());
+            for (backend, intake, records, offset) in sources.into_iter().flatten() {
+                let locs = &self.locs[offset..offset + records.len() / rs];
+                if locs.is_empty() {
+                    continue;
+                }
+                let (indices, augmenter) = (&self.indices, &mut self.augmenter);
+                read = backend.read_records(locs, rs, records, &mut |j, record| {
                     let t = Instant::now();
-                    let index = indices[j];
-                    if verify {
-                        if let Err(problem) = layout.verify(record, index, classes) {
-                            let (path, local) = files.describe(index);
-                            if on_corrupt == OnCorrupt::Fail {
-                                failure = Some(Error::Corrupt {
-                                    path,
-                                    record: local,
-                                    problem,
-                                });
-                                return ControlFlow::Break(());
-                            }
-                            log::warn!(
-                                "{}: record {local}: {problem}; replaced by a substitute",
-                                path.display()
-                            );
-                            substitute_record(layout, record, index);
-                            counters.substituted.fetch_add(1, Relaxed);
-                        }
+                    let j = offset + j;
+                    if let Err(e) = intake.take(record, indices[j]) {
+                        failure = Some(e);
+                        return ControlFlow::Break(());
                     }
                     if augment_each {
                         augmenter.apply(record, derive_seed(&[seed, epoch, first + j as u64]));
@@ -167,8 +203,11 @@ impl Worker {
                     }
                     processing += t.elapsed();
                     ControlFlow::Continue(())
-                },
-            );
+                });
+                if read.is_err() || failure.is_some() {
+                    break;
+                }
+            }
             if let Err(e) = read {
                 ring.stop(Some(Box::new(self.read_error(e))));
                 return;
@@ -242,5 +281,51 @@ impl Worker {
         if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
             log::warn!("could not pin loader thread to cores {:?}: {e}", self.pin);
         }
+    }
+}
+
+/// What a record goes through as it comes off disk, before augmentation: the checks of its
+/// checksum, index and labels (a bad one is an error or a substitute, per `on_corrupt`), and
+/// for replay data its classes rewritten to the run's.
+struct Intake<'a> {
+    layout: RecordLayout,
+    files: &'a ShardSet,
+    classes: u32,
+    class_map: Option<&'a [u32]>,
+    verify: bool,
+    on_corrupt: OnCorrupt,
+    counters: &'a PipelineCounters,
+}
+
+impl Intake<'_> {
+    fn take(&self, record: &mut [u8], index: u64) -> Result<(), Error> {
+        if self.verify {
+            if let Err(problem) = self.layout.verify(record, index, self.classes) {
+                let (path, local) = self.files.describe(index);
+                if self.on_corrupt == OnCorrupt::Fail {
+                    return Err(Error::Corrupt {
+                        path,
+                        record: local,
+                        problem,
+                    });
+                }
+                log::warn!(
+                    "{}: record {local}: {problem}; replaced by a substitute",
+                    path.display()
+                );
+                substitute_record(&self.layout, record, index);
+                self.counters.substituted.fetch_add(1, Relaxed);
+            }
+        }
+        if let Some(map) = self.class_map {
+            // An unverified record's classes are unchecked: one with an id past the map becomes
+            // a substitute rather than an index out of bounds.
+            if !self.verify && self.layout.check_boxes(record, self.classes).is_err() {
+                substitute_record(&self.layout, record, index);
+                self.counters.substituted.fetch_add(1, Relaxed);
+            }
+            self.layout.map_classes(record, map);
+        }
+        Ok(())
     }
 }

@@ -143,6 +143,18 @@ pub enum FineTuneError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error(
+        "{}: the served model detects {served} classes ({}); the fine-tune data must label the          same ones, and labels {}",
+        dir.display(),
+        served_names.join(", "),
+        data.join(", "),
+        served = served_names.len()
+    )]
+    OtherClasses {
+        dir: PathBuf,
+        served_names: Vec<String>,
+        data: Vec<String>,
+    },
     #[error(transparent)]
     Checkpoint(#[from] crate::model::checkpoint::Error),
     #[error(transparent)]
@@ -550,8 +562,17 @@ fn fine_tune(
     let train_dir = job.data.join("train");
     let val = Dataset::open(&job.data.join("val"), DirectMode::Off)?;
     let train_set = Dataset::open(&train_dir, DirectMode::Off)?;
-    check_compatible(&weights, &train_set).map_err(Box::new)?;
-    check_compatible(&weights, &val).map_err(Box::new)?;
+    // The served model keeps its classes: the data must name them all, in any order.
+    for set in [&train_set, &val] {
+        let ids = check_compatible(&weights, set).map_err(Box::new)?;
+        if ids.is_some_and(|ids| ids.model_of_data.len() != ids.data_of_model.len()) {
+            return Err(FineTuneError::OtherClasses {
+                dir: set.dir.clone(),
+                served_names: weights.classes.clone(),
+                data: set.manifest.classes.clone(),
+            });
+        }
+    }
     let eval = EvalOptions {
         exec: settings.exec.clone(),
         batch: 4,

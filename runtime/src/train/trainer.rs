@@ -46,6 +46,9 @@ use crate::ring::RingMemory;
 /// Name of the checkpoint file in the output folder.
 pub const CHECKPOINT_FILE: &str = "last.safetensors";
 
+/// The share of each batch replay data fills unless told otherwise.
+pub const DEFAULT_REPLAY_FRACTION: f32 = 0.25;
+
 /// Everything a training run is configured by (stored in its checkpoints).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
@@ -92,6 +95,14 @@ pub struct TrainConfig {
     /// [`crate::model::Freeze`].
     #[serde(default)]
     pub freeze: crate::model::Freeze,
+    /// Packed data whose records fill [`TrainConfig::replay_fraction`] of every batch (the base
+    /// model's own data, so that a fine-tune does not forget it; runs from before it read as
+    /// none). See [`crate::loader::replay`].
+    #[serde(default)]
+    pub replay: Option<PathBuf>,
+    /// The share of each batch the replay data fills.
+    #[serde(default)]
+    pub replay_fraction: f32,
     /// Write a checkpoint every this many epochs (and at the end).
     pub checkpoint_every: u64,
     pub out: PathBuf,
@@ -172,6 +183,8 @@ impl Default for TrainConfig {
             neighbour_radius: 1,
             neighbour_cells: 0,
             freeze: crate::model::Freeze::None,
+            replay: None,
+            replay_fraction: DEFAULT_REPLAY_FRACTION,
             checkpoint_every: 1,
             out: PathBuf::from("runs/det-s"),
             io_depth: default_io_depth(),
@@ -248,6 +261,20 @@ pub struct RunInfo {
     pub param_count: usize,
     /// With frozen layers: what freezing saves.
     pub frozen: Option<Frozen>,
+    /// With replay: where its records come from and how many a batch holds.
+    pub replay: Option<ReplayInfo>,
+}
+
+/// The replay data a run mixes into its batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayInfo {
+    pub dir: PathBuf,
+    pub records: u64,
+    /// Replay records in each batch of `batch`.
+    pub per_batch: usize,
+    pub batch: usize,
+    /// Classes only the replay data has, trained besides the data's own.
+    pub new_classes: usize,
 }
 
 /// What a run with frozen layers leaves out, against the same run training every layer.
@@ -399,7 +426,14 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let dataset = Dataset::open(&config.data, options.direct)?;
-    let model = model_for(&config.model, &dataset)?;
+    let replay = open_replay(config, &dataset, options.direct)?;
+    let classes = match &replay {
+        Some(r) => {
+            loader::replay::union_classes(&dataset.manifest.classes, &r.dataset.manifest.classes)
+        }
+        None => dataset.manifest.classes.clone(),
+    };
+    let model = model_for(&config.model, &dataset, classes.len() as u32)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
     // One run per output folder: a second would overwrite the first's checkpoints.
     let _claim = crate::durable::FolderLock::claim(&config.out, "training run")?;
@@ -422,12 +456,15 @@ pub fn train(
     let sized = plan::size_run(
         &planner,
         config,
-        loader_config_of(config, options),
+        LoaderConfig {
+            replay: replay.clone(),
+            ..loader_config_of(config, options)
+        },
         options.mem_budget,
         fresh_tuning,
     )?;
     let graph = &sized.graph;
-    let batches_per_epoch = batches_per_epoch(config, &dataset, sized.batch)?;
+    let batches_per_epoch = batches_per_epoch(config, &dataset, &sized.loader)?;
     let total_steps = batches_per_epoch * config.epochs;
 
     let mut exec = Exec::new(&graph.recording, &exec_options)?;
@@ -472,12 +509,12 @@ pub fn train(
         config,
         resumed.as_ref(),
         options.init_from.as_deref(),
-        &dataset.manifest.classes,
+        &classes,
     )?;
     let saver = Saver {
         graph,
         config,
-        classes: &dataset.manifest.classes,
+        classes: &classes,
         path: &checkpoint_path,
     };
     let mut steps = Steps::start(
@@ -528,6 +565,13 @@ pub fn train(
         ring_memory,
         param_count: arch.param_count(),
         frozen,
+        replay: replay.as_ref().map(|r| ReplayInfo {
+            dir: r.dataset.dir.clone(),
+            records: r.dataset.records(),
+            per_batch: r.per_batch(sized.batch as usize),
+            batch: sized.batch as usize,
+            new_classes: classes.len() - dataset.manifest.classes.len(),
+        }),
     });
 
     let run_started = Instant::now();
@@ -1082,16 +1126,38 @@ fn class_mapped_weights(
     ))
 }
 
-/// Whole batches of `batch` in an epoch of `dataset` (at least one, or an error).
-fn batches_per_epoch(config: &TrainConfig, dataset: &Dataset, batch: u32) -> Result<u64> {
-    match dataset.records() / u64::from(batch) {
+/// Whole batches the loaders of `lc` make of an epoch of `dataset` (at least one, or an
+/// error).
+fn batches_per_epoch(config: &TrainConfig, dataset: &Dataset, lc: &LoaderConfig) -> Result<u64> {
+    match lc.batches_per_epoch(dataset.records()) {
         0 => Err(Error::Config(format!(
-            "{} has {} records, fewer than one batch of {batch}",
+            "{} has {} records, fewer than one batch of {}",
             config.data.display(),
             dataset.records(),
+            lc.fresh_per_batch()
         ))),
         n => Ok(n),
     }
+}
+
+/// The replay data `config` names, opened and checked against the training data.
+fn open_replay(
+    config: &TrainConfig,
+    dataset: &Dataset,
+    direct: DirectMode,
+) -> Result<Option<std::sync::Arc<loader::Replay>>> {
+    let Some(dir) = &config.replay else {
+        return Ok(None);
+    };
+    let replay = Dataset::open(dir, direct)?;
+    let classes =
+        loader::replay::union_classes(&dataset.manifest.classes, &replay.manifest.classes);
+    Ok(Some(std::sync::Arc::new(loader::Replay::new(
+        replay,
+        config.replay_fraction,
+        &dataset.layout,
+        &classes,
+    )?)))
 }
 
 /// The weights, moments and average the first step starts from, and the progress so far:
@@ -1185,12 +1251,11 @@ fn check_finite(
     }
 }
 
-/// Model `name` for `dataset`'s classes at its records' size (the input size is the pack's
+/// Model `name` for `classes` classes at `dataset`'s records' size (the input size is the pack's
 /// `--size`: it flows from the data into the checkpoint, and from there to eval, infer and
 /// export).
-fn model_for(name: &str, dataset: &Dataset) -> Result<ModelConfig> {
+fn model_for(name: &str, dataset: &Dataset, classes: u32) -> Result<ModelConfig> {
     let layout = &dataset.layout;
-    let classes = dataset.manifest.num_classes();
     let (w, h) = (layout.width, layout.height);
     let sizes = format!(
         "a multiple of 32 from {} to {}",
@@ -1222,6 +1287,11 @@ fn check_resumable(
     config: &mut TrainConfig,
     path: &Path,
 ) -> Result<()> {
+    // The options first: a run resumed without its --replay trains fewer classes, and the
+    // option says why better than the class count does.
+    if let Some(saved) = &c.train {
+        same_options(saved, config, path)?;
+    }
     if &c.model != model {
         return Err(Error::Config(format!(
             "{}: the checkpoint is a {}@{} for {} classes; --data makes a {}@{} for {} classes \
@@ -1235,9 +1305,12 @@ fn check_resumable(
             model.classes
         )));
     }
-    let Some(saved) = &c.train else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// Refuses to resume a run of `saved`'s options with other ones (an autotuned run takes the
+/// saved tuning into `config`).
+fn same_options(saved: &serde_json::Value, config: &mut TrainConfig, path: &Path) -> Result<()> {
     let saved: TrainConfig = serde_json::from_value(saved.clone())
         .map_err(|e| Error::Config(format!("{}: training config: {e}", path.display())))?;
     if config.autotune {

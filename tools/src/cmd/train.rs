@@ -145,6 +145,15 @@ pub struct Args {
     /// stops before them: each step is cheaper and the memory plan smaller.
     #[arg(long, default_value = "none", value_name = "LAYERS")]
     freeze: fulcrum::model::Freeze,
+    /// Mix records of this packed data (the base model's own, packed at the same --size) into
+    /// every batch, so that fine-tuning does not forget what the base model knew. Classes are
+    /// matched by name: the run trains the data's classes and those only the replay data has.
+    #[arg(long, value_name = "DATA")]
+    replay: Option<PathBuf>,
+    /// The share of each batch that --replay fills (rounded to whole records, at least one of
+    /// each kind).
+    #[arg(long, value_parser = crate::args::replay_fraction, value_name = "F", requires = "replay")]
+    replay_fraction: Option<f32>,
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
@@ -213,6 +222,19 @@ impl Observer for Printer {
                 f.of,
                 human(f.plan_bytes),
                 human(f.unfrozen_plan_bytes)
+            );
+        }
+        if let Some(r) = &info.replay {
+            crate::outln!(
+                "replay: {} of every {} records from {} ({} records{})",
+                r.per_batch,
+                r.batch,
+                r.dir.display(),
+                r.records,
+                match r.new_classes {
+                    0 => String::new(),
+                    n => format!(", {n} classes the data lacks trained besides its own"),
+                }
             );
         }
         let bar = crate::progress::bar(info.total_steps, "steps");
@@ -373,6 +395,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         neighbour_radius: r.neighbour_radius,
         neighbour_cells: r.neighbour_cells,
         freeze: a.freeze,
+        replay: a.replay.clone(),
+        replay_fraction: a
+            .replay_fraction
+            .unwrap_or(fulcrum::train::trainer::DEFAULT_REPLAY_FRACTION),
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()
