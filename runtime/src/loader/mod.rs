@@ -355,15 +355,14 @@ impl Loader {
         let threads = backends
             .into_iter()
             .enumerate()
-            .map(|(k, (backend, replay_backend))| {
+            .map(|(k, backends)| {
                 let job = worker::Worker::new(
                     dataset,
                     config,
                     k,
                     ring.clone(),
                     counters.clone(),
-                    backend,
-                    replay_backend,
+                    backends,
                     batches_per_epoch,
                 );
                 std::thread::Builder::new()

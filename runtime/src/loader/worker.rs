@@ -65,8 +65,8 @@ impl Worker {
         row: usize,
         ring: Arc<Ring>,
         counters: Arc<PipelineCounters>,
-        backend: Box<dyn ReadBackend>,
-        replay_backend: Option<Box<dyn ReadBackend>>,
+        // The training data's backend, and the replay data's with replay.
+        (backend, replay_backend): (Box<dyn ReadBackend>, Option<Box<dyn ReadBackend>>),
         batches_per_epoch: u64,
     ) -> Self {
         let part = ring.shape().part_records;
