@@ -117,6 +117,15 @@ pub fn replay_fraction(s: &str) -> Result<f32, String> {
     }
 }
 
+/// A floor on fine-tuning's share of engine time: from 0 to [`fulcrum::serve::share::MAX_SHARE`].
+pub fn fine_tune_share(s: &str) -> Result<f32, String> {
+    let max = fulcrum::serve::share::MAX_SHARE;
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=max).contains(&v) => Ok(v),
+        _ => Err(format!("{} is not a share from 0 to {max}", quoted(s))),
+    }
+}
+
 /// A loss term's weight: a number from 0 to 10.
 pub fn loss_weight(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {

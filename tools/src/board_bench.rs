@@ -205,6 +205,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         format: PixelFormat::Rgb8,
         // Fine-tuning beside serving needs its own set packed and minutes: not in a quick run.
         fine_tune: !quick,
+        fine_tune_shares: vec![0.0, 0.25],
         reload_every: None,
     };
     let (serve, serve_error) = match bench_serve(&serve_config, |what| eprintln!("  serve: {what}"))

@@ -39,6 +39,9 @@ pub struct ServeBenchConfig {
     pub format: PixelFormat,
     /// Also measure while the daemon fine-tunes (packs a small set and trains in the gaps).
     pub fine_tune: bool,
+    /// The floors on fine-tuning's share of engine time to measure it at (`fulcrumd
+    /// --fine-tune-share`; 0 is inference first alone).
+    pub fine_tune_shares: Vec<f32>,
     /// Also measure a paced memfd run while the weights are reloaded (SIGHUP's path) every
     /// this many seconds: what a swap costs the requests around it.
     pub reload_every: Option<f64>,
@@ -55,6 +58,8 @@ pub struct ServeRun {
     pub fine_tuning: bool,
     /// Training steps the fine-tune took during the run.
     pub fine_tune_steps: u32,
+    /// The floor on fine-tuning's share of engine time during the run.
+    pub fine_tune_share: f32,
     /// Weights reloaded and swapped in during the run.
     pub reloads: u32,
     pub frames: u64,
@@ -82,8 +87,21 @@ pub struct ServeBenchReport {
     /// Where the frame pass ran: `cpu` or `gpu`.
     pub frame_pass_on: &'static str,
     pub runs: Vec<ServeRun>,
+    /// Training steps per second the fine-tune took with no frames coming (the unloaded
+    /// rate the runs' steps compare with).
+    pub fine_tune_idle_steps_per_s: Option<f64>,
     /// Runs left out, and why.
     pub skipped: Vec<String>,
+}
+
+impl ServeRun {
+    pub fn fine_tune_steps_per_s(&self) -> f64 {
+        if self.frames_per_s > 0.0 {
+            self.fine_tune_steps as f64 * self.frames_per_s / self.frames as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 fn ms(us: u64) -> f64 {
@@ -217,6 +235,7 @@ fn run_clients(
         load: if rate > 0.0 { "paced" } else { "flat out" },
         fine_tuning: false,
         fine_tune_steps: 0,
+        fine_tune_share: 0.0,
         reloads: 0,
         frames: all.count(),
         frames_per_s: all.count() as f64 / seconds,
@@ -270,10 +289,13 @@ pub fn bench_serve(
     let mut serve = ServeConfig::new(socket.clone(), weights, config.exec.clone());
     serve.state_dir = Some(dir.path().join("state"));
     serve.max_frame_side = config.width.max(config.height);
-    serve.max_clients = config.clients + 1;
+    // The control client, this run's clients, and room for the last run's while the daemon
+    // sees them hang up (it may be in a fine-tuning turn when they do).
+    serve.max_clients = 2 * config.clients + 1;
     // Every client here is this process's uid: the per-uid share would refuse the last.
     serve.max_clients_per_uid = Some(serve.max_clients);
     let mut server = Server::start(serve, Notifier::default())?;
+    let share = server.fine_tune_share();
     let control = Arc::new(Control::new());
     let stop = control.clone();
     let reload = control.clone();
@@ -327,15 +349,20 @@ pub fn bench_serve(
             Err(e) => outcome = Err(e),
         }
     }
+    let mut fine_tune_idle_steps_per_s = None;
     if outcome.is_ok() && !config.fine_tune {
         skipped.push("while fine-tuning: not asked for".into());
     } else if outcome.is_ok() {
         progress("packing a synthetic set to fine-tune on");
         match fine_tune_data(&checkpoint, dir.path()) {
             Ok(data) => {
-                match fine_tuning_runs(&socket, config, &frame, &data, &mut runs, &mut progress) {
-                    Ok(None) => {}
-                    Ok(Some(why)) => skipped.push(format!("while fine-tuning: {why}")),
+                let tuning = FineTuning {
+                    data: &data,
+                    share: &share,
+                };
+                match fine_tuning_runs(&socket, config, &frame, &tuning, &mut runs, &mut progress) {
+                    Ok(Ok(idle_rate)) => fine_tune_idle_steps_per_s = Some(idle_rate),
+                    Ok(Err(why)) => skipped.push(format!("while fine-tuning: {why}")),
                     Err(e) => outcome = Err(e),
                 }
             }
@@ -365,6 +392,7 @@ pub fn bench_serve(
         prepare_p50_ms: ms(prepare.quantile(0.5)),
         frame_pass_on,
         runs,
+        fine_tune_idle_steps_per_s,
         skipped,
     })
 }
@@ -433,15 +461,23 @@ enum NoFineTuneData {
     Pack(#[from] crate::pack::Error),
 }
 
-/// The memfd runs again while the daemon fine-tunes on `data`.
+/// What the fine-tuning runs train on, and the daemon's floor on their share.
+struct FineTuning<'a> {
+    data: &'a Path,
+    share: &'a crate::serve::share::ShareDial,
+}
+
+/// The memfd runs again while the daemon fine-tunes, at each floor on its share; returns the
+/// steps per second it takes with no frames coming, or why the runs were left out.
 fn fine_tuning_runs(
     socket: &Path,
     config: &ServeBenchConfig,
     frame: &Arc<(FrameDesc, Vec<u8>)>,
-    data: &Path,
+    tuning: &FineTuning<'_>,
     runs: &mut Vec<ServeRun>,
     progress: &mut impl FnMut(&str),
-) -> Result<Option<String>, Error> {
+) -> Result<Result<f64, String>, Error> {
+    let data = tuning.data;
     use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams, FineTuneState};
     let mut control = Client::connect(socket)?;
     let text = data
@@ -470,28 +506,37 @@ fn fine_tuning_runs(
         if started.elapsed() > Duration::from_secs(120) {
             // A machine this slow (an emulator) has the idle runs; say why these are missing.
             control.fine_tune_stop()?;
-            return Ok(Some(format!(
+            return Ok(Err(format!(
                 "the fine-tune took {} step(s) in 120 s: too slow to measure beside",
                 status.step
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for rate in [config.rate, 0.0] {
-        progress(&format!(
-            "memfd frames while fine-tuning, {}",
-            if rate > 0.0 {
-                format!("paced at {rate} frames/s")
-            } else {
-                "flat out".into()
-            }
-        ));
-        let before = control.fine_tune_status()?.step;
-        let mut run = run_clients(socket, config, frame, true, rate)?;
-        run.fine_tuning = true;
-        run.fine_tune_steps = control.fine_tune_status()?.step.saturating_sub(before);
-        runs.push(run);
+    progress("fine-tuning with no frames coming");
+    let before = (control.fine_tune_status()?.step, Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(config.seconds));
+    let idle_rate = f64::from(control.fine_tune_status()?.step.saturating_sub(before.0))
+        / before.1.elapsed().as_secs_f64();
+    for &share in &config.fine_tune_shares {
+        tuning.share.set(share);
+        for rate in [config.rate, 0.0] {
+            progress(&format!(
+                "memfd frames while fine-tuning with a share of {share}, {}",
+                if rate > 0.0 {
+                    format!("paced at {rate} frames/s")
+                } else {
+                    "flat out".into()
+                }
+            ));
+            let before = control.fine_tune_status()?.step;
+            let mut run = run_clients(socket, config, frame, true, rate)?;
+            run.fine_tuning = true;
+            run.fine_tune_share = tuning.share.get();
+            run.fine_tune_steps = control.fine_tune_status()?.step.saturating_sub(before);
+            runs.push(run);
+        }
     }
     control.fine_tune_stop()?;
-    Ok(None)
+    Ok(Ok(idle_rate))
 }

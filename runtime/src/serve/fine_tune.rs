@@ -221,8 +221,10 @@ struct Shared {
     /// Asked to stop by a client (the job ends) or by the daemon's shutdown (it resumes).
     stop: AtomicBool,
     stop_by_client: AtomicBool,
-    /// The serving loop is answering a request: no step starts.
+    /// The serving loop is answering a request: no step starts (unless given a turn).
     serving_busy: AtomicBool,
+    /// Turns the serving loop gives steps under load ([`super::share`]).
+    turns: super::share::Turns,
     /// New weights to swap in, and the score they reached.
     swap: Mutex<Option<(PathBuf, f32)>>,
     /// Offered weights the serving loop has not yet swapped in or refused (waiting in `swap`
@@ -249,6 +251,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             stop_by_client: AtomicBool::new(false),
             serving_busy: AtomicBool::new(false),
+            turns: Default::default(),
             swap: Mutex::new(None),
             swaps_unsettled: AtomicU32::new(0),
         }
@@ -461,6 +464,17 @@ impl FineTuner {
         }
     }
 
+    /// Gives a waiting step a turn where `floor` says one is owed ([`super::share`]).
+    pub fn keep_floor(&self, floor: &mut super::share::ShareFloor) {
+        if !self.running() {
+            return;
+        }
+        let shared = &self.shared;
+        floor.maybe_give_turn(&shared.turns, self.settings.slice, || {
+            shared.stop.load(Ordering::Relaxed) || shared.state() != FineTuneState::Running
+        });
+    }
+
     /// Marks the serving loop busy with a request (no step starts) or idle.
     pub fn set_serving_busy(&self, busy: bool) {
         self.shared.serving_busy.store(busy, Ordering::Relaxed);
@@ -578,7 +592,7 @@ fn fine_tune(
         batch: 4,
         ..EvalOptions::default()
     };
-    let serving_map = held_out_map(&weights, &val, &eval)?;
+    let serving_map = held_out_map(&weights, &val, &eval, Some(shared))?;
     Shared::put_f32(&shared.serving_map, serving_map);
     log::info!(
         "fine-tune: the served weights score mAP@0.5 {serving_map:.3} on {} ({} images)",
@@ -659,12 +673,26 @@ fn fine_tune(
     Ok(())
 }
 
+/// `weights`' mAP@0.5 on `val`. With `shared`, a batch is a step for the serving loop's
+/// turns: none starts while a request is answered, unless given a turn ([`super::share`]).
 fn held_out_map(
     weights: &Checkpoint,
     val: &Dataset,
     eval: &EvalOptions,
+    shared: Option<&Shared>,
 ) -> Result<f32, FineTuneError> {
-    let report = evaluate(weights, val, eval, &mut |_, _| {}).map_err(Box::new)?;
+    let mut since = Instant::now();
+    let mut gate = |_, _| {
+        if let Some(s) = shared {
+            s.turns.step_done(since.elapsed());
+            s.turns.wait_for_gap(
+                || s.serving_busy.load(Ordering::Relaxed),
+                || s.stop.load(Ordering::Relaxed),
+            );
+            since = Instant::now();
+        }
+    };
+    let report = evaluate(weights, val, eval, &mut gate).map_err(Box::new)?;
     Ok(report.map.map as f32)
 }
 
@@ -830,10 +858,12 @@ impl Observer for Watcher<'_> {
         if r.device > self.slice {
             s.over_slice.fetch_add(1, Ordering::Relaxed);
         }
-        // The gap: no step starts while a request is served.
-        while s.serving_busy.load(Ordering::Relaxed) && !s.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        s.turns.step_done(r.device);
+        // The gap: no step starts while a request is served, unless given a turn.
+        s.turns.wait_for_gap(
+            || s.serving_busy.load(Ordering::Relaxed),
+            || s.stop.load(Ordering::Relaxed),
+        );
     }
 
     fn epoch(&mut self, e: &EpochReport) {
@@ -855,7 +885,9 @@ impl Observer for Watcher<'_> {
         self.last_checkpoint = Some(progress.step);
         let scored = Checkpoint::load(path)
             .map_err(FineTuneError::from)
-            .and_then(|c| held_out_map(&c, self.val, self.eval).map(|map| (c, map)));
+            .and_then(|c| {
+                held_out_map(&c, self.val, self.eval, Some(self.shared)).map(|map| (c, map))
+            });
         match scored {
             Ok((weights, map)) => {
                 Shared::put_f32(&self.shared.candidate_map, map);

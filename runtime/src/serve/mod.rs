@@ -13,6 +13,7 @@ pub mod notify;
 pub mod ring;
 pub mod server;
 pub mod settings;
+pub mod share;
 pub mod socket;
 pub mod stats;
 

@@ -27,6 +27,7 @@ use super::frame;
 use super::metrics;
 use super::notify::Notifier;
 use super::ring::ClientRing;
+use super::share::{ShareDial, ShareFloor};
 use super::socket::{self, PeerCredentials, Received};
 use super::stats::LatencyHistogram;
 use super::Error;
@@ -67,6 +68,9 @@ pub struct ServeConfig {
     pub state_dir: Option<PathBuf>,
     /// Most time one fine-tuning step may hold the engine.
     pub fine_tune_slice: Duration,
+    /// The share of engine time fine-tuning keeps under load (0: inference first alone). See
+    /// [`super::share`].
+    pub fine_tune_share: f32,
     /// A client's `Reload` may name a file only inside this folder (after links are
     /// resolved); `None`: clients reload the configured weights only.
     pub client_reload_dir: Option<PathBuf>,
@@ -97,6 +101,7 @@ impl ServeConfig {
             stall_timeout: Duration::from_secs(10),
             state_dir: None,
             fine_tune_slice: Duration::from_millis(50),
+            fine_tune_share: 0.0,
             client_reload_dir: None,
             reload_timeout: Duration::from_secs(60),
             metrics: None,
@@ -328,6 +333,8 @@ pub struct Server {
     notifier: Notifier,
     plan: MemoryPlan,
     fine_tune: Option<FineTuner>,
+    /// The books of fine-tuning's floor on engine time.
+    share_floor: ShareFloor,
     /// Weights loading and warming up on a thread of their own.
     loading: Option<Loading>,
     /// Connections accepted since start (each client's `id`).
@@ -449,6 +456,7 @@ impl Server {
             gid: nix::unistd::getgid().as_raw(),
         };
         let max_reply = config.max_reply();
+        let share_floor = ShareFloor::new(ShareDial::new(config.fine_tune_share));
         let mut clients = Vec::with_capacity(config.max_clients);
         clients.resize_with(config.max_clients, || None);
         Ok(Server {
@@ -472,6 +480,7 @@ impl Server {
             notifier,
             plan,
             fine_tune: fine_tuner,
+            share_floor,
             loading: None,
             connections: 0,
             metrics_failed: None,
@@ -479,6 +488,11 @@ impl Server {
     }
 
     /// What the daemon planned and allocated up front for the model it serves.
+    /// The fine-tune's floor on engine time, settable while the loop runs.
+    pub fn fine_tune_share(&self) -> ShareDial {
+        self.share_floor.dial.clone()
+    }
+
     pub fn memory_plan(&self) -> &MemoryPlan {
         &self.plan
     }
@@ -506,6 +520,15 @@ impl Server {
         );
         if let Some(f) = &self.fine_tune {
             f.write_status(out);
+            let floor = &self.share_floor;
+            if floor.turns > 0 {
+                let _ = write!(
+                    out,
+                    "; {} turn(s) for the fine-tune's share, {} ms in all",
+                    floor.turns,
+                    floor.turned.as_millis()
+                );
+            }
         }
     }
 
@@ -825,6 +848,7 @@ impl Server {
         }
         // No fine-tuning step starts while requests are answered.
         let busy = n > 0;
+        let answering = Instant::now();
         if let (true, Some(f)) = (busy, &self.fine_tune) {
             f.set_serving_busy(true);
         }
@@ -850,6 +874,10 @@ impl Server {
             self.accept_clients();
         }
         if let (true, Some(f)) = (busy, &self.fine_tune) {
+            // Right after the answers, when the next request is furthest away: a step owed
+            // its share of the engine runs now ([`super::share`]).
+            self.share_floor.served(answering.elapsed());
+            f.keep_floor(&mut self.share_floor);
             f.set_serving_busy(false);
         }
         Ok(())

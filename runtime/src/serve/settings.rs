@@ -35,6 +35,7 @@ pub struct Settings {
     pub mem_budget: Option<u64>,
     pub state_dir: Option<PathBuf>,
     pub fine_tune_slice: Option<u64>,
+    pub fine_tune_share: Option<f32>,
     pub max_clients: Option<usize>,
     pub max_clients_per_uid: Option<usize>,
     pub hello_timeout: Option<u64>,
@@ -111,6 +112,12 @@ pub enum SettingsError {
     MetricsFile(PathBuf),
     #[error("--threshold {0} must be in [0, 1]")]
     Threshold(f32),
+    #[error(
+        "--fine-tune-share {0}: give the share of engine time fine-tuning keeps under load, \
+         from 0 (inference first, the default) to {max}",
+        max = super::share::MAX_SHARE
+    )]
+    Share(f32),
     #[error("--nms: {0}")]
     Nms(#[from] crate::infer::nms::BadLimit),
 }
@@ -153,6 +160,7 @@ impl Settings {
             mem_budget: self.mem_budget.or(other.mem_budget),
             state_dir: self.state_dir.or(other.state_dir),
             fine_tune_slice: self.fine_tune_slice.or(other.fine_tune_slice),
+            fine_tune_share: self.fine_tune_share.or(other.fine_tune_share),
             max_clients: self.max_clients.or(other.max_clients),
             max_clients_per_uid: self.max_clients_per_uid.or(other.max_clients_per_uid),
             hello_timeout: self.hello_timeout.or(other.hello_timeout),
@@ -187,6 +195,12 @@ impl Settings {
         c.allow_gids = self.allow_gid;
         if let Some(ms) = self.fine_tune_slice {
             c.fine_tune_slice = millis("--fine-tune-slice", ms, 1, 60_000)?;
+        }
+        if let Some(p) = self.fine_tune_share {
+            if !(0.0..=super::share::MAX_SHARE).contains(&p) {
+                return Err(SettingsError::Share(p));
+            }
+            c.fine_tune_share = p;
         }
         if let Some(v) = self.max_clients {
             c.max_clients = v;

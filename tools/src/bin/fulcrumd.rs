@@ -29,7 +29,8 @@ use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal
 ///
 /// Fine-tuning while serving (a client's FineTuneStart, or `fulcrum client --fine-tune DATA`)
 /// trains on DATA/train from the served weights in the gaps between requests (at SCHED_IDLE,
-/// never starting a step during a request, a step no longer than --fine-tune-slice), checkpoints
+/// never starting a step during a request unless --fine-tune-share says training is owed a turn,
+/// a step no longer than --fine-tune-slice), checkpoints
 /// into the state folder every epoch, scores every checkpoint on DATA/val and swaps it in
 /// when its mAP@0.5 beats the served weights'. A daemon killed mid-run resumes at its next start.
 ///
@@ -81,6 +82,11 @@ struct Args {
     /// step fits [default: 50].
     #[arg(long, value_name = "MS")]
     fine_tune_slice: Option<u64>,
+    /// The share of engine time fine-tuning keeps under load, from 0 to 0.9: while frames keep
+    /// coming, the serving loop lets a waiting step run right after its answers whenever
+    /// training had less than this share of the last second [default: 0, inference first].
+    #[arg(long, value_name = "P")]
+    fine_tune_share: Option<f32>,
     /// Most clients connected at once [default: 16]. When every slot is taken, the oldest
     /// connection that has not sent Hello is closed to make room.
     #[arg(long)]
@@ -174,6 +180,7 @@ fn settings(args: Args) -> Settings {
         mem_budget: args.mem_budget,
         state_dir: args.state_dir,
         fine_tune_slice: args.fine_tune_slice,
+        fine_tune_share: args.fine_tune_share,
         max_clients: args.max_clients,
         max_clients_per_uid: args.max_clients_per_uid,
         hello_timeout: args.hello_timeout,

@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// (as SIGHUP does): what a swap costs the requests around it.
     #[arg(long, value_name = "S", value_parser = crate::args::seconds)]
     reload_every: Option<f64>,
+    /// The floors on fine-tuning's share of engine time (fulcrumd --fine-tune-share) to run
+    /// the fine-tuning runs at, comma-separated; 0 is inference first alone.
+    #[arg(long, value_name = "P,...", value_delimiter = ',', default_value = "0,0.1,0.25", value_parser = crate::args::fine_tune_share)]
+    fine_tune_shares: Vec<f32>,
     /// Clients connected at once, 1 to 1000.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1000))]
     clients: u16,
@@ -186,6 +190,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         height: a.height,
         format: a.format,
         fine_tune: true,
+        fine_tune_shares: a.fine_tune_shares.clone(),
         reload_every: a.reload_every,
     };
     let r = bench_serve(&config, |what| eprintln!("measuring: {what}"))?;
@@ -216,7 +221,12 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             run.load.to_string()
         };
         let daemon = if run.fine_tuning {
-            format!("fine-tuning ({})", run.fine_tune_steps)
+            format!(
+                "tuning {} ({}, {:.1}/s)",
+                run.fine_tune_share,
+                run.fine_tune_steps,
+                run.fine_tune_steps_per_s()
+            )
         } else if run.reloads > 0 {
             format!("reloading ({})", run.reloads)
         } else {
@@ -234,7 +244,8 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             run.p999_ms
         );
     }
-    crate::outln!("  (fine-tuning (N): the daemon fine-tuned meanwhile and took N training steps;");
+    crate::outln!("  (tuning P (N, R/s): the daemon fine-tuned meanwhile with a floor of P on its share of the");
+    crate::outln!("   engine and took N training steps, R a second;");
     crate::outln!("   reloading (N): it reloaded and swapped in its weights N times meanwhile)");
     for why in &r.skipped {
         crate::outln!("  skipped: {why}");
@@ -279,10 +290,33 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             flat.frames_per_s
         );
     }
+    if let Some(rate) = r.fine_tune_idle_steps_per_s {
+        crate::outln!("  fine-tuning with no frames coming: {rate:.1} steps/s");
+    }
     let tuning = r
         .runs
         .iter()
         .find(|x| x.transport == "memfd" && x.load == "paced" && x.fine_tuning);
+    let floor = r.runs.iter().find(|x| {
+        x.transport == "memfd" && x.load == "paced" && x.fine_tuning && x.fine_tune_share == 0.25
+    });
+    if let (Some(idle), Some(floor), Some(unloaded)) =
+        (find("memfd", "paced"), floor, r.fine_tune_idle_steps_per_s)
+    {
+        let rate = floor.fine_tune_steps_per_s();
+        crate::outln!(
+            "  goal: with a share of 0.25, memfd p99 ≤ 2 × idle p99 ({:.3} ms) and ≥ 20 % of the unloaded steps/s ({:.1}): {} ({:.3} ms, {:.1} steps/s)",
+            2.0 * idle.p99_ms,
+            0.2 * unloaded,
+            if floor.p99_ms <= 2.0 * idle.p99_ms && rate >= 0.2 * unloaded {
+                "met"
+            } else {
+                "NOT met"
+            },
+            floor.p99_ms,
+            rate
+        );
+    }
     if let (Some(idle), Some(tuning)) = (find("memfd", "paced"), tuning) {
         crate::outln!(
             "  goal: while fine-tuning, memfd p99 ≤ 2 × idle p99 ({:.3} ms): {} ({:.3} ms, {} training steps meanwhile)",
