@@ -515,9 +515,25 @@ fn bad_options_are_clear_errors() {
         err.contains("--nms") && err.contains("not in (0, 1]"),
         "{err}"
     );
+    // So is the fine-tune's share, from the file and the command line alike.
+    std::fs::write(&config, "weights = \"x\"\nfine_tune_share = 0.95\n").unwrap();
+    let (st, _, err) = run(Command::new(FULCRUMD).arg("--config").arg(&config));
+    assert_eq!(st.code(), Some(2));
+    assert!(
+        err.contains("--fine-tune-share 0.95") && err.contains("from 0"),
+        "{err}"
+    );
+    let (st, _, err) = run(Command::new(FULCRUMD).args([
+        "--weights",
+        "x",
+        "--fine-tune-share=-0.1",
+    ]));
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("--fine-tune-share -0.1"), "{err}");
     let (st, out, _) = run(Command::new(FULCRUMD).arg("--help"));
     assert!(st.success());
     for option in [
+        "--fine-tune-share",
         "--weights",
         "--socket",
         "--engine",
