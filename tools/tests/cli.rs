@@ -1777,3 +1777,53 @@ fn replay_mixes_the_base_data_in_trains_both_class_sets_and_eval_scores_either()
     e.expect(2);
     assert_mentions(&e.stderr, &["pack the replay data again with --size 128"]);
 }
+
+#[test]
+fn max_time_stops_a_long_run_with_its_checkpoint_and_resume_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    fulcrum(cwd, &["pack", "--synthetic", "64", "--out", "D"]).expect(0);
+    let started = std::time::Instant::now();
+    let args = [
+        "train",
+        "--data",
+        "D",
+        "--out",
+        "run",
+        "--batch",
+        "8",
+        "--epochs",
+        "100000",
+        "--max-time",
+        "2s",
+    ];
+    let run = fulcrum(cwd, &args);
+    run.expect(0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "a 2 s limit took {:?}",
+        started.elapsed()
+    );
+    let first = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    assert!(first.progress.step > 0 && first.progress.step < 800_000);
+    let again = fulcrum(
+        cwd,
+        &[
+            "train",
+            "--data",
+            "D",
+            "--out",
+            "run",
+            "--batch",
+            "8",
+            "--epochs",
+            "100000",
+            "--max-time",
+            "1s",
+            "--resume",
+        ],
+    );
+    again.expect(0);
+    let second = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    assert!(second.progress.step > first.progress.step);
+}

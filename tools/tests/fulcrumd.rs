@@ -523,11 +523,8 @@ fn bad_options_are_clear_errors() {
         err.contains("--fine-tune-share 0.95") && err.contains("from 0"),
         "{err}"
     );
-    let (st, _, err) = run(Command::new(FULCRUMD).args([
-        "--weights",
-        "x",
-        "--fine-tune-share=-0.1",
-    ]));
+    let (st, _, err) =
+        run(Command::new(FULCRUMD).args(["--weights", "x", "--fine-tune-share=-0.1"]));
     assert_eq!(st.code(), Some(2));
     assert!(err.contains("--fine-tune-share -0.1"), "{err}");
     let (st, out, _) = run(Command::new(FULCRUMD).arg("--help"));

@@ -206,6 +206,9 @@ pub struct RunOptions {
     pub resume: bool,
     /// Stop after this many steps in total (tests; the checkpoint is written).
     pub max_steps: Option<u64>,
+    /// Stop after the step that brings this run's time in the step loop to this (a fine-tune
+    /// with a time budget on the board; the checkpoint is written, `resume` continues).
+    pub max_time: Option<Duration>,
     /// Record loader, wait and device-step spans here (allocated up front by the caller).
     pub trace: Option<std::sync::Arc<crate::trace::TraceLog>>,
     /// Extra wall time per record in the loaders (tests and `bench balance`: a slow loader).
@@ -798,8 +801,8 @@ impl<'a> Steps<'a> {
         })
     }
 
-    /// Runs steps until the data ends, `--max-steps` is reached or `stop` is set; whether it
-    /// was `stop`.
+    /// Runs steps until the data ends, `--max-steps` or `--max-time` is reached or `stop` is
+    /// set; whether it was `stop`.
     fn run(
         &mut self,
         stop: &AtomicBool,
@@ -807,8 +810,10 @@ impl<'a> Steps<'a> {
         saver: &Saver<'_>,
         observer: &mut dyn Observer,
     ) -> Result<bool> {
+        let started = Instant::now();
         loop {
-            let at_max = (self.options.max_steps).is_some_and(|m| self.progress.step >= m);
+            let at_max = (self.options.max_steps).is_some_and(|m| self.progress.step >= m)
+                || (self.options.max_time).is_some_and(|t| started.elapsed() >= t);
             if stop.load(Ordering::Relaxed) || at_max {
                 return Ok(stop.load(Ordering::Relaxed));
             }

@@ -157,6 +157,11 @@ pub struct Args {
     /// Stop after this many steps in all (the checkpoint is written; --resume continues).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
+    /// Stop once this much time (e.g. 30s, 2m) has gone into training steps in this run, after
+    /// the step under way (the checkpoint is written; --resume continues). The learning rate
+    /// still follows the schedule of --epochs: set them so that the run fits.
+    #[arg(long, value_parser = fulcrum::balance::parse_duration, value_name = "TIME")]
+    max_time: Option<std::time::Duration>,
     /// Hard memory limit for the pipeline and the model together (e.g. 64M): a configuration
     /// over it is refused before anything is allocated, naming a batch that fits.
     #[arg(long, value_parser = fulcrum::base::parse_size)]
@@ -411,6 +416,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         mem_budget: a.mem_budget,
         resume: a.resume,
         max_steps: a.max_steps,
+        max_time: a.max_time,
         trace: a
             .trace
             .as_ref()
