@@ -206,6 +206,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         // Fine-tuning beside serving needs its own set packed and minutes: not in a quick run.
         fine_tune: !quick,
         fine_tune_shares: vec![0.0, 0.25],
+        fine_tune_data: None,
+        fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze::None,
+        fine_tune_seconds: None,
+        paced_only: false,
+        fine_tune_slice: None,
         reload_every: None,
     };
     let (serve, serve_error) = match bench_serve(&serve_config, |what| eprintln!("  serve: {what}"))

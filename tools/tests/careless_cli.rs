@@ -253,7 +253,7 @@ fn pack_names_a_gif_it_skips_and_does_not_call_its_label_orphaned() {
 }
 
 #[test]
-fn eval_refuses_classes_of_another_order_unless_told_to_score_by_position() {
+fn eval_matches_classes_by_name_and_refuses_unknown_ones_unless_told_to_score_by_position() {
     let t = tempfile::tempdir().unwrap();
     let cwd = t.path();
     yolo_folder(&cwd.join("ab"), 4, "cat\ndog\n");
@@ -279,28 +279,32 @@ fn eval_refuses_classes_of_another_order_unless_told_to_score_by_position() {
     )
     .expect(0);
     let weights = "run/last.safetensors";
-    for data in ["ba-data", "other-data"] {
-        let run = fulcrum(cwd, &["eval", "--weights", weights, "--data", data]);
-        assert_eq!(run.code(), Some(2), "{}", run.both());
-        assert_mentions(&run.stderr, &["[cat, dog]", "--classes-by-position"]);
-        assert!(run.stdout.is_empty(), "scored anyway:\n{}", run.stdout);
-        let run = fulcrum(
-            cwd,
-            &[
-                "eval",
-                "--weights",
-                weights,
-                "--data",
-                data,
-                "--classes-by-position",
-            ],
-        );
-        run.expect(0);
-        assert_mentions(&run.stdout, &["AP@0.5"]);
-    }
+    // Another order of the same names: matched by name.
+    let run = fulcrum(cwd, &["eval", "--weights", weights, "--data", "ba-data"]);
+    run.expect(0);
+    assert_mentions(&run.stderr, &["matched by name"]);
+    assert_mentions(&run.stdout, &["AP@0.5"]);
+    let data = "other-data";
+    let run = fulcrum(cwd, &["eval", "--weights", weights, "--data", data]);
+    assert_eq!(run.code(), Some(2), "{}", run.both());
+    assert_mentions(&run.stderr, &["[cat, dog]", "--classes-by-position"]);
+    assert!(run.stdout.is_empty(), "scored anyway:\n{}", run.stdout);
+    let run = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--weights",
+            weights,
+            "--data",
+            data,
+            "--classes-by-position",
+        ],
+    );
+    run.expect(0);
+    assert_mentions(&run.stdout, &["AP@0.5"]);
     assert_mentions(
-        &fulcrum(cwd, &["eval", "--weights", weights, "--data", "ba-data"]).stderr,
-        &["[dog, cat]"],
+        &fulcrum(cwd, &["eval", "--weights", weights, "--data", "other-data"]).stderr,
+        &["[car, bus]"],
     );
     fulcrum(cwd, &["eval", "--weights", weights, "--data", "ab-data"]).expect(0);
 }

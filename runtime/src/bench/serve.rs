@@ -42,6 +42,18 @@ pub struct ServeBenchConfig {
     /// The floors on fine-tuning's share of engine time to measure it at (`fulcrumd
     /// --fine-tune-share`; 0 is inference first alone).
     pub fine_tune_shares: Vec<f32>,
+    /// Fine-tune on this folder (packed `train/` and `val/` with the served model's classes)
+    /// instead of a synthetic set packed for the purpose. Each floor then starts a fresh
+    /// fine-tune from the served weights (reloaded), and its held-out mAP is followed.
+    pub fine_tune_data: Option<PathBuf>,
+    /// The layers the fine-tune leaves frozen.
+    pub fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze,
+    /// Seconds of each run while fine-tuning; `None`: `seconds`.
+    pub fine_tune_seconds: Option<f64>,
+    /// While fine-tuning, only the paced runs (a long curve at a camera's rate).
+    pub paced_only: bool,
+    /// The daemon's `--fine-tune-slice`; `None`: its default.
+    pub fine_tune_slice: Option<Duration>,
     /// Also measure a paced memfd run while the weights are reloaded (SIGHUP's path) every
     /// this many seconds: what a swap costs the requests around it.
     pub reload_every: Option<f64>,
@@ -60,6 +72,8 @@ pub struct ServeRun {
     pub fine_tune_steps: u32,
     /// The floor on fine-tuning's share of engine time during the run.
     pub fine_tune_share: f32,
+    /// With a fresh fine-tune per run: its progress, sampled through the run.
+    pub fine_tune_curve: Vec<CurvePoint>,
     /// Weights reloaded and swapped in during the run.
     pub reloads: u32,
     pub frames: u64,
@@ -92,6 +106,16 @@ pub struct ServeBenchReport {
     pub fine_tune_idle_steps_per_s: Option<f64>,
     /// Runs left out, and why.
     pub skipped: Vec<String>,
+}
+
+/// A fine-tune's progress at a moment of a run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CurvePoint {
+    /// Since the fine-tune was asked for.
+    pub seconds: f64,
+    pub step: u32,
+    /// Held-out mAP@0.5 of its latest checkpoint (`None` before the first).
+    pub held_out_map: Option<f32>,
 }
 
 impl ServeRun {
@@ -175,8 +199,19 @@ fn run_clients(
     memfd: bool,
     rate: f64,
 ) -> Result<ServeRun, Error> {
+    run_clients_for(socket, config, frame, (memfd, rate), config.seconds)
+}
+
+/// [`run_clients`] for `seconds`; `(memfd, rate)` as there.
+fn run_clients_for(
+    socket: &Path,
+    config: &ServeBenchConfig,
+    frame: &Arc<(FrameDesc, Vec<u8>)>,
+    (memfd, rate): (bool, f64),
+    seconds: f64,
+) -> Result<ServeRun, Error> {
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(config.seconds);
+    let deadline = started + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..config.clients)
         .map(|i| {
             let socket = socket.to_path_buf();
@@ -236,6 +271,7 @@ fn run_clients(
         fine_tuning: false,
         fine_tune_steps: 0,
         fine_tune_share: 0.0,
+        fine_tune_curve: Vec::new(),
         reloads: 0,
         frames: all.count(),
         frames_per_s: all.count() as f64 / seconds,
@@ -289,9 +325,12 @@ pub fn bench_serve(
     let mut serve = ServeConfig::new(socket.clone(), weights, config.exec.clone());
     serve.state_dir = Some(dir.path().join("state"));
     serve.max_frame_side = config.width.max(config.height);
-    // The control client, this run's clients, and room for the last run's while the daemon
-    // sees them hang up (it may be in a fine-tuning turn when they do).
-    serve.max_clients = 2 * config.clients + 1;
+    // The control client, the curve's sampler, this run's clients, and room for the last
+    // run's while the daemon sees them hang up (it may be in a fine-tuning turn when they do).
+    serve.max_clients = 2 * config.clients + 4;
+    if let Some(slice) = config.fine_tune_slice {
+        serve.fine_tune_slice = slice;
+    }
     // Every client here is this process's uid: the per-uid share would refuse the last.
     serve.max_clients_per_uid = Some(serve.max_clients);
     let mut server = Server::start(serve, Notifier::default())?;
@@ -353,8 +392,14 @@ pub fn bench_serve(
     if outcome.is_ok() && !config.fine_tune {
         skipped.push("while fine-tuning: not asked for".into());
     } else if outcome.is_ok() {
-        progress("packing a synthetic set to fine-tune on");
-        match fine_tune_data(&checkpoint, dir.path()) {
+        let data = match &config.fine_tune_data {
+            Some(data) => Ok(data.clone()),
+            None => {
+                progress("packing a synthetic set to fine-tune on");
+                fine_tune_data(&checkpoint, dir.path())
+            }
+        };
+        match data {
             Ok(data) => {
                 let tuning = FineTuning {
                     data: &data,
@@ -468,7 +513,9 @@ struct FineTuning<'a> {
 }
 
 /// The memfd runs again while the daemon fine-tunes, at each floor on its share; returns the
-/// steps per second it takes with no frames coming, or why the runs were left out.
+/// steps per second it takes with no frames coming, or why the runs were left out. With given
+/// data, each floor's runs start a fresh fine-tune from the served weights (reloaded first)
+/// and follow its held-out mAP.
 fn fine_tuning_runs(
     socket: &Path,
     config: &ServeBenchConfig,
@@ -477,18 +524,17 @@ fn fine_tuning_runs(
     runs: &mut Vec<ServeRun>,
     progress: &mut impl FnMut(&str),
 ) -> Result<Result<f64, String>, Error> {
-    let data = tuning.data;
-    use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams, FineTuneState};
+    use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
     let mut control = Client::connect(socket)?;
-    let text = data
+    let text = tuning
+        .data
         .to_str()
-        .ok_or_else(|| Error::Config(format!("{}: not UTF-8", data.display())))?;
+        .ok_or_else(|| Error::Config(format!("{}: not UTF-8", tuning.data.display())))?;
     let params = FineTuneParams {
         max_steps: 0,
         epochs: 1000,
         swap_always: false,
-        // Every layer, as the figures before freezing existed.
-        freeze: FineTuneFreeze::None,
+        freeze: config.fine_tune_freeze,
     };
     control.fine_tune_start(text, params)?;
     // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.
@@ -518,9 +564,16 @@ fn fine_tuning_runs(
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let idle_rate = f64::from(control.fine_tune_status()?.step.saturating_sub(before.0))
         / before.1.elapsed().as_secs_f64();
+    let fresh_each = config.fine_tune_data.is_some();
+    let seconds = config.fine_tune_seconds.unwrap_or(config.seconds);
+    let rates: &[f64] = if config.paced_only {
+        &[config.rate]
+    } else {
+        &[config.rate, 0.0]
+    };
     for &share in &config.fine_tune_shares {
         tuning.share.set(share);
-        for rate in [config.rate, 0.0] {
+        for &rate in rates {
             progress(&format!(
                 "memfd frames while fine-tuning with a share of {share}, {}",
                 if rate > 0.0 {
@@ -529,14 +582,90 @@ fn fine_tuning_runs(
                     "flat out".into()
                 }
             ));
+            let asked = if fresh_each {
+                // From the served weights again, as a robot's fine-tune would start.
+                stop_fine_tune(&mut control)?;
+                control.reload(None)?;
+                control.fine_tune_start(text, params)?;
+                Some(Instant::now())
+            } else {
+                None
+            };
             let before = control.fine_tune_status()?.step;
-            let mut run = run_clients(socket, config, frame, true, rate)?;
+            let curve = asked.map(|t| CurveSampler::start(socket, t)).transpose()?;
+            let mut run = run_clients_for(socket, config, frame, (true, rate), seconds)?;
             run.fine_tuning = true;
             run.fine_tune_share = tuning.share.get();
-            run.fine_tune_steps = control.fine_tune_status()?.step.saturating_sub(before);
+            let after = control.fine_tune_status()?.step;
+            run.fine_tune_steps = if fresh_each {
+                after
+            } else {
+                after.saturating_sub(before)
+            };
+            if let Some(curve) = curve {
+                run.fine_tune_curve = curve.finish()?;
+            }
             runs.push(run);
         }
     }
     control.fine_tune_stop()?;
     Ok(Ok(idle_rate))
+}
+
+/// Stops the running fine-tune and waits until it has.
+fn stop_fine_tune(control: &mut Client) -> Result<(), Error> {
+    use fulcrum_board::protocol::FineTuneState;
+    let _ = control.fine_tune_stop();
+    let since = Instant::now();
+    while matches!(
+        control.fine_tune_status()?.state,
+        FineTuneState::Running | FineTuneState::Stopping
+    ) {
+        if since.elapsed() > Duration::from_secs(120) {
+            return Err(Error::Unexpected(
+                "the benchmark's fine-tune did not stop within 120 s".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Samples a fine-tune's status four times a second on a connection of its own.
+struct CurveSampler {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Vec<CurvePoint>, Error>>,
+}
+
+impl CurveSampler {
+    fn start(socket: &Path, asked: Instant) -> Result<Self, Error> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let mut client = Client::connect(socket)?;
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("bench-curve".into())
+            .spawn(move || {
+                let mut points = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let s = client.fine_tune_status()?;
+                    points.push(CurvePoint {
+                        seconds: asked.elapsed().as_secs_f64(),
+                        step: s.step,
+                        held_out_map: s.candidate_map.is_finite().then_some(s.candidate_map),
+                    });
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Ok(points)
+            })
+            .expect("spawn the curve sampler");
+        Ok(CurveSampler { done, thread })
+    }
+
+    fn finish(self) -> Result<Vec<CurvePoint>, Error> {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread
+            .join()
+            .map_err(|_| Error::Unexpected("the curve sampler panicked".into()))?
+    }
 }

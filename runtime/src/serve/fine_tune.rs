@@ -684,7 +684,7 @@ fn held_out_map(
     let mut since = Instant::now();
     let mut gate = |_, _| {
         if let Some(s) = shared {
-            s.turns.step_done(since.elapsed());
+            s.turns.scoring_done(since.elapsed());
             s.turns.wait_for_gap(
                 || s.serving_busy.load(Ordering::Relaxed),
                 || s.stop.load(Ordering::Relaxed),

@@ -55,8 +55,9 @@ impl ShareDial {
 pub struct Turns {
     /// Time of the steps taken outside turns (in the gaps), in nanoseconds.
     gap_ns: AtomicU64,
-    /// The fastest step so far, in nanoseconds: what a step costs the engine unpreempted.
-    fastest_ns: AtomicU64,
+    /// The fastest training step and scoring batch so far, in nanoseconds: what each costs
+    /// the engine unpreempted (kept apart: a scoring batch is much the shorter).
+    fastest_ns: [AtomicU64; 2],
     /// Steps (and scoring batches) finished so far: a turn ends at the next.
     steps: AtomicU64,
     /// While the serving loop has stopped serving for a turn: the number `steps` will have
@@ -68,7 +69,7 @@ impl Default for Turns {
     fn default() -> Self {
         Turns {
             gap_ns: AtomicU64::new(0),
-            fastest_ns: AtomicU64::new(u64::MAX),
+            fastest_ns: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
             steps: AtomicU64::new(0),
             turn: AtomicU64::new(0),
         }
@@ -76,10 +77,19 @@ impl Default for Turns {
 }
 
 impl Turns {
-    /// The fine-tune's side, after each step (or scoring batch) that took `took`.
+    /// The fine-tune's side, after each training step, which took `took`.
     pub fn step_done(&self, took: Duration) {
+        self.done(0, took);
+    }
+
+    /// The fine-tune's side, after each batch of its held-out scoring.
+    pub fn scoring_done(&self, took: Duration) {
+        self.done(1, took);
+    }
+
+    fn done(&self, kind: usize, took: Duration) {
         let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let fastest = self.fastest_ns.fetch_min(ns, Ordering::Relaxed).min(ns);
+        let fastest = self.fastest_ns[kind].fetch_min(ns, Ordering::Relaxed).min(ns);
         if self.turn.load(Ordering::SeqCst) == 0 {
             self.gap_ns.fetch_add(ns.min(fastest), Ordering::Relaxed);
         }
@@ -257,10 +267,12 @@ mod tests {
         turns.step_done(Duration::from_millis(20));
         floor.maybe_give_turn(&turns, Duration::from_millis(5), || false);
         assert_eq!(floor.turns, 0);
-        // A step stretched by preemption counts as long as the fastest: owed again.
+        // A step stretched by preemption counts as long as the fastest: owed again. Scoring
+        // batches keep their own fastest.
+        turns.scoring_done(Duration::from_millis(1));
         turns.step_done(Duration::from_millis(2));
         turns.step_done(Duration::from_millis(60));
-        assert_eq!(turns.gaps(), Duration::from_millis(24));
+        assert_eq!(turns.gaps(), Duration::from_millis(25));
         // Owed, but the fine-tune ended: the turn ends at once and is taken back.
         floor.served(Duration::from_millis(100));
         let since = Instant::now();

@@ -40,6 +40,25 @@ pub struct ServeArgs {
     /// the fine-tuning runs at, comma-separated; 0 is inference first alone.
     #[arg(long, value_name = "P,...", value_delimiter = ',', default_value = "0,0.1,0.25", value_parser = crate::args::fine_tune_share)]
     fine_tune_shares: Vec<f32>,
+    /// Fine-tune on this folder (packed train/ and val/ with the served model's classes, as
+    /// `fulcrum client --fine-tune` takes) instead of a synthetic set; each floor then starts a
+    /// fresh fine-tune from the served weights and its held-out mAP is followed (give
+    /// --weights).
+    #[arg(long, value_name = "DATA", requires = "weights")]
+    fine_tune_data: Option<PathBuf>,
+    /// Layers the fine-tune leaves frozen: none, backbone or backbone+neck (auto: the daemon's
+    /// choice).
+    #[arg(long, default_value = "none", value_parser = super::client::freeze, value_name = "LAYERS")]
+    fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze,
+    /// Seconds of each run while fine-tuning [default: --seconds].
+    #[arg(long, value_name = "S", value_parser = crate::args::seconds)]
+    fine_tune_seconds: Option<f64>,
+    /// While fine-tuning, only the paced runs (no flat-out runs).
+    #[arg(long)]
+    paced_only: bool,
+    /// The daemon's --fine-tune-slice in milliseconds [default: the daemon's, 50].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    fine_tune_slice: Option<u64>,
     /// Clients connected at once, 1 to 1000.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1000))]
     clients: u16,
@@ -191,6 +210,11 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         format: a.format,
         fine_tune: true,
         fine_tune_shares: a.fine_tune_shares.clone(),
+        fine_tune_data: a.fine_tune_data.clone(),
+        fine_tune_freeze: a.fine_tune_freeze,
+        fine_tune_seconds: a.fine_tune_seconds,
+        paced_only: a.paced_only,
+        fine_tune_slice: a.fine_tune_slice.map(std::time::Duration::from_millis),
         reload_every: a.reload_every,
     };
     let r = bench_serve(&config, |what| eprintln!("measuring: {what}"))?;
@@ -292,6 +316,26 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(rate) = r.fine_tune_idle_steps_per_s {
         crate::outln!("  fine-tuning with no frames coming: {rate:.1} steps/s");
+    }
+    for run in r.runs.iter().filter(|x| !x.fine_tune_curve.is_empty()) {
+        let at = |t: f64| {
+            run.fine_tune_curve
+                .iter()
+                .rev()
+                .find(|p| p.seconds <= t)
+                .and_then(|p| p.held_out_map)
+                .map_or("-".to_owned(), |m| format!("{m:.3}"))
+        };
+        crate::outln!(
+            "  fine-tune from the served weights, share {} {}: held-out mAP@0.5 at 15 / 30 / 60 / 120 s: {} / {} / {} / {} ({} steps)",
+            run.fine_tune_share,
+            run.load,
+            at(15.0),
+            at(30.0),
+            at(60.0),
+            at(120.0),
+            run.fine_tune_steps
+        );
     }
     let tuning = r
         .runs

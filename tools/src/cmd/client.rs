@@ -246,7 +246,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn freeze(s: &str) -> Result<FineTuneFreeze, fulcrum::base::UnknownChoice> {
+pub fn freeze(s: &str) -> Result<FineTuneFreeze, fulcrum::base::UnknownChoice> {
     FineTuneFreeze::ALL
         .into_iter()
         .find(|f| f.name() == s)

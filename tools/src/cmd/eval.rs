@@ -41,9 +41,10 @@ pub struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Score class i of the model against class i of the data even where their names differ
-    /// (another order, or other names). Without it such data is refused: scores by position
-    /// would be quietly wrong.
+    /// Score class i of the model against class i of the data even where the data names
+    /// classes the model does not know. Without it such data is refused: scores by position
+    /// would be quietly wrong. (Where the model names every class of the data, in another
+    /// order or among more, they are matched by name.)
     #[arg(long)]
     classes_by_position: bool,
     #[command(flatten)]
@@ -60,6 +61,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         && !checkpoint.classes.is_empty()
         && checkpoint.classes.len() == data_classes.len()
         && &checkpoint.classes != data_classes
+        // Where the checkpoint names every class of the data, they are matched by name.
+        && !data_classes.iter().all(|c| checkpoint.classes.contains(c))
     {
         anyhow::bail!(
             "the classes differ: {} was trained on [{}], {} holds [{}]; evaluate on data \
