@@ -89,7 +89,9 @@ impl Turns {
 
     fn done(&self, kind: usize, took: Duration) {
         let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let fastest = self.fastest_ns[kind].fetch_min(ns, Ordering::Relaxed).min(ns);
+        let fastest = self.fastest_ns[kind]
+            .fetch_min(ns, Ordering::Relaxed)
+            .min(ns);
         if self.turn.load(Ordering::SeqCst) == 0 {
             self.gap_ns.fetch_add(ns.min(fastest), Ordering::Relaxed);
         }
