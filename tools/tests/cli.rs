@@ -1627,12 +1627,10 @@ fn a_frozen_backbone_stays_as_it_was_and_keeps_no_state() {
     assert_mentions(&bad.stderr, &["heads", "none, backbone or backbone+neck"]);
 }
 
-/// `--init-from` weights of other class names: the classes are matched by name, and the run
-/// says which it kept, which are new and which the data does not have.
-#[test]
-fn fine_tuning_onto_other_class_names_says_what_it_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let cwd = dir.path();
+/// In `cwd`: the synthetic set packed as D (classes disc, square) and a det-s trained on it
+/// into base/, and `photos` coco128 photos labelled with one box each, alternately class 0 and
+/// 1 of `classes` (classes.txt's text), packed at 128 as P.
+fn base_and_photos(cwd: &Path, photos: usize, classes: &str) {
     fulcrum(cwd, &["pack", "--synthetic", "32", "--out", "D"]).expect(0);
     let base = &[
         "train", "--data", "D", "--out", "base", "--batch", "8", "--epochs", "1",
@@ -1641,13 +1639,22 @@ fn fine_tuning_onto_other_class_names_says_what_it_kept() {
     let src = cwd.join("photos");
     std::fs::create_dir_all(src.join("images")).unwrap();
     std::fs::create_dir_all(src.join("labels")).unwrap();
-    for (i, photo) in common::coco128_photos().iter().take(8).enumerate() {
+    for (i, photo) in common::coco128_photos().iter().take(photos).enumerate() {
         std::fs::copy(photo, src.join(format!("images/{i}.jpg"))).unwrap();
         let label = format!("{} 0.5 0.5 0.3 0.4\n", i % 2);
         std::fs::write(src.join(format!("labels/{i}.txt")), label).unwrap();
     }
-    std::fs::write(src.join("classes.txt"), "square\nraccoon\n").unwrap();
+    std::fs::write(src.join("classes.txt"), classes).unwrap();
     fulcrum(cwd, &["pack", "photos", "--out", "P", "--size", "128"]).expect(0);
+}
+
+/// `--init-from` weights of other class names: the classes are matched by name, and the run
+/// says which it kept, which are new and which the data does not have.
+#[test]
+fn fine_tuning_onto_other_class_names_says_what_it_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    base_and_photos(cwd, 8, "square\nraccoon\n");
     let run = fulcrum(
         cwd,
         &[
@@ -1681,21 +1688,7 @@ fn fine_tuning_onto_other_class_names_says_what_it_kept() {
 fn replay_mixes_the_base_data_in_trains_both_class_sets_and_eval_scores_either() {
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path();
-    fulcrum(cwd, &["pack", "--synthetic", "32", "--out", "D"]).expect(0);
-    let base = &[
-        "train", "--data", "D", "--out", "base", "--batch", "8", "--epochs", "1",
-    ];
-    fulcrum(cwd, base).expect(0);
-    let src = cwd.join("photos");
-    std::fs::create_dir_all(src.join("images")).unwrap();
-    std::fs::create_dir_all(src.join("labels")).unwrap();
-    for (i, photo) in common::coco128_photos().iter().take(12).enumerate() {
-        std::fs::copy(photo, src.join(format!("images/{i}.jpg"))).unwrap();
-        let label = format!("{} 0.5 0.5 0.3 0.4\n", i % 2);
-        std::fs::write(src.join(format!("labels/{i}.txt")), label).unwrap();
-    }
-    std::fs::write(src.join("classes.txt"), "raccoon\nsquare\n").unwrap();
-    fulcrum(cwd, &["pack", "photos", "--out", "P", "--size", "128"]).expect(0);
+    base_and_photos(cwd, 12, "raccoon\nsquare\n");
     let tune = |out: &str, extra: &[&str]| {
         let mut args = vec![
             "train",
