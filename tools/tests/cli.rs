@@ -1776,32 +1776,8 @@ fn max_time_stops_a_long_run_with_its_checkpoint_and_resume_continues() {
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path();
     fulcrum(cwd, &["pack", "--synthetic", "64", "--out", "D"]).expect(0);
-    let started = std::time::Instant::now();
-    let args = [
-        "train",
-        "--data",
-        "D",
-        "--out",
-        "run",
-        "--batch",
-        "8",
-        "--epochs",
-        "100000",
-        "--max-time",
-        "2s",
-    ];
-    let run = fulcrum(cwd, &args);
-    run.expect(0);
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(60),
-        "a 2 s limit took {:?}",
-        started.elapsed()
-    );
-    let first = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
-    assert!(first.progress.step > 0 && first.progress.step < 800_000);
-    let again = fulcrum(
-        cwd,
-        &[
+    let train = |limit: &str, resume: bool| {
+        let mut args = vec![
             "train",
             "--data",
             "D",
@@ -1812,10 +1788,23 @@ fn max_time_stops_a_long_run_with_its_checkpoint_and_resume_continues() {
             "--epochs",
             "100000",
             "--max-time",
-            "1s",
-            "--resume",
-        ],
+            limit,
+        ];
+        if resume {
+            args.push("--resume");
+        }
+        fulcrum(cwd, &args)
+    };
+    let started = std::time::Instant::now();
+    train("2s", false).expect(0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "a 2 s limit took {:?}",
+        started.elapsed()
     );
+    let first = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
+    assert!(first.progress.step > 0 && first.progress.step < 800_000);
+    let again = train("1s", true);
     again.expect(0);
     let second = fulcrum::model::Checkpoint::load(&cwd.join("run/last.safetensors")).unwrap();
     assert!(second.progress.step > first.progress.step);

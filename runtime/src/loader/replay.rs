@@ -62,19 +62,7 @@ impl Replay {
             )));
         }
         let theirs = &dataset.layout;
-        if theirs.record_size != layout.record_size
-            || (
-                theirs.width,
-                theirs.height,
-                theirs.channels,
-                theirs.max_boxes,
-            ) != (
-                layout.width,
-                layout.height,
-                layout.channels,
-                layout.max_boxes,
-            )
-        {
+        if theirs != layout {
             return Err(Error::Config(format!(
                 "the replay data {} holds {}×{} records with up to {} boxes; the training data \
                  {}×{} with up to {}: pack the replay data again with --size {} --max-boxes {}",

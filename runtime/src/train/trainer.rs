@@ -429,13 +429,7 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let dataset = Dataset::open(&config.data, options.direct)?;
-    let replay = open_replay(config, &dataset, options.direct)?;
-    let classes = match &replay {
-        Some(r) => {
-            loader::replay::union_classes(&dataset.manifest.classes, &r.dataset.manifest.classes)
-        }
-        None => dataset.manifest.classes.clone(),
-    };
+    let (replay, classes) = open_replay(config, &dataset, options.direct)?;
     let model = model_for(&config.model, &dataset, classes.len() as u32)?;
     let checkpoint_path = config.out.join(CHECKPOINT_FILE);
     // One run per output folder: a second would overwrite the first's checkpoints.
@@ -1145,24 +1139,21 @@ fn batches_per_epoch(config: &TrainConfig, dataset: &Dataset, lc: &LoaderConfig)
     }
 }
 
-/// The replay data `config` names, opened and checked against the training data.
+/// The replay data `config` names, opened and checked against the training data, and the
+/// classes the run trains: the data's, and with replay those only the replay data has.
 fn open_replay(
     config: &TrainConfig,
     dataset: &Dataset,
     direct: DirectMode,
-) -> Result<Option<std::sync::Arc<loader::Replay>>> {
+) -> Result<(Option<std::sync::Arc<loader::Replay>>, Vec<String>)> {
     let Some(dir) = &config.replay else {
-        return Ok(None);
+        return Ok((None, dataset.manifest.classes.clone()));
     };
     let replay = Dataset::open(dir, direct)?;
     let classes =
         loader::replay::union_classes(&dataset.manifest.classes, &replay.manifest.classes);
-    Ok(Some(std::sync::Arc::new(loader::Replay::new(
-        replay,
-        config.replay_fraction,
-        &dataset.layout,
-        &classes,
-    )?)))
+    let replay = loader::Replay::new(replay, config.replay_fraction, &dataset.layout, &classes)?;
+    Ok((Some(std::sync::Arc::new(replay)), classes))
 }
 
 /// The weights, moments and average the first step starts from, and the progress so far:
