@@ -15,7 +15,7 @@
 //! kernels where the engine runs consecutive steps as one (the CPU engine's fusions), so such
 //! a kernel never finds an input overwritten by its own output.
 
-use super::recording::{Elem, Recording, Role, Step, TensorId};
+use super::recording::{Elem, Recording, Role, TensorId};
 use crate::base::MemoryPlan;
 
 /// One buffer of a [`StoragePlan`] and the tensors it holds.
@@ -414,7 +414,7 @@ fn lifetimes(recording: &Recording, kernels: &dyn Fn(usize) -> Vec<bool>) -> Vec
                 match &mut open[i] {
                     Some(span) => span.last = kernel[s].1,
                     // First touched here: it must be a whole write.
-                    None if writes && !reads_before_writing(step, id) => {
+                    None if writes && !step.reads_before_writing(id) => {
                         open[i] = Some(Span {
                             entry: e,
                             first: kernel[s].0,
@@ -434,29 +434,11 @@ fn lifetimes(recording: &Recording, kernels: &dyn Fn(usize) -> Vec<bool>) -> Vec
     out
 }
 
-/// Whether `step` reads `tensor` even where it writes it (an accumulation or an optimizer's
-/// update): such a tensor carries a value from before the step.
-fn reads_before_writing(step: &Step, tensor: TensorId) -> bool {
-    match *step {
-        Step::AddAssign { dst, .. } => dst == tensor,
-        Step::AdamW { param, m, v, .. } => [param, m, v].contains(&tensor),
-        Step::Sgd {
-            param, velocity, ..
-        } => [param, velocity].contains(&tensor),
-        Step::Ema { ema, .. } => ema == tensor,
-        // One slot of the sums; the clip reads them all and rewrites one slot of `hyper`.
-        Step::SumSquares { sums, .. } => sums == tensor,
-        Step::ClipGrad { sums, hyper, .. } => [sums, hyper].contains(&tensor),
-        // A copy into part of a tensor keeps the rest of it.
-        Step::RowCopy { op, dst, .. } => dst == tensor && !op.writes_whole(),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::compute::ops::{Add, Conv2d};
+    use crate::compute::recording::Step;
 
     /// x → a → b → c → y (pointwise convs), every intermediate an activation.
     fn chain() -> (Recording, [TensorId; 5]) {

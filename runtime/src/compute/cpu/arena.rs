@@ -98,7 +98,7 @@ impl Drop for Arena {
 
 /// A tensor's floats in the [`Arena`], to write (see [`Arena::slice_mut`]).
 #[derive(Debug)]
-pub(super) struct TensorMut {
+pub(crate) struct TensorMut {
     ptr: *mut f32,
     len: usize,
 }

@@ -12,20 +12,16 @@ use std::time::{Duration, Instant};
 
 use super::arena::{Arena, TensorMut};
 use super::band_copies::{self, BandCopies, BandedKernel, PartCopies};
+use super::conv;
 use super::decode::Candidate;
 use super::fusion::{self, GradStore, ResidualAdd};
 use super::kernels::{self, KernelSet};
 use super::schedule::{banded_kernel, schedule, Kernel};
 use super::scratch::Scratch;
-use super::{add, conv, copy, loss, normalize, optim, targets, upsample};
 use super::{banded, separable, stem, upsampled};
 use crate::base::MemoryPlan;
 use crate::compute::ops::Conv2d;
-use crate::compute::ops::CLIP_SUMS;
-use crate::compute::recording::{
-    AccessError, Elem, Recording, RecordingError, Step, TensorId, HYPER_EMA_DECAY,
-    HYPER_GRAD_SCALE, HYPER_LEN,
-};
+use crate::compute::recording::{AccessError, Elem, Recording, RecordingError, Step, TensorId};
 use crate::compute::storage::ArenaPlan;
 
 /// What one run took.
@@ -71,7 +67,7 @@ pub struct CpuExec {
 
 /// A byte tensor's contents given to a run in place of the tensor's own
 /// ([`CpuExec::run_reading`]).
-type Input<'a> = (TensorId, &'a [u8]);
+pub(crate) type Input<'a> = (TensorId, &'a [u8]);
 
 /// The CPU engine's memory besides the tensors, sized from the recording before anything is
 /// allocated: the kernels' per-thread scratch (packed GEMM panels, depthwise bands), the
@@ -381,14 +377,14 @@ impl CpuExec {
         &self.recording
     }
 
-    fn f32s(&self, id: TensorId) -> &[f32] {
+    pub(crate) fn f32s(&self, id: TensorId) -> &[f32] {
         let len = self.recording.get(id).len;
         self.arena.slice(self.layout.offset(id), len)
     }
 
     /// Byte tensor `id`, or the run's input where it stands in for it
     /// ([`CpuExec::run_reading`]).
-    fn bytes_of<'a>(&'a self, id: TensorId, input: Option<Input<'a>>) -> &'a [u8] {
+    pub(crate) fn bytes_of<'a>(&'a self, id: TensorId, input: Option<Input<'a>>) -> &'a [u8] {
         match input {
             Some((tensor, bytes)) if tensor == id => bytes,
             _ => &self.byte_tensors[id.index()],
@@ -397,7 +393,7 @@ impl CpuExec {
 
     /// An f32 tensor's memory, to write; [`CpuExec::put`] ends that. Only the step that
     /// writes it takes it, once.
-    fn take(&mut self, id: TensorId) -> TensorMut {
+    pub(crate) fn take(&mut self, id: TensorId) -> TensorMut {
         let len = self.recording.get(id).len;
         // SAFETY: the layout places every two tensors that are live at once — every two one
         // step (or one fused kernel) touches among them — at disjoint offsets, so while a
@@ -406,15 +402,33 @@ impl CpuExec {
         unsafe { self.arena.slice_mut(self.layout.offset(id), len) }
     }
 
-    fn take_bytes(&mut self, id: TensorId) -> Vec<u8> {
+    pub(crate) fn take_bytes(&mut self, id: TensorId) -> Vec<u8> {
         std::mem::take(&mut self.byte_tensors[id.index()])
     }
 
     /// Ends a step's writing of `id` (see [`CpuExec::take`]).
-    fn put(&mut self, _id: TensorId, _written: TensorMut) {}
+    pub(crate) fn put(&mut self, _id: TensorId, _written: TensorMut) {}
 
-    fn put_bytes(&mut self, id: TensorId, v: Vec<u8>) {
+    pub(crate) fn put_bytes(&mut self, id: TensorId, v: Vec<u8>) {
         self.byte_tensors[id.index()] = v;
+    }
+
+    /// The kernels' scratch, to lend a kernel; [`CpuExec::put_scratch`] gives it back.
+    pub(crate) fn take_scratch(&mut self) -> Scratch {
+        std::mem::take(&mut self.scratch)
+    }
+
+    pub(crate) fn put_scratch(&mut self, scratch: Scratch) {
+        self.scratch = scratch;
+    }
+
+    /// The decoder's candidates, to lend it; [`CpuExec::put_decode_scratch`] gives them back.
+    pub(crate) fn take_decode_scratch(&mut self) -> Vec<Candidate> {
+        std::mem::take(&mut self.decode_scratch)
+    }
+
+    pub(crate) fn put_decode_scratch(&mut self, scratch: Vec<Candidate>) {
+        self.decode_scratch = scratch;
     }
 
     /// The kernels of entry `entry` (see [`schedule`]), with the splits chosen.
@@ -872,213 +886,15 @@ impl CpuExec {
     /// A conv's backward pass, with `store` in its input gradient's store and its output
     /// gradient masked already where `gy_masked` (see [`Kernel::Backward`]).
     fn conv_backward(&mut self, step: &Step, store: GradStore, gy_masked: bool) {
-        let Step::ConvBackward {
-            op,
-            x,
-            w,
-            y,
-            gy,
-            gx,
-            gw,
-            gb,
-        } = *step
-        else {
-            unreachable!("a conv backward kernel runs a conv backward step");
-        };
-        let mut gw_v = self.take(gw);
-        let mut gb_v = self.take(gb);
-        let mut gx_v = gx.map(|t| self.take(t));
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let extras = conv::BackwardExtras {
-            add: store.add.map(|t| self.f32s(t)),
-            relu_of_input: store.relu_of_input,
-            gy_masked,
-        };
-        conv::conv2d_backward_with(
-            &op,
-            self.f32s(x),
-            self.f32s(w),
-            self.f32s(y),
-            self.f32s(gy),
-            gx_v.as_deref_mut(),
-            &mut gw_v,
-            &mut gb_v,
-            &mut scratch,
-            extras,
-        );
-        self.scratch = scratch;
-        self.put(gw, gw_v);
-        self.put(gb, gb_v);
-        if let (Some(t), Some(v)) = (gx, gx_v) {
-            self.put(t, v);
-        }
+        step.conv_backward()
+            .expect("a conv backward kernel runs a conv backward step")
+            .run_cpu_with(self, store, gy_masked);
     }
 
+    /// Runs one step, with its thread split (see [`schedule`]); the op's own module has its
+    /// CPU twin ([`crate::compute::steps`]).
     fn step(&mut self, step: &Step, thread_split: bool, input: Option<Input<'_>>) {
-        match *step {
-            Step::ConvForward { op, x, w, b, y } => {
-                let mut out = self.take(y);
-                let mut scratch = std::mem::take(&mut self.scratch);
-                let forward = if thread_split {
-                    conv::conv2d_forward_split
-                } else {
-                    conv::conv2d_forward
-                };
-                forward(
-                    &op,
-                    self.f32s(x),
-                    self.f32s(w),
-                    self.f32s(b),
-                    &mut out,
-                    &mut scratch,
-                );
-                self.scratch = scratch;
-                self.put(y, out);
-            }
-            Step::ConvBackward { .. } => self.conv_backward(step, GradStore::default(), false),
-            Step::Add { op, a, b, out } => {
-                let mut o = self.take(out);
-                let pool = self.scratch.pool();
-                add::add(&op, self.f32s(a), self.f32s(b), &mut o, pool.as_deref());
-                self.put(out, o);
-            }
-            Step::AddAssign { op, dst, src } => {
-                let mut d = self.take(dst);
-                let pool = self.scratch.pool();
-                add::add_assign(&op, &mut d, self.f32s(src), pool.as_deref());
-                self.put(dst, d);
-            }
-            Step::UpsampleForward { op, x, y } => {
-                let mut o = self.take(y);
-                upsample::upsample2x_forward(&op, self.f32s(x), &mut o);
-                self.put(y, o);
-            }
-            Step::UpsampleBackward { op, gy, gx } => {
-                let mut o = self.take(gx);
-                upsample::upsample2x_backward(&op, self.f32s(gy), &mut o);
-                self.put(gx, o);
-            }
-            Step::RowCopy { op, src, dst } => {
-                let mut o = self.take(dst);
-                copy::row_copy(&op, self.f32s(src), &mut o);
-                self.put(dst, o);
-            }
-            Step::Normalize { op, records, out } => {
-                let mut o = self.take(out);
-                let pool = self.scratch.pool();
-                normalize::normalize(&op, self.bytes_of(records, input), &mut o, pool.as_deref());
-                self.put(out, o);
-            }
-            Step::Targets { op, records, out } => {
-                let mut o = self.take(out);
-                targets::render_targets(&op, self.bytes_of(records, input), &mut o);
-                self.put(out, o);
-            }
-            Step::LossForward {
-                op,
-                pred,
-                target,
-                loss: l,
-            } => {
-                let mut o = self.take(l);
-                let parts = loss::center_loss(&op, self.f32s(pred), self.f32s(target));
-                o.copy_from_slice(&parts.to_array());
-                self.put(l, o);
-            }
-            Step::LossBackward {
-                op,
-                pred,
-                target,
-                loss: l,
-                grad,
-            } => {
-                let mut g = self.take(grad);
-                let centres = self.f32s(l)[4];
-                loss::center_loss_backward(
-                    &op,
-                    self.f32s(pred),
-                    self.f32s(target),
-                    centres,
-                    &mut g,
-                );
-                self.put(grad, g);
-            }
-            Step::AdamW {
-                op,
-                param,
-                grad,
-                m,
-                v,
-                hyper,
-            } => {
-                let h: [f32; HYPER_LEN] = self.f32s(hyper).try_into().expect("validated length");
-                let (mut p, mut mv, mut vv) = (self.take(param), self.take(m), self.take(v));
-                optim::adamw_with(&op, &h, &mut p, self.f32s(grad), &mut mv, &mut vv);
-                self.put(param, p);
-                self.put(m, mv);
-                self.put(v, vv);
-            }
-            Step::SumSquares { op, x, sums } => {
-                let sum = optim::sum_squares(&self.f32s(x)[..op.len as usize]);
-                let mut s = self.take(sums);
-                s[CLIP_SUMS + op.slot as usize] = sum;
-                self.put(sums, s);
-            }
-            Step::ClipGrad { op, sums, hyper } => {
-                let (mut s, mut h) = (self.take(sums), self.take(hyper));
-                optim::clip_grad(&op, &mut s, &mut h);
-                self.put(sums, s);
-                self.put(hyper, h);
-            }
-            Step::Ema {
-                op,
-                param,
-                ema,
-                hyper,
-            } => {
-                let decay = self.f32s(hyper)[HYPER_EMA_DECAY];
-                let mut e = self.take(ema);
-                optim::ema(&op, decay, self.f32s(param), &mut e);
-                self.put(ema, e);
-            }
-            Step::Sgd {
-                op,
-                param,
-                grad,
-                velocity,
-                hyper,
-            } => {
-                let op = crate::compute::ops::SgdMomentum {
-                    lr: self.f32s(hyper)[0],
-                    ..op
-                };
-                let scale = self.f32s(hyper)[HYPER_GRAD_SCALE];
-                let (mut p, mut vel) = (self.take(param), self.take(velocity));
-                optim::sgd_momentum(&op, scale, &mut p, self.f32s(grad), &mut vel);
-                self.put(param, p);
-                self.put(velocity, vel);
-            }
-            Step::Decode {
-                op,
-                pred,
-                dets,
-                counts,
-            } => {
-                let mut d = self.take_bytes(dets);
-                let mut c = self.take_bytes(counts);
-                let mut scratch = std::mem::take(&mut self.decode_scratch);
-                super::decode::decode_into_bytes(
-                    &op,
-                    self.f32s(pred),
-                    &mut scratch,
-                    &mut d,
-                    &mut c,
-                );
-                self.decode_scratch = scratch;
-                self.put_bytes(dets, d);
-                self.put_bytes(counts, c);
-            }
-        }
+        step.with_op(|op| op.run_cpu(self, thread_split, input));
     }
 
     /// Checks that the host may read or write `given` of `id`'s `elem`s (all of an `f32`

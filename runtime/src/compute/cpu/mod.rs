@@ -6,7 +6,7 @@
 //! training step allocates nothing.
 
 pub mod add;
-mod arena;
+pub(crate) mod arena;
 mod band_copies;
 mod banded;
 pub mod conv;

@@ -132,7 +132,7 @@ fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> ExecError {
         .entries
         .iter()
         .flat_map(|e| &e.steps)
-        .map(step_batch)
+        .map(Step::batch)
         .max()
         .unwrap_or(1)
         .max(1);
@@ -160,19 +160,6 @@ fn over_budget(recording: &Recording, sizes: &Sizes, budget: u64) -> ExecError {
         scratch: sizes.conv_partial + sizes.loss_partial,
         largest: list.join(", "),
         fits,
-    }
-}
-
-/// The batch a step works on (0 for steps that have none).
-fn step_batch(step: &Step) -> u32 {
-    match step {
-        Step::ConvForward { op, .. } | Step::ConvBackward { op, .. } => op.n,
-        Step::UpsampleForward { op, .. } | Step::UpsampleBackward { op, .. } => op.n,
-        Step::Normalize { op, .. } => op.n,
-        Step::Targets { op, .. } => op.n,
-        Step::LossForward { op, .. } | Step::LossBackward { op, .. } => op.n,
-        Step::Decode { op, .. } => op.n,
-        _ => 0,
     }
 }
 

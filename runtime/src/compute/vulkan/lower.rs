@@ -4,7 +4,10 @@
 //! pipelines depend only on the kernel and are shared by every layer.
 //!
 //! This is plain data, device-independent and testable without a GPU; [`super::exec`] turns
-//! it into buffers, pipelines and recorded command buffers.
+//! it into buffers, pipelines and recorded command buffers. Each step's own dispatches come
+//! from its op's module ([`crate::compute::steps`], `StepOp::lower`); this module walks an
+//! entry, joins neighbouring steps where one dispatch does both (the table below) and picks
+//! the kernel variants, with the helpers the ops' lowerings share.
 //!
 //! Steps and their dispatches:
 //!
@@ -29,11 +32,8 @@
 //! second dispatch: deterministic, no float atomics. The loss is reduced the same way.
 
 use super::kernels::{
-    add_direct4_fits, pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
-    CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, CONV_PUSH_BYTES, DECODE_SLOTS,
-    DEPTHWISE_DIRECT_MAX_TAPS, DEPTHWISE_DIRECT_OUTPUTS, DEPTHWISE_DIRECT_ROWS, GEMM_TILE,
-    GEMM_TILE_COLS, GEMM_TILE_IDS, GEMM_TILE_ROWS, LOSS_PUSH_BYTES, POINTWISE_DIRECT_PIXELS,
-    POINTWISE_THIN_GROUP, SUM_SQUARES_GROUP,
+    add_direct4_fits, Kernel, CONV_PUSH_BYTES, GEMM_TILE, GEMM_TILE_COLS, GEMM_TILE_IDS,
+    GEMM_TILE_ROWS, LOSS_PUSH_BYTES, SUM_SQUARES_GROUP,
 };
 use super::pipeline::SpecConstant;
 use crate::compute::fusion::{self, GradStore, ResidualAdd};
@@ -64,13 +64,13 @@ const TARGET_GROUPS: u64 = 512;
 /// The direct weight gradient's parts ([`Kernel::Conv2dGradWeightDirect`], CPU-type devices):
 /// at least 32 terms for each of a workgroup's 64 invocations, and about as many workgroups as
 /// a CPU has cores to spread them over, several times over.
-const DIRECT_SPLIT: SplitRule = SplitRule {
+pub(crate) const DIRECT_SPLIT: SplitRule = SplitRule {
     min_terms: 64 * 32,
     target_groups: 64,
     align: 64,
 };
 /// The tiled weight gradient's parts (see [`MIN_SPLIT_TERMS`], [`TARGET_GROUPS`]).
-const TILED_SPLIT: SplitRule = SplitRule {
+pub(crate) const TILED_SPLIT: SplitRule = SplitRule {
     min_terms: MIN_SPLIT_TERMS,
     target_groups: TARGET_GROUPS,
     align: GEMM_TILE[2] as u64,
@@ -78,7 +78,7 @@ const TILED_SPLIT: SplitRule = SplitRule {
 
 /// How a weight-gradient sum is cut into parts, a workgroup each.
 #[derive(Debug, Clone, Copy)]
-struct SplitRule {
+pub(crate) struct SplitRule {
     /// Terms below which a part is not split further.
     min_terms: u64,
     /// Workgroups the parts and output tiles together aim for.
@@ -372,7 +372,7 @@ fn reading_records(d: &mut LoweredDispatch, records: TensorId, norm: &Normalize)
 /// The loss's first pass (`loss_partial`, attributed to step `i`) over `op`'s grid cells in
 /// parts, sizing the loss scratch in `lowered` for more than one; also the parts and the
 /// loss kernels' push block.
-fn loss_partial(
+pub(crate) fn loss_partial(
     op: &CenterLoss,
     [pred, target, loss]: [TensorId; 3],
     i: usize,
@@ -528,7 +528,11 @@ fn adamw_ema(step: &Step, next: &Step, i: usize) -> Option<LoweredDispatch> {
 
 /// One `sum_squares` dispatch (attributed to step `i`) for the consecutive sums of `group`
 /// (`(gradient, op)`, slots in order, at most [`SUM_SQUARES_GROUP`]) into `sums`.
-fn sum_squares(group: &[(TensorId, SumSquares)], sums: TensorId, i: usize) -> LoweredDispatch {
+pub(crate) fn sum_squares(
+    group: &[(TensorId, SumSquares)],
+    sums: TensorId,
+    i: usize,
+) -> LoweredDispatch {
     assert!((1..=SUM_SQUARES_GROUP).contains(&group.len()));
     let last = group[group.len() - 1].0;
     let mut bindings: Vec<Slot> = (0..SUM_SQUARES_GROUP)
@@ -550,7 +554,7 @@ fn sum_squares(group: &[(TensorId, SumSquares)], sums: TensorId, i: usize) -> Lo
 }
 
 /// The push block of `adamw` and `adamw_ema`.
-fn adamw_push(op: &AdamW) -> Vec<u8> {
+pub(crate) fn adamw_push(op: &AdamW) -> Vec<u8> {
     words(&[
         op.len,
         op.beta1.to_bits(),
@@ -560,7 +564,7 @@ fn adamw_push(op: &AdamW) -> Vec<u8> {
     ])
 }
 
-fn words(values: &[u32]) -> Vec<u8> {
+pub(crate) fn words(values: &[u32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
@@ -614,7 +618,7 @@ pub fn shape_constants(push: &[u8]) -> Vec<SpecConstant> {
 }
 
 /// A pointwise conv's push block with `skip` set: its store adds binding 4.
-fn with_skip(mut push: Vec<u8>) -> Vec<u8> {
+pub(crate) fn with_skip(mut push: Vec<u8>) -> Vec<u8> {
     push[4 * CONV_SKIP_WORD..][..4].copy_from_slice(&1u32.to_le_bytes());
     push
 }
@@ -648,7 +652,7 @@ pub fn loss_push(op: &CenterLoss, parts: u32, cells_per_part: u32) -> Vec<u8> {
 }
 
 /// Workgroups for a grid-stride kernel over `len` items.
-fn linear_groups(len: u64) -> [u32; 3] {
+pub(crate) fn linear_groups(len: u64) -> [u32; 3] {
     let groups = len
         .div_ceil(u64::from(LINEAR_WORKGROUP))
         .clamp(1, u64::from(MAX_GROUPS));
@@ -656,7 +660,7 @@ fn linear_groups(len: u64) -> [u32; 3] {
 }
 
 /// Checks a grid against the limit every device supports.
-fn checked(groups: [u64; 3], what: &'static str) -> Result<[u32; 3], StepError> {
+pub(crate) fn checked(groups: [u64; 3], what: &'static str) -> Result<[u32; 3], StepError> {
     if groups.iter().any(|&g| g == 0 || g > u64::from(MAX_GROUPS)) {
         return Err(StepError::Grid { what, groups });
     }
@@ -721,7 +725,7 @@ fn tile_constants(tile: [u32; 2]) -> Vec<SpecConstant> {
 
 /// `(splits, chunk)` for a sum of `terms` terms onto outputs spread over `tiles` workgroups:
 /// `chunk` a multiple of `rule.align`, `splits · chunk ≥ terms`.
-fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
+pub(crate) fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
     let wanted = rule.target_groups.div_ceil(tiles.max(1));
     let splits = wanted.min(terms / rule.min_terms).clamp(1, MAX_SPLITS);
     let chunk = terms.div_ceil(splits).div_ceil(rule.align) * rule.align;
@@ -729,21 +733,42 @@ fn split(terms: u64, tiles: u64, rule: SplitRule) -> (u32, u32) {
     (splits as u32, chunk as u32)
 }
 
-/// The dispatches one step lowers to, appended to the recording's as they are made.
-struct StepDispatches<'a> {
+/// The dispatches one step lowers to, appended to the recording's as they are made, and what
+/// a step's lowering needs to know.
+pub(crate) struct StepDispatches<'a> {
     out: &'a mut Vec<LoweredDispatch>,
-    step: usize,
+    /// The step's index in its entry.
+    pub step: usize,
+    /// The residual add after the step, done in its store ([`fusion::residual_adds`]).
+    pub add_after: Option<ResidualAdd>,
+    pub variants: Variants,
+    /// The whole lowering's scratch sizes, which a split sum grows.
+    pub lowered: &'a mut Lowered,
 }
 
 impl StepDispatches<'_> {
+    /// A tiled GEMM's tile over an m × n output, `depth` grids deep: [`gemm_tile`]'s, or the
+    /// one the variants force.
+    pub fn tile_for(&self, m: u64, n: u64, depth: u64, fill: bool) -> [u32; 2] {
+        self.variants
+            .gemm_tile
+            .unwrap_or_else(|| gemm_tile(m, n, depth, fill))
+    }
+
     /// A dispatch of a kernel that is not a tiled GEMM.
-    fn add(&mut self, kernel: Kernel, bindings: Vec<Slot>, constants: Vec<u8>, groups: [u32; 3]) {
+    pub fn add(
+        &mut self,
+        kernel: Kernel,
+        bindings: Vec<Slot>,
+        constants: Vec<u8>,
+        groups: [u32; 3],
+    ) {
         self.add_tiled(kernel, bindings, constants, groups, None);
     }
 
     /// A dispatch (its push `constants`), with its tile where the kernel is a tiled GEMM
     /// (`KernelInfo::tiles`): the tile travels as specialisation constants.
-    fn add_tiled(
+    pub fn add_tiled(
         &mut self,
         kernel: Kernel,
         bindings: Vec<Slot>,
@@ -769,6 +794,8 @@ impl StepDispatches<'_> {
     }
 }
 
+/// Appends the dispatches of `step` (entry step `index`), with the residual add after it in
+/// its store where `add`; the op's own module lowers it ([`crate::compute::steps`]).
 fn lower_step(
     step: &Step,
     index: usize,
@@ -777,454 +804,14 @@ fn lower_step(
     lowered: &mut Lowered,
     out: &mut Vec<LoweredDispatch>,
 ) -> Result<(), StepError> {
-    use Slot::Tensor as T;
-    let mut dispatches = StepDispatches { out, step: index };
-    // A tiled GEMM's tile over an m × n output, `depth` grids deep (forced by the variants).
-    let tile_for = |m: u64, n: u64, depth: u64, fill: bool| {
-        variants
-            .gemm_tile
-            .unwrap_or_else(|| gemm_tile(m, n, depth, fill))
+    let mut dispatches = StepDispatches {
+        out,
+        step: index,
+        add_after: add,
+        variants,
+        lowered,
     };
-    let [bm, bn, _] = GEMM_TILE.map(u64::from);
-    match *step {
-        Step::ConvForward { op, x, w, b, y } => {
-            let bindings = vec![T(x), T(w), T(b), T(y)];
-            match op.kind() {
-                ConvKind::Depthwise => {
-                    // An invocation per four outputs of a row (depthwise.glsl), on CPU-type
-                    // devices per eight outputs of each of two rows.
-                    let (kernel, outputs, rows_each) = if variants.direct && !variants.fp16 {
-                        (
-                            Kernel::DepthwiseDirect,
-                            DEPTHWISE_DIRECT_OUTPUTS,
-                            DEPTHWISE_DIRECT_ROWS,
-                        )
-                    } else {
-                        (Kernel::Depthwise, 4, 1)
-                    };
-                    let planes = u64::from(op.n) * u64::from(op.c_out);
-                    let rows = planes * u64::from(op.out_h().div_ceil(rows_each));
-                    let per_row = u64::from(op.out_w().div_ceil(outputs));
-                    let groups = linear_groups(rows * per_row);
-                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
-                }
-                ConvKind::Pointwise => {
-                    // Binding 4 is the residual the store adds; unread (x stands in) without.
-                    let (bindings, push_block) = match add {
-                        Some(add) => (
-                            vec![T(x), T(w), T(b), T(add.out), T(add.residual)],
-                            with_skip(conv_push(&op, 1, 0)),
-                        ),
-                        None => (vec![T(x), T(w), T(b), T(y), T(x)], conv_push(&op, 1, 0)),
-                    };
-                    let plane = u64::from(op.h) * u64::from(op.w);
-                    let grid = checked(
-                        [
-                            plane.div_ceil(bn),
-                            u64::from(op.c_out).div_ceil(bm),
-                            u64::from(op.n),
-                        ],
-                        "pointwise conv",
-                    )?;
-                    let tiles = grid.iter().map(|&g| u64::from(g)).product::<u64>();
-                    if variants.direct && !variants.fp16 {
-                        let grid = checked(
-                            [
-                                plane.div_ceil(u64::from(POINTWISE_DIRECT_PIXELS)),
-                                u64::from(op.c_out).div_ceil(bm),
-                                u64::from(op.n),
-                            ],
-                            "pointwise conv",
-                        )?;
-                        let kernel = if pointwise_direct4_fits(op.c_in, plane) {
-                            Kernel::PointwiseDirect4
-                        } else {
-                            Kernel::PointwiseDirect
-                        };
-                        dispatches.add(kernel, bindings, push_block, grid);
-                    } else if tiles <= THIN_MAX_TILES {
-                        let [gx, gy] = POINTWISE_THIN_GROUP.map(u64::from);
-                        let grid = checked(
-                            [
-                                plane.div_ceil(gx),
-                                u64::from(op.c_out).div_ceil(gy),
-                                u64::from(op.n),
-                            ],
-                            "pointwise conv",
-                        )?;
-                        dispatches.add(Kernel::PointwiseThin, bindings, push_block, grid);
-                    } else {
-                        let (n, c_out) = (u64::from(op.n), u64::from(op.c_out));
-                        let tile = tile_for(c_out, plane, n, true);
-                        let [tm, tn] = tile.map(u64::from);
-                        let grid = checked(
-                            [plane.div_ceil(tn), c_out.div_ceil(tm), n],
-                            "pointwise conv",
-                        )?;
-                        dispatches.add_tiled(
-                            Kernel::Pointwise,
-                            bindings,
-                            push_block,
-                            grid,
-                            Some(tile),
-                        );
-                    }
-                }
-                ConvKind::Dense | ConvKind::Grouped => {
-                    // An invocation per output pixel, or per four or eight of a row
-                    // (conv2d.glsl): eight on a CPU-type device, four where there are enough
-                    // pixels to keep a GPU busy with a quarter as many invocations.
-                    let rows = u64::from(op.n) * u64::from(op.out_h());
-                    let pixels = rows * u64::from(op.out_w());
-                    let (kernel, per_invocation) = if variants.direct && !variants.fp16 {
-                        (Kernel::Conv2dDirect, 8)
-                    } else if pixels >= QUAD_MIN_PIXELS {
-                        (Kernel::Conv2dQuad, 4)
-                    } else {
-                        (Kernel::Conv2d, 1)
-                    };
-                    let invocations = rows * u64::from(op.out_w()).div_ceil(per_invocation);
-                    let grid = checked(
-                        [
-                            invocations.div_ceil(u64::from(LINEAR_WORKGROUP)),
-                            u64::from(op.c_out_per_group()).div_ceil(u64::from(CONV_CHANNEL_BLOCK)),
-                            u64::from(op.groups),
-                        ],
-                        "conv",
-                    )?;
-                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), grid);
-                }
-            }
-        }
-        Step::ConvBackward {
-            op,
-            x,
-            w,
-            y,
-            gy,
-            gx,
-            gw,
-            gb,
-        } => {
-            let depthwise = op.kind() == ConvKind::Depthwise;
-            if let Some(gx) = gx {
-                let bindings = vec![T(w), T(y), T(gy), T(gx)];
-                if depthwise {
-                    // An invocation per four inputs of a row (depthwise_grad_input.glsl), on
-                    // CPU-type devices per eight inputs of each of two rows.
-                    let (kernel, inputs, rows_each) = if variants.direct {
-                        (
-                            Kernel::DepthwiseGradInputDirect,
-                            DEPTHWISE_DIRECT_OUTPUTS,
-                            DEPTHWISE_DIRECT_ROWS,
-                        )
-                    } else {
-                        (Kernel::DepthwiseGradInput, 4, 1)
-                    };
-                    let planes = u64::from(op.n) * u64::from(op.c_in);
-                    let rows = planes * u64::from(op.h.div_ceil(rows_each));
-                    let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
-                    dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
-                } else {
-                    let plane = u64::from(op.h) * u64::from(op.w);
-                    let (m, depth) = (
-                        u64::from(op.c_in_per_group()),
-                        u64::from(op.n) * u64::from(op.groups),
-                    );
-                    // The direct kernels' grid is the default tile's.
-                    let (kernel, tile) = if variants.direct
-                        && op.kind() == ConvKind::Pointwise
-                        && pointwise_direct4_fits(op.c_in, plane)
-                    {
-                        (Kernel::Conv2dGradInputDirect4, None)
-                    } else if variants.direct {
-                        (Kernel::Conv2dGradInputDirect, None)
-                    } else {
-                        let tile = tile_for(m, plane, depth, true);
-                        (Kernel::Conv2dGradInput, Some(tile))
-                    };
-                    let [tm, tn] = tile.map_or([bm, bn], |t| t.map(u64::from));
-                    let grid = checked(
-                        [plane.div_ceil(tn), m.div_ceil(tm), depth],
-                        "conv input gradient",
-                    )?;
-                    let push = conv_push(&op, 1, 0);
-                    dispatches.add_tiled(kernel, bindings, push, grid, tile);
-                }
-            }
-            let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
-            // Weight columns per output channel; the partial sums keep one more, the bias.
-            let red = u64::from(op.c_in_per_group()) * u64::from(op.kernel * op.kernel);
-            let row = red + 1;
-            let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
-            let splits = if depthwise {
-                let taps = op.kernel * op.kernel;
-                // Direct: a workgroup per channel, every tap; tiled: one per channel and tap
-                // (or the bias).
-                let (kernel, per_channel, rule) =
-                    if variants.direct && taps <= DEPTHWISE_DIRECT_MAX_TAPS {
-                        (Kernel::DepthwiseGradWeightDirect, 1, DIRECT_SPLIT)
-                    } else {
-                        (
-                            Kernel::DepthwiseGradWeight,
-                            u64::from(taps) + 1,
-                            TILED_SPLIT,
-                        )
-                    };
-                let (splits, chunk) = split(terms, u64::from(op.c_out) * per_channel, rule);
-                let grid = checked(
-                    [u64::from(op.c_out), per_channel, u64::from(splits)],
-                    "depthwise weight gradient",
-                )?;
-                dispatches.add(kernel, bindings, conv_push(&op, splits, chunk), grid);
-                splits
-            } else {
-                // `tiled`: the tiled GEMM's tile, which its dispatch carries; the direct
-                // kernels' tiles are fixed.
-                let (kernel, [tm, tn], tiled, rule) = if variants.direct {
-                    let plane = u64::from(op.h) * u64::from(op.w);
-                    // Pointwise over whole vec4s of pixels: four terms a fetch.
-                    let (kernel, tile) = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
-                        (
-                            Kernel::Conv2dGradWeightDirect4,
-                            CONV_GRAD_WEIGHT_DIRECT4_TILE,
-                        )
-                    } else {
-                        (Kernel::Conv2dGradWeightDirect, CONV_GRAD_WEIGHT_DIRECT_TILE)
-                    };
-                    (kernel, tile.map(u64::from), None, DIRECT_SPLIT)
-                } else {
-                    // The parts fill the device. The default tile's area bounds the partial
-                    // sums' scratch (TARGET_GROUPS).
-                    let m = u64::from(op.c_out_per_group());
-                    let tile = tile_for(m, red, 1, false);
-                    let sides = tile.map(u64::from);
-                    (Kernel::Conv2dGradWeight, sides, Some(tile), TILED_SPLIT)
-                };
-                let tiles = red.div_ceil(tn)
-                    * u64::from(op.c_out_per_group()).div_ceil(tm)
-                    * u64::from(op.groups);
-                let (splits, chunk) = split(terms, tiles, rule);
-                let grid = checked(
-                    [
-                        red.div_ceil(tn),
-                        u64::from(op.c_out_per_group()).div_ceil(tm),
-                        u64::from(op.groups) * u64::from(splits),
-                    ],
-                    "conv weight gradient",
-                )?;
-                let push = conv_push(&op, splits, chunk);
-                dispatches.add_tiled(kernel, bindings, push, grid, tiled);
-                splits
-            };
-            if splits > 1 {
-                let len = u64::from(op.c_out) * row;
-                lowered.conv_partial_floats = lowered
-                    .conv_partial_floats
-                    .max((len * u64::from(splits)) as usize);
-                let (kernel, groups) = if variants.direct {
-                    (Kernel::Conv2dGradReduceDirect, linear_groups(len))
-                } else {
-                    let blocks = len.div_ceil(u64::from(CONV_GRAD_REDUCE_BLOCK));
-                    let blocks = blocks.min(u64::from(MAX_GROUPS)) as u32;
-                    (Kernel::Conv2dGradReduce, [blocks, 1, 1])
-                };
-                dispatches.add(
-                    kernel,
-                    vec![Slot::ConvPartial, T(gw), T(gb)],
-                    conv_push(&op, splits, 0),
-                    groups,
-                );
-            }
-        }
-        Step::Add { op, a, b, out } if variants.direct && add_direct4_fits(op.len) => dispatches
-            .add(
-                Kernel::AddDirect4,
-                vec![T(a), T(b), T(out)],
-                words(&[op.len]),
-                linear_groups(u64::from(op.len / 4)),
-            ),
-        Step::Add { op, a, b, out } => dispatches.add(
-            Kernel::Add,
-            vec![T(a), T(b), T(out)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len)),
-        ),
-        Step::AddAssign { op, dst, src } if variants.direct && add_direct4_fits(op.len) => {
-            dispatches.add(
-                Kernel::AddAssignDirect4,
-                vec![T(dst), T(src), T(dst)],
-                words(&[op.len]),
-                linear_groups(u64::from(op.len / 4)),
-            )
-        }
-        Step::AddAssign { op, dst, src } => dispatches.add(
-            Kernel::AddAssign,
-            vec![T(dst), T(src)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len)),
-        ),
-        Step::UpsampleForward { op, x, y } => {
-            // Binding 2 is the residual the store adds; unread (x stands in) without.
-            let (out, skip) = add.map_or((y, x), |a| (a.out, a.residual));
-            dispatches.add(
-                Kernel::Upsample,
-                vec![T(x), T(out), T(skip)],
-                words(&[op.n, op.c, op.h, op.w, u32::from(add.is_some())]),
-                linear_groups(op.output_len() as u64),
-            )
-        }
-        Step::UpsampleBackward { op, gy, gx } => dispatches.add(
-            Kernel::UpsampleGrad,
-            vec![T(gy), T(gx)],
-            words(&[op.n, op.c, op.h, op.w]),
-            linear_groups(op.input_len() as u64),
-        ),
-        Step::Normalize { op, records, out } => dispatches.add(
-            Kernel::Normalize,
-            vec![T(records), T(out)],
-            words(&[op.n, op.h, op.w, op.record_stride, u32::from(op.flip)]),
-            linear_groups(op.output_len() as u64),
-        ),
-        Step::Targets { op, records, out } => dispatches.add(
-            Kernel::Targets,
-            vec![T(records), T(out)],
-            words(
-                &[
-                    &[op.n, op.classes][..],
-                    &op.levels.words(),
-                    &[
-                        op.max_boxes,
-                        op.record_stride,
-                        op.meta_offset,
-                        op.min_overlap.to_bits(),
-                        u32::from(op.flip),
-                        op.neighbour_weight.to_bits(),
-                        op.neighbour_radius,
-                        op.neighbour_cells,
-                    ],
-                ]
-                .concat(),
-            ),
-            linear_groups(u64::from(op.n) * op.levels.total_cells() as u64),
-        ),
-        Step::RowCopy { op, src, dst } => dispatches.add(
-            Kernel::RowCopy,
-            vec![T(src), T(dst)],
-            words(&[
-                op.rows,
-                op.len,
-                op.src_stride,
-                op.src_offset,
-                op.dst_stride,
-                op.dst_offset,
-            ]),
-            linear_groups(u64::from(op.rows) * u64::from(op.len)),
-        ),
-        Step::LossForward {
-            op,
-            pred,
-            target,
-            loss,
-        } => {
-            let (first, parts, lp) = loss_partial(&op, [pred, target, loss], index, lowered);
-            dispatches.add(first.kernel, first.bindings, first.push, first.groups);
-            if parts > 1 {
-                dispatches.add(
-                    Kernel::LossFinish,
-                    vec![Slot::LossPartial, T(loss)],
-                    lp,
-                    [1, 1, 1],
-                );
-            }
-        }
-        Step::LossBackward {
-            op,
-            pred,
-            target,
-            loss,
-            grad,
-        } => dispatches.add(
-            Kernel::LossGrad,
-            vec![T(pred), T(target), T(loss), T(grad)],
-            loss_push(&op, 1, 0),
-            linear_groups(op.pred_len() as u64),
-        ),
-        Step::SumSquares { op, x, sums } => {
-            let d = sum_squares(&[(x, op)], sums, index);
-            dispatches.add(d.kernel, d.bindings, d.push, d.groups);
-        }
-        Step::ClipGrad { op, sums, hyper } => dispatches.add(
-            Kernel::ClipGrad,
-            vec![T(sums), T(hyper)],
-            words(&[op.tensors, op.max_norm.to_bits()]),
-            [1, 1, 1],
-        ),
-        Step::AdamW {
-            op,
-            param,
-            grad,
-            m,
-            v,
-            hyper,
-        } => dispatches.add(
-            Kernel::AdamW,
-            vec![T(param), T(grad), T(m), T(v), T(hyper)],
-            adamw_push(&op),
-            linear_groups(u64::from(op.len)),
-        ),
-        Step::Ema {
-            op,
-            param,
-            ema,
-            hyper,
-        } => dispatches.add(
-            Kernel::Ema,
-            vec![T(ema), T(param), T(hyper)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len)),
-        ),
-        Step::Sgd {
-            op,
-            param,
-            grad,
-            velocity,
-            hyper,
-        } => dispatches.add(
-            Kernel::Sgd,
-            vec![T(param), T(grad), T(velocity), T(hyper)],
-            words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
-            linear_groups(u64::from(op.len)),
-        ),
-        Step::Decode {
-            op,
-            pred,
-            dets,
-            counts,
-        } => {
-            if op.top_k > DECODE_SLOTS / 2 {
-                return Err(StepError::DecodeTopK {
-                    top_k: op.top_k,
-                    kept: DECODE_SLOTS / 2,
-                });
-            }
-            let grid = checked([u64::from(op.n), 1, 1], "decode")?;
-            dispatches.add(
-                Kernel::Decode,
-                vec![T(pred), T(dets), T(counts)],
-                words(
-                    &[
-                        &[op.n, op.classes][..],
-                        &op.levels.words(),
-                        &[op.threshold.to_bits(), op.top_k],
-                    ]
-                    .concat(),
-                ),
-                grid,
-            );
-        }
-    }
-    Ok(())
+    step.with_op(|op| op.lower(&mut dispatches))
 }
 
 #[cfg(test)]

@@ -1,0 +1,97 @@
+//! Gradient-norm clipping: each gradient's sum of squares, then the norm and the scale the
+//! optimizer steps read.
+
+use super::{ClipGrad, StepOp, SumSquares, Use};
+use crate::compute::cpu::exec::{CpuExec, Input};
+use crate::compute::cpu::optim;
+use crate::compute::ops::{OpError, CLIP_SUMS};
+use crate::compute::recording::Elem::F32;
+use crate::compute::recording::TensorId;
+use crate::compute::recording::HYPER_LEN;
+use crate::compute::vulkan::kernels::Kernel;
+use crate::compute::vulkan::lower::{sum_squares, words, Slot, StepDispatches, StepError};
+
+impl StepOp for SumSquares {
+    fn name(&self) -> &'static str {
+        "sum-squares"
+    }
+
+    /// It writes one slot of the sums.
+    fn reads_before_writing(&self, tensor: TensorId) -> bool {
+        self.sums == tensor
+    }
+
+    fn flops(&self) -> u64 {
+        2 * self.op.len as u64
+    }
+
+    fn uses(&self) -> Result<Vec<Use>, OpError> {
+        let SumSquares { op, x, sums } = *self;
+        op.validate()?;
+        if op.slot >= op.tensors {
+            return Err(OpError::Invalid(format!(
+                "sum-squares: slot {} of {} sums",
+                op.slot, op.tensors
+            )));
+        }
+        Ok(vec![
+            (x, op.len as usize, F32, false),
+            (sums, CLIP_SUMS + op.tensors as usize, F32, true),
+        ])
+    }
+
+    fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
+        let SumSquares { op, x, sums } = *self;
+        let sum = optim::sum_squares(&cpu.f32s(x)[..op.len as usize]);
+        let mut s = cpu.take(sums);
+        s[CLIP_SUMS + op.slot as usize] = sum;
+        cpu.put(sums, s);
+    }
+
+    /// Alone; the lowering groups up to four consecutive sums in one dispatch.
+    fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
+        let d = sum_squares(&[(self.x, self.op)], self.sums, dispatches.step);
+        dispatches.add(d.kernel, d.bindings, d.push, d.groups);
+        Ok(())
+    }
+}
+
+impl StepOp for ClipGrad {
+    fn name(&self) -> &'static str {
+        "clip"
+    }
+
+    /// It reads every sum and rewrites one slot of `hyper`.
+    fn reads_before_writing(&self, tensor: TensorId) -> bool {
+        [self.sums, self.hyper].contains(&tensor)
+    }
+
+    fn uses(&self) -> Result<Vec<Use>, OpError> {
+        let ClipGrad { op, sums, hyper } = *self;
+        op.validate()?;
+        Ok(vec![
+            (sums, op.sums_len(), F32, true),
+            (hyper, HYPER_LEN, F32, true),
+        ])
+    }
+
+    fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
+        let ClipGrad { op, sums, hyper } = *self;
+        let (mut s, mut h) = (cpu.take(sums), cpu.take(hyper));
+        optim::clip_grad(&op, &mut s, &mut h);
+        cpu.put(sums, s);
+        cpu.put(hyper, h);
+    }
+
+    fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
+        use Slot::Tensor as T;
+        let ClipGrad { op, sums, hyper } = *self;
+        dispatches.add(
+            Kernel::ClipGrad,
+            vec![T(sums), T(hyper)],
+            words(&[op.tensors, op.max_norm.to_bits()]),
+            [1, 1, 1],
+        );
+        Ok(())
+    }
+}

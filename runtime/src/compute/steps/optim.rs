@@ -1,0 +1,214 @@
+//! The optimizer's updates of one parameter tensor (AdamW, SGD with momentum) and the weight
+//! average after them. Their per-step scalars come from the `hyper` tensor the host writes
+//! before every run ([`crate::compute::recording::HYPER_LEN`]).
+
+use super::{AdamW, Ema, Sgd, StepOp, Use};
+use crate::compute::cpu::exec::{CpuExec, Input};
+use crate::compute::cpu::optim;
+use crate::compute::ops::{OpError, SgdMomentum};
+use crate::compute::recording::Elem::F32;
+use crate::compute::recording::{TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN};
+use crate::compute::vulkan::kernels::Kernel;
+use crate::compute::vulkan::lower::{
+    adamw_push, linear_groups, words, Slot, StepDispatches, StepError,
+};
+
+impl StepOp for AdamW {
+    fn name(&self) -> &'static str {
+        "adamw"
+    }
+
+    fn reads_before_writing(&self, tensor: TensorId) -> bool {
+        [self.param, self.m, self.v].contains(&tensor)
+    }
+
+    fn flops(&self) -> u64 {
+        12 * self.op.len as u64
+    }
+
+    fn uses(&self) -> Result<Vec<Use>, OpError> {
+        let AdamW {
+            op,
+            param,
+            grad,
+            m,
+            v,
+            hyper,
+        } = *self;
+        op.validate()?;
+        let n = op.len as usize;
+        Ok(vec![
+            (grad, n, F32, false),
+            (hyper, HYPER_LEN, F32, false),
+            (param, n, F32, true),
+            (m, n, F32, true),
+            (v, n, F32, true),
+        ])
+    }
+
+    fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
+        let AdamW {
+            op,
+            param,
+            grad,
+            m,
+            v,
+            hyper,
+        } = *self;
+        let h: [f32; HYPER_LEN] = cpu.f32s(hyper).try_into().expect("validated length");
+        let (mut p, mut mv, mut vv) = (cpu.take(param), cpu.take(m), cpu.take(v));
+        optim::adamw_with(&op, &h, &mut p, cpu.f32s(grad), &mut mv, &mut vv);
+        cpu.put(param, p);
+        cpu.put(m, mv);
+        cpu.put(v, vv);
+    }
+
+    /// Alone; the lowering joins it with the weight average right after it.
+    fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
+        use Slot::Tensor as T;
+        let AdamW {
+            op,
+            param,
+            grad,
+            m,
+            v,
+            hyper,
+        } = *self;
+        dispatches.add(
+            Kernel::AdamW,
+            vec![T(param), T(grad), T(m), T(v), T(hyper)],
+            adamw_push(&op),
+            linear_groups(u64::from(op.len)),
+        );
+        Ok(())
+    }
+}
+
+impl StepOp for Ema {
+    fn name(&self) -> &'static str {
+        "ema"
+    }
+
+    fn reads_before_writing(&self, tensor: TensorId) -> bool {
+        self.ema == tensor
+    }
+
+    fn flops(&self) -> u64 {
+        3 * self.op.len as u64
+    }
+
+    fn uses(&self) -> Result<Vec<Use>, OpError> {
+        let Ema {
+            op,
+            param,
+            ema,
+            hyper,
+        } = *self;
+        op.validate()?;
+        let n = op.len as usize;
+        Ok(vec![
+            (param, n, F32, false),
+            (hyper, HYPER_LEN, F32, false),
+            (ema, n, F32, true),
+        ])
+    }
+
+    fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
+        let Ema {
+            op,
+            param,
+            ema,
+            hyper,
+        } = *self;
+        let decay = cpu.f32s(hyper)[HYPER_EMA_DECAY];
+        let mut e = cpu.take(ema);
+        optim::ema(&op, decay, cpu.f32s(param), &mut e);
+        cpu.put(ema, e);
+    }
+
+    fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
+        use Slot::Tensor as T;
+        let Ema {
+            op,
+            param,
+            ema,
+            hyper,
+        } = *self;
+        dispatches.add(
+            Kernel::Ema,
+            vec![T(ema), T(param), T(hyper)],
+            words(&[op.len]),
+            linear_groups(u64::from(op.len)),
+        );
+        Ok(())
+    }
+}
+
+impl StepOp for Sgd {
+    fn name(&self) -> &'static str {
+        "sgd"
+    }
+
+    fn reads_before_writing(&self, tensor: TensorId) -> bool {
+        [self.param, self.velocity].contains(&tensor)
+    }
+
+    fn flops(&self) -> u64 {
+        4 * self.op.len as u64
+    }
+
+    fn uses(&self) -> Result<Vec<Use>, OpError> {
+        let Sgd {
+            op,
+            param,
+            grad,
+            velocity,
+            hyper,
+        } = *self;
+        op.validate()?;
+        let n = op.len as usize;
+        Ok(vec![
+            (grad, n, F32, false),
+            (hyper, HYPER_LEN, F32, false),
+            (param, n, F32, true),
+            (velocity, n, F32, true),
+        ])
+    }
+
+    fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
+        let Sgd {
+            op,
+            param,
+            grad,
+            velocity,
+            hyper,
+        } = *self;
+        let op = SgdMomentum {
+            lr: cpu.f32s(hyper)[0],
+            ..op
+        };
+        let scale = cpu.f32s(hyper)[HYPER_GRAD_SCALE];
+        let (mut p, mut vel) = (cpu.take(param), cpu.take(velocity));
+        optim::sgd_momentum(&op, scale, &mut p, cpu.f32s(grad), &mut vel);
+        cpu.put(param, p);
+        cpu.put(velocity, vel);
+    }
+
+    fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
+        use Slot::Tensor as T;
+        let Sgd {
+            op,
+            param,
+            grad,
+            velocity,
+            hyper,
+        } = *self;
+        dispatches.add(
+            Kernel::Sgd,
+            vec![T(param), T(grad), T(velocity), T(hyper)],
+            words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
+            linear_groups(u64::from(op.len)),
+        );
+        Ok(())
+    }
+}
