@@ -55,6 +55,11 @@ pub struct EntryFigures {
     pub wall_ms: f64,
     /// `wall − device`: what the host adds around the device's work.
     pub overhead_ms: f64,
+    /// For the forward pass: median wall time of a pass with its transfers, the batch's
+    /// records written from host memory before it and the detections and their counts read
+    /// back after (what a caller of `infer` waits for; peers that time upload, dispatches and
+    /// download together compare with this). `None` for a training step.
+    pub with_io_ms: Option<f64>,
     /// Dispatches (Vulkan) or kernel calls (CPU) per run.
     pub kernels: usize,
     pub gflop: f64,
@@ -312,6 +317,11 @@ fn measure(
     } else {
         None
     };
+    let with_io = if train {
+        None
+    } else {
+        Some(forward_with_io(&mut exec, &graph, &layout, batch, config)?)
+    };
     let kernels = exec.kernel_names(entry).len();
     drop(exec);
     let per_kernel = if breakdown {
@@ -328,6 +338,7 @@ fn measure(
             device_ms: device.as_secs_f64() * 1e3,
             wall_ms: wall.as_secs_f64() * 1e3,
             overhead_ms: wall.saturating_sub(device).as_secs_f64() * 1e3,
+            with_io_ms: with_io.map(|t| t.as_secs_f64() * 1e3),
             kernels,
             gflop,
             gflops: gflop / device.as_secs_f64().max(1e-12),
@@ -380,6 +391,34 @@ fn per_kernel_times(
         .collect();
     per_kernel.sort_by(|a, b| b.ms.total_cmp(&a.ms));
     Ok(per_kernel)
+}
+
+/// The median wall time of the inference entry with its transfers: the records written, the
+/// pass run, the detections and their counts read back ([`EntryFigures::with_io_ms`]).
+fn forward_with_io(
+    exec: &mut Exec,
+    graph: &ModelGraph,
+    layout: &RecordLayout,
+    batch: u32,
+    config: &ComputeBenchConfig,
+) -> Result<Duration> {
+    let input = records(layout, batch, config.classes, 7);
+    let tensors = &graph.recording.tensors;
+    let mut dets = vec![0u8; tensors[graph.dets.index()].len];
+    let mut counts = vec![0u8; tensors[graph.counts.index()].len];
+    let entry = graph.entry(ENTRY_INFER);
+    let mut times = Vec::with_capacity(config.runs);
+    for i in 0..config.runs + 2 {
+        let start = Instant::now();
+        exec.write_bytes(graph.records, &input)?;
+        exec.run(entry)?;
+        exec.read_bytes(graph.dets, &mut dets)?;
+        exec.read_bytes(graph.counts, &mut counts)?;
+        if i >= 2 {
+            times.push(start.elapsed());
+        }
+    }
+    Ok(median(times))
 }
 
 fn setup(

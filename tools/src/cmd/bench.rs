@@ -550,6 +550,9 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             "  {name}: device {:.3} ms, wall {:.3} ms (host overhead {:.3} ms), {} kernels, {:.3} GFLOP",
             f.device_ms, f.wall_ms, f.overhead_ms, f.kernels, f.gflop
         );
+        if let Some(io) = f.with_io_ms {
+            crate::outln!("    with the records written and the detections read back: {io:.3} ms");
+        }
         if let Some(ab) = &f.ab {
             crate::outln!(
                 "    A/B, alternating runs: A median {:.3} ms (fastest {:.3}, {} runs), B median \
