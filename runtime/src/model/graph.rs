@@ -308,6 +308,114 @@ impl Builder {
         self.conv(&format!("{name}.out"), out, p)
     }
 
+    /// The top-down neck over the backbone's `features` (each block's output and side): the
+    /// finest level's input and side, and the coarser levels' inputs (p4, p5) with three
+    /// levels.
+    fn neck(
+        &mut self,
+        arch: &Arch,
+        features: &[(TensorId, u32)],
+    ) -> (TensorId, u32, Vec<(TensorId, u32)>) {
+        let (c3, s3) = features[arch.skip_block];
+        let (c4, s4) = features[arch.c4_block];
+        // The top-down neck. Each pointwise conv runs before the upsampling after it, at the
+        // small size: nearest upsampling copies pixels and a pointwise conv (with its ReLU)
+        // works per pixel, so the two commute exactly, and this order does a quarter of the
+        // work forward and backward and keeps no large upsampled input for the weight
+        // gradient.
+        // The coarser levels' inputs (p4, p5), with three levels.
+        let mut coarse = Vec::new();
+        let (p4, p4_channels) = if let Some(c5_block) = arch.c5_block() {
+            let (c5, s5) = features[c5_block];
+            let c5_channels = arch.blocks[c5_block].c_out;
+            let p5 = self.pointwise("neck.p5", c5, c5_channels, arch.neck, s5);
+            let up5 = ops::Upsample2x {
+                n: self.n,
+                c: arch.neck,
+                h: s5,
+                w: s5,
+            };
+            let u5 = self.upsample("neck.p5.up", up5, p5);
+            let c4_channels = arch.blocks[arch.c4_block].c_out;
+            let l4 = self.pointwise("neck.p4", c4, c4_channels, arch.neck, s4);
+            let p4 = self.add("neck.p4.out", l4, u5);
+            coarse = vec![(p4, s4), (p5, s5)];
+            (p4, arch.neck)
+        } else {
+            (c4, arch.blocks[arch.c4_block].c_out)
+        };
+        let nk = self.pointwise("neck.pw", p4, p4_channels, arch.neck, s4);
+        let up = ops::Upsample2x {
+            n: self.n,
+            c: arch.neck,
+            h: s4,
+            w: s4,
+        };
+        debug_assert_eq!(2 * s4, s3);
+        let u = self.upsample("neck.up", up, nk);
+        let p3 = self.add("neck.out", u, c3);
+        (p3, s3, coarse)
+    }
+
+    /// AdamW and the weight average, for every parameter that trains (their state tensors
+    /// made here).
+    fn optimizer_steps(&mut self, options: &GraphOptions, hyper: TensorId) -> Vec<Step> {
+        let mut steps = Vec::with_capacity(2 * self.params.len());
+        for i in 0..self.params.len() {
+            let p = &self.params[i];
+            if p.frozen {
+                continue;
+            }
+            let len = self.rec.get(p.value).len;
+            let name = p.name.clone();
+            let m = self
+                .rec
+                .f32(&StateTensor::AdamM.name(&name), len, Role::State);
+            let v = self
+                .rec
+                .f32(&StateTensor::AdamV.name(&name), len, Role::State);
+            let grad = self.params[i]
+                .grad
+                .expect("every trained parameter has a gradient");
+            self.params[i].m = Some(m);
+            self.params[i].v = Some(v);
+            // Biases are not decayed (the usual practice; decay pulls the heat-map bias
+            // away from its prior).
+            let decay = if name.ends_with(".bias") {
+                0.0
+            } else {
+                options.weight_decay
+            };
+            steps.push(Step::AdamW {
+                op: AdamW {
+                    len: len as u32,
+                    lr: 0.0,
+                    beta1: options.beta1,
+                    beta2: options.beta2,
+                    eps: options.eps,
+                    weight_decay: decay,
+                    step: 1,
+                },
+                param: self.params[i].value,
+                grad,
+                m,
+                v,
+                hyper,
+            });
+            let ema = self
+                .rec
+                .f32(&StateTensor::Ema.name(&name), len, Role::State);
+            self.params[i].ema = Some(ema);
+            steps.push(Step::Ema {
+                op: ops::Ema { len: len as u32 },
+                param: self.params[i].value,
+                ema,
+                hyper,
+            });
+        }
+        steps
+    }
+
     /// A depthwise-separable block on `x` (`c_in × side × side`); returns its output and side.
     fn block(&mut self, name: &str, b: &SepBlock, x: TensorId, side: u32) -> (TensorId, u32) {
         let dw = Conv2d::depthwise(self.n, b.c_in, side, side, 3, b.stride, true);
@@ -514,44 +622,7 @@ impl ModelGraph {
             features.push((x, s));
         }
         b.frozen = options.train && options.freeze.neck();
-        let (c3, s3) = features[arch.skip_block];
-        let (c4, s4) = features[arch.c4_block];
-        // The top-down neck. Each pointwise conv runs before the upsampling after it, at the
-        // small size: nearest upsampling copies pixels and a pointwise conv (with its ReLU)
-        // works per pixel, so the two commute exactly, and this order does a quarter of the
-        // work forward and backward and keeps no large upsampled input for the weight
-        // gradient.
-        // The coarser levels' inputs (p4, p5), with three levels.
-        let mut coarse = Vec::new();
-        let (p4, p4_channels) = if let Some(c5_block) = arch.c5_block() {
-            let (c5, s5) = features[c5_block];
-            let c5_channels = arch.blocks[c5_block].c_out;
-            let p5 = b.pointwise("neck.p5", c5, c5_channels, arch.neck, s5);
-            let up5 = ops::Upsample2x {
-                n,
-                c: arch.neck,
-                h: s5,
-                w: s5,
-            };
-            let u5 = b.upsample("neck.p5.up", up5, p5);
-            let c4_channels = arch.blocks[arch.c4_block].c_out;
-            let l4 = b.pointwise("neck.p4", c4, c4_channels, arch.neck, s4);
-            let p4 = b.add("neck.p4.out", l4, u5);
-            coarse = vec![(p4, s4), (p5, s5)];
-            (p4, arch.neck)
-        } else {
-            (c4, arch.blocks[arch.c4_block].c_out)
-        };
-        let nk = b.pointwise("neck.pw", p4, p4_channels, arch.neck, s4);
-        let up = ops::Upsample2x {
-            n,
-            c: arch.neck,
-            h: s4,
-            w: s4,
-        };
-        debug_assert_eq!(2 * s4, s3);
-        let u = b.upsample("neck.up", up, nk);
-        let p3 = b.add("neck.out", u, c3);
+        let (p3, s3, coarse) = b.neck(arch, &features);
         debug_assert_eq!(s3, grid);
 
         b.frozen = false;
@@ -686,52 +757,7 @@ impl ModelGraph {
                 train.extend(steps);
                 grad_norm = Some(sums);
             }
-            for i in 0..b.params.len() {
-                let p = &b.params[i];
-                if p.frozen {
-                    continue;
-                }
-                let len = b.rec.get(p.value).len;
-                let name = p.name.clone();
-                let m = b.rec.f32(&StateTensor::AdamM.name(&name), len, Role::State);
-                let v = b.rec.f32(&StateTensor::AdamV.name(&name), len, Role::State);
-                let grad = b.params[i]
-                    .grad
-                    .expect("every trained parameter has a gradient");
-                b.params[i].m = Some(m);
-                b.params[i].v = Some(v);
-                // Biases are not decayed (the usual practice; decay pulls the heat-map bias
-                // away from its prior).
-                let decay = if name.ends_with(".bias") {
-                    0.0
-                } else {
-                    options.weight_decay
-                };
-                train.push(Step::AdamW {
-                    op: AdamW {
-                        len: len as u32,
-                        lr: 0.0,
-                        beta1: options.beta1,
-                        beta2: options.beta2,
-                        eps: options.eps,
-                        weight_decay: decay,
-                        step: 1,
-                    },
-                    param: b.params[i].value,
-                    grad,
-                    m,
-                    v,
-                    hyper,
-                });
-                let ema = b.rec.f32(&StateTensor::Ema.name(&name), len, Role::State);
-                b.params[i].ema = Some(ema);
-                train.push(Step::Ema {
-                    op: ops::Ema { len: len as u32 },
-                    param: b.params[i].value,
-                    ema,
-                    hyper,
-                });
-            }
+            train.extend(b.optimizer_steps(options, hyper));
             Some(train)
         } else {
             None
