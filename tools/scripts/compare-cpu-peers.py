@@ -23,7 +23,12 @@ compared in rounds of `bench compute` and the peers' processes, as its runs are 
 the whole-pass ratio says how far, this says where.
 
 The Keras and PyTorch models are det-s layer for layer (the script checks the parameter count
-against fulcrum's 54,758). Their training step uses a mean-squared-error loss on the output
+against fulcrum's 54,758), in fulcrum's order: the neck's 1×1 conv, then the upsample. LiteRT
+runs a batch-1 model whose upsample is written so that XNNPACK takes it, and the script exits
+unless XNNPACK runs the whole graph (one delegated partition from input to output). Keras is
+timed with and without XLA and PyTorch in NCHW and `channels_last`; the best of each counts.
+No transfers are counted on either side of the forward comparison: each times its pass over
+an input already in place. Their training step uses a mean-squared-error loss on the output
 maps: the same convolutions forward and backward as fulcrum's step, a cheaper loss (fulcrum's
 loss and target rendering are about 4 % of its step), and AdamW in both.
 """
@@ -49,6 +54,9 @@ BLOCKS = [  # (c_in, c_out, stride, residual), as runtime/src/model/arch.rs
     (128, 128, 1, True),
 ]
 SKIP_BLOCK, NECK, HEAD = 4, 64, 64
+# The training-step peers, each at the settings that may be its best: Keras with and without
+# XLA (`jit_compile`), PyTorch in NCHW and `channels_last`; the report takes the best.
+STEP_PEERS = ("keras", "keras-xla", "torch", "torch-cl")
 
 
 def median_ms(fn, runs, warmup=3):
@@ -78,9 +86,21 @@ def fulcrum_figures(binary, threads, runs, batch):
     }
 
 
-def keras_det_s():
+def keras_det_s(batch=None, delegable=False):
+    """det-s in Keras. `batch` fixes the input's batch (LiteRT converts a model with a free
+    batch into dynamic shapes that XNNPACK leaves to the reference kernels); `delegable` writes
+    the nearest-neighbour upsample as concatenations and reshapes, which XNNPACK runs (Keras's
+    `UpSampling2D` becomes TILE and `Resizing` RESIZE_NEAREST_NEIGHBOR, neither delegated, each
+    splitting the graph in three)."""
     import keras
     from keras import layers
+
+    def upsample(x, name):
+        if not delegable:
+            return layers.UpSampling2D(2, name=name)(x)
+        _, h, w, c = x.shape
+        x = layers.Reshape((h, 2 * w, c))(layers.Concatenate(axis=-1)([x, x]))
+        return layers.Reshape((2 * h, 2 * w, c), name=name)(layers.Concatenate(axis=2)([x, x]))
 
     def conv(x, c, k=1, s=1, relu=True, name=None):
         return layers.Conv2D(c, k, strides=s, padding="same",
@@ -90,7 +110,7 @@ def keras_det_s():
         return layers.DepthwiseConv2D(3, strides=s, padding="same", activation="relu",
                                       name=name)(x)
 
-    inp = keras.Input((INPUT, INPUT, 3), batch_size=None)
+    inp = keras.Input((INPUT, INPUT, 3), batch_size=batch)
     x = layers.Rescaling(1 / 255)(inp)
     x = conv(x, 16, 3, 2, name="stem")
     skip = None
@@ -99,8 +119,11 @@ def keras_det_s():
         x = layers.Add(name=f"b{i+1}add")([x, y]) if res else y
         if i == SKIP_BLOCK:
             skip = x
-    x = layers.UpSampling2D(2)(x)
-    x = layers.Add(name="neckadd")([conv(x, NECK, name="neckpw"), skip])
+    # fulcrum's order: the neck's 1×1 conv at 8×8, then the upsample (the same function as
+    # upsampling first, as a pointwise conv and nearest upsampling commute, at a quarter of
+    # its multiply-adds).
+    x = upsample(conv(x, NECK, name="neckpw"), "neckup")
+    x = layers.Add(name="neckadd")([x, skip])
     x = conv(dw(x, name="headdw"), HEAD, name="headpw")
     out = conv(x, CLASSES + 4, relu=False, name="headout")
     return keras.Model(inp, out)
@@ -138,8 +161,8 @@ def torch_det_s():
                 x = b(x)
                 if i == SKIP_BLOCK:
                     skip = x
-            x = nn.functional.interpolate(x, scale_factor=2, mode="nearest")
-            x = torch.relu(self.neck(x)) + skip
+            x = torch.relu(self.neck(x))  # fulcrum's order: conv, then upsample
+            x = nn.functional.interpolate(x, scale_factor=2, mode="nearest") + skip
             return self.out(torch.relu(self.hpw(torch.relu(self.hdw(x)))))
 
     return DetS()
@@ -147,7 +170,8 @@ def torch_det_s():
 
 def litert_interpreter(tf, model, x, threads):
     """`model` converted to a float32 LiteRT model, in an interpreter on `threads` threads
-    (LiteRT's default CPU delegate is XNNPACK) with `x` as its input, and the runtime's name."""
+    (LiteRT's default CPU delegate is XNNPACK) with `x` as its input, and the runtime's name.
+    Exits unless XNNPACK took the whole graph (`xnnpack_whole`)."""
     tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
     try:
         from ai_edge_litert.interpreter import Interpreter
@@ -157,8 +181,26 @@ def litert_interpreter(tf, model, x, threads):
         name = "TF Lite interpreter + XNNPACK"
     interp = Interpreter(model_content=tflite, num_threads=threads)
     interp.allocate_tensors()
+    problem = xnnpack_whole(interp)
+    if problem:
+        sys.exit(f"{name}: XNNPACK does not run the whole det-s: {problem}")
     interp.set_tensor(interp.get_input_details()[0]["index"], x)
     return name, interp
+
+
+def xnnpack_whole(interp):
+    """None where the default delegate (XNNPACK) replaced the whole graph: one DELEGATE node
+    that reads the model's input and writes its output (each op it cannot run would leave the
+    graph in more pieces, the ops between them on LiteRT's reference kernels); else what is
+    wrong."""
+    delegates = [o for o in interp._get_ops_details() if o["op_name"] == "DELEGATE"]
+    if len(delegates) != 1:
+        return f"{len(delegates)} delegated partitions, not 1"
+    d = delegates[0]
+    x, y = interp.get_input_details()[0]["index"], interp.get_output_details()[0]["index"]
+    if x not in d["inputs"] or y not in d["outputs"]:
+        return "the delegated partition does not run from the input to the output"
+    return None
 
 
 def worker(kind, threads, runs, batch):
@@ -170,7 +212,7 @@ def worker(kind, threads, runs, batch):
     grid = INPUT // 8
     xb = rng.integers(0, 256, (batch, INPUT, INPUT, 3)).astype(np.float32)
     yb = rng.standard_normal((batch, grid, grid, CLASSES + 4)).astype(np.float32)
-    if kind in ("litert", "keras"):
+    if kind in ("litert", "keras", "keras-xla"):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         import tensorflow as tf
 
@@ -178,15 +220,16 @@ def worker(kind, threads, runs, batch):
         tf.config.threading.set_inter_op_parallelism_threads(1)
         import keras
 
-        model = keras_det_s()
+        model = keras_det_s(*((1, True) if kind == "litert" else ()))
         if model.count_params() != DET_S_PARAMS:
             sys.exit(f"the Keras det-s has {model.count_params()} parameters, not {DET_S_PARAMS}")
         if kind == "litert":
             name, interp = litert_interpreter(tf, model, xb[:1], threads)
             return name, median_ms(interp.invoke, runs * 10)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="mse", jit_compile=False)
-        return f"Keras {keras.__version__} (TensorFlow {tf.__version__})", median_ms(
-            lambda: model.train_on_batch(xb, yb), runs)
+        xla = kind == "keras-xla"
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="mse", jit_compile=xla)
+        return (f"Keras {keras.__version__} (TensorFlow {tf.__version__}, XLA {'on' if xla else 'off'})",
+                median_ms(lambda: model.train_on_batch(xb, yb), runs))
     import torch
 
     torch.set_num_threads(threads)
@@ -194,16 +237,22 @@ def worker(kind, threads, runs, batch):
     n = sum(p.numel() for p in tm.parameters())
     if n != DET_S_PARAMS:
         sys.exit(f"the PyTorch det-s has {n} parameters, not {DET_S_PARAMS}")
-    opt = torch.optim.AdamW(tm.parameters(), 1e-3)
     txb = torch.from_numpy(xb.transpose(0, 3, 1, 2).copy())
     tyb = torch.from_numpy(yb.transpose(0, 3, 1, 2).copy())
+    channels_last = kind == "torch-cl"
+    if channels_last:
+        tm = tm.to(memory_format=torch.channels_last)
+        txb = txb.contiguous(memory_format=torch.channels_last)
+        tyb = tyb.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(tm.parameters(), 1e-3)
 
     def step():
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(tm(txb), tyb).backward()
         opt.step()
 
-    return f"PyTorch {torch.__version__}", median_ms(step, runs)
+    layout = "channels_last" if channels_last else "NCHW"
+    return f"PyTorch {torch.__version__} ({layout})", median_ms(step, runs)
 
 
 def serve_litert(threads):
@@ -215,7 +264,7 @@ def serve_litert(threads):
     import tensorflow as tf
 
     x = np.random.default_rng(0).integers(0, 256, (1, INPUT, INPUT, 3)).astype(np.float32)
-    name, interp = litert_interpreter(tf, keras_det_s(), x, threads)
+    name, interp = litert_interpreter(tf, keras_det_s(1, True), x, threads)
     print("READY " + name, flush=True)
     for line in sys.stdin:
         times = []
@@ -244,7 +293,7 @@ def litert_layers(threads, rounds):
     import keras
     import tensorflow as tf
 
-    model = keras_det_s()
+    model = keras_det_s(1, True)
     # The layer that ends each block: a residual block's add, else its pointwise conv.
     blocks = [f"b{i + 1}{'add' if res else 'pw'}" for i, (*_, res) in enumerate(BLOCKS)]
     ends = ["stem", *blocks, "neckadd", "headpw", "headout"]
@@ -386,7 +435,7 @@ def main():
     p.add_argument("--layers", action="store_true",
                    help="only the forward pass block by block, fulcrum's beside LiteRT's "
                         "(--rounds rounds)")
-    p.add_argument("--worker", choices=["litert", "keras", "torch", "litert-serve",
+    p.add_argument("--worker", choices=["litert", *STEP_PEERS, "litert-serve",
                                         "litert-layers"],
                    help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -414,7 +463,8 @@ def main():
             with open(a.json, "w") as fh:
                 json.dump({"threads": a.threads, "forward_pairs": paired}, fh, indent=2)
         return
-    rows = {k: [] for k in ("fulcrum_fwd", "fulcrum_step", "litert_fwd", "keras_step", "torch_step")}
+    rows = {k: [] for k in ("fulcrum_fwd", "fulcrum_step", "litert_fwd",
+                            *(f"{p}_step" for p in STEP_PEERS))}
     names = {}
     for r in range(a.rounds):
         print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
@@ -422,7 +472,7 @@ def main():
         rows["fulcrum_fwd"].append(f["forward_b1_ms"])
         rows["fulcrum_step"].append(f["step_ms"])
         names["fulcrum"] = f["engine"]
-        for kind, key in (("litert", "litert_fwd"), ("keras", "keras_step"), ("torch", "torch_step")):
+        for kind, key in (("litert", "litert_fwd"), *((p, f"{p}_step") for p in STEP_PEERS)):
             got = run_worker(kind, a)
             if got:
                 rows[key].append(got["ms"])
@@ -435,7 +485,7 @@ def main():
         print(f"  forward b=1: fulcrum {med['fulcrum_fwd']:.3f} ms, {names['litert']} "
               f"{med['litert_fwd']:.3f} ms → fulcrum / LiteRT = "
               f"{med['fulcrum_fwd'] / med['litert_fwd']:.2f}×  (goal ≤ 1.0×)")
-    peers = {names[k]: med[f"{k}_step"] for k in ("keras", "torch") if f"{k}_step" in med}
+    peers = {names[k]: med[f"{k}_step"] for k in STEP_PEERS if f"{k}_step" in med}
     if peers:
         best = min(peers, key=peers.get)
         print(f"  training step b={a.batch}: fulcrum {med['fulcrum_step']:.2f} ms, "
@@ -451,7 +501,7 @@ def main():
         print(f"  fastest rounds: forward fulcrum {fwd:.3f} ms, LiteRT {lite:.3f} ms "
               f"→ {fwd / lite:.2f}×")
     peer_fastest = {names[k]: fastest[f"{k}_step"]
-                    for k in ("keras", "torch") if f"{k}_step" in fastest}
+                    for k in STEP_PEERS if f"{k}_step" in fastest}
     if peer_fastest:
         b = min(peer_fastest, key=peer_fastest.get)
         print(f"  fastest rounds: step fulcrum {fastest['fulcrum_step']:.2f} ms, {b} "

@@ -12,10 +12,14 @@ with, PyPI's `ncnn` (built with Vulkan) and `pnnx`:
     /tmp/ncnn/bin/python tools/scripts/compare-vulkan-ncnn.py --rounds 3
 
 The det-s weights come from a one-step training run on the built-in synthetic dataset (the
-time of a forward pass does not depend on the values). fulcrum's figure is `bench compute`'s
-forward at batch 1: `device` is the GPU time of its dispatches (timestamps), `wall` what the
-caller waits for, submission included. ncnn's is the wall time of one `extract` (upload,
-dispatches, download) with its GPU pipelines and blobs allocated once before timing.
+time of a forward pass does not depend on the values). Transfers are counted on both sides:
+fulcrum's figure is `bench compute`'s forward at batch 1 with its transfers (`with_io_ms`: the
+records written from host memory, the pass, the detections read back; the pass includes the
+decoder, which ncnn's graph, ending at the output maps, does not run), ncnn's the wall time of
+one `extract` (upload, dispatches, download) with its GPU pipelines and blobs allocated once
+before timing. fulcrum's GPU time of the dispatches alone (`device`, timestamps) is printed
+beside it. ncnn runs twice, with its fp16 storage and arithmetic on (its default) and off,
+alternating; the faster counts, as a GPU without fast fp16 may prefer fp32.
 """
 
 import argparse
@@ -69,16 +73,19 @@ def fulcrum_forward(binary, runs, device):
     if not vulkan:
         sys.exit(f"bench compute measured no Vulkan engine: {[e['engine'] for e in engines]}")
     f = vulkan[0]["forward_batch1"]
-    return vulkan[0]["engine"], f["device_ms"], f["wall_ms"]
+    return vulkan[0]["engine"], f["device_ms"], f["with_io_ms"]
 
 
-def ncnn_net(param, bin_, device):
+def ncnn_net(param, bin_, device, fp16):
     import ncnn
 
     if ncnn.get_gpu_count() == 0:
         sys.exit("ncnn sees no Vulkan device (is this ncnn built with Vulkan? is a driver there?)")
     net = ncnn.Net()
     net.opt.use_vulkan_compute = True
+    net.opt.use_fp16_packed = fp16
+    net.opt.use_fp16_storage = fp16
+    net.opt.use_fp16_arithmetic = fp16
     if device is not None:
         net.set_vulkan_device(device)
     if net.load_param(param) != 0 or net.load_model(bin_) != 0:
@@ -122,24 +129,33 @@ def main():
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         param, bin_ = prepare(a.fulcrum, tmp)
-        net, ncnn_device = ncnn_net(param, bin_, a.device)
+        nets = {f"fp16 {'on' if fp16 else 'off'}": ncnn_net(param, bin_, a.device, fp16)
+                for fp16 in (True, False)}
+        ncnn_device = next(iter(nets.values()))[1]
         rounds = []
         for r in range(a.rounds):
-            engine, device_ms, wall_ms = fulcrum_forward(a.fulcrum, a.runs, a.device)
-            ncnn_ms = ncnn_forward(net, a.runs)
-            rounds.append({"fulcrum_device_ms": device_ms, "fulcrum_wall_ms": wall_ms,
-                           "ncnn_ms": ncnn_ms})
-            print(f"round {r + 1}: fulcrum ({engine}) device {device_ms:.2f} ms, wall "
-                  f"{wall_ms:.2f} ms; ncnn-vulkan ({ncnn_device}) {ncnn_ms:.2f} ms; "
-                  f"wall ratio {wall_ms / ncnn_ms:.2f}×", flush=True)
+            engine, device_ms, io_ms = fulcrum_forward(a.fulcrum, a.runs, a.device)
+            row = {"fulcrum_device_ms": device_ms, "fulcrum_with_io_ms": io_ms}
+            # The two ncnn settings in alternating order, round by round.
+            for name in (list(nets) if r % 2 == 0 else list(reversed(nets))):
+                row[f"ncnn {name} ms"] = ncnn_forward(nets[name][0], a.runs)
+            rounds.append(row)
+            print(f"round {r + 1}: fulcrum ({engine}) with transfers {io_ms:.2f} ms (device "
+                  f"{device_ms:.2f}); ncnn-vulkan ({ncnn_device}) "
+                  + ", ".join(f"{name} {row[f'ncnn {name} ms']:.2f} ms" for name in nets),
+                  flush=True)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    print(f"det-s forward, batch 1, medians of {a.rounds} rounds × {a.runs} runs: fulcrum wall "
-          f"{med['fulcrum_wall_ms']:.2f} ms (device {med['fulcrum_device_ms']:.2f}), ncnn-vulkan "
-          f"{med['ncnn_ms']:.2f} ms: {med['fulcrum_wall_ms'] / med['ncnn_ms']:.2f}× ncnn's time")
+    best = min((k for k in med if k.startswith("ncnn")), key=med.get)
+    print(f"det-s forward, batch 1, transfers counted on both sides, medians of {a.rounds} rounds "
+          f"× {a.runs} runs: fulcrum {med['fulcrum_with_io_ms']:.2f} ms (device "
+          f"{med['fulcrum_device_ms']:.2f}), ncnn-vulkan "
+          + ", ".join(f"{k[5:-3]} {v:.2f} ms" for k, v in med.items() if k.startswith("ncnn"))
+          + f": fulcrum / ncnn's better ({best[5:-3]}) = "
+          f"{med['fulcrum_with_io_ms'] / med[best]:.2f}×")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"fulcrum_engine": engine, "ncnn_device": ncnn_device, "rounds": rounds,
-                       "median": med}, f, indent=2)
+                       "median": med, "ncnn_best": best}, f, indent=2)
 
 
 if __name__ == "__main__":
