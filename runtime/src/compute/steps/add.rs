@@ -20,38 +20,49 @@ impl StepOp for Add {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Add { op, a, b, out } = *self;
-        op.validate()?;
-        if out == a || out == b {
+        self.op.validate()?;
+        if self.out == self.a || self.out == self.b {
             return Err(OpError::Invalid(
                 "add: out must differ from a and b (use AddAssign)".into(),
             ));
         }
-        let n = op.len as usize;
+        let n = self.op.len as usize;
         Ok(vec![
-            (a, n, F32, false),
-            (b, n, F32, false),
-            (out, n, F32, true),
+            (self.a, n, F32, false),
+            (self.b, n, F32, false),
+            (self.out, n, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let Add { op, a, b, out } = *self;
-        let mut o = cpu.take(out);
+        let mut o = cpu.take(self.out);
         let pool = cpu.pool();
-        add::add(&op, cpu.f32s(a), cpu.f32s(b), &mut o, pool.as_deref());
-        cpu.put(out, o);
+        add::add(
+            &self.op,
+            cpu.f32s(self.a),
+            cpu.f32s(self.b),
+            &mut o,
+            pool.as_deref(),
+        );
+        cpu.put(self.out, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Add { op, a, b, out } = *self;
-        let (kernel, groups) = if dispatches.variants.direct && add_direct4_fits(op.len) {
-            (Kernel::AddDirect4, linear_groups(u64::from(op.len / 4)))
+        let (kernel, groups) = if dispatches.variants.direct && add_direct4_fits(self.op.len) {
+            (
+                Kernel::AddDirect4,
+                linear_groups(u64::from(self.op.len / 4)),
+            )
         } else {
-            (Kernel::Add, linear_groups(u64::from(op.len)))
+            (Kernel::Add, linear_groups(u64::from(self.op.len)))
         };
-        dispatches.add(kernel, vec![T(a), T(b), T(out)], words(&[op.len]), groups);
+        dispatches.add(
+            kernel,
+            vec![T(self.a), T(self.b), T(self.out)],
+            words(&[self.op.len]),
+            groups,
+        );
         Ok(())
     }
 }
@@ -70,41 +81,43 @@ impl StepOp for AddAssign {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let AddAssign { op, dst, src } = *self;
-        op.validate()?;
-        if dst == src {
+        self.op.validate()?;
+        if self.dst == self.src {
             return Err(OpError::Invalid(
                 "add-assign: dst and src are the same tensor".into(),
             ));
         }
-        let n = op.len as usize;
-        Ok(vec![(src, n, F32, false), (dst, n, F32, true)])
+        let n = self.op.len as usize;
+        Ok(vec![(self.src, n, F32, false), (self.dst, n, F32, true)])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let AddAssign { op, dst, src } = *self;
-        let mut d = cpu.take(dst);
+        let mut d = cpu.take(self.dst);
         let pool = cpu.pool();
-        add::add_assign(&op, &mut d, cpu.f32s(src), pool.as_deref());
-        cpu.put(dst, d);
+        add::add_assign(&self.op, &mut d, cpu.f32s(self.src), pool.as_deref());
+        cpu.put(self.dst, d);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let AddAssign { op, dst, src } = *self;
-        let push = words(&[op.len]);
-        if dispatches.variants.direct && add_direct4_fits(op.len) {
+        let push = words(&[self.op.len]);
+        if dispatches.variants.direct && add_direct4_fits(self.op.len) {
             // The direct kernel's third binding is its output: `dst` again.
-            let groups = linear_groups(u64::from(op.len / 4));
+            let groups = linear_groups(u64::from(self.op.len / 4));
             dispatches.add(
                 Kernel::AddAssignDirect4,
-                vec![T(dst), T(src), T(dst)],
+                vec![T(self.dst), T(self.src), T(self.dst)],
                 push,
                 groups,
             );
         } else {
-            let groups = linear_groups(u64::from(op.len));
-            dispatches.add(Kernel::AddAssign, vec![T(dst), T(src)], push, groups);
+            let groups = linear_groups(u64::from(self.op.len));
+            dispatches.add(
+                Kernel::AddAssign,
+                vec![T(self.dst), T(self.src)],
+                push,
+                groups,
+            );
         }
         Ok(())
     }

@@ -26,26 +26,24 @@ impl StepOp for SumSquares {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let SumSquares { op, x, sums } = *self;
-        op.validate()?;
-        if op.slot >= op.tensors {
+        self.op.validate()?;
+        if self.op.slot >= self.op.tensors {
             return Err(OpError::Invalid(format!(
                 "sum-squares: slot {} of {} sums",
-                op.slot, op.tensors
+                self.op.slot, self.op.tensors
             )));
         }
         Ok(vec![
-            (x, op.len as usize, F32, false),
-            (sums, CLIP_SUMS + op.tensors as usize, F32, true),
+            (self.x, self.op.len as usize, F32, false),
+            (self.sums, CLIP_SUMS + self.op.tensors as usize, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let SumSquares { op, x, sums } = *self;
-        let sum = optim::sum_squares(&cpu.f32s(x)[..op.len as usize]);
-        let mut s = cpu.take(sums);
-        s[CLIP_SUMS + op.slot as usize] = sum;
-        cpu.put(sums, s);
+        let sum = optim::sum_squares(&cpu.f32s(self.x)[..self.op.len as usize]);
+        let mut s = cpu.take(self.sums);
+        s[CLIP_SUMS + self.op.slot as usize] = sum;
+        cpu.put(self.sums, s);
     }
 
     /// Alone; the lowering groups up to four consecutive sums in one dispatch.
@@ -67,29 +65,26 @@ impl StepOp for ClipGrad {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let ClipGrad { op, sums, hyper } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (sums, op.sums_len(), F32, true),
-            (hyper, HYPER_LEN, F32, true),
+            (self.sums, self.op.sums_len(), F32, true),
+            (self.hyper, HYPER_LEN, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let ClipGrad { op, sums, hyper } = *self;
-        let (mut s, mut h) = (cpu.take(sums), cpu.take(hyper));
-        optim::clip_grad(&op, &mut s, &mut h);
-        cpu.put(sums, s);
-        cpu.put(hyper, h);
+        let (mut s, mut h) = (cpu.take(self.sums), cpu.take(self.hyper));
+        optim::clip_grad(&self.op, &mut s, &mut h);
+        cpu.put(self.sums, s);
+        cpu.put(self.hyper, h);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let ClipGrad { op, sums, hyper } = *self;
         dispatches.add(
             Kernel::ClipGrad,
-            vec![T(sums), T(hyper)],
-            words(&[op.tensors, op.max_norm.to_bits()]),
+            vec![T(self.sums), T(self.hyper)],
+            words(&[self.op.tensors, self.op.max_norm.to_bits()]),
             [1, 1, 1],
         );
         Ok(())

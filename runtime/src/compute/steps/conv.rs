@@ -36,19 +36,17 @@ impl StepOp for ConvForward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let ConvForward { op, x, w, b, y } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (x, op.input_len(), F32, false),
-            (w, op.weight_len(), F32, false),
-            (b, op.bias_len(), F32, false),
-            (y, op.output_len(), F32, true),
+            (self.x, self.op.input_len(), F32, false),
+            (self.w, self.op.weight_len(), F32, false),
+            (self.b, self.op.bias_len(), F32, false),
+            (self.y, self.op.output_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, thread_split: bool, _input: Option<Input<'_>>) {
-        let ConvForward { op, x, w, b, y } = *self;
-        let mut out = cpu.take(y);
+        let mut out = cpu.take(self.y);
         let mut scratch = cpu.take_scratch();
         let forward = if thread_split {
             conv::conv2d_forward_split
@@ -56,24 +54,23 @@ impl StepOp for ConvForward {
             conv::conv2d_forward
         };
         forward(
-            &op,
-            cpu.f32s(x),
-            cpu.f32s(w),
-            cpu.f32s(b),
+            &self.op,
+            cpu.f32s(self.x),
+            cpu.f32s(self.w),
+            cpu.f32s(self.b),
             &mut out,
             &mut scratch,
         );
         cpu.put_scratch(scratch);
-        cpu.put(y, out);
+        cpu.put(self.y, out);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let ConvForward { op, x, w, b, y } = *self;
         let variants = dispatches.variants;
         let [bm, bn, _] = GEMM_TILE.map(u64::from);
-        let bindings = vec![T(x), T(w), T(b), T(y)];
-        match op.kind() {
+        let bindings = vec![T(self.x), T(self.w), T(self.b), T(self.y)];
+        match self.op.kind() {
             ConvKind::Depthwise => {
                 // An invocation per four outputs of a row (depthwise.glsl), on CPU-type
                 // devices per eight outputs of each of two rows.
@@ -86,27 +83,30 @@ impl StepOp for ConvForward {
                 } else {
                     (Kernel::Depthwise, 4, 1)
                 };
-                let planes = u64::from(op.n) * u64::from(op.c_out);
-                let rows = planes * u64::from(op.out_h().div_ceil(rows_each));
-                let per_row = u64::from(op.out_w().div_ceil(outputs));
+                let planes = u64::from(self.op.n) * u64::from(self.op.c_out);
+                let rows = planes * u64::from(self.op.out_h().div_ceil(rows_each));
+                let per_row = u64::from(self.op.out_w().div_ceil(outputs));
                 let groups = linear_groups(rows * per_row);
-                dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
+                dispatches.add(kernel, bindings, conv_push(&self.op, 1, 0), groups);
             }
             ConvKind::Pointwise => {
                 // Binding 4 is the residual the store adds; unread (x stands in) without.
                 let (bindings, push_block) = match dispatches.add_after {
                     Some(add) => (
-                        vec![T(x), T(w), T(b), T(add.out), T(add.residual)],
-                        with_skip(conv_push(&op, 1, 0)),
+                        vec![T(self.x), T(self.w), T(self.b), T(add.out), T(add.residual)],
+                        with_skip(conv_push(&self.op, 1, 0)),
                     ),
-                    None => (vec![T(x), T(w), T(b), T(y), T(x)], conv_push(&op, 1, 0)),
+                    None => (
+                        vec![T(self.x), T(self.w), T(self.b), T(self.y), T(self.x)],
+                        conv_push(&self.op, 1, 0),
+                    ),
                 };
-                let plane = u64::from(op.h) * u64::from(op.w);
+                let plane = u64::from(self.op.h) * u64::from(self.op.w);
                 let grid = checked(
                     [
                         plane.div_ceil(bn),
-                        u64::from(op.c_out).div_ceil(bm),
-                        u64::from(op.n),
+                        u64::from(self.op.c_out).div_ceil(bm),
+                        u64::from(self.op.n),
                     ],
                     "pointwise conv",
                 )?;
@@ -115,12 +115,12 @@ impl StepOp for ConvForward {
                     let grid = checked(
                         [
                             plane.div_ceil(u64::from(POINTWISE_DIRECT_PIXELS)),
-                            u64::from(op.c_out).div_ceil(bm),
-                            u64::from(op.n),
+                            u64::from(self.op.c_out).div_ceil(bm),
+                            u64::from(self.op.n),
                         ],
                         "pointwise conv",
                     )?;
-                    let kernel = if pointwise_direct4_fits(op.c_in, plane) {
+                    let kernel = if pointwise_direct4_fits(self.op.c_in, plane) {
                         Kernel::PointwiseDirect4
                     } else {
                         Kernel::PointwiseDirect
@@ -131,14 +131,14 @@ impl StepOp for ConvForward {
                     let grid = checked(
                         [
                             plane.div_ceil(gx),
-                            u64::from(op.c_out).div_ceil(gy),
-                            u64::from(op.n),
+                            u64::from(self.op.c_out).div_ceil(gy),
+                            u64::from(self.op.n),
                         ],
                         "pointwise conv",
                     )?;
                     dispatches.add(Kernel::PointwiseThin, bindings, push_block, grid);
                 } else {
-                    let (n, c_out) = (u64::from(op.n), u64::from(op.c_out));
+                    let (n, c_out) = (u64::from(self.op.n), u64::from(self.op.c_out));
                     let tile = dispatches.tile_for(c_out, plane, n, true);
                     let [tm, tn] = tile.map(u64::from);
                     let grid = checked(
@@ -152,8 +152,8 @@ impl StepOp for ConvForward {
                 // An invocation per output pixel, or per four or eight of a row
                 // (conv2d.glsl): eight on a CPU-type device, four where there are enough
                 // pixels to keep a GPU busy with a quarter as many invocations.
-                let rows = u64::from(op.n) * u64::from(op.out_h());
-                let pixels = rows * u64::from(op.out_w());
+                let rows = u64::from(self.op.n) * u64::from(self.op.out_h());
+                let pixels = rows * u64::from(self.op.out_w());
                 let (kernel, per_invocation) = if variants.direct && !variants.fp16 {
                     (Kernel::Conv2dDirect, 8)
                 } else if pixels >= QUAD_MIN_PIXELS {
@@ -161,16 +161,17 @@ impl StepOp for ConvForward {
                 } else {
                     (Kernel::Conv2d, 1)
                 };
-                let invocations = rows * u64::from(op.out_w()).div_ceil(per_invocation);
+                let invocations = rows * u64::from(self.op.out_w()).div_ceil(per_invocation);
                 let grid = checked(
                     [
                         invocations.div_ceil(u64::from(LINEAR_WORKGROUP)),
-                        u64::from(op.c_out_per_group()).div_ceil(u64::from(CONV_CHANNEL_BLOCK)),
-                        u64::from(op.groups),
+                        u64::from(self.op.c_out_per_group())
+                            .div_ceil(u64::from(CONV_CHANNEL_BLOCK)),
+                        u64::from(self.op.groups),
                     ],
                     "conv",
                 )?;
-                dispatches.add(kernel, bindings, conv_push(&op, 1, 0), grid);
+                dispatches.add(kernel, bindings, conv_push(&self.op, 1, 0), grid);
             }
         }
         Ok(())
@@ -195,27 +196,17 @@ impl StepOp for ConvBackward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let ConvBackward {
-            op,
-            x,
-            w,
-            y,
-            gy,
-            gx,
-            gw,
-            gb,
-        } = *self;
-        op.validate()?;
+        self.op.validate()?;
         let mut v = vec![
-            (x, op.input_len(), F32, false),
-            (w, op.weight_len(), F32, false),
-            (y, op.output_len(), F32, false),
-            (gy, op.output_len(), F32, false),
-            (gw, op.weight_len(), F32, true),
-            (gb, op.bias_len(), F32, true),
+            (self.x, self.op.input_len(), F32, false),
+            (self.w, self.op.weight_len(), F32, false),
+            (self.y, self.op.output_len(), F32, false),
+            (self.gy, self.op.output_len(), F32, false),
+            (self.gw, self.op.weight_len(), F32, true),
+            (self.gb, self.op.bias_len(), F32, true),
         ];
-        if let Some(gx) = gx {
-            v.push((gx, op.input_len(), F32, true));
+        if let Some(gx) = self.gx {
+            v.push((gx, self.op.input_len(), F32, true));
         }
         Ok(v)
     }
@@ -226,21 +217,11 @@ impl StepOp for ConvBackward {
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let ConvBackward {
-            op,
-            x,
-            w,
-            y,
-            gy,
-            gx,
-            gw,
-            gb,
-        } = *self;
         let variants = dispatches.variants;
         let [bm, bn, _] = GEMM_TILE.map(u64::from);
-        let depthwise = op.kind() == ConvKind::Depthwise;
-        if let Some(gx) = gx {
-            let bindings = vec![T(w), T(y), T(gy), T(gx)];
+        let depthwise = self.op.kind() == ConvKind::Depthwise;
+        if let Some(gx) = self.gx {
+            let bindings = vec![T(self.w), T(self.y), T(self.gy), T(gx)];
             if depthwise {
                 // An invocation per four inputs of a row (depthwise_grad_input.glsl), on
                 // CPU-type devices per eight inputs of each of two rows.
@@ -253,20 +234,20 @@ impl StepOp for ConvBackward {
                 } else {
                     (Kernel::DepthwiseGradInput, 4, 1)
                 };
-                let planes = u64::from(op.n) * u64::from(op.c_in);
-                let rows = planes * u64::from(op.h.div_ceil(rows_each));
-                let groups = linear_groups(rows * u64::from(op.w.div_ceil(inputs)));
-                dispatches.add(kernel, bindings, conv_push(&op, 1, 0), groups);
+                let planes = u64::from(self.op.n) * u64::from(self.op.c_in);
+                let rows = planes * u64::from(self.op.h.div_ceil(rows_each));
+                let groups = linear_groups(rows * u64::from(self.op.w.div_ceil(inputs)));
+                dispatches.add(kernel, bindings, conv_push(&self.op, 1, 0), groups);
             } else {
-                let plane = u64::from(op.h) * u64::from(op.w);
+                let plane = u64::from(self.op.h) * u64::from(self.op.w);
                 let (m, depth) = (
-                    u64::from(op.c_in_per_group()),
-                    u64::from(op.n) * u64::from(op.groups),
+                    u64::from(self.op.c_in_per_group()),
+                    u64::from(self.op.n) * u64::from(self.op.groups),
                 );
                 // The direct kernels' grid is the default tile's.
                 let (kernel, tile) = if variants.direct
-                    && op.kind() == ConvKind::Pointwise
-                    && pointwise_direct4_fits(op.c_in, plane)
+                    && self.op.kind() == ConvKind::Pointwise
+                    && pointwise_direct4_fits(self.op.c_in, plane)
                 {
                     (Kernel::Conv2dGradInputDirect4, None)
                 } else if variants.direct {
@@ -280,17 +261,24 @@ impl StepOp for ConvBackward {
                     [plane.div_ceil(tn), m.div_ceil(tm), depth],
                     "conv input gradient",
                 )?;
-                let push = conv_push(&op, 1, 0);
+                let push = conv_push(&self.op, 1, 0);
                 dispatches.add_tiled(kernel, bindings, push, grid, tile);
             }
         }
-        let terms = u64::from(op.n) * u64::from(op.out_h()) * u64::from(op.out_w());
+        let terms = u64::from(self.op.n) * u64::from(self.op.out_h()) * u64::from(self.op.out_w());
         // Weight columns per output channel; the partial sums keep one more, the bias.
-        let red = u64::from(op.c_in_per_group()) * u64::from(op.kernel * op.kernel);
+        let red = u64::from(self.op.c_in_per_group()) * u64::from(self.op.kernel * self.op.kernel);
         let row = red + 1;
-        let bindings = vec![T(x), T(y), T(gy), Slot::ConvPartial, T(gw), T(gb)];
+        let bindings = vec![
+            T(self.x),
+            T(self.y),
+            T(self.gy),
+            Slot::ConvPartial,
+            T(self.gw),
+            T(self.gb),
+        ];
         let splits = if depthwise {
-            let taps = op.kernel * op.kernel;
+            let taps = self.op.kernel * self.op.kernel;
             // Direct: a workgroup per channel, every tap; tiled: one per channel and tap
             // (or the bias).
             let (kernel, per_channel, rule) =
@@ -303,20 +291,20 @@ impl StepOp for ConvBackward {
                         TILED_SPLIT,
                     )
                 };
-            let (splits, chunk) = split(terms, u64::from(op.c_out) * per_channel, rule);
+            let (splits, chunk) = split(terms, u64::from(self.op.c_out) * per_channel, rule);
             let grid = checked(
-                [u64::from(op.c_out), per_channel, u64::from(splits)],
+                [u64::from(self.op.c_out), per_channel, u64::from(splits)],
                 "depthwise weight gradient",
             )?;
-            dispatches.add(kernel, bindings, conv_push(&op, splits, chunk), grid);
+            dispatches.add(kernel, bindings, conv_push(&self.op, splits, chunk), grid);
             splits
         } else {
             // `tiled`: the tiled GEMM's tile, which its dispatch carries; the direct
             // kernels' tiles are fixed.
             let (kernel, [tm, tn], tiled, rule) = if variants.direct {
-                let plane = u64::from(op.h) * u64::from(op.w);
+                let plane = u64::from(self.op.h) * u64::from(self.op.w);
                 // Pointwise over whole vec4s of pixels: four terms a fetch.
-                let (kernel, tile) = if op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
+                let (kernel, tile) = if self.op.kind() == ConvKind::Pointwise && plane % 4 == 0 {
                     (
                         Kernel::Conv2dGradWeightDirect4,
                         CONV_GRAD_WEIGHT_DIRECT4_TILE,
@@ -328,29 +316,29 @@ impl StepOp for ConvBackward {
             } else {
                 // The parts fill the device. The default tile's area bounds the partial
                 // sums' scratch (TARGET_GROUPS).
-                let m = u64::from(op.c_out_per_group());
+                let m = u64::from(self.op.c_out_per_group());
                 let tile = dispatches.tile_for(m, red, 1, false);
                 let sides = tile.map(u64::from);
                 (Kernel::Conv2dGradWeight, sides, Some(tile), TILED_SPLIT)
             };
             let tiles = red.div_ceil(tn)
-                * u64::from(op.c_out_per_group()).div_ceil(tm)
-                * u64::from(op.groups);
+                * u64::from(self.op.c_out_per_group()).div_ceil(tm)
+                * u64::from(self.op.groups);
             let (splits, chunk) = split(terms, tiles, rule);
             let grid = checked(
                 [
                     red.div_ceil(tn),
-                    u64::from(op.c_out_per_group()).div_ceil(tm),
-                    u64::from(op.groups) * u64::from(splits),
+                    u64::from(self.op.c_out_per_group()).div_ceil(tm),
+                    u64::from(self.op.groups) * u64::from(splits),
                 ],
                 "conv weight gradient",
             )?;
-            let push = conv_push(&op, splits, chunk);
+            let push = conv_push(&self.op, splits, chunk);
             dispatches.add_tiled(kernel, bindings, push, grid, tiled);
             splits
         };
         if splits > 1 {
-            let len = u64::from(op.c_out) * row;
+            let len = u64::from(self.op.c_out) * row;
             let partial = &mut dispatches.lowered.conv_partial_floats;
             *partial = (*partial).max((len * u64::from(splits)) as usize);
             let (kernel, groups) = if variants.direct {
@@ -362,8 +350,8 @@ impl StepOp for ConvBackward {
             };
             dispatches.add(
                 kernel,
-                vec![Slot::ConvPartial, T(gw), T(gb)],
-                conv_push(&op, splits, 0),
+                vec![Slot::ConvPartial, T(self.gw), T(self.gb)],
+                conv_push(&self.op, splits, 0),
                 groups,
             );
         }
@@ -375,19 +363,9 @@ impl ConvBackward {
     /// The CPU engine's backward pass, with `store` in its input gradient's store and its
     /// output gradient masked already where `gy_masked` (the CPU schedule's fused kernels).
     pub(crate) fn run_cpu_with(&self, cpu: &mut CpuExec, store: GradStore, gy_masked: bool) {
-        let ConvBackward {
-            op,
-            x,
-            w,
-            y,
-            gy,
-            gx,
-            gw,
-            gb,
-        } = *self;
-        let mut gw_v = cpu.take(gw);
-        let mut gb_v = cpu.take(gb);
-        let mut gx_v = gx.map(|t| cpu.take(t));
+        let mut gw_v = cpu.take(self.gw);
+        let mut gb_v = cpu.take(self.gb);
+        let mut gx_v = self.gx.map(|t| cpu.take(t));
         let mut scratch = cpu.take_scratch();
         let extras = conv::BackwardExtras {
             add: store.add.map(|t| cpu.f32s(t)),
@@ -395,11 +373,11 @@ impl ConvBackward {
             gy_masked,
         };
         conv::conv2d_backward_with(
-            &op,
-            cpu.f32s(x),
-            cpu.f32s(w),
-            cpu.f32s(y),
-            cpu.f32s(gy),
+            &self.op,
+            cpu.f32s(self.x),
+            cpu.f32s(self.w),
+            cpu.f32s(self.y),
+            cpu.f32s(self.gy),
             gx_v.as_deref_mut(),
             &mut gw_v,
             &mut gb_v,
@@ -407,9 +385,9 @@ impl ConvBackward {
             extras,
         );
         cpu.put_scratch(scratch);
-        cpu.put(gw, gw_v);
-        cpu.put(gb, gb_v);
-        if let (Some(t), Some(v)) = (gx, gx_v) {
+        cpu.put(self.gw, gw_v);
+        cpu.put(self.gb, gb_v);
+        if let (Some(t), Some(v)) = (self.gx, gx_v) {
             cpu.put(t, v);
         }
     }

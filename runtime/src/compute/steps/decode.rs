@@ -19,59 +19,46 @@ impl StepOp for Decode {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Decode {
-            op,
-            pred,
-            dets,
-            counts,
-        } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (pred, op.input_len(), F32, false),
-            (dets, op.output_len() * DETECTION_BYTES, Bytes, true),
-            (counts, 4 * op.n as usize, Bytes, true),
+            (self.pred, self.op.input_len(), F32, false),
+            (
+                self.dets,
+                self.op.output_len() * DETECTION_BYTES,
+                Bytes,
+                true,
+            ),
+            (self.counts, 4 * self.op.n as usize, Bytes, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let Decode {
-            op,
-            pred,
-            dets,
-            counts,
-        } = *self;
-        let mut d = cpu.take_bytes(dets);
-        let mut c = cpu.take_bytes(counts);
+        let mut d = cpu.take_bytes(self.dets);
+        let mut c = cpu.take_bytes(self.counts);
         let mut scratch = cpu.take_decode_scratch();
-        decode::decode_into_bytes(&op, cpu.f32s(pred), &mut scratch, &mut d, &mut c);
+        decode::decode_into_bytes(&self.op, cpu.f32s(self.pred), &mut scratch, &mut d, &mut c);
         cpu.put_decode_scratch(scratch);
-        cpu.put_bytes(dets, d);
-        cpu.put_bytes(counts, c);
+        cpu.put_bytes(self.dets, d);
+        cpu.put_bytes(self.counts, c);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Decode {
-            op,
-            pred,
-            dets,
-            counts,
-        } = *self;
-        if op.top_k > DECODE_SLOTS / 2 {
+        if self.op.top_k > DECODE_SLOTS / 2 {
             return Err(StepError::DecodeTopK {
-                top_k: op.top_k,
+                top_k: self.op.top_k,
                 kept: DECODE_SLOTS / 2,
             });
         }
-        let grid = checked([u64::from(op.n), 1, 1], "decode")?;
+        let grid = checked([u64::from(self.op.n), 1, 1], "decode")?;
         dispatches.add(
             Kernel::Decode,
-            vec![T(pred), T(dets), T(counts)],
+            vec![T(self.pred), T(self.dets), T(self.counts)],
             words(
                 &[
-                    &[op.n, op.classes][..],
-                    &op.levels.words(),
-                    &[op.threshold.to_bits(), op.top_k],
+                    &[self.op.n, self.op.classes][..],
+                    &self.op.levels.words(),
+                    &[self.op.threshold.to_bits(), self.op.top_k],
                 ]
                 .concat(),
             ),

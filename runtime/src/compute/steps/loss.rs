@@ -21,44 +21,26 @@ impl StepOp for LossForward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let LossForward {
-            op,
-            pred,
-            target,
-            loss,
-        } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (pred, op.pred_len(), F32, false),
-            (target, op.target_len(), F32, false),
-            (loss, LOSS_LEN, F32, true),
+            (self.pred, self.op.pred_len(), F32, false),
+            (self.target, self.op.target_len(), F32, false),
+            (self.loss, LOSS_LEN, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let LossForward {
-            op,
-            pred,
-            target,
-            loss: l,
-        } = *self;
-        let mut o = cpu.take(l);
-        let parts = loss::center_loss(&op, cpu.f32s(pred), cpu.f32s(target));
+        let mut o = cpu.take(self.loss);
+        let parts = loss::center_loss(&self.op, cpu.f32s(self.pred), cpu.f32s(self.target));
         o.copy_from_slice(&parts.to_array());
-        cpu.put(l, o);
+        cpu.put(self.loss, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let LossForward {
-            op,
-            pred,
-            target,
-            loss,
-        } = *self;
         let (first, parts, lp) = loss_partial(
-            &op,
-            [pred, target, loss],
+            &self.op,
+            [self.pred, self.target, self.loss],
             dispatches.step,
             dispatches.lowered,
         );
@@ -66,7 +48,7 @@ impl StepOp for LossForward {
         if parts > 1 {
             dispatches.add(
                 Kernel::LossFinish,
-                vec![Slot::LossPartial, T(loss)],
+                vec![Slot::LossPartial, T(self.loss)],
                 lp,
                 [1, 1, 1],
             );
@@ -85,50 +67,35 @@ impl StepOp for LossBackward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let LossBackward {
-            op,
-            pred,
-            target,
-            loss,
-            grad,
-        } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (pred, op.pred_len(), F32, false),
-            (target, op.target_len(), F32, false),
-            (loss, LOSS_LEN, F32, false),
-            (grad, op.pred_len(), F32, true),
+            (self.pred, self.op.pred_len(), F32, false),
+            (self.target, self.op.target_len(), F32, false),
+            (self.loss, LOSS_LEN, F32, false),
+            (self.grad, self.op.pred_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let LossBackward {
-            op,
-            pred,
-            target,
-            loss: l,
-            grad,
-        } = *self;
-        let mut g = cpu.take(grad);
-        let centres = cpu.f32s(l)[4];
-        loss::center_loss_backward(&op, cpu.f32s(pred), cpu.f32s(target), centres, &mut g);
-        cpu.put(grad, g);
+        let mut g = cpu.take(self.grad);
+        let centres = cpu.f32s(self.loss)[4];
+        loss::center_loss_backward(
+            &self.op,
+            cpu.f32s(self.pred),
+            cpu.f32s(self.target),
+            centres,
+            &mut g,
+        );
+        cpu.put(self.grad, g);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let LossBackward {
-            op,
-            pred,
-            target,
-            loss,
-            grad,
-        } = *self;
         dispatches.add(
             Kernel::LossGrad,
-            vec![T(pred), T(target), T(loss), T(grad)],
-            loss_push(&op, 1, 0),
-            linear_groups(op.pred_len() as u64),
+            vec![T(self.pred), T(self.target), T(self.loss), T(self.grad)],
+            loss_push(&self.op, 1, 0),
+            linear_groups(self.op.pred_len() as u64),
         );
         Ok(())
     }

@@ -27,58 +27,40 @@ impl StepOp for AdamW {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let AdamW {
-            op,
-            param,
-            grad,
-            m,
-            v,
-            hyper,
-        } = *self;
-        op.validate()?;
-        let n = op.len as usize;
+        self.op.validate()?;
+        let n = self.op.len as usize;
         Ok(vec![
-            (grad, n, F32, false),
-            (hyper, HYPER_LEN, F32, false),
-            (param, n, F32, true),
-            (m, n, F32, true),
-            (v, n, F32, true),
+            (self.grad, n, F32, false),
+            (self.hyper, HYPER_LEN, F32, false),
+            (self.param, n, F32, true),
+            (self.m, n, F32, true),
+            (self.v, n, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let AdamW {
-            op,
-            param,
-            grad,
-            m,
-            v,
-            hyper,
-        } = *self;
-        let h: [f32; HYPER_LEN] = cpu.f32s(hyper).try_into().expect("validated length");
-        let (mut p, mut mv, mut vv) = (cpu.take(param), cpu.take(m), cpu.take(v));
-        optim::adamw_with(&op, &h, &mut p, cpu.f32s(grad), &mut mv, &mut vv);
-        cpu.put(param, p);
-        cpu.put(m, mv);
-        cpu.put(v, vv);
+        let h: [f32; HYPER_LEN] = cpu.f32s(self.hyper).try_into().expect("validated length");
+        let (mut p, mut mv, mut vv) = (cpu.take(self.param), cpu.take(self.m), cpu.take(self.v));
+        optim::adamw_with(&self.op, &h, &mut p, cpu.f32s(self.grad), &mut mv, &mut vv);
+        cpu.put(self.param, p);
+        cpu.put(self.m, mv);
+        cpu.put(self.v, vv);
     }
 
     /// Alone; the lowering joins it with the weight average right after it.
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let AdamW {
-            op,
-            param,
-            grad,
-            m,
-            v,
-            hyper,
-        } = *self;
         dispatches.add(
             Kernel::AdamW,
-            vec![T(param), T(grad), T(m), T(v), T(hyper)],
-            adamw_push(&op),
-            linear_groups(u64::from(op.len)),
+            vec![
+                T(self.param),
+                T(self.grad),
+                T(self.m),
+                T(self.v),
+                T(self.hyper),
+            ],
+            adamw_push(&self.op),
+            linear_groups(u64::from(self.op.len)),
         );
         Ok(())
     }
@@ -98,47 +80,29 @@ impl StepOp for Ema {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Ema {
-            op,
-            param,
-            ema,
-            hyper,
-        } = *self;
-        op.validate()?;
-        let n = op.len as usize;
+        self.op.validate()?;
+        let n = self.op.len as usize;
         Ok(vec![
-            (param, n, F32, false),
-            (hyper, HYPER_LEN, F32, false),
-            (ema, n, F32, true),
+            (self.param, n, F32, false),
+            (self.hyper, HYPER_LEN, F32, false),
+            (self.ema, n, F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let Ema {
-            op,
-            param,
-            ema,
-            hyper,
-        } = *self;
-        let decay = cpu.f32s(hyper)[HYPER_EMA_DECAY];
-        let mut e = cpu.take(ema);
-        optim::ema(&op, decay, cpu.f32s(param), &mut e);
-        cpu.put(ema, e);
+        let decay = cpu.f32s(self.hyper)[HYPER_EMA_DECAY];
+        let mut e = cpu.take(self.ema);
+        optim::ema(&self.op, decay, cpu.f32s(self.param), &mut e);
+        cpu.put(self.ema, e);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Ema {
-            op,
-            param,
-            ema,
-            hyper,
-        } = *self;
         dispatches.add(
             Kernel::Ema,
-            vec![T(ema), T(param), T(hyper)],
-            words(&[op.len]),
-            linear_groups(u64::from(op.len)),
+            vec![T(self.ema), T(self.param), T(self.hyper)],
+            words(&[self.op.len]),
+            linear_groups(u64::from(self.op.len)),
         );
         Ok(())
     }
@@ -158,20 +122,13 @@ impl StepOp for Sgd {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Sgd {
-            op,
-            param,
-            grad,
-            velocity,
-            hyper,
-        } = *self;
-        op.validate()?;
-        let n = op.len as usize;
+        self.op.validate()?;
+        let n = self.op.len as usize;
         Ok(vec![
-            (grad, n, F32, false),
-            (hyper, HYPER_LEN, F32, false),
-            (param, n, F32, true),
-            (velocity, n, F32, true),
+            (self.grad, n, F32, false),
+            (self.hyper, HYPER_LEN, F32, false),
+            (self.param, n, F32, true),
+            (self.velocity, n, F32, true),
         ])
     }
 
@@ -196,18 +153,15 @@ impl StepOp for Sgd {
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Sgd {
-            op,
-            param,
-            grad,
-            velocity,
-            hyper,
-        } = *self;
         dispatches.add(
             Kernel::Sgd,
-            vec![T(param), T(grad), T(velocity), T(hyper)],
-            words(&[op.len, op.momentum.to_bits(), op.weight_decay.to_bits()]),
-            linear_groups(u64::from(op.len)),
+            vec![T(self.param), T(self.grad), T(self.velocity), T(self.hyper)],
+            words(&[
+                self.op.len,
+                self.op.momentum.to_bits(),
+                self.op.weight_decay.to_bits(),
+            ]),
+            linear_groups(u64::from(self.op.len)),
         );
         Ok(())
     }

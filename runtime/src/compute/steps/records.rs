@@ -18,30 +18,38 @@ impl StepOp for Normalize {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Normalize { op, records, out } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (records, op.input_bytes(), Bytes, false),
-            (out, op.output_len(), F32, true),
+            (self.records, self.op.input_bytes(), Bytes, false),
+            (self.out, self.op.output_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, input: Option<Input<'_>>) {
-        let Normalize { op, records, out } = *self;
-        let mut o = cpu.take(out);
+        let mut o = cpu.take(self.out);
         let pool = cpu.pool();
-        normalize::normalize(&op, cpu.bytes_of(records, input), &mut o, pool.as_deref());
-        cpu.put(out, o);
+        normalize::normalize(
+            &self.op,
+            cpu.bytes_of(self.records, input),
+            &mut o,
+            pool.as_deref(),
+        );
+        cpu.put(self.out, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Normalize { op, records, out } = *self;
         dispatches.add(
             Kernel::Normalize,
-            vec![T(records), T(out)],
-            words(&[op.n, op.h, op.w, op.record_stride, u32::from(op.flip)]),
-            linear_groups(op.output_len() as u64),
+            vec![T(self.records), T(self.out)],
+            words(&[
+                self.op.n,
+                self.op.h,
+                self.op.w,
+                self.op.record_stride,
+                u32::from(self.op.flip),
+            ]),
+            linear_groups(self.op.output_len() as u64),
         );
         Ok(())
     }
@@ -57,45 +65,42 @@ impl StepOp for Targets {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let Targets { op, records, out } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (records, op.input_bytes(), Bytes, false),
-            (out, op.output_len(), F32, true),
+            (self.records, self.op.input_bytes(), Bytes, false),
+            (self.out, self.op.output_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, input: Option<Input<'_>>) {
-        let Targets { op, records, out } = *self;
-        let mut o = cpu.take(out);
-        targets::render_targets(&op, cpu.bytes_of(records, input), &mut o);
-        cpu.put(out, o);
+        let mut o = cpu.take(self.out);
+        targets::render_targets(&self.op, cpu.bytes_of(self.records, input), &mut o);
+        cpu.put(self.out, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let Targets { op, records, out } = *self;
         dispatches.add(
             Kernel::Targets,
-            vec![T(records), T(out)],
+            vec![T(self.records), T(self.out)],
             words(
                 &[
-                    &[op.n, op.classes][..],
-                    &op.levels.words(),
+                    &[self.op.n, self.op.classes][..],
+                    &self.op.levels.words(),
                     &[
-                        op.max_boxes,
-                        op.record_stride,
-                        op.meta_offset,
-                        op.min_overlap.to_bits(),
-                        u32::from(op.flip),
-                        op.neighbour_weight.to_bits(),
-                        op.neighbour_radius,
-                        op.neighbour_cells,
+                        self.op.max_boxes,
+                        self.op.record_stride,
+                        self.op.meta_offset,
+                        self.op.min_overlap.to_bits(),
+                        u32::from(self.op.flip),
+                        self.op.neighbour_weight.to_bits(),
+                        self.op.neighbour_radius,
+                        self.op.neighbour_cells,
                     ],
                 ]
                 .concat(),
             ),
-            linear_groups(u64::from(op.n) * op.levels.total_cells() as u64),
+            linear_groups(u64::from(self.op.n) * self.op.levels.total_cells() as u64),
         );
         Ok(())
     }

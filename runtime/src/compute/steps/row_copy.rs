@@ -20,41 +20,38 @@ impl StepOp for RowCopy {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let RowCopy { op, src, dst } = *self;
-        op.validate()?;
-        if src == dst {
+        self.op.validate()?;
+        if self.src == self.dst {
             return Err(OpError::Invalid(
                 "copy: src and dst are the same tensor".into(),
             ));
         }
         Ok(vec![
-            (src, op.src_len(), F32, false),
-            (dst, op.dst_len(), F32, true),
+            (self.src, self.op.src_len(), F32, false),
+            (self.dst, self.op.dst_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let RowCopy { op, src, dst } = *self;
-        let mut o = cpu.take(dst);
-        copy::row_copy(&op, cpu.f32s(src), &mut o);
-        cpu.put(dst, o);
+        let mut o = cpu.take(self.dst);
+        copy::row_copy(&self.op, cpu.f32s(self.src), &mut o);
+        cpu.put(self.dst, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let RowCopy { op, src, dst } = *self;
         dispatches.add(
             Kernel::RowCopy,
-            vec![T(src), T(dst)],
+            vec![T(self.src), T(self.dst)],
             words(&[
-                op.rows,
-                op.len,
-                op.src_stride,
-                op.src_offset,
-                op.dst_stride,
-                op.dst_offset,
+                self.op.rows,
+                self.op.len,
+                self.op.src_stride,
+                self.op.src_offset,
+                self.op.dst_stride,
+                self.op.dst_offset,
             ]),
-            linear_groups(u64::from(op.rows) * u64::from(op.len)),
+            linear_groups(u64::from(self.op.rows) * u64::from(self.op.len)),
         );
         Ok(())
     }

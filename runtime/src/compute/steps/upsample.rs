@@ -18,32 +18,35 @@ impl StepOp for UpsampleForward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let UpsampleForward { op, x, y } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (x, op.input_len(), F32, false),
-            (y, op.output_len(), F32, true),
+            (self.x, self.op.input_len(), F32, false),
+            (self.y, self.op.output_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let UpsampleForward { op, x, y } = *self;
-        let mut o = cpu.take(y);
-        upsample::upsample2x_forward(&op, cpu.f32s(x), &mut o);
-        cpu.put(y, o);
+        let mut o = cpu.take(self.y);
+        upsample::upsample2x_forward(&self.op, cpu.f32s(self.x), &mut o);
+        cpu.put(self.y, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let UpsampleForward { op, x, y } = *self;
         // Binding 2 is the residual the store adds; unread (x stands in) without.
         let add = dispatches.add_after;
-        let (out, skip) = add.map_or((y, x), |a| (a.out, a.residual));
+        let (out, skip) = add.map_or((self.y, self.x), |a| (a.out, a.residual));
         dispatches.add(
             Kernel::Upsample,
-            vec![T(x), T(out), T(skip)],
-            words(&[op.n, op.c, op.h, op.w, u32::from(add.is_some())]),
-            linear_groups(op.output_len() as u64),
+            vec![T(self.x), T(out), T(skip)],
+            words(&[
+                self.op.n,
+                self.op.c,
+                self.op.h,
+                self.op.w,
+                u32::from(add.is_some()),
+            ]),
+            linear_groups(self.op.output_len() as u64),
         );
         Ok(())
     }
@@ -63,29 +66,26 @@ impl StepOp for UpsampleBackward {
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
-        let UpsampleBackward { op, gy, gx } = *self;
-        op.validate()?;
+        self.op.validate()?;
         Ok(vec![
-            (gy, op.output_len(), F32, false),
-            (gx, op.input_len(), F32, true),
+            (self.gy, self.op.output_len(), F32, false),
+            (self.gx, self.op.input_len(), F32, true),
         ])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let UpsampleBackward { op, gy, gx } = *self;
-        let mut o = cpu.take(gx);
-        upsample::upsample2x_backward(&op, cpu.f32s(gy), &mut o);
-        cpu.put(gx, o);
+        let mut o = cpu.take(self.gx);
+        upsample::upsample2x_backward(&self.op, cpu.f32s(self.gy), &mut o);
+        cpu.put(self.gx, o);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         use Slot::Tensor as T;
-        let UpsampleBackward { op, gy, gx } = *self;
         dispatches.add(
             Kernel::UpsampleGrad,
-            vec![T(gy), T(gx)],
-            words(&[op.n, op.c, op.h, op.w]),
-            linear_groups(op.input_len() as u64),
+            vec![T(self.gy), T(self.gx)],
+            words(&[self.op.n, self.op.c, self.op.h, self.op.w]),
+            linear_groups(self.op.input_len() as u64),
         );
         Ok(())
     }
