@@ -108,64 +108,54 @@ pub fn probability(s: &str) -> Result<f32, String> {
 
 /// A share of each batch: above 0 and below 1.
 pub fn replay_fraction(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
-        _ => Err(format!(
-            "{} is not a share of the batch above 0 and below 1 (e.g. 0.25)",
-            quoted(s)
-        )),
-    }
+    number_where(
+        s,
+        |v| v > 0.0 && v < 1.0,
+        "a share of the batch above 0 and below 1 (e.g. 0.25)",
+    )
 }
 
 /// A floor on fine-tuning's share of engine time: from 0 to [`fulcrum::serve::share::MAX_SHARE`].
 pub fn fine_tune_share(s: &str) -> Result<f32, String> {
     let max = fulcrum::serve::share::MAX_SHARE;
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=max).contains(&v) => Ok(v),
-        _ => Err(format!("{} is not a share from 0 to {max}", quoted(s))),
-    }
+    number_where(
+        s,
+        |v| (0.0..=max).contains(&v),
+        &format!("a share from 0 to {max}"),
+    )
 }
 
 /// A loss term's weight: a number from 0 to 10.
 pub fn loss_weight(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=10.0).contains(&v) => Ok(v),
-        _ => Err(format!("{} is not a weight from 0 to 10", quoted(s))),
-    }
+    number_where(s, |v| (0.0..=10.0).contains(&v), "a weight from 0 to 10")
 }
 
 /// The regression weight of a box centre's neighbour cells: from 0 (off) to below 1.
 pub fn neighbour_weight(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{} is not a neighbour weight from 0 (off) to below 1 (the centre's)",
-            quoted(s)
-        )),
-    }
+    number_where(
+        s,
+        |v| (0.0..1.0).contains(&v),
+        "a neighbour weight from 0 (off) to below 1 (the centre's)",
+    )
 }
 
 /// A gradient-norm limit: a number from 0 (off) to 10⁶.
 pub fn clip_norm(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=1e6).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{} is not a gradient-norm limit from 0 (off) to 1000000",
-            quoted(s)
-        )),
-    }
+    number_where(
+        s,
+        |v| (0.0..=1e6).contains(&v),
+        "a gradient-norm limit from 0 (off) to 1000000",
+    )
 }
 
 /// A peak learning rate: finite, above 0 and at most 10 (AdamW's usual rates are 1e-4 to
 /// 1e-2; past 10 a run only diverges).
 pub fn learning_rate(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= 10.0 => Ok(v),
-        _ => Err(format!(
-            "{} is not a learning rate above 0 and at most 10 (try 0.001 to 0.01)",
-            quoted(s)
-        )),
-    }
+    number_where(
+        s,
+        |v| v > 0.0 && v <= 10.0,
+        "a learning rate above 0 and at most 10 (try 0.001 to 0.01)",
+    )
 }
 
 /// AdamW's weight decay: a number from 0 (off) to 1.
@@ -180,21 +170,29 @@ pub fn iou(s: &str) -> Result<f32, String> {
 
 /// A number from 0 to 1, or the message that `s` is not `what`.
 fn from_0_to_1(s: &str, what: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+    number_where(s, |v| (0.0..=1.0).contains(&v), what)
+}
+
+/// `s` as a number for which `fits` holds (never NaN: every range refuses it), or the message
+/// that `s` is not `what`.
+fn number_where<T: std::str::FromStr + Copy>(
+    s: &str,
+    fits: impl Fn(T) -> bool,
+    what: &str,
+) -> Result<T, String> {
+    match s.parse::<T>() {
+        Ok(v) if fits(v) => Ok(v),
         _ => Err(format!("{} is not {what}", quoted(s))),
     }
 }
 
 /// A fraction strictly between 0 and 1 (a held-out share).
 pub fn open_fraction(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
-        _ => Err(format!(
-            "{} is not a fraction above 0 and below 1 (e.g. 0.2)",
-            quoted(s)
-        )),
-    }
+    number_where(
+        s,
+        |v| v > 0.0 && v < 1.0,
+        "a fraction above 0 and below 1 (e.g. 0.2)",
+    )
 }
 
 /// A count from 1 to `most`: a parser for clap's `value_parser`.
@@ -312,6 +310,19 @@ mod tests {
             );
         }
         assert_eq!(learning_rate("0.004"), Ok(0.004));
+        assert_eq!(
+            (replay_fraction("0.25"), open_fraction("0.2")),
+            (Ok(0.25), Ok(0.2))
+        );
+        for bad in ["0", "1", "nan", "-0.5", "x"] {
+            assert!(replay_fraction(bad)
+                .unwrap_err()
+                .contains("share of the batch"));
+            assert!(open_fraction(bad).unwrap_err().contains("fraction"));
+        }
+        assert_eq!(neighbour_weight("0"), Ok(0.0));
+        assert!(neighbour_weight("1").is_err() && neighbour_weight("nan").is_err());
+        assert!(fine_tune_share("0").is_ok() && fine_tune_share("0.95").is_err());
         assert_eq!((count(64)("64"), count(64)("1")), (Ok(64), Ok(1)));
         for bad in ["0", "65", "-1", "x"] {
             assert!(count(64)(bad).unwrap_err().contains("1 to 64"), "{bad}");
