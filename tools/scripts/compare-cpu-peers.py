@@ -25,8 +25,10 @@ the whole-pass ratio says how far, this says where.
 The Keras and PyTorch models are det-s layer for layer (the script checks the parameter count
 against fulcrum's 54,758), in fulcrum's order: the neck's 1×1 conv, then the upsample. LiteRT
 runs a batch-1 model whose upsample is written so that XNNPACK takes it, and the script exits
-unless XNNPACK runs the whole graph (one delegated partition from input to output). Keras is
-timed with and without XLA and PyTorch in NCHW and `channels_last`; the best of each counts.
+unless XNNPACK runs the whole graph (one delegated partition from input to output; read from
+the interpreter's op list, `_get_ops_details`, a private but long-standing call). Keras is
+timed with and without XLA and PyTorch in NCHW and `channels_last`; the ratio is to the best
+of all four.
 No transfers are counted on either side of the forward comparison: each times its pass over
 an input already in place. Their training step uses a mean-squared-error loss on the output
 maps: the same convolutions forward and backward as fulcrum's step, a cheaper loss (fulcrum's
@@ -220,7 +222,10 @@ def worker(kind, threads, runs, batch):
         tf.config.threading.set_inter_op_parallelism_threads(1)
         import keras
 
-        model = keras_det_s(*((1, True) if kind == "litert" else ()))
+        if kind == "litert":
+            model = keras_det_s(batch=1, delegable=True)
+        else:
+            model = keras_det_s()
         if model.count_params() != DET_S_PARAMS:
             sys.exit(f"the Keras det-s has {model.count_params()} parameters, not {DET_S_PARAMS}")
         if kind == "litert":
@@ -327,7 +332,7 @@ def per_layer(a):
         ful.append([sum(us[k] for k in ks) for ks in FULCRUM_KERNELS] + [sum(us[12:])])
         out = subprocess.run([sys.executable, __file__, "--worker", "litert-layers",
                               "--threads", str(a.threads), "--rounds", "3"],
-                             capture_output=True, text=True, check=True).stdout
+                             stdout=subprocess.PIPE, text=True, check=True).stdout
         prefix = [statistics.median(v) for v in json.loads(out.splitlines()[-1])]
         lite.append([now - before for before, now in zip([0.0] + prefix[:-1], prefix)])
     f = [statistics.median(v) for v in zip(*ful)]
@@ -345,8 +350,9 @@ class ChunkServer:
     """A process that answers a count of forward passes with their median and fastest (µs)."""
 
     def __init__(self, cmd, ready):
+        # stderr passes through: a peer that exits (XNNPACK not taking the graph) says why.
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+                                  text=True)
         # The first line that `ready` accepts names the engine (libraries may print before it).
         for line in self.p.stdout:
             name = ready(line.strip())
@@ -508,7 +514,7 @@ def main():
               f"{peer_fastest[b]:.2f} ms → {fastest['fulcrum_step'] / peer_fastest[b]:.2f}×")
     for k, v in rows.items():
         if v:
-            print(f"    {k:<13} " + "  ".join(f"{x:.3f}" for x in v))
+            print(f"    {k:<14} " + "  ".join(f"{x:.3f}" for x in v))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"threads": a.threads, "batch": a.batch, "forward_pairs": paired,

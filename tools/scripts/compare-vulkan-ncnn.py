@@ -62,6 +62,8 @@ def prepare(binary, tmp):
 
 
 def fulcrum_forward(binary, runs, device):
+    """`bench compute`'s forward at batch 1 on each Vulkan engine it measured (f32, and fp16
+    where the device has fast f16): `{engine: (with transfers ms, device ms)}`."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "compute.json")
         cmd = [binary, "bench", "compute", "--runs", str(runs), "--batch", "1", "--json", out]
@@ -69,11 +71,11 @@ def fulcrum_forward(binary, runs, device):
             cmd += ["--device", str(device)]
         run(cmd)
         engines = json.load(open(out))["engines"]
-    vulkan = [e for e in engines if e["engine"].startswith("vulkan") and "fp16" not in e["engine"]]
+    vulkan = {e["engine"]: (e["forward_batch1"]["with_io_ms"], e["forward_batch1"]["device_ms"])
+              for e in engines if e["engine"].startswith("vulkan")}
     if not vulkan:
         sys.exit(f"bench compute measured no Vulkan engine: {[e['engine'] for e in engines]}")
-    f = vulkan[0]["forward_batch1"]
-    return vulkan[0]["engine"], f["device_ms"], f["with_io_ms"]
+    return vulkan
 
 
 def ncnn_net(param, bin_, device, fp16):
@@ -132,30 +134,46 @@ def main():
         nets = {f"fp16 {'on' if fp16 else 'off'}": ncnn_net(param, bin_, a.device, fp16)
                 for fp16 in (True, False)}
         ncnn_device = next(iter(nets.values()))[1]
+        # Per round: {"fulcrum": {engine: with transfers}, "fulcrum_device": {engine: device
+        # time}, "ncnn": {setting: ms}}.
         rounds = []
         for r in range(a.rounds):
-            engine, device_ms, io_ms = fulcrum_forward(a.fulcrum, a.runs, a.device)
-            row = {"fulcrum_device_ms": device_ms, "fulcrum_with_io_ms": io_ms}
-            # The two ncnn settings in alternating order, round by round.
-            for name in (list(nets) if r % 2 == 0 else list(reversed(nets))):
-                row[f"ncnn {name} ms"] = ncnn_forward(nets[name][0], a.runs)
+            row = {"fulcrum": {}, "fulcrum_device": {}, "ncnn": {}}
+
+            def fulcrum_side():
+                for engine, (io_ms, device_ms) in fulcrum_forward(a.fulcrum, a.runs, a.device).items():
+                    row["fulcrum"][engine], row["fulcrum_device"][engine] = io_ms, device_ms
+
+            def ncnn_side():
+                # ncnn's two settings in alternating order, round by round.
+                for name in (list(nets) if r % 2 == 0 else list(reversed(nets))):
+                    row["ncnn"][name] = ncnn_forward(nets[name][0], a.runs)
+
+            # Which side goes first alternates too.
+            for side in ((fulcrum_side, ncnn_side) if r % 2 == 0 else (ncnn_side, fulcrum_side)):
+                side()
             rounds.append(row)
-            print(f"round {r + 1}: fulcrum ({engine}) with transfers {io_ms:.2f} ms (device "
-                  f"{device_ms:.2f}); ncnn-vulkan ({ncnn_device}) "
-                  + ", ".join(f"{name} {row[f'ncnn {name} ms']:.2f} ms" for name in nets),
+            print(f"round {r + 1}: fulcrum with transfers "
+                  + ", ".join(f"{e} {ms:.2f} ms (device {row['fulcrum_device'][e]:.2f})"
+                              for e, ms in row["fulcrum"].items())
+                  + f"; ncnn-vulkan ({ncnn_device}) "
+                  + ", ".join(f"{name} {ms:.2f} ms" for name, ms in row["ncnn"].items()),
                   flush=True)
-    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    best = min((k for k in med if k.startswith("ncnn")), key=med.get)
+    med = {side: {k: statistics.median(r[side][k] for r in rounds) for k in rounds[0][side]}
+           for side in rounds[0]}
+    best_f = min(med["fulcrum"], key=med["fulcrum"].get)
+    best_n = min(med["ncnn"], key=med["ncnn"].get)
     print(f"det-s forward, batch 1, transfers counted on both sides, medians of {a.rounds} rounds "
-          f"× {a.runs} runs: fulcrum {med['fulcrum_with_io_ms']:.2f} ms (device "
-          f"{med['fulcrum_device_ms']:.2f}), ncnn-vulkan "
-          + ", ".join(f"{k[5:-3]} {v:.2f} ms" for k, v in med.items() if k.startswith("ncnn"))
-          + f": fulcrum / ncnn's better ({best[5:-3]}) = "
-          f"{med['fulcrum_with_io_ms'] / med[best]:.2f}×")
+          f"× {a.runs} runs: fulcrum "
+          + ", ".join(f"{e} {ms:.2f} ms (device {med['fulcrum_device'][e]:.2f})"
+                      for e, ms in med["fulcrum"].items())
+          + "; ncnn-vulkan " + ", ".join(f"{k} {v:.2f} ms" for k, v in med["ncnn"].items())
+          + f": fulcrum's better / ncnn's better ({best_n}) = "
+          f"{med['fulcrum'][best_f] / med['ncnn'][best_n]:.2f}×")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"fulcrum_engine": engine, "ncnn_device": ncnn_device, "rounds": rounds,
-                       "median": med, "ncnn_best": best}, f, indent=2)
+            json.dump({"ncnn_device": ncnn_device, "rounds": rounds, "median": med,
+                       "best": {"fulcrum": best_f, "ncnn": best_n}}, f, indent=2)
 
 
 if __name__ == "__main__":

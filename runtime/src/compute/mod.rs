@@ -8,7 +8,7 @@ pub mod exec;
 pub mod fusion;
 pub mod ops;
 pub mod recording;
-pub mod steps;
+pub(crate) mod steps;
 pub mod storage;
 pub mod vulkan;
 

@@ -112,7 +112,7 @@ pub const LOSS_LEN: usize = 6;
 
 /// Floats in the `hyper` tensor an optimizer step reads: `[lr, step, c1, c2, ema_decay,
 /// grad_scale]`, where `step` counts from 1 (exact in `f32` up to 2²⁴), `c1, c2` are the bias
-/// corrections [`AdamW::bias_corrections`] of that step and `ema_decay` the weight average's
+/// corrections [`super::ops::AdamW::bias_corrections`] of that step and `ema_decay` the weight average's
 /// ([`super::ops::ema_decay`]), all computed by the host; `grad_scale` multiplies every
 /// gradient the optimizer reads: the host writes 1 and a [`Step::ClipGrad`] overwrites it.
 pub const HYPER_LEN: usize = 6;

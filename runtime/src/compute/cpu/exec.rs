@@ -892,7 +892,7 @@ impl CpuExec {
     }
 
     /// Runs one step, with its thread split (see [`schedule`]); the op's own module has its
-    /// CPU twin ([`crate::compute::steps`]).
+    /// CPU twin (`compute::steps`).
     fn step(&mut self, step: &Step, thread_split: bool, input: Option<Input<'_>>) {
         step.with_op(|op| op.run_cpu(self, thread_split, input));
     }

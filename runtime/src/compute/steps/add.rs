@@ -15,8 +15,9 @@ impl StepOp for Add {
         "add"
     }
 
-    fn flops(&self) -> u64 {
-        self.op.len as u64
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
@@ -74,10 +75,6 @@ impl StepOp for AddAssign {
 
     fn reads_before_writing(&self, tensor: TensorId) -> bool {
         self.dst == tensor
-    }
-
-    fn flops(&self) -> u64 {
-        self.op.len as u64
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {

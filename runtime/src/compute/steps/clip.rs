@@ -21,10 +21,6 @@ impl StepOp for SumSquares {
         self.sums == tensor
     }
 
-    fn flops(&self) -> u64 {
-        2 * self.op.len as u64
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         if self.op.slot >= self.op.tensors {
@@ -46,7 +42,7 @@ impl StepOp for SumSquares {
         cpu.put(self.sums, s);
     }
 
-    /// Alone; the lowering groups up to four consecutive sums in one dispatch.
+    /// A sum alone; the lowering joins up to four consecutive sums in one dispatch.
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {
         let d = sum_squares(&[(self.x, self.op)], self.sums, dispatches.step);
         dispatches.add(d.kernel, d.bindings, d.push, d.groups);

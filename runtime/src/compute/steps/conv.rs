@@ -7,6 +7,7 @@ use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::fusion::GradStore;
 use crate::compute::ops::{ConvKind, OpError};
 use crate::compute::recording::Elem::F32;
+use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::{
     pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, DEPTHWISE_DIRECT_MAX_TAPS,
@@ -27,12 +28,13 @@ impl StepOp for ConvForward {
         }
     }
 
-    fn batch(&self) -> u32 {
-        self.op.n
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
-    fn flops(&self) -> u64 {
-        self.op.flops()
+    fn batch(&self) -> u32 {
+        self.op.n
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
@@ -187,12 +189,13 @@ impl StepOp for ConvBackward {
         }
     }
 
-    fn batch(&self) -> u32 {
-        self.op.n
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
-    fn flops(&self) -> u64 {
-        self.op.flops() * if self.gx.is_some() { 2 } else { 1 }
+    fn batch(&self) -> u32 {
+        self.op.n
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {

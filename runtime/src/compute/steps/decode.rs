@@ -5,6 +5,7 @@ use crate::compute::cpu::decode;
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::{Bytes, F32};
+use crate::compute::recording::TensorId;
 use crate::compute::recording::DETECTION_BYTES;
 use crate::compute::vulkan::kernels::{Kernel, DECODE_SLOTS};
 use crate::compute::vulkan::lower::{checked, words, Slot, StepDispatches, StepError};
@@ -12,6 +13,11 @@ use crate::compute::vulkan::lower::{checked, words, Slot, StepDispatches, StepEr
 impl StepOp for Decode {
     fn name(&self) -> &'static str {
         "decode"
+    }
+
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {

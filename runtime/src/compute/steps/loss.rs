@@ -5,6 +5,7 @@ use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::loss;
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
+use crate::compute::recording::TensorId;
 use crate::compute::recording::LOSS_LEN;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{
@@ -14,6 +15,11 @@ use crate::compute::vulkan::lower::{
 impl StepOp for LossForward {
     fn name(&self) -> &'static str {
         "loss"
+    }
+
+    /// It overwrites every tensor it writes (the whole loss).
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {
@@ -60,6 +66,11 @@ impl StepOp for LossForward {
 impl StepOp for LossBackward {
     fn name(&self) -> &'static str {
         "loss-backward"
+    }
+
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {

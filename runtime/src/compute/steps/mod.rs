@@ -1,25 +1,29 @@
 //! The steps a [`super::Recording`] is made of, one module per op: each op's module holds
-//! all that op is to the rest of the crate — its name and work for reports, its validation
-//! and the tensors it reads and writes ([`StepOp::uses`], which [`super::Recording::validate`]
-//! and the storage plans build on), its CPU twin ([`StepOp::run_cpu`]) and its Vulkan
-//! dispatches ([`StepOp::lower`]). A new op is a line in the [`steps!`] list below (its
-//! tensors), a module here with its [`StepOp`] impl, and its kernels (the Vulkan kernel list,
-//! the CPU kernel).
+//! what that op is to the rest of the crate — its name for reports, its validation and the
+//! tensors it reads and writes (`StepOp::uses`, which [`super::Recording::validate`], the
+//! fusion rules and the storage plans build on), whether it reads a tensor it writes
+//! (`StepOp::reads_before_writing`), its batch, its CPU twin (`StepOp::run_cpu`) and its
+//! Vulkan dispatches (`StepOp::lower`). A new op is a line in the `steps!` list below (its
+//! tensors), a module here with its `StepOp` impl (the compiler asks for every method but
+//! `batch`), and its kernels (the CPU kernel, the shader and its line in the Vulkan kernel
+//! list).
 //!
 //! What spans several steps stays where it is decided: fusing a step with its neighbours
-//! ([`super::fusion`], the Vulkan lowering's fused dispatches, the CPU engine's schedule).
+//! ([`super::fusion`], the Vulkan lowering's joined dispatches, the CPU engine's schedule),
+//! the tensors an optimizer step may write ([`super::Recording::validate`]) and the scratch
+//! each engine sizes for its kernels.
 //!
 //! | module | steps |
 //! |---|---|
-//! | [`conv`] | `ConvForward`, `ConvBackward` |
-//! | [`add`] | `Add`, `AddAssign` |
-//! | [`upsample`] | `UpsampleForward`, `UpsampleBackward` |
-//! | [`row_copy`] | `RowCopy` |
-//! | [`records`] | `Normalize`, `Targets` (packed records in) |
-//! | [`loss`] | `LossForward`, `LossBackward` |
-//! | [`clip`] | `SumSquares`, `ClipGrad` |
-//! | [`optim`] | `AdamW`, `Ema`, `Sgd` |
-//! | [`decode`] | `Decode` |
+//! | `conv` | `ConvForward`, `ConvBackward` |
+//! | `add` | `Add`, `AddAssign` |
+//! | `upsample` | `UpsampleForward`, `UpsampleBackward` |
+//! | `row_copy` | `RowCopy` |
+//! | `records` | `Normalize`, `Targets` (packed records in) |
+//! | `loss` | `LossForward`, `LossBackward` |
+//! | `clip` | `SumSquares`, `ClipGrad` |
+//! | `optim` | `AdamW`, `Ema`, `Sgd` |
+//! | `decode` | `Decode` |
 
 mod add;
 mod clip;
@@ -45,20 +49,13 @@ pub(crate) trait StepOp {
     /// A short name for reports (the kernel family).
     fn name(&self) -> &'static str;
 
-    /// Floating-point operations (multiply-adds count two), for GFLOP/s figures.
-    fn flops(&self) -> u64 {
-        0
-    }
-
     /// The op's own validation, then each tensor the step touches.
     fn uses(&self) -> Result<Vec<Use>, OpError>;
 
     /// Whether the step reads `tensor` even where it writes it (an accumulation, an
     /// optimizer's update, a write to part of it): such a tensor carries a value from before
     /// the step, which the storage plans keep.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
+    fn reads_before_writing(&self, tensor: TensorId) -> bool;
 
     /// The batch the step works on (0 for steps that have none, such as an optimizer's).
     fn batch(&self) -> u32 {
@@ -183,11 +180,6 @@ impl Step {
     /// A short name for reports (the kernel family).
     pub fn name(&self) -> &'static str {
         self.with_op(|s| s.name())
-    }
-
-    /// Floating-point operations (multiply-adds count two), for GFLOP/s figures.
-    pub fn flops(&self) -> u64 {
-        self.with_op(|s| s.flops())
     }
 
     /// The tensors the step reads or writes (none where it does not validate).

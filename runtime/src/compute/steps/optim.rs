@@ -22,10 +22,6 @@ impl StepOp for AdamW {
         [self.param, self.m, self.v].contains(&tensor)
     }
 
-    fn flops(&self) -> u64 {
-        12 * self.op.len as u64
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
@@ -75,10 +71,6 @@ impl StepOp for Ema {
         self.ema == tensor
     }
 
-    fn flops(&self) -> u64 {
-        3 * self.op.len as u64
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
@@ -117,10 +109,6 @@ impl StepOp for Sgd {
         [self.param, self.velocity].contains(&tensor)
     }
 
-    fn flops(&self) -> u64 {
-        4 * self.op.len as u64
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
@@ -133,22 +121,16 @@ impl StepOp for Sgd {
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
-        let Sgd {
-            op,
-            param,
-            grad,
-            velocity,
-            hyper,
-        } = *self;
+        // The learning rate of this step, from `hyper`.
         let op = SgdMomentum {
-            lr: cpu.f32s(hyper)[0],
-            ..op
+            lr: cpu.f32s(self.hyper)[0],
+            ..self.op
         };
-        let scale = cpu.f32s(hyper)[HYPER_GRAD_SCALE];
-        let (mut p, mut vel) = (cpu.take(param), cpu.take(velocity));
-        optim::sgd_momentum(&op, scale, &mut p, cpu.f32s(grad), &mut vel);
-        cpu.put(param, p);
-        cpu.put(velocity, vel);
+        let scale = cpu.f32s(self.hyper)[HYPER_GRAD_SCALE];
+        let (mut p, mut vel) = (cpu.take(self.param), cpu.take(self.velocity));
+        optim::sgd_momentum(&op, scale, &mut p, cpu.f32s(self.grad), &mut vel);
+        cpu.put(self.param, p);
+        cpu.put(self.velocity, vel);
     }
 
     fn lower(&self, dispatches: &mut StepDispatches<'_>) -> Result<(), StepError> {

@@ -5,12 +5,18 @@ use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::{normalize, targets};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::{Bytes, F32};
+use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for Normalize {
     fn name(&self) -> &'static str {
         "normalize"
+    }
+
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {
@@ -58,6 +64,11 @@ impl StepOp for Normalize {
 impl StepOp for Targets {
     fn name(&self) -> &'static str {
         "targets"
+    }
+
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {

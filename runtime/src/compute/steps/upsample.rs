@@ -5,12 +5,18 @@ use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::upsample;
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
+use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for UpsampleForward {
     fn name(&self) -> &'static str {
         "upsample"
+    }
+
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
     fn batch(&self) -> u32 {
@@ -57,12 +63,13 @@ impl StepOp for UpsampleBackward {
         "upsample-backward"
     }
 
-    fn batch(&self) -> u32 {
-        self.op.n
+    /// It overwrites every tensor it writes.
+    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
+        false
     }
 
-    fn flops(&self) -> u64 {
-        self.op.output_len() as u64
+    fn batch(&self) -> u32 {
+        self.op.n
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {

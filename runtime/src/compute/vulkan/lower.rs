@@ -5,9 +5,9 @@
 //!
 //! This is plain data, device-independent and testable without a GPU; [`super::exec`] turns
 //! it into buffers, pipelines and recorded command buffers. Each step's own dispatches come
-//! from its op's module ([`crate::compute::steps`], `StepOp::lower`); this module walks an
-//! entry, joins neighbouring steps where one dispatch does both (the table below) and picks
-//! the kernel variants, with the helpers the ops' lowerings share.
+//! from its op's module (`compute::steps`, `StepOp::lower`); this module walks an entry,
+//! joins neighbouring steps where one dispatch does both (the rows with a "+" in the table
+//! below) and picks the kernel variants, with the helpers the ops' lowerings share.
 //!
 //! Steps and their dispatches:
 //!
@@ -234,7 +234,12 @@ pub fn lower_with(recording: &Recording, variants: Variants) -> Result<Lowered, 
                         _ => break,
                     }
                 }
-                dispatches.push(sum_squares(&group, sums, i));
+                if group.len() == 1 {
+                    lower_step(step, i, None, variants, &mut lowered, &mut dispatches)
+                        .map_err(step_error(i, step.name()))?;
+                } else {
+                    dispatches.push(sum_squares(&group, sums, i));
+                }
                 continue;
             }
             if let Some(fused) = steps.peek().and_then(|(_, next)| adamw_ema(step, next, i)) {
@@ -795,7 +800,7 @@ impl StepDispatches<'_> {
 }
 
 /// Appends the dispatches of `step` (entry step `index`), with the residual add after it in
-/// its store where `add`; the op's own module lowers it ([`crate::compute::steps`]).
+/// its store where `add`; the op's own module lowers it (`compute::steps`).
 fn lower_step(
     step: &Step,
     index: usize,
