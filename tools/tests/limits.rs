@@ -290,6 +290,12 @@ fn training_memory_follows_its_plan_and_fits_a_cgroup_of_the_plan() {
     ] {
         assert!(stdout.contains(item), "{item:?} not in the plan:\n{stdout}");
     }
+    // `--io auto` (the default) reads with io_uring where it can: the plan counts its queues.
+    assert_eq!(
+        stdout.contains("io_uring queues per loader (kernel)"),
+        fulcrum::io::probe_uring().is_ok(),
+        "{stdout}"
+    );
     let (peak, plan) = peak_and_plan(&stdout);
     assert!(
         (peak - plan).abs() <= 8.0,
