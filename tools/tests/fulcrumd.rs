@@ -527,10 +527,27 @@ fn bad_options_are_clear_errors() {
         run(Command::new(FULCRUMD).args(["--weights", "x", "--fine-tune-share=-0.1"]));
     assert_eq!(st.code(), Some(2));
     assert!(err.contains("--fine-tune-share -0.1"), "{err}");
+    // The replay data must be a packed dataset, and its share of a batch a share.
+    std::fs::write(
+        &config,
+        "weights = \"x\"\nfine_tune_replay = \"/nonexistent\"\n",
+    )
+    .unwrap();
+    let (st, _, err) = run(Command::new(FULCRUMD).arg("--config").arg(&config));
+    assert_eq!(st.code(), Some(2));
+    assert!(
+        err.contains("--fine-tune-replay /nonexistent") && err.contains("not a packed dataset"),
+        "{err}"
+    );
+    let (st, _, err) =
+        run(Command::new(FULCRUMD).args(["--weights", "x", "--fine-tune-replay-fraction", "1"]));
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("--fine-tune-replay-fraction 1"), "{err}");
     let (st, out, _) = run(Command::new(FULCRUMD).arg("--help"));
     assert!(st.success());
     for option in [
         "--fine-tune-share",
+        "--fine-tune-replay",
         "--weights",
         "--socket",
         "--engine",
@@ -843,7 +860,18 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let data = fine_tune_data(dir.path());
     let state = dir.path().join("state");
-    let args = ["--state-dir", state.to_str().unwrap()];
+    // The base's own data mixed in: the daemon's synthetic classes, another seed.
+    let replay = dir.path().join("replay");
+    let (st, _, err) = run(Command::new(FULCRUM)
+        .args(["pack", "--synthetic", "48", "--seed", "23", "--out"])
+        .arg(&replay));
+    assert!(st.success(), "pack the replay data: {err}");
+    let args = [
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--fine-tune-replay",
+        replay.to_str().unwrap(),
+    ];
     let daemon = Daemon::start(&args);
     let mut control = daemon.client();
     assert!(matches!(
@@ -879,6 +907,11 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
     // Left to choose, without a memory budget, the daemon froze the backbone and said so.
     let log = daemon.log();
     assert!(log.contains("fine-tune: --freeze backbone"), "{log}");
+    // Every batch held replay records (a quarter, at least one).
+    assert!(
+        log.contains("fine-tune: replay: ") && log.contains(&format!("from {}", replay.display())),
+        "{log}"
+    );
     assert_eq!(daemon.stop().code(), Some(0));
     let daemon = Daemon::start(&args);
     assert!(!daemon.log().contains("resuming"), "{}", daemon.log());

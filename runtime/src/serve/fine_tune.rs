@@ -36,6 +36,7 @@ use crate::model::{Arch, Freeze, GraphOptions, ModelGraph, ENTRY_TRAIN};
 use crate::model::{Checkpoint, Progress};
 use crate::train::trainer::{
     self as train, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
+    DEFAULT_REPLAY_FRACTION,
 };
 
 /// The fine-tune's folder under the state directory.
@@ -60,6 +61,10 @@ pub struct Settings {
     pub slice: Duration,
     /// Peak learning rate (lower than training from scratch: the weights are already good).
     pub lr: f32,
+    /// The base model's own packed data, mixed into each batch (`train --replay`).
+    pub replay: Option<PathBuf>,
+    /// The share of each batch the replay data takes.
+    pub replay_fraction: f32,
 }
 
 impl Settings {
@@ -69,6 +74,8 @@ impl Settings {
             exec,
             slice: Duration::from_millis(50),
             lr: 1e-3,
+            replay: None,
+            replay_fraction: DEFAULT_REPLAY_FRACTION,
         }
     }
 
@@ -576,8 +583,13 @@ fn fine_tune(
     let train_dir = job.data.join("train");
     let val = Dataset::open(&job.data.join("val"), DirectMode::Off)?;
     let train_set = Dataset::open(&train_dir, DirectMode::Off)?;
-    // The served model keeps its classes: the data must name them all, in any order.
-    for set in [&train_set, &val] {
+    let replay = match &settings.replay {
+        Some(dir) => Some(Dataset::open(dir, DirectMode::Off)?),
+        None => None,
+    };
+    // The served model keeps its classes: the data (and the replay data) must name them all,
+    // in any order.
+    for set in [&train_set, &val].into_iter().chain(replay.as_ref()) {
         let ids = check_compatible(&weights, set).map_err(Box::new)?;
         if ids.is_some_and(|ids| ids.model_of_data.len() != ids.data_of_model.len()) {
             return Err(FineTuneError::OtherClasses {
@@ -612,7 +624,12 @@ fn fine_tune(
     let batch = match job.batch {
         Some(b) => b,
         None => {
-            let b = batch_for_slice(&weights, &train_set, settings, freeze)?;
+            let mut b = batch_for_slice(&weights, &train_set, settings, freeze)?;
+            if replay.is_some() && b < 2 {
+                // A batch of one has no room for a replay record beside a fresh one.
+                log::warn!("fine-tune: batch 2, not 1, to hold a replay record beside a new one");
+                b = 2;
+            }
             job.batch = Some(b);
             job.save(&dir)?;
             b
@@ -636,6 +653,8 @@ fn fine_tune(
         neighbour_radius: weights.neighbour_radius(),
         neighbour_cells: weights.neighbour_cells(),
         freeze,
+        replay: settings.replay.clone(),
+        replay_fraction: settings.replay_fraction,
         ..TrainConfig::default()
     };
     let resume = config.out.join(train::CHECKPOINT_FILE).exists();
@@ -845,6 +864,15 @@ impl Observer for Watcher<'_> {
             info.records,
             info.batches_per_epoch
         );
+        if let Some(r) = &info.replay {
+            log::info!(
+                "fine-tune: replay: {} of every {} records from {} ({} records)",
+                r.per_batch,
+                r.batch,
+                r.dir.display(),
+                r.records
+            );
+        }
     }
 
     fn step(&mut self, r: &StepReport) {

@@ -71,6 +71,11 @@ pub struct ServeConfig {
     /// The share of engine time fine-tuning keeps under load (0: inference first alone). See
     /// [`super::share`].
     pub fine_tune_share: f32,
+    /// The base model's own packed data, mixed into every fine-tune's batches so that it keeps
+    /// what it knew (`train --replay`); `None`: fine-tunes see the new data alone.
+    pub fine_tune_replay: Option<PathBuf>,
+    /// The share of each batch the replay data takes.
+    pub fine_tune_replay_fraction: f32,
     /// A client's `Reload` may name a file only inside this folder (after links are
     /// resolved); `None`: clients reload the configured weights only.
     pub client_reload_dir: Option<PathBuf>,
@@ -102,6 +107,8 @@ impl ServeConfig {
             state_dir: None,
             fine_tune_slice: Duration::from_millis(50),
             fine_tune_share: 0.0,
+            fine_tune_replay: None,
+            fine_tune_replay_fraction: crate::train::trainer::DEFAULT_REPLAY_FRACTION,
             client_reload_dir: None,
             reload_timeout: Duration::from_secs(60),
             metrics: None,
@@ -411,6 +418,8 @@ impl Server {
         let mut fine_tuner = config.state_dir.as_ref().map(|dir| {
             let mut settings = fine_tune::Settings::new(dir.clone(), config.exec.clone());
             settings.slice = config.fine_tune_slice;
+            settings.replay = config.fine_tune_replay.clone();
+            settings.replay_fraction = config.fine_tune_replay_fraction;
             FineTuner::new(settings)
         });
         let swapped = fine_tuner

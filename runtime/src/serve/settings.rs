@@ -36,6 +36,8 @@ pub struct Settings {
     pub state_dir: Option<PathBuf>,
     pub fine_tune_slice: Option<u64>,
     pub fine_tune_share: Option<f32>,
+    pub fine_tune_replay: Option<PathBuf>,
+    pub fine_tune_replay_fraction: Option<f32>,
     pub max_clients: Option<usize>,
     pub max_clients_per_uid: Option<usize>,
     pub hello_timeout: Option<u64>,
@@ -118,6 +120,16 @@ pub enum SettingsError {
         max = super::share::MAX_SHARE
     )]
     Share(f32),
+    #[error(
+        "--fine-tune-replay {}: not a packed dataset (no manifest.json); give the base model's \
+         packed training data (`fulcrum pack`), or leave the option out",
+        .0.display()
+    )]
+    ReplayData(PathBuf),
+    #[error(
+        "--fine-tune-replay-fraction {0}: use a share of the batch above 0 and below 1 (e.g. 0.25)"
+    )]
+    ReplayFraction(f32),
     #[error("--nms: {0}")]
     Nms(#[from] crate::infer::nms::BadLimit),
 }
@@ -161,6 +173,10 @@ impl Settings {
             state_dir: self.state_dir.or(other.state_dir),
             fine_tune_slice: self.fine_tune_slice.or(other.fine_tune_slice),
             fine_tune_share: self.fine_tune_share.or(other.fine_tune_share),
+            fine_tune_replay: self.fine_tune_replay.or(other.fine_tune_replay),
+            fine_tune_replay_fraction: self
+                .fine_tune_replay_fraction
+                .or(other.fine_tune_replay_fraction),
             max_clients: self.max_clients.or(other.max_clients),
             max_clients_per_uid: self.max_clients_per_uid.or(other.max_clients_per_uid),
             hello_timeout: self.hello_timeout.or(other.hello_timeout),
@@ -201,6 +217,18 @@ impl Settings {
                 return Err(SettingsError::Share(p));
             }
             c.fine_tune_share = p;
+        }
+        if let Some(dir) = self.fine_tune_replay {
+            if !dir.join("manifest.json").is_file() {
+                return Err(SettingsError::ReplayData(dir));
+            }
+            c.fine_tune_replay = Some(dir);
+        }
+        if let Some(f) = self.fine_tune_replay_fraction {
+            if !(f > 0.0 && f < 1.0) {
+                return Err(SettingsError::ReplayFraction(f));
+            }
+            c.fine_tune_replay_fraction = f;
         }
         if let Some(v) = self.max_clients {
             c.max_clients = v;
@@ -345,6 +373,14 @@ mod tests {
                 "weights = \"x\"\nmetrics = \"/nonexistent/m.prom\"",
                 "--metrics",
             ),
+            (
+                "weights = \"x\"\nfine_tune_replay = \"/tmp\"",
+                "not a packed dataset",
+            ),
+            (
+                "weights = \"x\"\nfine_tune_replay_fraction = 0.0",
+                "--fine-tune-replay-fraction 0",
+            ),
             ("threads = 2", "no weights"),
         ] {
             let e = Settings::from_toml(text)
@@ -366,6 +402,10 @@ mod tests {
             .unwrap();
         assert_eq!((c.max_clients, c.max_clients_per_uid), (8, Some(4)));
         assert_eq!(c.reload_timeout, Duration::from_secs(30));
+        assert_eq!(
+            (c.fine_tune_share, c.fine_tune_replay_fraction),
+            (0.25, 0.5)
+        );
     }
 
     #[test]

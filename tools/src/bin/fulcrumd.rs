@@ -87,6 +87,15 @@ struct Args {
     /// training had less than this share of the last second [default: 0, inference first].
     #[arg(long, value_name = "P")]
     fine_tune_share: Option<f32>,
+    /// The base model's own packed training data: every fine-tune mixes records of it into
+    /// each batch (as `fulcrum train --replay`), so the model keeps its old places and
+    /// classes while it learns the new data. Its classes must be the served model's.
+    #[arg(long, value_name = "DIR")]
+    fine_tune_replay: Option<PathBuf>,
+    /// The share of each fine-tuning batch taken from --fine-tune-replay, above 0 and below 1
+    /// [default: 0.25].
+    #[arg(long, value_name = "F")]
+    fine_tune_replay_fraction: Option<f32>,
     /// Most clients connected at once [default: 16]. When every slot is taken, the oldest
     /// connection that has not sent Hello is closed to make room.
     #[arg(long)]
@@ -181,6 +190,8 @@ fn settings(args: Args) -> Settings {
         state_dir: args.state_dir,
         fine_tune_slice: args.fine_tune_slice,
         fine_tune_share: args.fine_tune_share,
+        fine_tune_replay: args.fine_tune_replay,
+        fine_tune_replay_fraction: args.fine_tune_replay_fraction,
         max_clients: args.max_clients,
         max_clients_per_uid: args.max_clients_per_uid,
         hello_timeout: args.hello_timeout,
