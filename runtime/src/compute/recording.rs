@@ -263,7 +263,8 @@ impl Recording {
 
     /// [`Recording::validate`] of one step.
     fn check_step(&self, step: &Step) -> Result<(), StepProblem> {
-        for (id, len, elem, writes) in step.uses()? {
+        for (id, len, elem, access) in step.uses()? {
+            let writes = access != super::steps::Access::Read;
             let t = self
                 .tensors
                 .get(id.index())

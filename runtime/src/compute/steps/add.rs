@@ -1,23 +1,18 @@
 //! Elementwise adds: a residual connection's `out = a + b`, and `dst += src` where a tensor's
 //! gradient has two consumers.
 
+use super::Access::{Read, Update, Write};
 use super::{Add, AddAssign, StepOp, Use};
 use crate::compute::cpu::add;
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::{add_direct4_fits, Kernel};
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for Add {
     fn name(&self) -> &'static str {
         "add"
-    }
-
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
@@ -29,9 +24,9 @@ impl StepOp for Add {
         }
         let n = self.op.len as usize;
         Ok(vec![
-            (self.a, n, F32, false),
-            (self.b, n, F32, false),
-            (self.out, n, F32, true),
+            (self.a, n, F32, Read),
+            (self.b, n, F32, Read),
+            (self.out, n, F32, Write),
         ])
     }
 
@@ -73,10 +68,6 @@ impl StepOp for AddAssign {
         "add-assign"
     }
 
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        self.dst == tensor
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         if self.dst == self.src {
@@ -85,7 +76,7 @@ impl StepOp for AddAssign {
             ));
         }
         let n = self.op.len as usize;
-        Ok(vec![(self.src, n, F32, false), (self.dst, n, F32, true)])
+        Ok(vec![(self.src, n, F32, Read), (self.dst, n, F32, Update)])
     }
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {

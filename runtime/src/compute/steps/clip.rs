@@ -1,12 +1,12 @@
 //! Gradient-norm clipping: each gradient's sum of squares, then the norm and the scale the
 //! optimizer steps read.
 
+use super::Access::{Read, Update};
 use super::{ClipGrad, StepOp, SumSquares, Use};
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::optim;
 use crate::compute::ops::{OpError, CLIP_SUMS};
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::recording::HYPER_LEN;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{sum_squares, words, Slot, StepDispatches, StepError};
@@ -14,11 +14,6 @@ use crate::compute::vulkan::lower::{sum_squares, words, Slot, StepDispatches, St
 impl StepOp for SumSquares {
     fn name(&self) -> &'static str {
         "sum-squares"
-    }
-
-    /// It writes one slot of the sums.
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        self.sums == tensor
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
@@ -30,8 +25,8 @@ impl StepOp for SumSquares {
             )));
         }
         Ok(vec![
-            (self.x, self.op.len as usize, F32, false),
-            (self.sums, CLIP_SUMS + self.op.tensors as usize, F32, true),
+            (self.x, self.op.len as usize, F32, Read),
+            (self.sums, CLIP_SUMS + self.op.tensors as usize, F32, Update),
         ])
     }
 
@@ -55,16 +50,11 @@ impl StepOp for ClipGrad {
         "clip"
     }
 
-    /// It reads every sum and rewrites one slot of `hyper`.
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        [self.sums, self.hyper].contains(&tensor)
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.sums, self.op.sums_len(), F32, true),
-            (self.hyper, HYPER_LEN, F32, true),
+            (self.sums, self.op.sums_len(), F32, Update),
+            (self.hyper, HYPER_LEN, F32, Update),
         ])
     }
 

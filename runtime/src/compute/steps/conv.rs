@@ -1,13 +1,13 @@
 //! Convolutions, forward and backward: dense, grouped, depthwise and pointwise (the op's
 //! [`ConvKind`] picks the kernels).
 
+use super::Access::{Read, Write};
 use super::{ConvBackward, ConvForward, Step, StepOp, Use};
 use crate::compute::cpu::conv;
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::fusion::GradStore;
 use crate::compute::ops::{ConvKind, OpError};
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::{
     pointwise_direct4_fits, Kernel, CONV_CHANNEL_BLOCK, CONV_GRAD_REDUCE_BLOCK,
     CONV_GRAD_WEIGHT_DIRECT4_TILE, CONV_GRAD_WEIGHT_DIRECT_TILE, DEPTHWISE_DIRECT_MAX_TAPS,
@@ -28,11 +28,6 @@ impl StepOp for ConvForward {
         }
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -40,10 +35,10 @@ impl StepOp for ConvForward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.x, self.op.input_len(), F32, false),
-            (self.w, self.op.weight_len(), F32, false),
-            (self.b, self.op.bias_len(), F32, false),
-            (self.y, self.op.output_len(), F32, true),
+            (self.x, self.op.input_len(), F32, Read),
+            (self.w, self.op.weight_len(), F32, Read),
+            (self.b, self.op.bias_len(), F32, Read),
+            (self.y, self.op.output_len(), F32, Write),
         ])
     }
 
@@ -189,11 +184,6 @@ impl StepOp for ConvBackward {
         }
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -201,15 +191,15 @@ impl StepOp for ConvBackward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let mut v = vec![
-            (self.x, self.op.input_len(), F32, false),
-            (self.w, self.op.weight_len(), F32, false),
-            (self.y, self.op.output_len(), F32, false),
-            (self.gy, self.op.output_len(), F32, false),
-            (self.gw, self.op.weight_len(), F32, true),
-            (self.gb, self.op.bias_len(), F32, true),
+            (self.x, self.op.input_len(), F32, Read),
+            (self.w, self.op.weight_len(), F32, Read),
+            (self.y, self.op.output_len(), F32, Read),
+            (self.gy, self.op.output_len(), F32, Read),
+            (self.gw, self.op.weight_len(), F32, Write),
+            (self.gb, self.op.bias_len(), F32, Write),
         ];
         if let Some(gx) = self.gx {
-            v.push((gx, self.op.input_len(), F32, true));
+            v.push((gx, self.op.input_len(), F32, Write));
         }
         Ok(v)
     }

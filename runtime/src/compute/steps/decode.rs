@@ -1,11 +1,11 @@
 //! Detections from the prediction maps: each image's best cells over a threshold, as boxes.
 
+use super::Access::{Read, Write};
 use super::{Decode, StepOp, Use};
 use crate::compute::cpu::decode;
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::{Bytes, F32};
-use crate::compute::recording::TensorId;
 use crate::compute::recording::DETECTION_BYTES;
 use crate::compute::vulkan::kernels::{Kernel, DECODE_SLOTS};
 use crate::compute::vulkan::lower::{checked, words, Slot, StepDispatches, StepError};
@@ -15,11 +15,6 @@ impl StepOp for Decode {
         "decode"
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -27,14 +22,14 @@ impl StepOp for Decode {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.pred, self.op.input_len(), F32, false),
+            (self.pred, self.op.input_len(), F32, Read),
             (
                 self.dets,
                 self.op.output_len() * DETECTION_BYTES,
                 Bytes,
-                true,
+                Write,
             ),
-            (self.counts, 4 * self.op.n as usize, Bytes, true),
+            (self.counts, 4 * self.op.n as usize, Bytes, Write),
         ])
     }
 

@@ -1,11 +1,11 @@
 //! The CenterNet loss and its gradient with respect to the prediction.
 
+use super::Access::{Read, Write};
 use super::{LossBackward, LossForward, StepOp, Use};
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::loss;
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::recording::LOSS_LEN;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{
@@ -17,11 +17,6 @@ impl StepOp for LossForward {
         "loss"
     }
 
-    /// It overwrites every tensor it writes (the whole loss).
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -29,9 +24,9 @@ impl StepOp for LossForward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.pred, self.op.pred_len(), F32, false),
-            (self.target, self.op.target_len(), F32, false),
-            (self.loss, LOSS_LEN, F32, true),
+            (self.pred, self.op.pred_len(), F32, Read),
+            (self.target, self.op.target_len(), F32, Read),
+            (self.loss, LOSS_LEN, F32, Write),
         ])
     }
 
@@ -68,11 +63,6 @@ impl StepOp for LossBackward {
         "loss-backward"
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -80,10 +70,10 @@ impl StepOp for LossBackward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.pred, self.op.pred_len(), F32, false),
-            (self.target, self.op.target_len(), F32, false),
-            (self.loss, LOSS_LEN, F32, false),
-            (self.grad, self.op.pred_len(), F32, true),
+            (self.pred, self.op.pred_len(), F32, Read),
+            (self.target, self.op.target_len(), F32, Read),
+            (self.loss, LOSS_LEN, F32, Read),
+            (self.grad, self.op.pred_len(), F32, Write),
         ])
     }
 

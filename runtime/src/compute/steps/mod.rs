@@ -1,8 +1,8 @@
 //! The steps a [`super::Recording`] is made of, one module per op: each op's module holds
 //! what that op is to the rest of the crate — its name for reports, its validation and the
-//! tensors it reads and writes (`StepOp::uses`, which [`super::Recording::validate`], the
-//! fusion rules and the storage plans build on), whether it reads a tensor it writes
-//! (`StepOp::reads_before_writing`), its batch, its CPU twin (`StepOp::run_cpu`) and its
+//! tensors it reads, overwrites or updates (`StepOp::uses`, which
+//! [`super::Recording::validate`], the fusion rules and the storage plans build on), its
+//! batch, its CPU twin (`StepOp::run_cpu`) and its
 //! Vulkan dispatches (`StepOp::lower`). A new op is a line in the `steps!` list below (its
 //! tensors), a module here with its `StepOp` impl (the compiler asks for every method but
 //! `batch`), and its kernels (the CPU kernel, the shader and its line in the Vulkan kernel
@@ -40,22 +40,27 @@ use super::ops::{self, OpError};
 use super::recording::{Elem, TensorId};
 use super::vulkan::lower::{StepDispatches, StepError};
 
-/// A tensor a step touches: `(tensor, elements it must hold, element type, written by the
-/// step)`.
-pub(crate) type Use = (TensorId, usize, Elem, bool);
+/// A tensor a step touches: `(tensor, elements it must hold, element type, how)`.
+pub(crate) type Use = (TensorId, usize, Elem, Access);
+
+/// How a step touches a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    /// Overwritten whole: the value before the step is not read.
+    Write,
+    /// Read and written (an accumulation, an optimizer's update, a write to part of it): the
+    /// tensor carries a value from before the step, which the storage plans keep.
+    Update,
+}
 
 /// What every op answers, each in its own module.
 pub(crate) trait StepOp {
     /// A short name for reports (the kernel family).
     fn name(&self) -> &'static str;
 
-    /// The op's own validation, then each tensor the step touches.
+    /// The op's own validation, then each tensor the step touches and how.
     fn uses(&self) -> Result<Vec<Use>, OpError>;
-
-    /// Whether the step reads `tensor` even where it writes it (an accumulation, an
-    /// optimizer's update, a write to part of it): such a tensor carries a value from before
-    /// the step, which the storage plans keep.
-    fn reads_before_writing(&self, tensor: TensorId) -> bool;
 
     /// The batch the step works on (0 for steps that have none, such as an optimizer's).
     fn batch(&self) -> u32 {
@@ -193,7 +198,11 @@ impl Step {
     /// not validate).
     pub(crate) fn accesses(&self) -> Vec<(TensorId, bool)> {
         self.uses()
-            .map(|u| u.into_iter().map(|(t, _, _, w)| (t, w)).collect())
+            .map(|u| {
+                u.into_iter()
+                    .map(|(t, .., a)| (t, a != Access::Read))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -202,9 +211,12 @@ impl Step {
         self.with_op(|s| s.uses())
     }
 
-    /// See [`StepOp::reads_before_writing`].
+    /// Whether the step reads `tensor` even where it writes it ([`Access::Update`]).
     pub(crate) fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        self.with_op(|s| s.reads_before_writing(tensor))
+        self.uses().is_ok_and(|u| {
+            u.iter()
+                .any(|&(t, .., a)| t == tensor && a == Access::Update)
+        })
     }
 
     /// The batch the step works on (0 for steps that have none).

@@ -2,12 +2,13 @@
 //! average after them. Their per-step scalars come from the `hyper` tensor the host writes
 //! before every run ([`crate::compute::recording::HYPER_LEN`]).
 
+use super::Access::{Read, Update};
 use super::{AdamW, Ema, Sgd, StepOp, Use};
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::optim;
 use crate::compute::ops::{OpError, SgdMomentum};
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::{TensorId, HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN};
+use crate::compute::recording::{HYPER_EMA_DECAY, HYPER_GRAD_SCALE, HYPER_LEN};
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{
     adamw_push, linear_groups, words, Slot, StepDispatches, StepError,
@@ -18,19 +19,15 @@ impl StepOp for AdamW {
         "adamw"
     }
 
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        [self.param, self.m, self.v].contains(&tensor)
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
         Ok(vec![
-            (self.grad, n, F32, false),
-            (self.hyper, HYPER_LEN, F32, false),
-            (self.param, n, F32, true),
-            (self.m, n, F32, true),
-            (self.v, n, F32, true),
+            (self.grad, n, F32, Read),
+            (self.hyper, HYPER_LEN, F32, Read),
+            (self.param, n, F32, Update),
+            (self.m, n, F32, Update),
+            (self.v, n, F32, Update),
         ])
     }
 
@@ -67,17 +64,13 @@ impl StepOp for Ema {
         "ema"
     }
 
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        self.ema == tensor
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
         Ok(vec![
-            (self.param, n, F32, false),
-            (self.hyper, HYPER_LEN, F32, false),
-            (self.ema, n, F32, true),
+            (self.param, n, F32, Read),
+            (self.hyper, HYPER_LEN, F32, Read),
+            (self.ema, n, F32, Update),
         ])
     }
 
@@ -105,18 +98,14 @@ impl StepOp for Sgd {
         "sgd"
     }
 
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        [self.param, self.velocity].contains(&tensor)
-    }
-
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         let n = self.op.len as usize;
         Ok(vec![
-            (self.grad, n, F32, false),
-            (self.hyper, HYPER_LEN, F32, false),
-            (self.param, n, F32, true),
-            (self.velocity, n, F32, true),
+            (self.grad, n, F32, Read),
+            (self.hyper, HYPER_LEN, F32, Read),
+            (self.param, n, F32, Update),
+            (self.velocity, n, F32, Update),
         ])
     }
 

@@ -1,22 +1,17 @@
 //! The steps that read packed records (bytes): the network's input and the training targets.
 
+use super::Access::{Read, Write};
 use super::{Normalize, StepOp, Targets, Use};
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::{normalize, targets};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::{Bytes, F32};
-use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for Normalize {
     fn name(&self) -> &'static str {
         "normalize"
-    }
-
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
     }
 
     fn batch(&self) -> u32 {
@@ -26,8 +21,8 @@ impl StepOp for Normalize {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.records, self.op.input_bytes(), Bytes, false),
-            (self.out, self.op.output_len(), F32, true),
+            (self.records, self.op.input_bytes(), Bytes, Read),
+            (self.out, self.op.output_len(), F32, Write),
         ])
     }
 
@@ -66,11 +61,6 @@ impl StepOp for Targets {
         "targets"
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -78,8 +68,8 @@ impl StepOp for Targets {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.records, self.op.input_bytes(), Bytes, false),
-            (self.out, self.op.output_len(), F32, true),
+            (self.records, self.op.input_bytes(), Bytes, Read),
+            (self.out, self.op.output_len(), F32, Write),
         ])
     }
 

@@ -1,22 +1,17 @@
 //! Rows of one tensor into another (a detection level's rows into the joined prediction).
 
+use super::Access::{Read, Update, Write};
 use super::{RowCopy, StepOp, Use};
 use crate::compute::cpu::copy;
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for RowCopy {
     fn name(&self) -> &'static str {
         "copy"
-    }
-
-    /// A copy into part of `dst` keeps the rest of it.
-    fn reads_before_writing(&self, tensor: TensorId) -> bool {
-        self.dst == tensor && !self.op.writes_whole()
     }
 
     fn uses(&self) -> Result<Vec<Use>, OpError> {
@@ -27,8 +22,18 @@ impl StepOp for RowCopy {
             ));
         }
         Ok(vec![
-            (self.src, self.op.src_len(), F32, false),
-            (self.dst, self.op.dst_len(), F32, true),
+            (self.src, self.op.src_len(), F32, Read),
+            (
+                self.dst,
+                self.op.dst_len(),
+                F32,
+                // A copy into part of `dst` keeps the rest of it.
+                if self.op.writes_whole() {
+                    Write
+                } else {
+                    Update
+                },
+            ),
         ])
     }
 

@@ -1,22 +1,17 @@
 //! Nearest-neighbour upsampling by two (the neck), forward and backward.
 
+use super::Access::{Read, Write};
 use super::{StepOp, UpsampleBackward, UpsampleForward, Use};
 use crate::compute::cpu::exec::{CpuExec, Input};
 use crate::compute::cpu::upsample;
 use crate::compute::ops::OpError;
 use crate::compute::recording::Elem::F32;
-use crate::compute::recording::TensorId;
 use crate::compute::vulkan::kernels::Kernel;
 use crate::compute::vulkan::lower::{linear_groups, words, Slot, StepDispatches, StepError};
 
 impl StepOp for UpsampleForward {
     fn name(&self) -> &'static str {
         "upsample"
-    }
-
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
     }
 
     fn batch(&self) -> u32 {
@@ -26,8 +21,8 @@ impl StepOp for UpsampleForward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.x, self.op.input_len(), F32, false),
-            (self.y, self.op.output_len(), F32, true),
+            (self.x, self.op.input_len(), F32, Read),
+            (self.y, self.op.output_len(), F32, Write),
         ])
     }
 
@@ -63,11 +58,6 @@ impl StepOp for UpsampleBackward {
         "upsample-backward"
     }
 
-    /// It overwrites every tensor it writes.
-    fn reads_before_writing(&self, _tensor: TensorId) -> bool {
-        false
-    }
-
     fn batch(&self) -> u32 {
         self.op.n
     }
@@ -75,8 +65,8 @@ impl StepOp for UpsampleBackward {
     fn uses(&self) -> Result<Vec<Use>, OpError> {
         self.op.validate()?;
         Ok(vec![
-            (self.gy, self.op.output_len(), F32, false),
-            (self.gx, self.op.input_len(), F32, true),
+            (self.gy, self.op.output_len(), F32, Read),
+            (self.gx, self.op.input_len(), F32, Write),
         ])
     }
 
