@@ -110,7 +110,7 @@ pub fn probability(s: &str) -> Result<f32, String> {
 pub fn replay_fraction(s: &str) -> Result<f32, String> {
     number_where(
         s,
-        |v| v > 0.0 && v < 1.0,
+        fulcrum::loader::replay::fraction_fits,
         "a share of the batch above 0 and below 1 (e.g. 0.25)",
     )
 }

@@ -593,19 +593,10 @@ fn plan_total(dataset: &Dataset, config: &LoaderConfig, kind: IoKind) -> u64 {
     plan(dataset, config, kind).total()
 }
 
-/// The backend a loader set up with `kind` reads with (as [`Loader::start`] decides it,
-/// without its log line): `auto` is io_uring wherever a ring can be set up. A plan made before
-/// the loaders start asks this, so that it counts the io_uring queues `auto` will make.
-pub fn planned_backend(kind: IoKind) -> IoKind {
-    match kind {
-        IoKind::Auto if io::probe_uring().is_ok() => IoKind::Uring,
-        IoKind::Auto => IoKind::Pread,
-        chosen => chosen,
-    }
-}
-
 /// Decides the backend once for all threads; `auto` falls back only if io_uring is unavailable.
-fn resolve_backend(kind: IoKind) -> Result<(IoKind, Option<String>)> {
+/// [`Loader::start`] asks it, and so does a plan made before the loaders start (so that it
+/// counts the io_uring queues `auto` will make); the fallback's note is logged once.
+pub fn resolve_backend(kind: IoKind) -> Result<(IoKind, Option<String>)> {
     match kind {
         IoKind::Pread => Ok((IoKind::Pread, None)),
         IoKind::Uring => {

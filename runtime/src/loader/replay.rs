@@ -40,6 +40,11 @@ impl std::fmt::Debug for Replay {
     }
 }
 
+/// Whether `fraction` is a share of a batch replay can take: above 0 and below 1.
+pub fn fraction_fits(fraction: f32) -> bool {
+    fraction > 0.0 && fraction < 1.0
+}
+
 impl Replay {
     /// Replay from `dataset` at `fraction` of each batch, into a run that trains the classes
     /// `training_classes` (which must name every class of `dataset`: see [`union_classes`]),
@@ -50,7 +55,7 @@ impl Replay {
         layout: &RecordLayout,
         training_classes: &[String],
     ) -> Result<Self> {
-        if !(fraction > 0.0 && fraction < 1.0) {
+        if !fraction_fits(fraction) {
             return Err(Error::Config(format!(
                 "--replay-fraction {fraction}: give a share of each batch above 0 and below 1"
             )));

@@ -225,7 +225,7 @@ impl Settings {
             c.fine_tune_replay = Some(dir);
         }
         if let Some(f) = self.fine_tune_replay_fraction {
-            if !(f > 0.0 && f < 1.0) {
+            if !crate::loader::replay::fraction_fits(f) {
                 return Err(SettingsError::ReplayFraction(f));
             }
             c.fine_tune_replay_fraction = f;

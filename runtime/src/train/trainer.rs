@@ -446,7 +446,7 @@ pub fn train(
         arch: &arch,
         graph_options: &graph_options,
         exec: &exec_options,
-        io: loader::planned_backend(options.io),
+        io: loader::resolve_backend(options.io)?.0,
     };
     // The autotuner picks the batch first: the largest up to the requested that fits.
     let fresh_tuning = config.autotune && resumed.is_none();
