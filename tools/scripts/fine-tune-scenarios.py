@@ -13,7 +13,8 @@ scenario-2 base on the shifted set for each floor on its share (0 and 0.25) and 
 held-out mAP@0.5 the daemon scores after each epoch; latency and steps/s beside the idle daemon
 and the unloaded fine-tune.
 
-Each variant of scenarios 1 and 2 (--freeze none | backbone | backbone+neck, and training from scratch) runs the photo
+Each variant of scenarios 1 and 2 (--freeze none | backbone | backbone+neck, the two frozen ones
+also with --train-biases, named "biases", and training from scratch) runs the photo
 recipe's schedule in segments of `train --max-time` (15, 15, 30, 60 s: the checkpoint after 15,
 30, 60 and 120 s of training steps; `--resume` continues exactly where the last stopped) and
 every checkpoint is scored with `fulcrum eval`. A variant that finishes the schedule sooner keeps
@@ -44,6 +45,7 @@ DATA = ROOT.parent / "shared" / "data"
 BIN = ROOT / "target" / "release" / "fulcrum"
 SEGMENTS = [15, 15, 30, 60]  # seconds of training steps per segment: checkpoints at 15/30/60/120
 FREEZES = ["none", "backbone", "backbone+neck"]
+FROZEN = FREEZES[1:]  # the choices --train-biases goes with
 
 
 def run(args, log):
@@ -187,6 +189,9 @@ def scenario1(work, log, results):
     evals = {"raccoon_val": rac_val}
     for f in FREEZES:
         variant(f"s1 {f}", ["--data", rac, "--init-from", b, "--freeze", f], work / "s1" / f, evals, work, log, results)
+    for f in FROZEN:
+        variant(f"s1 {f} biases", ["--data", rac, "--init-from", b, "--freeze", f, "--train-biases"],
+                work / "s1" / f"{f}-biases", evals, work, log, results)
     variant("s1 scratch", ["--data", rac], work / "s1" / "scratch", evals, work, log, results)
 
 
@@ -202,6 +207,12 @@ def scenario2(work, log, results):
         variant(f"s2 {f}", ["--data", sh, "--init-from", b, "--freeze", f], work / "s2" / f, evals, work, log, results)
         variant(f"s2 {f} replay", ["--data", sh, "--init-from", b, "--freeze", f, "--replay", rac],
                 work / "s2" / f"{f}-replay", evals, work, log, results)
+    for f in FROZEN:
+        variant(f"s2 {f} biases", ["--data", sh, "--init-from", b, "--freeze", f, "--train-biases"],
+                work / "s2" / f"{f}-biases", evals, work, log, results)
+        variant(f"s2 {f} biases replay",
+                ["--data", sh, "--init-from", b, "--freeze", f, "--train-biases", "--replay", rac],
+                work / "s2" / f"{f}-biases-replay", evals, work, log, results)
     variant("s2 scratch", ["--data", sh], work / "s2" / "scratch", evals, work, log, results)
 
 

@@ -110,7 +110,7 @@ pub(crate) fn grad_stores(rec: &Recording, entry: usize) -> GradStores {
         let mut store = GradStore::default();
         let mut last = i;
         if let Some(&Step::AddAssign { dst, src, .. }) = steps.get(i + 1) {
-            if dst == gx && ![gx, gw, gb].contains(&src) {
+            if dst == gx && src != gx && src != gb && gw != Some(src) {
                 store.add = Some(src);
                 last = i + 1;
             }
@@ -388,7 +388,7 @@ mod tests {
                 y: b,
                 gy: gb,
                 gx: Some(ga),
-                gw: params[1],
+                gw: Some(params[1]),
                 gb: params[2],
             },
             Step::AddAssign {
@@ -407,7 +407,7 @@ mod tests {
             y: a,
             gy: ga,
             gx: Some(gx),
-            gw: params[4],
+            gw: Some(params[4]),
             gb: params[5],
         });
         rec.entries.push(Entry {

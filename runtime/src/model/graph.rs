@@ -57,6 +57,10 @@ pub struct GraphOptions {
     pub neighbour_cells: u32,
     /// The layers that do not train ([`Freeze`]).
     pub freeze: Freeze,
+    /// The frozen layers' biases train all the same (TinyTL's cheapest form): the backward
+    /// pass then runs through the frozen layers for their input gradients, but sums no
+    /// weight gradient there, and only the biases get optimizer state.
+    pub train_biases: bool,
 }
 
 /// Which layers a training run leaves as they are (fine-tuning: the rest adapts). A frozen
@@ -130,6 +134,7 @@ impl Default for GraphOptions {
             neighbour_radius: 1,
             neighbour_cells: 0,
             freeze: Freeze::None,
+            train_biases: false,
         }
     }
 }
@@ -231,15 +236,18 @@ struct Builder {
     bias_of: HashMap<usize, usize>,
     /// The layers made now are frozen.
     frozen: bool,
+    /// Their biases train all the same ([`GraphOptions::train_biases`]).
+    train_biases: bool,
 }
 
 impl Builder {
     fn param(&mut self, name: &str, len: usize) -> usize {
         let value = self.rec.f32(name, len, Role::Param);
+        let trains_anyway = self.train_biases && name.ends_with(".bias");
         self.params.push(ParamTensors {
             name: name.to_owned(),
             value,
-            frozen: self.frozen,
+            frozen: self.frozen && !trains_anyway,
             grad: None,
             m: None,
             v: None,
@@ -576,6 +584,7 @@ impl ModelGraph {
             params: Vec::new(),
             bias_of: HashMap::new(),
             frozen: options.train && options.freeze.backbone(),
+            train_biases: options.train && options.train_biases,
         };
         let record_stride = layout.record_size as u32;
         let records = b.rec.tensor(
@@ -919,11 +928,19 @@ fn clip_steps(b: &mut Builder, max_norm: f32, hyper: TensorId) -> (Vec<Step>, Te
 
 /// The tensors whose gradient the backward pass needs: the outputs of trained convolutions
 /// and everything computed from them.
-fn needs_gradient(nodes: &[Node], params: &[ParamTensors]) -> std::collections::HashSet<TensorId> {
+fn needs_gradient(
+    nodes: &[Node],
+    params: &[ParamTensors],
+    bias_of: &HashMap<usize, usize>,
+) -> std::collections::HashSet<TensorId> {
     let mut needs = std::collections::HashSet::new();
     for node in nodes {
         let (inputs, out, trains) = match *node {
-            Node::Conv { x, y, w, .. } => ([Some(x), None], y, !params[w].frozen),
+            Node::Conv { x, y, w, .. } => (
+                [Some(x), None],
+                y,
+                !params[w].frozen || !params[bias_of[&w]].frozen,
+            ),
             Node::Add { a, b, out } => ([Some(a), Some(b)], out, false),
             Node::Upsample { x, y, .. } | Node::Gather { x, y, .. } => ([Some(x), None], y, false),
         };
@@ -944,13 +961,13 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
         shared: HashMap::new(),
     };
     let mut recompute = Recompute::new(&b.forward, normalize);
-    let needs = needs_gradient(&b.nodes, &b.params);
+    let needs = needs_gradient(&b.nodes, &b.params, &b.bias_of);
     grads.set(pred, g_pred);
     for node in b.nodes.clone().into_iter().rev() {
         match node {
             // Frozen layers come first (backbone, then neck): nothing before one trains, so
-            // the backward pass ends where they begin.
-            Node::Conv { w, .. } if b.params[w].frozen => {}
+            // the backward pass ends where they begin, unless their biases train.
+            Node::Conv { w, .. } if b.params[w].frozen && b.params[b.bias_of[&w]].frozen => {}
             Node::Add { out: t, .. } | Node::Upsample { y: t, .. } | Node::Gather { y: t, .. }
                 if !needs.contains(&t) => {}
             Node::Conv { op, x, w, y, .. } => {
@@ -959,17 +976,19 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
                 let x = recompute.read(x, &mut b.rec, &mut steps);
                 let y = recompute.read(y, &mut b.rec, &mut steps);
                 let wb = b.bias_of[&w];
-                let gw = b.rec.f32(
-                    &format!("grad.{}", b.params[w].name),
-                    op.weight_len(),
-                    Role::Activation,
-                );
+                let gw = (!b.params[w].frozen).then(|| {
+                    b.rec.f32(
+                        &format!("grad.{}", b.params[w].name),
+                        op.weight_len(),
+                        Role::Activation,
+                    )
+                });
                 let gb = b.rec.f32(
                     &format!("grad.{}", b.params[wb].name),
                     op.bias_len(),
                     Role::Activation,
                 );
-                b.params[w].grad = Some(gw);
+                b.params[w].grad = gw;
                 b.params[wb].grad = Some(gb);
                 let gx = (forward_x != x0 && needs.contains(&forward_x)).then(|| {
                     let name = format!(
@@ -1202,7 +1221,8 @@ mod tests {
                     gb,
                     ..
                 } => {
-                    let mut wr = vec![*gw, *gb];
+                    let mut wr = vec![*gb];
+                    wr.extend(*gw);
                     wr.extend(*gx);
                     (vec![*x, *w, *y, *gy], wr)
                 }
@@ -1318,11 +1338,20 @@ mod tests {
     /// One training step of det-m on the CPU engine, every tensor kept: the graph and the
     /// engine afterwards.
     fn one_step(freeze: Freeze) -> (ModelGraph, crate::compute::cpu::exec::CpuExec) {
+        one_step_with(freeze, false)
+    }
+
+    /// [`one_step`], the frozen layers' biases training where `train_biases`.
+    fn one_step_with(
+        freeze: Freeze,
+        train_biases: bool,
+    ) -> (ModelGraph, crate::compute::cpu::exec::CpuExec) {
         use crate::compute::cpu::targets::tests::records;
         let arch = Arch::new(&ModelConfig::named_at("det-m", 2, 128).unwrap());
         let layout = RecordLayout::new(128, 128, 3, 8).unwrap();
         let options = GraphOptions {
             freeze,
+            train_biases,
             ..GraphOptions::default()
         };
         let g = ModelGraph::build(&arch, 2, &layout, &options).unwrap();
@@ -1378,21 +1407,28 @@ mod tests {
         };
         let (full, mut full_cpu) = one_step(Freeze::None);
         let init = super::super::init::init_params(&full.arch, 3);
-        for (freeze, frozen_prefix) in [
-            (Freeze::Backbone, &["stem", "b"][..]),
-            (Freeze::BackboneNeck, &["stem", "b", "neck"][..]),
+        for (freeze, biases, frozen_prefix) in [
+            (Freeze::Backbone, false, &["stem", "b"][..]),
+            (Freeze::BackboneNeck, false, &["stem", "b", "neck"][..]),
+            (Freeze::Backbone, true, &["stem", "b"][..]),
+            (Freeze::BackboneNeck, true, &["stem", "b", "neck"][..]),
         ] {
-            let (g, mut cpu) = one_step(freeze);
+            let (g, mut cpu) = one_step_with(freeze, biases);
+            let freeze = format!("{freeze}{}", if biases { " (biases train)" } else { "" });
             let train = &g.recording.entries[g.entry(ENTRY_TRAIN)].steps;
             let (mut frozen, mut trained, mut nonzero) = (0, 0, 0);
             for ((p, full_p), v0) in g.params.iter().zip(&full.params).zip(&init) {
                 assert_eq!(p.name, full_p.name);
                 let len = v0.len();
-                let expected = frozen_prefix.iter().any(|f| p.name.starts_with(f));
+                let expected = frozen_prefix.iter().any(|f| p.name.starts_with(f))
+                    && !(biases && p.name.ends_with(".bias"));
                 assert_eq!(p.frozen, expected, "{freeze}: {}", p.name);
                 if p.frozen {
                     frozen += 1;
                     assert!(p.grad.is_none() && p.m.is_none() && p.v.is_none() && p.ema.is_none());
+                    // No weight gradient is summed for it at all.
+                    let grad_name = format!("grad.{}", p.name);
+                    assert!(!g.recording.tensors.iter().any(|t| t.name == grad_name));
                     assert!(!train
                         .iter()
                         .any(|s| matches!(s, Step::AdamW { param, .. } if *param == p.value)));
@@ -1420,11 +1456,13 @@ mod tests {
                 "{freeze}: {nonzero} of {trained}"
             );
             // The backward pass stops where the frozen layers begin: no gradient of a
-            // backbone activation is made.
-            assert!(!train
-                .iter()
-                .any(|s| matches!(s, Step::ConvBackward { gx: Some(gx), .. }
-                if g.recording.get(*gx).name.starts_with("grad.b1"))));
+            // backbone activation is made, unless their biases train (then it runs to the
+            // stem).
+            let into_backbone = train.iter().any(|s| {
+                matches!(s, Step::ConvBackward { gx: Some(gx), .. }
+                if g.recording.get(*gx).name.starts_with("grad.b1"))
+            });
+            assert_eq!(into_backbone, biases, "{freeze}");
         }
         // Training state only for the trained parameters: fewer and smaller tensors.
         let (g, _) = one_step(Freeze::BackboneNeck);

@@ -95,6 +95,10 @@ pub struct TrainConfig {
     /// [`crate::model::Freeze`].
     #[serde(default)]
     pub freeze: crate::model::Freeze,
+    /// The frozen layers' biases train (runs from before it read as false). See
+    /// [`GraphOptions::train_biases`].
+    #[serde(default)]
+    pub train_biases: bool,
     /// Packed data whose records fill [`TrainConfig::replay_fraction`] of every batch (the base
     /// model's own data, so that a fine-tune does not forget it; runs from before it read as
     /// none). See [`crate::loader::replay`].
@@ -145,6 +149,7 @@ impl TrainConfig {
             neighbour_radius: self.neighbour_radius,
             neighbour_cells: self.neighbour_cells,
             freeze: self.freeze,
+            train_biases: self.train_biases,
             ..GraphOptions::default()
         }
     }
@@ -183,6 +188,7 @@ impl Default for TrainConfig {
             neighbour_radius: 1,
             neighbour_cells: 0,
             freeze: crate::model::Freeze::None,
+            train_biases: false,
             replay: None,
             replay_fraction: DEFAULT_REPLAY_FRACTION,
             checkpoint_every: 1,
@@ -284,6 +290,8 @@ pub struct ReplayInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frozen {
     pub freeze: crate::model::Freeze,
+    /// The frozen layers' biases train ([`TrainConfig::train_biases`]).
+    pub train_biases: bool,
     /// Parameter tensors frozen, of all.
     pub tensors: usize,
     pub of: usize,
@@ -530,6 +538,7 @@ pub fn train(
         freeze => {
             let every_layer = GraphOptions {
                 freeze: crate::model::Freeze::None,
+                train_biases: false,
                 ..graph_options
             };
             let unfrozen = Planner {
@@ -538,6 +547,7 @@ pub fn train(
             };
             Some(Frozen {
                 freeze,
+                train_biases: config.train_biases,
                 tensors: graph.params.iter().filter(|p| p.frozen).count(),
                 of: graph.params.len(),
                 plan_bytes: sized.engine.total(),

@@ -145,6 +145,13 @@ pub struct Args {
     /// stops before them: each step is cheaper and the memory plan smaller.
     #[arg(long, default_value = "none", value_name = "LAYERS")]
     freeze: fulcrum::model::Freeze,
+    /// With --freeze: the frozen layers' biases train all the same (TinyTL's cheapest form).
+    /// The backward pass then runs through the frozen layers for their input gradients (no
+    /// weight gradients there), so a step costs more than with --freeze alone and keeps their
+    /// activations, but the model can follow a change of light or colour that the frozen
+    /// weights alone cannot; only the biases get optimizer state.
+    #[arg(long)]
+    train_biases: bool,
     /// Mix records of this packed data (the base model's own, packed at the same --size) into
     /// every batch, so that fine-tuning does not forget what the base model knew. Classes are
     /// matched by name: the run trains the data's classes and those only the replay data has.
@@ -220,9 +227,14 @@ impl Observer for Printer {
         crate::out!("{}", info.memory.table());
         if let Some(f) = &info.frozen {
             crate::outln!(
-                "frozen ({}): {} of {} parameter tensors, with no gradients, optimizer state or \
+                "frozen ({}{}): {} of {} parameter tensors, with no gradients, optimizer state or \
                  average; the model's plan {} against {} training every layer",
                 f.freeze,
+                if f.train_biases {
+                    ", their biases training"
+                } else {
+                    ""
+                },
                 f.tensors,
                 f.of,
                 human(f.plan_bytes),
@@ -361,6 +373,12 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::signals::install();
     let r = recipe_settings(&a)?;
+    if a.train_biases && a.freeze == fulcrum::model::Freeze::None {
+        anyhow::bail!(
+            "--train-biases trains the biases of frozen layers, and --freeze is none: give \
+             --freeze backbone or --freeze backbone+neck as well"
+        );
+    }
     if a.freeze != fulcrum::model::Freeze::None && a.init_from.is_none() && !a.resume {
         log::warn!(
             "--freeze {} without --init-from: the frozen layers keep their random initial \
@@ -400,6 +418,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         neighbour_radius: r.neighbour_radius,
         neighbour_cells: r.neighbour_cells,
         freeze: a.freeze,
+        train_biases: a.train_biases,
         replay: a.replay.clone(),
         replay_fraction: a
             .replay_fraction

@@ -431,7 +431,9 @@ pub fn pointwise_forward_add(
     });
 }
 
-/// One image of the backward pass; `gw` and `gb` are accumulated into, `gx` overwritten.
+/// One image of the backward pass; `gw` (where given) and `gb` are accumulated into, `gx`
+/// overwritten. A depthwise conv always sums its weight gradient (in the same pass as its
+/// input gradient's mask, and cheap): it must be given `gw`.
 #[allow(clippy::too_many_arguments)]
 fn backward_image(
     op: &Conv2d,
@@ -440,12 +442,13 @@ fn backward_image(
     (y, mask): (&[f32], bool),
     gy: &[f32],
     gx: Option<&mut [f32]>,
-    gw: &mut [f32],
+    gw: Option<&mut [f32]>,
     gb: &mut [f32],
     scratch: &mut [f32],
 ) {
     let kind = op.kind();
     if kind == ConvKind::Depthwise {
+        let gw = gw.expect("a depthwise backward pass is given its weight gradient's sums");
         return depthwise::backward_image(op, x, weight, (y, mask), gy, gx, gw, gb, scratch);
     }
     let (in_img, out_img, plane_out, cols) = image_sizes(op);
@@ -463,18 +466,20 @@ fn backward_image(
     }
     if kind == ConvKind::Pointwise {
         let (ci, co) = (op.c_in as usize, op.c_out as usize);
-        // dW (co × ci) += G (co × P) · Xᵀ (P × ci)
-        sgemm(
-            co,
-            plane_out,
-            ci,
-            1.0,
-            rm(g, plane_out),
-            tr(x, plane_out),
-            1.0,
-            gw,
-            ci,
-        );
+        if let Some(gw) = gw {
+            // dW (co × ci) += G (co × P) · Xᵀ (P × ci)
+            sgemm(
+                co,
+                plane_out,
+                ci,
+                1.0,
+                rm(g, plane_out),
+                tr(x, plane_out),
+                1.0,
+                gw,
+                ci,
+            );
+        }
         if let Some(gx) = gx {
             // dX (ci × P) = Wᵀ (ci × co) · G (co × P)
             sgemm(
@@ -493,6 +498,13 @@ fn backward_image(
     }
     let groups = op.groups as usize;
     let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
+    let Some(gw) = gw else {
+        // A frozen weight: only the input gradient (the bias's is summed above).
+        if let Some(gx) = gx {
+            dense_input_grad(op, weight, g, gx, col);
+        }
+        return;
+    };
     if gx.is_none() {
         // Only dW (the stem, whose input needs no gradient): `im2col` a band of output rows
         // at a time, small enough to stay in cache while the GEMM reads it back, where the
@@ -524,47 +536,60 @@ fn backward_image(
         }
         return;
     }
-    let col = &mut col[..cols * plane_out];
-    let mut gx = gx;
-    if let Some(gx) = gx.as_deref_mut() {
-        gx.fill(0.0);
-    }
-    for grp in 0..groups {
-        let gg = &g[grp * cog * plane_out..][..cog * plane_out];
-        let xg = &x[grp * in_img / groups..][..in_img / groups];
-        im2col(op, cig, xg, col, 0..op.out_h() as usize);
-        // dW_g (cog × cols) += G_g (cog × P) · colᵀ (P × cols)
-        sgemm(
-            cog,
-            plane_out,
-            cols,
-            1.0,
-            rm(gg, plane_out),
-            tr(col, plane_out),
-            1.0,
-            &mut gw[grp * cog * cols..],
-            cols,
-        );
-        if let Some(gx) = gx.as_deref_mut() {
-            // dcol (cols × P) = W_gᵀ (cols × cog) · G_g (cog × P), then scattered back.
+    {
+        let col = &mut col[..cols * plane_out];
+        for grp in 0..groups {
+            let gg = &g[grp * cog * plane_out..][..cog * plane_out];
+            let xg = &x[grp * in_img / groups..][..in_img / groups];
+            im2col(op, cig, xg, col, 0..op.out_h() as usize);
+            // dW_g (cog × cols) += G_g (cog × P) · colᵀ (P × cols)
             sgemm(
-                cols,
                 cog,
                 plane_out,
+                cols,
                 1.0,
-                tr(&weight[grp * cog * cols..], cols),
                 rm(gg, plane_out),
-                0.0,
-                col,
-                plane_out,
-            );
-            col2im_add(
-                op,
-                cig,
-                col,
-                &mut gx[grp * in_img / groups..][..in_img / groups],
+                tr(col, plane_out),
+                1.0,
+                &mut gw[grp * cog * cols..],
+                cols,
             );
         }
+    }
+    if let Some(gx) = gx {
+        dense_input_grad(op, weight, g, gx, col);
+    }
+}
+
+/// One image's input gradient of a dense or grouped conv from its (masked) output gradient
+/// `g`: per group `dcol = W_gᵀ · G_g`, scattered back onto `gx` (overwritten). `col` is
+/// scratch for `dcol`.
+fn dense_input_grad(op: &Conv2d, weight: &[f32], g: &[f32], gx: &mut [f32], col: &mut [f32]) {
+    let (in_img, _, plane_out, cols) = image_sizes(op);
+    let groups = op.groups as usize;
+    let (cig, cog) = (op.c_in_per_group() as usize, op.c_out_per_group() as usize);
+    let col = &mut col[..cols * plane_out];
+    gx.fill(0.0);
+    for grp in 0..groups {
+        let gg = &g[grp * cog * plane_out..][..cog * plane_out];
+        // dcol (cols × P) = W_gᵀ (cols × cog) · G_g (cog × P)
+        sgemm(
+            cols,
+            cog,
+            plane_out,
+            1.0,
+            tr(&weight[grp * cog * cols..], cols),
+            rm(gg, plane_out),
+            0.0,
+            col,
+            plane_out,
+        );
+        col2im_add(
+            op,
+            cig,
+            col,
+            &mut gx[grp * in_img / groups..][..in_img / groups],
+        );
     }
 }
 
@@ -613,7 +638,7 @@ pub fn conv2d_backward(
         output,
         grad_output,
         grad_input,
-        grad_weight,
+        Some(grad_weight),
         grad_bias,
         scratch,
         BackwardExtras::default(),
@@ -642,7 +667,7 @@ pub(crate) fn conv2d_backward_with(
     output: &[f32],
     grad_output: &[f32],
     grad_input: Option<&mut [f32]>,
-    grad_weight: &mut [f32],
+    mut grad_weight: Option<&mut [f32]>,
     grad_bias: &mut [f32],
     scratch: &mut Scratch,
     extras: BackwardExtras<'_>,
@@ -653,11 +678,9 @@ pub(crate) fn conv2d_backward_with(
         op.output_len(),
         "conv grad_output length"
     );
-    assert_eq!(
-        grad_weight.len(),
-        op.weight_len(),
-        "conv grad_weight length"
-    );
+    if let Some(gw) = &grad_weight {
+        assert_eq!(gw.len(), op.weight_len(), "conv grad_weight length");
+    }
     if let Some(gx) = &grad_input {
         assert_eq!(gx.len(), op.input_len(), "conv grad_input length");
     }
@@ -671,20 +694,30 @@ pub(crate) fn conv2d_backward_with(
     let parts = scratch.threads().min(n);
     let per = conv2d_backward_scratch_len(op);
     let pool = scratch.pool();
-    grad_weight.fill(0.0);
+    // Without a weight gradient (a frozen weight) every part, the first too, sums its bias
+    // gradient into its partial sums; a depthwise conv sums its weights' there as well.
+    let keep_gw = grad_weight.is_some();
+    let part_gw = keep_gw || op.kind() == ConvKind::Depthwise;
+    if let Some(gw) = grad_weight.as_deref_mut() {
+        gw.fill(0.0);
+    }
     grad_bias.fill(0.0);
 
     // Each part: its images, its slice of grad_input, and where its weight/bias sums go.
     {
-        let (gw0, gb0) = (&mut *grad_weight, &mut *grad_bias);
-        let mut scr_parts = scratch.take(per, parts, "conv2d_backward_scratch_len");
-        let first = scr_parts.next().unwrap();
-        let sums = std::iter::once((gw0, gb0, first)).chain(scr_parts.map(|s| {
+        fn partial(s: &mut [f32], wl: usize, bl: usize) -> (&mut [f32], &mut [f32], &mut [f32]) {
             let (partial, rest) = s.split_at_mut(wl + bl);
             partial.fill(0.0);
             let (pw, pb) = partial.split_at_mut(wl);
             (pw, pb, rest)
-        }));
+        }
+        let mut scr_parts = scratch.take(per, parts, "conv2d_backward_scratch_len");
+        let first = scr_parts.next().unwrap();
+        let first = match grad_weight.as_deref_mut() {
+            Some(gw0) => (gw0, &mut *grad_bias, first),
+            None => partial(first, wl, bl),
+        };
+        let sums = std::iter::once(first).chain(scr_parts.map(|s| partial(s, wl, bl)));
         let mut gx_dummy: [f32; 0] = [];
         let (gx_all, gx_per) = match grad_input {
             Some(gx) => (gx, in_img),
@@ -704,7 +737,7 @@ pub(crate) fn conv2d_backward_with(
                     (&output[b * out_img..][..out_img], mask),
                     &grad_output[b * out_img..][..out_img],
                     gxb.as_deref_mut(),
-                    gw,
+                    part_gw.then_some(&mut *gw),
                     gb,
                     scr,
                 );
@@ -715,12 +748,15 @@ pub(crate) fn conv2d_backward_with(
             }
         });
     }
+    let summed_in_place = usize::from(keep_gw);
     for s in scratch
         .take(per, parts, "conv2d_backward_scratch_len")
-        .skip(1)
+        .skip(summed_in_place)
     {
-        for (d, v) in grad_weight.iter_mut().zip(&s[..wl]) {
-            *d += v;
+        if let Some(gw) = grad_weight.as_deref_mut() {
+            for (d, v) in gw.iter_mut().zip(&s[..wl]) {
+                *d += v;
+            }
         }
         for (d, v) in grad_bias.iter_mut().zip(&s[wl..wl + bl]) {
             *d += v;
@@ -871,6 +907,65 @@ mod tests {
                     (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
                     "{op:?}: weight gradient [{i}] {g} vs {want}"
                 );
+            }
+        }
+    }
+
+    /// A frozen weight (no weight gradient asked for): the bias and input gradients are the
+    /// full pass's bit for bit, for every kind, over one to three threads (the batch of three
+    /// split unevenly), with and without an input gradient.
+    #[test]
+    fn without_a_weight_gradient_the_bias_and_input_gradients_are_the_full_passs() {
+        let mut rng = SplitMix64::new(9);
+        let cases = [
+            Conv2d::dense(3, 3, 14, 12, 5, 3, 2, true),
+            Conv2d::pointwise(3, 6, 9, 7, 11, true),
+            Conv2d::pointwise(3, 8, 4, 4, 5, false),
+            Conv2d::depthwise(3, 7, 9, 11, 3, 2, true),
+            Conv2d::depthwise(3, 4, 6, 5, 3, 1, true),
+            Conv2d {
+                groups: 2,
+                ..Conv2d::dense(3, 4, 5, 7, 6, 3, 1, true)
+            },
+        ];
+        for op in cases {
+            let x = random_vec(&mut rng, op.input_len(), -1.0, 1.0);
+            let w = random_vec(&mut rng, op.weight_len(), -1.0, 1.0);
+            let b = random_vec(&mut rng, op.bias_len(), -0.5, 0.5);
+            let r = random_vec(&mut rng, op.output_len(), -1.0, 1.0);
+            for threads in [1, 2, 3] {
+                let mut scratch = Scratch::new(threads);
+                scratch
+                    .reserve(conv2d_forward_scratch_len(&op).max(conv2d_backward_scratch_len(&op)));
+                let mut y = vec![0.0; op.output_len()];
+                conv2d_forward(&op, &x, &w, &b, &mut y, &mut scratch);
+                for with_gx in [true, false] {
+                    let mut run = |gw: Option<&mut [f32]>| {
+                        let mut gb = vec![f32::NAN; op.bias_len()];
+                        let mut gx = vec![f32::NAN; op.input_len()];
+                        conv2d_backward_with(
+                            &op,
+                            &x,
+                            &w,
+                            &y,
+                            &r,
+                            with_gx.then_some(&mut gx[..]),
+                            gw,
+                            &mut gb,
+                            &mut scratch,
+                            BackwardExtras::default(),
+                        );
+                        (gb, gx)
+                    };
+                    let mut gw = vec![f32::NAN; op.weight_len()];
+                    let (want_b, want_x) = run(Some(&mut gw));
+                    let (gb, gx) = run(None);
+                    let what = format!("{:?}, {threads} threads, gx {with_gx}", op.kind());
+                    assert!(gb.iter().any(|&v| v != 0.0), "{what}: a zero bias gradient");
+                    assert_eq!(gb, want_b, "{what}: bias gradient");
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&gx), bits(&want_x), "{what}: input gradient");
+                }
             }
         }
     }

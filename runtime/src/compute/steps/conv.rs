@@ -195,9 +195,11 @@ impl StepOp for ConvBackward {
             (self.w, self.op.weight_len(), F32, Read),
             (self.y, self.op.output_len(), F32, Read),
             (self.gy, self.op.output_len(), F32, Read),
-            (self.gw, self.op.weight_len(), F32, Write),
             (self.gb, self.op.bias_len(), F32, Write),
         ];
+        if let Some(gw) = self.gw {
+            v.push((gw, self.op.weight_len(), F32, Write));
+        }
         if let Some(gx) = self.gx {
             v.push((gx, self.op.input_len(), F32, Write));
         }
@@ -258,6 +260,18 @@ impl StepOp for ConvBackward {
                 dispatches.add_tiled(kernel, bindings, push, grid, tile);
             }
         }
+        let Some(gw) = self.gw else {
+            // A frozen weight: the bias's gradient alone, a workgroup per output channel.
+            let grid = checked([u64::from(self.op.c_out), 1, 1], "conv bias gradient")?;
+            let bindings = vec![T(self.y), T(self.gy), T(self.gb)];
+            dispatches.add(
+                Kernel::ConvGradBias,
+                bindings,
+                conv_push(&self.op, 1, 0),
+                grid,
+            );
+            return Ok(());
+        };
         let terms = u64::from(self.op.n) * u64::from(self.op.out_h()) * u64::from(self.op.out_w());
         // Weight columns per output channel; the partial sums keep one more, the bias.
         let red = u64::from(self.op.c_in_per_group()) * u64::from(self.op.kernel * self.op.kernel);
@@ -267,7 +281,7 @@ impl StepOp for ConvBackward {
             T(self.y),
             T(self.gy),
             Slot::ConvPartial,
-            T(self.gw),
+            T(gw),
             T(self.gb),
         ];
         let splits = if depthwise {
@@ -343,7 +357,7 @@ impl StepOp for ConvBackward {
             };
             dispatches.add(
                 kernel,
-                vec![Slot::ConvPartial, T(self.gw), T(self.gb)],
+                vec![Slot::ConvPartial, T(gw), T(self.gb)],
                 conv_push(&self.op, splits, 0),
                 groups,
             );
@@ -356,7 +370,7 @@ impl ConvBackward {
     /// The CPU engine's backward pass, with `store` in its input gradient's store and its
     /// output gradient masked already where `gy_masked` (the CPU schedule's fused kernels).
     pub(crate) fn run_cpu_with(&self, cpu: &mut CpuExec, store: GradStore, gy_masked: bool) {
-        let mut gw_v = cpu.take(self.gw);
+        let mut gw_v = self.gw.map(|t| cpu.take(t));
         let mut gb_v = cpu.take(self.gb);
         let mut gx_v = self.gx.map(|t| cpu.take(t));
         let mut scratch = cpu.take_scratch();
@@ -372,13 +386,15 @@ impl ConvBackward {
             cpu.f32s(self.y),
             cpu.f32s(self.gy),
             gx_v.as_deref_mut(),
-            &mut gw_v,
+            gw_v.as_deref_mut(),
             &mut gb_v,
             &mut scratch,
             extras,
         );
         cpu.put_scratch(scratch);
-        cpu.put(self.gw, gw_v);
+        if let (Some(t), Some(v)) = (self.gw, gw_v) {
+            cpu.put(t, v);
+        }
         cpu.put(self.gb, gb_v);
         if let (Some(t), Some(v)) = (self.gx, gx_v) {
             cpu.put(t, v);

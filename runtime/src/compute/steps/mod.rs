@@ -121,7 +121,8 @@ steps! {
         y: TensorId,
         gy: TensorId,
         gx: Option<TensorId>,
-        gw: TensorId,
+        /// `None` for a frozen weight whose bias trains: the bias's gradient alone.
+        gw: Option<TensorId>,
         gb: TensorId,
     }
     /// `out = a + b` (`out` may not be `a` or `b`).

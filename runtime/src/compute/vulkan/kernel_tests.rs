@@ -258,7 +258,7 @@ fn conv_forward_and_backward_with(
                     y: id.y_in,
                     gy: id.gy,
                     gx: Some(id.gx),
-                    gw: id.gw,
+                    gw: Some(id.gw),
                     gb: id.gb,
                 },
             ],
@@ -1565,6 +1565,19 @@ fn det_m_train_steps_with_a_frozen_backbone_match_the_cpu() {
     train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);
 }
 
+/// The same with the frozen backbone's biases training: its layers' bias gradients alone
+/// (`conv_grad_bias`) and input gradients through them match the CPU's, and their weights
+/// stay as they were.
+#[test]
+fn det_m_train_steps_with_the_biases_of_a_frozen_backbone_match_the_cpu() {
+    let options = GraphOptions {
+        freeze: crate::model::Freeze::Backbone,
+        train_biases: true,
+        ..GraphOptions::default()
+    };
+    train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);
+}
+
 /// The tensors entry `entry` never writes on the GPU: the outputs of pointwise convs and
 /// upsamplings whose add is in their store, and the normalised input a stem reading the
 /// records skips.
@@ -1621,7 +1634,10 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32, options
     // the normalised input, which the stem reads from the records (the backward pass
     // normalises again, into a tensor of its own).
     let trained_past = unwritten_by_fusion(rec, train);
-    if options.freeze == crate::model::Freeze::None {
+    // Every layer's activations are read by the backward pass (or the frozen ones' too,
+    // where their biases train).
+    let backward_through_all = options.freeze == crate::model::Freeze::None || options.train_biases;
+    if backward_through_all {
         assert_eq!(trained_past, ["input", "neck.up"]);
     } else {
         // A frozen backbone runs as inference does: a residual block's pointwise conv
@@ -1647,11 +1663,7 @@ fn train_steps_match_the_cpu(model: &str, box_size: impl Fn(f32) -> f32, options
         })
         .collect();
     // (Those are the backbone's: none where it is frozen.)
-    let least = if options.freeze == crate::model::Freeze::None {
-        3
-    } else {
-        0
-    };
+    let least = if backward_through_all { 3 } else { 0 };
     assert!(masked.len() >= least, "{}", masked.len());
     let mut losses = Vec::new();
     for step in 1..=3u32 {
@@ -1839,7 +1851,7 @@ fn conv_and_upsample_gradients_match_central_differences_on_the_gpu() {
                 y,
                 gy,
                 gx: Some(gx),
-                gw,
+                gw: Some(gw),
                 gb,
             }],
         );
@@ -2237,7 +2249,7 @@ fn masked_gradient_adds_match_the_cpu_twin() {
                     y: b,
                     gy: g_b,
                     gx: Some(g_a),
-                    gw: grads[0],
+                    gw: Some(grads[0]),
                     gb: grads[1],
                 },
                 Step::AddAssign {
@@ -2254,7 +2266,7 @@ fn masked_gradient_adds_match_the_cpu_twin() {
                     y: a,
                     gy: g_a,
                     gx: Some(g_x),
-                    gw: grads[2],
+                    gw: Some(grads[2]),
                     gb: grads[3],
                 },
             ],

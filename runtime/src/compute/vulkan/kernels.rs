@@ -152,6 +152,9 @@ pub enum Kernel {
     DepthwiseGradInputDirect => DEPTHWISE_GRAD_INPUT_DIRECT,
     /// Weight and bias gradients of a depthwise conv: `x, y, gy, partial (w), gw (w), gb (w)`.
     DepthwiseGradWeight => DEPTHWISE_GRAD_WEIGHT,
+    /// The bias gradient alone of any conv whose weight is frozen: `y, gy, gb (w)`; the conv
+    /// push block; grid `(c_out, 1, 1)`.
+    ConvGradBias => CONV_GRAD_BIAS,
     /// [`Kernel::DepthwiseGradWeight`] adding its workgroup's sums by subgroup operations
     /// (`shaders/workgroup_sum.glsl`): the same bindings, push block and grid.
     DepthwiseGradWeightSubgroup => DEPTHWISE_GRAD_WEIGHT_SUBGROUP,
@@ -549,6 +552,8 @@ static DEPTHWISE_GRAD_INPUT_DIRECT: KernelInfo = KernelInfo {
 };
 static DEPTHWISE_GRAD_WEIGHT: KernelInfo = kernel!("depthwise_grad_weight", bindings 6,
     push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
+static CONV_GRAD_BIAS: KernelInfo = kernel!("conv_grad_bias", bindings 3,
+    push CONV_PUSH_BYTES, local LINEAR, x None, shared 4 * 256);
 static DEPTHWISE_GRAD_WEIGHT_SUBGROUP: KernelInfo = KernelInfo {
     subgroups: true,
     ..kernel!("depthwise_grad_weight_subgroup", bindings 6, push CONV_PUSH_BYTES, local LINEAR,
@@ -823,7 +828,7 @@ mod tests {
                 assert!(!ids.iter().any(|id| shape_ids.contains(id)), "{k}: {ids:?}");
             }
         }
-        assert_eq!(convs, 32);
+        assert_eq!(convs, 33);
         assert!(Kernel::Normalize.info().shapes && Kernel::Upsample.info().shapes);
         assert_eq!(spec_ids(Kernel::Saxpy.info().spirv), [0]);
     }

@@ -188,7 +188,7 @@ fn conv_backward_dispatches_by_kind_and_split() {
             y,
             gy,
             gx,
-            gw,
+            gw: Some(gw),
             gb,
         });
     }
