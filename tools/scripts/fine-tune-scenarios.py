@@ -24,6 +24,11 @@ its last score. Results go to OUT/results.jsonl as they come (an interrupted run
     python3 tools/scripts/fine-tune-scenarios.py --out runs/scenarios [--scenario 1 2]
     python3 tools/scripts/fine-tune-scenarios.py --out runs/scenarios --report
 
+More training seeds: `--seed N` (N > 0) runs the variants again with `train --seed N` (the
+base models stay those of seed 0), as rows named "... seed N"; `--only "backbone biases" none`
+restricts a run to those variants. The report adds, for a variant with several seeds, the mean
+and the range over them.
+
 The shift (scenario 2): every raccoon photo is scaled to 0.6 of its size and placed on a grey
 (114) canvas of the original size at an offset drawn from the MD5 of its file name (objects
 smaller, anywhere in the frame), then colour cast: red ×1.2, blue ×0.75, and a gamma of 0.8
@@ -120,8 +125,17 @@ def base(name, data, work, log):
     return out / "last.safetensors"
 
 
+SEED = 0  # --seed
+ONLY = None  # --only
+
+
 def variant(key, train_args, out, evals, work, log, results):
     """The recipe's schedule in --max-time segments, every checkpoint scored."""
+    if ONLY is not None and key[3:] not in ONLY:
+        return
+    if SEED:
+        key, out = f"{key} seed {SEED}", out.with_name(f"{out.name}-seed{SEED}")
+        train_args = train_args + ["--seed", SEED]
     done = {(r["key"], r["seconds"]) for r in results}
     seconds = 0
     for segment in SEGMENTS:
@@ -272,6 +286,16 @@ def report(work):
                 last = by.get(120, {})
                 print("  {:<28} {:>7} {:>7} {:>7} {:>7}   {:>14}   {}".format(
                     k[3:], *cells, str(last.get("step", "-")), last.get("peak", "-")))
+            seeded = [k for k in mine if " seed " not in k and any(m.startswith(k + " seed ") for m in mine)]
+            if seeded:
+                print(f"  across seeds (mean, min-max) on {metric}:")
+            for k in seeded:
+                family = [k] + [m for m in mine if m.startswith(k + " seed ")]
+                cells = []
+                for sec in (15, 30, 60, 120):
+                    v = [r[metric] for r in rows if r["key"] in family and r["seconds"] == sec]
+                    cells.append(f"{sum(v) / len(v):.3f} ({min(v):.2f}-{max(v):.2f})" if v else "-")
+                print("  {:<28} {:>17} {:>17} {:>17} {:>17}   {} seeds".format(k[3:], *cells, len(family)))
     report3(work)
 
 
@@ -280,7 +304,11 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--scenario", type=int, nargs="*", default=[1, 2, 3])
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="train --seed for the variants (0: the first runs)")
+    ap.add_argument("--only", nargs="*", help="run only these variants (names as in the report)")
     a = ap.parse_args()
+    global SEED, ONLY
+    SEED, ONLY = a.seed, a.only
     a.out.mkdir(parents=True, exist_ok=True)
     if a.report:
         report(a.out)
