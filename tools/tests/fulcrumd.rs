@@ -734,12 +734,13 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
     let data = fine_tune_data(dir.path());
     let state = dir.path().join("state");
     let state_arg = state.to_str().unwrap();
-    // The backbone frozen, as a board would fine-tune (the choice survives the kill).
+    // The backbone frozen, its biases training (the choice survives the kill).
     let params = FineTuneParams {
         max_steps: 0,
         epochs: 4,
         swap_always: true,
         freeze: FineTuneFreeze::Backbone,
+        train_biases: true,
     };
 
     // Refused with reasons: no state folder; a folder without val/.
@@ -764,6 +765,21 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
             assert_eq!(code, ErrorCode::FINE_TUNE_FAILED);
             assert!(
                 text.contains("train/val") && text.contains("--holdout"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Biases training with nothing frozen (or the daemon left to choose) is refused.
+    let unfrozen = FineTuneParams {
+        freeze: FineTuneFreeze::Auto,
+        ..params
+    };
+    match control.fine_tune_start(data.to_str().unwrap(), unfrozen) {
+        Err(Error::Remote { code, text }) => {
+            assert_eq!(code, ErrorCode::FINE_TUNE_FAILED);
+            assert!(
+                text.contains("train_biases") && text.contains("backbone"),
                 "{text}"
             );
         }
@@ -816,10 +832,12 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
         .progress
         .step;
     assert!(saved_after >= saved);
-    // The frozen backbone was never saved with optimizer state.
+    // The frozen backbone's weights were never saved with optimizer state; its biases were.
     let tuned = fulcrum::model::Checkpoint::load(&checkpoint).unwrap();
     assert!(
-        tuned.get("adam.m.stem.weight").is_none() && tuned.get("adam.m.head.out.weight").is_some()
+        tuned.get("adam.m.stem.weight").is_none()
+            && tuned.get("adam.m.stem.bias").is_some()
+            && tuned.get("adam.m.head.out.weight").is_some()
     );
     drop(daemon);
     let daemon = Daemon::start(&args);
@@ -829,6 +847,10 @@ fn fine_tuning_serves_on_swaps_better_weights_and_resumes_after_kill_9() {
     });
     let log = daemon.log();
     assert!(log.contains("resuming the fine-tune"), "{log}");
+    assert!(
+        log.contains("--freeze backbone with the frozen layers' biases training"),
+        "{log}"
+    );
     assert!(
         log.contains(&format!("from step {saved_after} on")),
         "resumed from step {saved_after}?\n{log}"
@@ -886,6 +908,7 @@ fn a_stopped_fine_tune_checkpoints_and_is_not_resumed() {
         epochs: 50,
         swap_always: false,
         freeze: fulcrum_board::protocol::FineTuneFreeze::Auto,
+        train_biases: false,
     };
     control
         .fine_tune_start(data.to_str().unwrap(), params)

@@ -24,6 +24,9 @@ pub const FULCRUM_MAX_INLINE_BYTES: u32 = 196_608;
 pub const FULCRUM_MAX_FRAME_SIDE: u16 = 4096;
 /// The protocol version spoken.
 pub const FULCRUM_PROTOCOL_VERSION: u16 = 4;
+/// Or'ed into `fulcrum_encode_fine_tune_start`'s `freeze`: the frozen layers' biases train
+/// too (with freeze 2 or 3).
+pub const FULCRUM_FINE_TUNE_TRAIN_BIASES: u8 = 0x10;
 
 /// Outcome of a call: 0 (or a length) on success, these on failure.
 #[repr(C)]
@@ -447,8 +450,9 @@ pub unsafe extern "C" fn fulcrum_encode_reload(
 /// `train/` and `val/`): stop after `max_steps` steps (0: run `epochs`, 0: the daemon's
 /// default), swap the result in even if it scores no better when `swap_always` is nonzero,
 /// and leave `freeze` frozen (0 auto: the daemon chooses from its memory budget; 1 none,
-/// 2 backbone, 3 backbone and neck). Returns its length or a negative status
-/// (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` above 3).
+/// 2 backbone, 3 backbone and neck), their biases training too where
+/// `FULCRUM_FINE_TUNE_TRAIN_BIASES` is or'ed in. Returns its length or a negative status
+/// (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` whose choice is above 3 or with other bits).
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string; `buf` must point to `cap` writable bytes.
@@ -471,7 +475,8 @@ pub unsafe extern "C" fn fulcrum_encode_fine_tune_start(
     let Ok(path) = unsafe { core::ffi::CStr::from_ptr(path) }.to_str() else {
         return FulcrumStatus::BadText as i32;
     };
-    let Some(freeze) = FineTuneFreeze::from_u8(freeze) else {
+    let train_biases = freeze & FULCRUM_FINE_TUNE_TRAIN_BIASES != 0;
+    let Some(freeze) = FineTuneFreeze::from_u8(freeze & !FULCRUM_FINE_TUNE_TRAIN_BIASES) else {
         return FulcrumStatus::OutOfRange as i32;
     };
     let params = FineTuneParams {
@@ -479,6 +484,7 @@ pub unsafe extern "C" fn fulcrum_encode_fine_tune_start(
         epochs,
         swap_always: swap_always != 0,
         freeze,
+        train_biases,
     };
     // SAFETY: passed on from this function's contract.
     encode(
@@ -829,11 +835,36 @@ mod tests {
             epochs: 3,
             swap_always: true,
             freeze: FineTuneFreeze::Backbone,
+            train_biases: false,
         };
         match decode(&buf[..n as usize]).unwrap() {
             (h, Message::FineTuneStart { params, path }) => {
                 assert_eq!((h.sequence, params, path), (4, want, "data/robot"));
             }
+            other => panic!("{other:?}"),
+        }
+        // The biases' bit beside the choice.
+        // SAFETY: as above.
+        let n = unsafe {
+            fulcrum_encode_fine_tune_start(
+                6,
+                path.as_ptr(),
+                0,
+                3,
+                1,
+                3 | FULCRUM_FINE_TUNE_TRAIN_BIASES,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert!(n > 0, "{n}");
+        let want = FineTuneParams {
+            freeze: FineTuneFreeze::BackboneNeck,
+            train_biases: true,
+            ..want
+        };
+        match decode(&buf[..n as usize]).unwrap() {
+            (_, Message::FineTuneStart { params, .. }) => assert_eq!(params, want),
             other => panic!("{other:?}"),
         }
         // SAFETY: as above; then a NULL path, which is checked.

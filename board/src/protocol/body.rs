@@ -391,6 +391,9 @@ pub struct FineTuneParams {
     /// The layers left frozen (flag bits 1–2; 0, from clients before it: the daemon's
     /// choice).
     pub freeze: FineTuneFreeze,
+    /// The frozen layers' biases train all the same (flag bit 3; needs `freeze` backbone or
+    /// backbone and neck).
+    pub train_biases: bool,
 }
 
 impl FineTuneParams {
@@ -398,7 +401,8 @@ impl FineTuneParams {
     pub const LEN: usize = 12;
     const SWAP_ALWAYS: u32 = 1;
     const FREEZE_SHIFT: u32 = 1;
-    const FLAGS: u32 = Self::SWAP_ALWAYS | 3 << Self::FREEZE_SHIFT;
+    const TRAIN_BIASES: u32 = 1 << 3;
+    const FLAGS: u32 = Self::SWAP_ALWAYS | 3 << Self::FREEZE_SHIFT | Self::TRAIN_BIASES;
 
     pub(crate) fn write(&self, w: &mut Writer<'_>, path_len: u16) -> Result<(), WireError> {
         w.u32(self.max_steps)?;
@@ -409,7 +413,12 @@ impl FineTuneParams {
                 Self::SWAP_ALWAYS
             } else {
                 0
-            } | (self.freeze as u32) << Self::FREEZE_SHIFT,
+            } | (self.freeze as u32) << Self::FREEZE_SHIFT
+                | if self.train_biases {
+                    Self::TRAIN_BIASES
+                } else {
+                    0
+                },
         )
     }
 
@@ -428,6 +437,7 @@ impl FineTuneParams {
             swap_always: flags & Self::SWAP_ALWAYS != 0,
             // Two bits: every value names a choice.
             freeze: FineTuneFreeze::ALL[(flags >> Self::FREEZE_SHIFT & 3) as usize],
+            train_biases: flags & Self::TRAIN_BIASES != 0,
         };
         Ok((params, path_len))
     }

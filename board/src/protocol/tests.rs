@@ -107,6 +107,7 @@ fn samples<'a>(pixels: &'a [u8]) -> Vec<Message<'a>> {
                 epochs: 3,
                 swap_always: true,
                 freeze: FineTuneFreeze::Backbone,
+                train_biases: true,
             },
             path: "data/robot-val",
         },
@@ -315,6 +316,7 @@ fn text_and_enum_fields_are_checked() {
             epochs: 1,
             swap_always: false,
             freeze: FineTuneFreeze::Auto,
+            train_biases: false,
         },
         path: "d",
     };
@@ -325,7 +327,7 @@ fn text_and_enum_fields_are_checked() {
     }
     assert_eq!(FineTuneFreeze::from_u8(4), None);
     let mut bytes = encode(&start, 0, 0);
-    bytes[HEADER_LEN + 8] = 8;
+    bytes[HEADER_LEN + 8] = 16;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));
     let health = Message::Health(Health {
         state: ServiceState::Ready,

@@ -535,6 +535,7 @@ fn fine_tuning_runs(
         epochs: 1000,
         swap_always: false,
         freeze: config.fine_tune_freeze,
+        train_biases: false,
     };
     control.fine_tune_start(text, params)?;
     // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.

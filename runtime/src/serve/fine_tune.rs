@@ -120,6 +120,10 @@ struct Job {
     /// memory budget (`None` until then); kept for resuming.
     #[serde(default)]
     freeze: Option<Freeze>,
+    /// The frozen layers' biases train too (the client's choice; jobs from before it read as
+    /// false).
+    #[serde(default)]
+    train_biases: bool,
     state: JobState,
 }
 
@@ -162,6 +166,11 @@ pub enum FineTuneError {
         served_names: Vec<String>,
         data: Vec<String>,
     },
+    #[error(
+        "train_biases trains the biases of frozen layers: ask for freeze backbone or \
+         backbone+neck with it (the fine-tune asked for {freeze})"
+    )]
+    BiasesWithoutFreeze { freeze: &'static str },
     #[error(transparent)]
     Checkpoint(#[from] crate::model::checkpoint::Error),
     #[error(transparent)]
@@ -371,6 +380,16 @@ impl FineTuner {
         if self.running() {
             return Err(FineTuneError::AlreadyRunning);
         }
+        if params.train_biases
+            && !matches!(
+                params.freeze,
+                FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
+            )
+        {
+            return Err(FineTuneError::BiasesWithoutFreeze {
+                freeze: params.freeze.name(),
+            });
+        }
         for split in ["train", "val"] {
             let dir = data.join(split);
             if !dir.join("manifest.json").is_file() {
@@ -405,6 +424,7 @@ impl FineTuner {
                 FineTuneFreeze::Backbone => Some(Freeze::Backbone),
                 FineTuneFreeze::BackboneNeck => Some(Freeze::BackboneNeck),
             },
+            train_biases: params.train_biases,
             state: JobState::Running,
         };
         job.save(&dir)?;
@@ -621,10 +641,13 @@ fn fine_tune(
             f
         }
     };
+    if job.train_biases {
+        log::info!("fine-tune: --freeze {freeze} with the frozen layers' biases training");
+    }
     let batch = match job.batch {
         Some(b) => b,
         None => {
-            let mut b = batch_for_slice(&weights, &train_set, settings, freeze)?;
+            let mut b = batch_for_slice(&weights, &train_set, settings, freeze, job.train_biases)?;
             if replay.is_some() && b < 2 {
                 // A batch of one has no room for a replay record beside a fresh one.
                 log::warn!("fine-tune: batch 2, not 1, to hold a replay record beside a new one");
@@ -653,6 +676,7 @@ fn fine_tune(
         neighbour_radius: weights.neighbour_radius(),
         neighbour_cells: weights.neighbour_cells(),
         freeze,
+        train_biases: job.train_biases,
         replay: settings.replay.clone(),
         replay_fraction: settings.replay_fraction,
         ..TrainConfig::default()
@@ -762,11 +786,13 @@ fn batch_for_slice(
     train_set: &Dataset,
     settings: &Settings,
     freeze: Freeze,
+    train_biases: bool,
 ) -> Result<u32, FineTuneError> {
     let arch = Arch::new(&weights.model);
     let options = GraphOptions {
         train: true,
         freeze,
+        train_biases,
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, 1, &train_set.layout, &options)?;

@@ -65,6 +65,10 @@ pub struct Args {
     /// budget), none, backbone or backbone+neck (see `fulcrum train --freeze`).
     #[arg(long, requires = "fine_tune", default_value = "auto", value_parser = freeze, value_name = "LAYERS")]
     freeze: FineTuneFreeze,
+    /// With --freeze backbone or backbone+neck: the frozen layers' biases train too (see
+    /// `fulcrum train --train-biases`).
+    #[arg(long, requires = "fine_tune")]
+    train_biases: bool,
     /// Follow the fine-tune until it ends, a progress line every 2 s.
     #[arg(long)]
     wait: bool,
@@ -272,6 +276,7 @@ fn fine_tune(a: &Args, client: &mut Client) -> anyhow::Result<bool> {
             epochs: a.epochs.unwrap_or(0),
             swap_always: a.swap_always,
             freeze: a.freeze,
+            train_biases: a.train_biases,
         };
         client.fine_tune_start(text, params)?;
         log::info!("fine-tune started on {}", data.display());
