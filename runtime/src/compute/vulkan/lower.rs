@@ -16,7 +16,7 @@
 //! | conv forward | `conv2d` (dense, grouped: direct; `conv2d_quad` from `QUAD_MIN_PIXELS` pixels on, `conv2d_direct` on CPU-type devices), `pointwise` (tiled GEMM; `pointwise_thin` where its grid is at most [`THIN_MAX_TILES`] tiles) or `depthwise` (direct) |
 //! | pointwise conv or upsampling forward + the residual add after it | `pointwise*` or `upsample` with the add in its store, where [`crate::compute::fusion`] allows |
 //! | normalize + the stem that reads it | `conv2d_rgb`, `conv2d_quad_rgb` or `conv2d_direct_rgb` reading the records, where [`crate::compute::fusion`] allows |
-//! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch |
+//! | conv backward | `*_grad_input` (unless `gx` is left out), `*_grad_weight` (gw and gb), and `conv2d_grad_reduce` when the weight gradient is split over the batch; `conv_grad_bias` alone in place of the last two for a frozen weight (`gw` left out) |
 //! | add, add-assign, upsample (fwd/bwd), normalize, targets | one each (the adds over whole vec4s in `*_direct4` on CPU-type devices) |
 //! | loss forward | `loss_partial`, plus `loss_finish` when the cells are split into parts |
 //! | loss forward + its backward right after it (training) | `loss_partial`, then `loss_grad_finish` (the parts added in the gradient's pass) where the cells are split into parts |
