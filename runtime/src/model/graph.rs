@@ -936,11 +936,7 @@ fn needs_gradient(
     let mut needs = std::collections::HashSet::new();
     for node in nodes {
         let (inputs, out, trains) = match *node {
-            Node::Conv { x, y, w, .. } => (
-                [Some(x), None],
-                y,
-                !params[w].frozen || !params[bias_of[&w]].frozen,
-            ),
+            Node::Conv { x, y, w, .. } => ([Some(x), None], y, conv_trains(params, bias_of, w)),
             Node::Add { a, b, out } => ([Some(a), Some(b)], out, false),
             Node::Upsample { x, y, .. } | Node::Gather { x, y, .. } => ([Some(x), None], y, false),
         };
@@ -949,6 +945,12 @@ fn needs_gradient(
         }
     }
     needs
+}
+
+/// Whether the conv with weight `w` trains anything: its weight, or its bias alone
+/// ([`GraphOptions::train_biases`]).
+fn conv_trains(params: &[ParamTensors], bias_of: &HashMap<usize, usize>, w: usize) -> bool {
+    !params[w].frozen || !params[bias_of[&w]].frozen
 }
 
 fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) -> Vec<Step> {
@@ -967,7 +969,7 @@ fn backward(b: &mut Builder, pred: TensorId, g_pred: TensorId, normalize: Step) 
         match node {
             // Frozen layers come first (backbone, then neck): nothing before one trains, so
             // the backward pass ends where they begin, unless their biases train.
-            Node::Conv { w, .. } if b.params[w].frozen && b.params[b.bias_of[&w]].frozen => {}
+            Node::Conv { w, .. } if !conv_trains(&b.params, &b.bias_of, w) => {}
             Node::Add { out: t, .. } | Node::Upsample { y: t, .. } | Node::Gather { y: t, .. }
                 if !needs.contains(&t) => {}
             Node::Conv { op, x, w, y, .. } => {
