@@ -71,16 +71,13 @@ fn focal_term(z: f32, y: f32, alpha: f32, beta: f32) -> (f32, f32) {
     }
 }
 
-/// `x^a`: multiplications for the whole exponents the family's loss uses (α = 2, β = 4),
-/// `powf` for any other.
+/// `x^a`: by multiplication for whole exponents up to 8 (the family's α = 2 and β = 4), `powf`
+/// otherwise. The same rule, multiplied in the same order, as `pow_e` in `shaders/loss.glsl`:
+/// keep the two in step.
 #[inline]
 fn power(x: f32, a: f32) -> f32 {
-    if a == 2.0 {
-        x * x
-    } else if a == 4.0 {
-        (x * x) * (x * x)
-    } else if a == 1.0 {
-        x
+    if a == a.floor() && (0.0..=8.0).contains(&a) {
+        (0..a as u32).fold(1.0, |r, _| r * x)
     } else {
         x.powf(a)
     }
