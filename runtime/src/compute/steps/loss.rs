@@ -32,7 +32,14 @@ impl StepOp for LossForward {
 
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
         let mut o = cpu.take(self.loss);
-        let parts = loss::center_loss(&self.op, cpu.f32s(self.pred), cpu.f32s(self.target));
+        let (pool, threads) = (cpu.pool(), cpu.threads());
+        let parts = loss::center_loss_split(
+            &self.op,
+            cpu.f32s(self.pred),
+            cpu.f32s(self.target),
+            pool.as_deref(),
+            threads,
+        );
         o.copy_from_slice(&parts.to_array());
         cpu.put(self.loss, o);
     }
@@ -80,12 +87,15 @@ impl StepOp for LossBackward {
     fn run_cpu(&self, cpu: &mut CpuExec, _thread_split: bool, _input: Option<Input<'_>>) {
         let mut g = cpu.take(self.grad);
         let centres = cpu.f32s(self.loss)[4];
-        loss::center_loss_backward(
+        let (pool, threads) = (cpu.pool(), cpu.threads());
+        loss::center_loss_backward_split(
             &self.op,
             cpu.f32s(self.pred),
             cpu.f32s(self.target),
             centres,
             &mut g,
+            pool.as_deref(),
+            threads,
         );
         cpu.put(self.grad, g);
     }
