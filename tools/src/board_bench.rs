@@ -208,6 +208,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         fine_tune_shares: vec![0.0, 0.25],
         fine_tune_data: None,
         fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze::None,
+        fine_tune_train_biases: false,
         fine_tune_seconds: None,
         paced_only: false,
         fine_tune_slice: None,

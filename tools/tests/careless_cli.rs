@@ -139,6 +139,11 @@ fn a_learning_rate_out_of_range_is_refused_before_training() {
             "--batch",
         ),
         (vec!["bench", "compute", "--batch", "0"], "--batch"),
+        // Biases training needs frozen layers (the daemon would refuse it minutes in).
+        (
+            vec!["bench", "serve", "--fine-tune-train-biases"],
+            "--fine-tune-freeze backbone",
+        ),
     ] {
         let run = fulcrum(cwd, &args);
         run.expect(2);

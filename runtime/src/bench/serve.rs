@@ -48,6 +48,8 @@ pub struct ServeBenchConfig {
     pub fine_tune_data: Option<PathBuf>,
     /// The layers the fine-tune leaves frozen.
     pub fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze,
+    /// Whether the fine-tune also trains the frozen layers' biases.
+    pub fine_tune_train_biases: bool,
     /// Seconds of each run while fine-tuning; `None`: `seconds`.
     pub fine_tune_seconds: Option<f64>,
     /// While fine-tuning, only the paced runs (a long curve at a camera's rate).
@@ -535,7 +537,7 @@ fn fine_tuning_runs(
         epochs: 1000,
         swap_always: false,
         freeze: config.fine_tune_freeze,
-        train_biases: false,
+        train_biases: config.fine_tune_train_biases,
     };
     control.fine_tune_start(text, params)?;
     // Past its set-up (scoring the served weights, sizing the batch): steps are being taken.

@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// choice).
     #[arg(long, default_value = "none", value_parser = super::client::freeze, value_name = "LAYERS")]
     fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze,
+    /// Also train the frozen layers' biases (`fulcrum train --train-biases`); needs
+    /// --fine-tune-freeze backbone or backbone+neck.
+    #[arg(long)]
+    fine_tune_train_biases: bool,
     /// Seconds of each run while fine-tuning [default: --seconds].
     #[arg(long, value_name = "S", value_parser = crate::args::seconds)]
     fine_tune_seconds: Option<f64>,
@@ -198,6 +202,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::bench::serve::{bench_serve, ServeBenchConfig};
     crate::output_file::check_some("--json", a.json.as_deref())?;
+    use fulcrum_board::protocol::FineTuneFreeze;
+    if a.fine_tune_train_biases
+        && !matches!(
+            a.fine_tune_freeze,
+            FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
+        )
+    {
+        anyhow::bail!(
+            "--fine-tune-train-biases trains the biases of frozen layers: give \
+             --fine-tune-freeze backbone or backbone+neck with it (it is {})",
+            a.fine_tune_freeze.name()
+        );
+    }
     let config = ServeBenchConfig {
         weights: a.weights.clone(),
         model: a.model.clone(),
@@ -212,6 +229,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         fine_tune_shares: a.fine_tune_shares.clone(),
         fine_tune_data: a.fine_tune_data.clone(),
         fine_tune_freeze: a.fine_tune_freeze,
+        fine_tune_train_biases: a.fine_tune_train_biases,
         fine_tune_seconds: a.fine_tune_seconds,
         paced_only: a.paced_only,
         fine_tune_slice: a.fine_tune_slice.map(std::time::Duration::from_millis),
