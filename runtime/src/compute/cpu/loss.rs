@@ -132,7 +132,8 @@ fn exp_non_positive(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Adding 1.5·2²³ rounds to a whole number in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
-    let x = if x > -87.0 { x } else { -87.0 };
+    // Written so that a NaN passes through (the trainer stops on a NaN loss).
+    let x = if x < -87.0 { -87.0 } else { x };
     let t = x * LOG2_E + ROUND;
     let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
@@ -664,6 +665,17 @@ mod tests {
         assert_eq!(exp_non_positive(0.0), 1.0);
         // Far below the clamp: the smallest value it gives, not a denormal or NaN.
         assert!(exp_non_positive(-1e30) > 0.0 && exp_non_positive(f32::NEG_INFINITY) > 0.0);
+        // A diverged prediction shows in the loss and its gradient, not hidden by the clamp.
+        assert!(exp_non_positive(f32::NAN).is_nan() && ln_1p_unit(f32::NAN).is_nan());
+        for y in [1.0, 0.0, 0.5] {
+            let (value, slope) = focal_term(f32::NAN, y, 2.0, 4.0);
+            assert!(value.is_nan() && slope.is_nan(), "y {y}: {value}, {slope}");
+        }
+        let op = CenterLoss::det_s(1, 2, 3, 3);
+        let target = vec![0.0; op.target_len()];
+        assert!(center_loss(&op, &vec![f32::NAN; op.pred_len()], &target)
+            .total
+            .is_nan());
     }
 
     #[test]
