@@ -368,6 +368,15 @@ impl FineTuneFreeze {
         Self::ALL.get(usize::from(v)).copied()
     }
 
+    /// Whether this choice names layers to freeze (backbone or backbone+neck): what training
+    /// the frozen layers' biases needs. `Auto` leaves it to the daemon, which may freeze none.
+    pub const fn freezes_layers(self) -> bool {
+        matches!(
+            self,
+            FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
+        )
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             FineTuneFreeze::Auto => "auto",

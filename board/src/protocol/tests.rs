@@ -326,6 +326,9 @@ fn text_and_enum_fields_are_checked() {
         assert_eq!(FineTuneFreeze::from_u8(value as u8), Some(freeze));
     }
     assert_eq!(FineTuneFreeze::from_u8(4), None);
+    // Only the choices that name layers to freeze leave biases to train.
+    let freezing = FineTuneFreeze::ALL.map(FineTuneFreeze::freezes_layers);
+    assert_eq!(freezing, [false, false, true, true]);
     let mut bytes = encode(&start, 0, 0);
     bytes[HEADER_LEN + 8] = 16;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));

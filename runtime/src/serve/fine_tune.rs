@@ -380,12 +380,7 @@ impl FineTuner {
         if self.running() {
             return Err(FineTuneError::AlreadyRunning);
         }
-        if params.train_biases
-            && !matches!(
-                params.freeze,
-                FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
-            )
-        {
+        if params.train_biases && !params.freeze.freezes_layers() {
             return Err(FineTuneError::BiasesWithoutFreeze {
                 freeze: params.freeze.name(),
             });
@@ -957,6 +952,25 @@ impl Observer for Watcher<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn biases_training_without_frozen_layers_is_refused_before_anything_is_read() {
+        let mut tuner = FineTuner::new(Settings::new(std::env::temp_dir(), ExecOptions::default()));
+        let missing = Path::new("/nonexistent/fulcrum-fine-tune");
+        for freeze in FineTuneFreeze::ALL {
+            let params = FineTuneParams {
+                max_steps: 1,
+                epochs: 1,
+                swap_always: false,
+                freeze,
+                train_biases: true,
+            };
+            let e = tuner.start(&params, missing, missing, missing).unwrap_err();
+            let refused = matches!(e, FineTuneError::BiasesWithoutFreeze { .. });
+            // The freezing choices get past this check and fail on the missing data instead.
+            assert_eq!(refused, !freeze.freezes_layers(), "{}: {e}", freeze.name());
+        }
+    }
 
     #[test]
     fn an_ended_job_reads_finished_only_once_its_last_offer_is_settled() {

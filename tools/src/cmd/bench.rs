@@ -202,13 +202,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::bench::serve::{bench_serve, ServeBenchConfig};
     crate::output_file::check_some("--json", a.json.as_deref())?;
-    use fulcrum_board::protocol::FineTuneFreeze;
-    if a.fine_tune_train_biases
-        && !matches!(
-            a.fine_tune_freeze,
-            FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
-        )
-    {
+    if a.fine_tune_train_biases && !a.fine_tune_freeze.freezes_layers() {
         anyhow::bail!(
             "--fine-tune-train-biases trains the biases of frozen layers: give \
              --fine-tune-freeze backbone or backbone+neck with it (it is {})",

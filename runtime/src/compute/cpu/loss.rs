@@ -169,9 +169,10 @@ const FOCAL_BLOCK: usize = 64;
 fn focal_sum(z: &[f32], y: &[f32], alpha: f32, beta: f32) -> f64 {
     let mut sum = 0f64;
     let mut terms = [0f32; FOCAL_BLOCK];
+    let whole = is_whole_power(alpha) && is_whole_power(beta);
     for (zb, yb) in z.chunks(FOCAL_BLOCK).zip(y.chunks(FOCAL_BLOCK)) {
         let terms = &mut terms[..zb.len()];
-        if is_whole_power(alpha) && is_whole_power(beta) {
+        if whole {
             let (ka, kb) = (alpha as u32, beta as u32);
             for ((t, &z), &y) in terms.iter_mut().zip(zb).zip(yb) {
                 let pa = |x| power_whole(x, ka);
