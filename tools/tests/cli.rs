@@ -1393,6 +1393,45 @@ fn a_three_level_model_trains_evaluates_infers_and_exports() {
     infer_on_a_raccoon(cwd);
     // 20×20 + 10×10 + 5×5 cells.
     export_mentions(cwd, &["[N, 6, 525]"]);
+    // The weights alone: under half the file, and evaluated to the same figures.
+    let slim = fulcrum(
+        cwd,
+        &[
+            "export",
+            "--weights",
+            "run/last.safetensors",
+            "--checkpoint",
+            "slim.safetensors",
+        ],
+    );
+    slim.expect(0);
+    assert_mentions(&slim.stdout, &["without the optimizer's state"]);
+    let size = |f: &str| std::fs::metadata(cwd.join(f)).unwrap().len();
+    assert!(size("slim.safetensors") * 2 < size("run/last.safetensors"));
+    let slim_eval = fulcrum(
+        cwd,
+        &[
+            "eval",
+            "--engine",
+            "cpu",
+            "--weights",
+            "slim.safetensors",
+            "--data",
+            "d",
+        ],
+    );
+    slim_eval.expect(0);
+    let scores = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains("mAP"))
+            .map(|l| l.split("; cpu").next().unwrap_or(l).to_owned())
+            .collect()
+    };
+    assert!(!scores(&eval.stdout).is_empty());
+    assert_eq!(scores(&slim_eval.stdout), scores(&eval.stdout));
+    let neither = fulcrum(cwd, &["export", "--weights", "run/last.safetensors"]);
+    neither.expect(2);
+    assert_mentions(&neither.stderr, &["--onnx", "--checkpoint"]);
     let unknown = train("det-xl");
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["det-xl", "det-s, det-m or det-l"]);

@@ -173,6 +173,31 @@ impl Checkpoint {
             .or_else(|| self.get(name))
     }
 
+    /// Bytes of the tensors' values in memory.
+    pub fn value_bytes(&self) -> u64 {
+        let values: usize = self.tensors.iter().map(|t| t.2.len()).sum();
+        (values * std::mem::size_of::<f32>()) as u64
+    }
+
+    /// The weights alone: each parameter as [`Checkpoint::weight`] gives it (the average where
+    /// there is one), without the optimizer's moments. A third of the file, and all that
+    /// evaluation, serving, export and fine-tuning read; a run cannot resume from it.
+    pub fn weights_only(&self) -> Checkpoint {
+        let tensors = self
+            .tensors
+            .iter()
+            .filter(|(name, _, _)| StateTensor::param_of(name) == name.as_str())
+            .map(|(name, shape, values)| {
+                let weight = self.weight(name).unwrap_or(values);
+                (name.clone(), shape.clone(), weight.to_vec())
+            })
+            .collect();
+        Checkpoint {
+            tensors,
+            ..self.clone()
+        }
+    }
+
     /// The weight of the GIoU term the model was trained with (the training config's `giou`;
     /// 0 for runs without one or from before it existed), so that an evaluation's loss is
     /// the loss it was trained on.
@@ -545,6 +570,29 @@ mod tests {
         assert_eq!(c.get("stem.bias"), Some(&[0.5, -0.0][..]));
         assert_eq!(c.weight("stem.weight"), c.get("stem.weight"));
         assert_eq!(c.weight("nothing"), None);
+    }
+
+    #[test]
+    fn weights_only_keeps_the_averages_as_the_weights_and_drops_the_moments() {
+        let mut c = sample();
+        c.tensors.extend([
+            ("ema.stem.bias".into(), vec![2], vec![0.25, 1.0]),
+            ("adam.m.stem.bias".into(), vec![2], vec![7.0, 7.0]),
+            ("adam.v.stem.weight".into(), vec![2, 1, 1, 2], vec![9.0; 4]),
+        ]);
+        let slim = c.weights_only();
+        let names: Vec<&str> = slim.tensors.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(names, ["stem.weight", "stem.bias"]);
+        assert_eq!(slim.get("stem.bias"), Some(&[0.25, 1.0][..]), "the average");
+        assert_eq!(
+            slim.get("stem.weight"),
+            c.get("stem.weight"),
+            "no average: as trained"
+        );
+        assert_eq!(
+            (slim.model, slim.progress, slim.classes),
+            (c.model, c.progress, c.classes)
+        );
     }
 
     #[test]
