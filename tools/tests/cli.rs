@@ -1446,26 +1446,14 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
         &["pack", "--synthetic", "24", "--size", "128", "--out", "d"],
     )
     .expect(0);
-    let run = fulcrum(
-        cwd,
-        &[
-            "train",
-            "--engine",
-            "cpu",
-            "--data",
-            "d",
-            "--out",
-            "run",
-            "--recipe",
-            "photos",
-            "--batch",
-            "8",
-            "--neighbour-radius",
-            "2",
-            "--max-steps",
-            "3",
-        ],
-    );
+    let recipe_run = |out: &str, extra: &[&str]| {
+        let args = [
+            "train", "--engine", "cpu", "--data", "d", "--recipe", "photos",
+        ];
+        let more = ["--batch", "8", "--max-steps", "3", "--out", out];
+        fulcrum(cwd, &[&args[..], &more, extra].concat())
+    };
+    let run = recipe_run("run", &["--neighbour-radius", "2"]);
     run.expect(0);
     // 24 records in batches of 8: 3 steps per epoch, 1200 steps → 300 epochs (the most); the
     // reach given wins over the recipe's 1.
@@ -1500,6 +1488,49 @@ fn the_photos_recipe_sets_what_is_not_given_and_the_checkpoint_keeps_it() {
         )
     );
     assert_eq!(c.neighbour_radius(), 2, "eval and fine-tuning read it back");
+    // The recipe's det-m starts from the built-in base; --from-scratch from the seed's
+    // initial weights. Three steps in warm-up move the weights by little, so a run's
+    // weights lie far nearer to where it started than to the other start.
+    assert_mentions(&run.stdout, &["starting from the built-in base"]);
+    let base = fulcrum::model::builtin_base::for_model("det-m", 128)
+        .unwrap()
+        .unwrap();
+    let initial = fulcrum::model::Checkpoint::initial(c.model.clone(), c.classes.clone(), 0);
+    let distance = |a: &fulcrum::model::Checkpoint, b: &fulcrum::model::Checkpoint| -> f64 {
+        let arch = fulcrum::model::Arch::new(&a.model);
+        arch.params()
+            .iter()
+            .flat_map(|p| {
+                a.weight(&p.name)
+                    .unwrap()
+                    .iter()
+                    .zip(b.weight(&p.name).unwrap())
+            })
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let (to_base, to_initial) = (distance(&c, &base), distance(&c, &initial));
+    assert!(
+        to_base * 10.0 < to_initial,
+        "{to_base} from the base, {to_initial} from scratch"
+    );
+    let scratch = recipe_run("scratch", &["--from-scratch"]);
+    scratch.expect(0);
+    assert!(
+        !scratch.stdout.contains("built-in base"),
+        "{}",
+        scratch.stdout
+    );
+    let c = fulcrum::model::Checkpoint::load(&cwd.join("scratch/last.safetensors")).unwrap();
+    let (to_base, to_initial) = (distance(&c, &base), distance(&c, &initial));
+    assert!(
+        to_initial * 10.0 < to_base,
+        "{to_base} from the base, {to_initial} from scratch"
+    );
+    let alone = fulcrum(cwd, &["train", "--data", "d", "--from-scratch"]);
+    alone.expect(2);
+    assert_mentions(&alone.stderr, &["--from-scratch", "--recipe"]);
     let unknown = fulcrum(cwd, &["train", "--data", "d", "--recipe", "fast"]);
     unknown.expect(2);
     assert_mentions(&unknown.stderr, &["unknown recipe \"fast\"", "photos"]);

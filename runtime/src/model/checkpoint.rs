@@ -180,7 +180,7 @@ impl Checkpoint {
     }
 
     /// The weights alone: each parameter as [`Checkpoint::weight`] gives it (the average where
-    /// there is one), without the optimizer's moments. A third of the file, and all that
+    /// there is one), without the optimizer's moments. A quarter of the file, and all that
     /// evaluation, serving, export and fine-tuning read; a run cannot resume from it.
     pub fn weights_only(&self) -> Checkpoint {
         let tensors = self

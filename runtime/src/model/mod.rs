@@ -2,6 +2,7 @@
 //! derived from the forward one ([`graph`]) and its initial weights ([`init`]).
 
 pub mod arch;
+pub mod builtin_base;
 pub mod checkpoint;
 pub mod graph;
 pub mod init;

@@ -20,6 +20,9 @@ pub(super) struct Planner<'a> {
     pub graph_options: &'a GraphOptions,
     pub exec: &'a ExecOptions,
     pub io: IoKind,
+    /// Bytes of the weights a fine-tune starts from (`--init-from`, the built-in base), held
+    /// for the whole run; 0 for none.
+    pub starting_weights: u64,
 }
 
 impl Planner<'_> {
@@ -42,6 +45,13 @@ impl Planner<'_> {
     pub fn run(&self, loader: &LoaderConfig, engine: &MemoryPlan) -> MemoryPlan {
         let mut plan = loader::plan(self.dataset, loader, self.io);
         plan.items.extend(engine.items.iter().cloned());
+        if self.starting_weights > 0 {
+            plan.add(
+                "starting weights (--init-from or the built-in base)",
+                1,
+                self.starting_weights,
+            );
+        }
         plan
     }
 

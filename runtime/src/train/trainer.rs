@@ -455,6 +455,10 @@ pub fn train(
         graph_options: &graph_options,
         exec: &exec_options,
         io: loader::resolve_backend(options.io)?.0,
+        starting_weights: match (&resumed, &options.init_from) {
+            (None, Some(base)) => base.value_bytes(),
+            _ => 0,
+        },
     };
     // The autotuner picks the batch first: the largest up to the requested that fits.
     let fresh_tuning = config.autotune && resumed.is_none();

@@ -10,7 +10,7 @@ use fulcrum::model::{onnx, Arch};
 /// float32 [N, K+4, H/8, W/8] — K heat-map logits, then offset x/y and log width/height in
 /// grid cells (decode as `fulcrum infer` does: sigmoid, 3×3 peaks, threshold).
 ///
-/// --checkpoint: the averaged weights without the optimizer's state, a third of the file, for a
+/// --checkpoint: the averaged weights without the optimizer's state, a quarter of the file, for a
 /// board (`infer`, `eval`, `fulcrumd`) or as the `--init-from` of a fine-tune.
 #[derive(clap::Args)]
 #[command(group = clap::ArgGroup::new("output").required(true).multiple(true).args(["onnx", "checkpoint"]))]

@@ -35,10 +35,10 @@ pub struct Args {
     #[arg(long, default_value = "data/synthetic")]
     data: PathBuf,
     /// Settings for a kind of data, so that you need not tune them. photos: real photos of
-    /// a few classes, objects small and large (det-m, batch 16, lr 0.01 with 50 warm-up
-    /// steps, mosaic 0.5, gradient norm clipped at 10, box neighbours weighted 0.75 within 3
-    /// cells, epochs for about 1200 steps: at least 30, at most 300). Options you give
-    /// explicitly win over the recipe's.
+    /// a few classes, objects small and large (det-m started from the built-in base, batch
+    /// 16, lr 0.01 with 50 warm-up steps, mosaic 0.5, gradient norm clipped at 10, box
+    /// neighbours weighted 0.75 in the 3×3 block around a centre, epochs for about 1200
+    /// steps: at least 30, at most 300). Options you give explicitly win over the recipe's.
     #[arg(long, value_name = "photos")]
     recipe: Option<Recipe>,
     /// Model: det-s (54.8 k parameters, one stride-8 output: the small fast default), det-m
@@ -139,6 +139,11 @@ pub struct Args {
     /// afresh, and the run says which. Ignored with --resume.
     #[arg(long, value_name = "CHECKPOINT")]
     init_from: Option<PathBuf>,
+    /// With --recipe photos: start det-m from random weights, not from the built-in base (a
+    /// det-m trained on procedural images, carried in the program: docs/perf/recipes.md says
+    /// what it buys on which data).
+    #[arg(long, requires = "recipe", conflicts_with = "init_from")]
+    from_scratch: bool,
     /// Layers left as --init-from gave them (fine-tuning): none, backbone (the stem and the
     /// blocks; the neck and heads train) or backbone+neck (the heads alone train). Frozen
     /// layers get no gradients, optimizer state or weight average, and the backward pass
@@ -324,14 +329,22 @@ fn warn_of_small_boxes(manifest: &fulcrum::format::Manifest, model: &str) {
     }
 }
 
+/// What a recipe decides for a run, and the pack's image size where it read the pack.
+struct RecipeChoice {
+    settings: RecipeSettings,
+    input: Option<u32>,
+}
+
 /// The settings a recipe decides: given explicitly, else the recipe's, else the defaults.
-fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
+fn recipe_settings(a: &Args) -> anyhow::Result<RecipeChoice> {
     let d = TrainConfig::default();
     let mut records = None;
+    let mut input = None;
     let base = match a.recipe {
         Some(recipe) => {
             let dataset = fulcrum::loader::Dataset::open(&a.data, DirectMode::Auto)?;
             records = Some(dataset.records());
+            input = Some(dataset.layout.width);
             let settings = recipe.settings(dataset.records(), a.batch);
             warn_of_small_boxes(
                 &dataset.manifest,
@@ -367,31 +380,56 @@ fn recipe_settings(a: &Args) -> anyhow::Result<RecipeSettings> {
     if let (Some(recipe), Some(records)) = (a.recipe, records) {
         crate::outln!("recipe {recipe}: {settings} (for {records} records)");
     }
-    Ok(settings)
+    Ok(RecipeChoice { settings, input })
+}
+
+/// The weights a run starts from: --init-from's, else (a recipe's det-m) the built-in base,
+/// else none (the initial weights for the seed). A resumed run reads its own checkpoint.
+fn starting_weights(
+    a: &Args,
+    recipe: &RecipeChoice,
+) -> anyhow::Result<Option<std::sync::Arc<fulcrum::model::Checkpoint>>> {
+    use fulcrum::model::builtin_base;
+    if a.resume {
+        return Ok(None);
+    }
+    if let Some(path) = &a.init_from {
+        return Ok(Some(std::sync::Arc::new(fulcrum::model::Checkpoint::load(
+            path,
+        )?)));
+    }
+    let (Some(input), false) = (recipe.input, a.from_scratch) else {
+        return Ok(None);
+    };
+    let model = a.model.as_deref().unwrap_or(&recipe.settings.model);
+    let Some(base) = builtin_base::for_model(model, input) else {
+        return Ok(None);
+    };
+    crate::outln!(
+        "starting from the built-in base: {model} trained on procedural images, no photos \
+         (--from-scratch: random weights)"
+    );
+    Ok(Some(std::sync::Arc::new(base?)))
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::signals::install();
-    let r = recipe_settings(&a)?;
+    let recipe = recipe_settings(&a)?;
+    let init_from = starting_weights(&a, &recipe)?;
+    let r = recipe.settings;
     if a.train_biases && a.freeze == fulcrum::model::Freeze::None {
         anyhow::bail!(
             "--train-biases trains the biases of frozen layers, and --freeze is none: give \
              --freeze backbone or --freeze backbone+neck as well"
         );
     }
-    if a.freeze != fulcrum::model::Freeze::None && a.init_from.is_none() && !a.resume {
+    if a.freeze != fulcrum::model::Freeze::None && init_from.is_none() && !a.resume {
         log::warn!(
             "--freeze {} without --init-from: the frozen layers keep their random initial \
              weights, and the rest learns on top of features that never improve",
             a.freeze
         );
     }
-    let init_from = match &a.init_from {
-        Some(path) if !a.resume => {
-            Some(std::sync::Arc::new(fulcrum::model::Checkpoint::load(path)?))
-        }
-        _ => None,
-    };
     // Fine-tuning keeps the model it starts from unless told otherwise.
     let model = match (&a.model, &init_from) {
         (None, Some(w)) => w.model.name.clone(),
