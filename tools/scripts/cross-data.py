@@ -27,7 +27,10 @@ interrupted sweep continues where it stopped. Measure on a quiet machine.
     python3 tools/scripts/cross-data.py --out runs/cross-data --report   # the table again
 
 A variant is NAME="extra train arguments" added after `--recipe photos`; without any, the
-recipe as it is ("recipe"). `--sets` picks sets by name.
+recipe as it is ("recipe"), which starts det-m from the built-in base: `--variant
+scratch="--from-scratch"` measures the random start beside it (the base was trained on the
+same generator as the synthetic set, other seeds: its figures there flatter the base).
+`--sets` picks sets by name.
 """
 
 import argparse

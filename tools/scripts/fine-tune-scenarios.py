@@ -118,10 +118,10 @@ def score(weights, data, log):
 
 
 def base(name, data, work, log):
-    """A base model trained with the photo recipe (once)."""
+    """A base model trained with the photo recipe from random weights (once)."""
     out = work / "bases" / name
     if not (out / "last.safetensors").exists():
-        run([BIN, "train", "--data", data, "--out", out, "--recipe", "photos"], log)
+        run([BIN, "train", "--data", data, "--out", out, "--recipe", "photos", "--from-scratch"], log)
     return out / "last.safetensors"
 
 
@@ -206,7 +206,7 @@ def scenario1(work, log, results):
     for f in FROZEN:
         variant(f"s1 {f} biases", ["--data", rac, "--init-from", b, "--freeze", f, "--train-biases"],
                 work / "s1" / f"{f}-biases", evals, work, log, results)
-    variant("s1 scratch", ["--data", rac], work / "s1" / "scratch", evals, work, log, results)
+    variant("s1 scratch", ["--data", rac, "--from-scratch"], work / "s1" / "scratch", evals, work, log, results)
 
 
 def scenario2(work, log, results):
@@ -227,7 +227,7 @@ def scenario2(work, log, results):
         variant(f"s2 {f} biases replay",
                 ["--data", sh, "--init-from", b, "--freeze", f, "--train-biases", "--replay", rac],
                 work / "s2" / f"{f}-biases-replay", evals, work, log, results)
-    variant("s2 scratch", ["--data", sh], work / "s2" / "scratch", evals, work, log, results)
+    variant("s2 scratch", ["--data", sh, "--from-scratch"], work / "s2" / "scratch", evals, work, log, results)
 
 
 def scenario3(work, log):
