@@ -1429,6 +1429,22 @@ fn a_three_level_model_trains_evaluates_infers_and_exports() {
     };
     assert!(!scores(&eval.stdout).is_empty());
     assert_eq!(scores(&slim_eval.stdout), scores(&eval.stdout));
+    // A run cannot resume from the weights alone, and says what to do instead.
+    std::fs::create_dir(cwd.join("slim")).unwrap();
+    std::fs::copy(
+        cwd.join("slim.safetensors"),
+        cwd.join("slim/last.safetensors"),
+    )
+    .unwrap();
+    let resume = fulcrum(
+        cwd,
+        &[
+            "train", "--engine", "cpu", "--data", "d", "--out", "slim", "--resume", "--model",
+            "det-m",
+        ],
+    );
+    resume.expect(2);
+    assert_mentions(&resume.stderr, &["weights alone", "--init-from"]);
     let neither = fulcrum(cwd, &["export", "--weights", "run/last.safetensors"]);
     neither.expect(2);
     assert_mentions(&neither.stderr, &["--onnx", "--checkpoint"]);

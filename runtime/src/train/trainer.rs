@@ -1297,6 +1297,15 @@ fn check_resumable(
     config: &mut TrainConfig,
     path: &Path,
 ) -> Result<()> {
+    let moments = StateTensor::AdamM.prefix();
+    if !c.tensors.iter().any(|t| t.0.starts_with(moments)) {
+        return Err(Error::Config(format!(
+            "{}: the checkpoint holds weights alone, without the optimizer's state (`fulcrum \
+             export --checkpoint` writes such files): a run cannot resume from it; start a \
+             new run from it with --init-from and another --out",
+            path.display()
+        )));
+    }
     // The options first: a run resumed without its --replay trains fewer classes, and the
     // option says why better than the class count does.
     if let Some(saved) = &c.train {
