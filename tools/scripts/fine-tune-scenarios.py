@@ -14,7 +14,9 @@ held-out mAP@0.5 the daemon scores after each epoch; latency and steps/s beside 
 and the unloaded fine-tune.
 
 Each variant of scenarios 1 and 2 (--freeze none | backbone | backbone+neck, the two frozen ones
-also with --train-biases, named "biases", and training from scratch) runs the photo
+also with --train-biases, named "biases"; "backbone long", the frozen backbone on 2.5 times the
+recipe's epochs, which fill the seconds a frozen run has spare; training from scratch; and
+"builtin", the recipe's own start, the built-in base, with no scenario base) runs the photo
 recipe's schedule in segments of `train --max-time` (15, 15, 30, 60 s: the checkpoint after 15,
 30, 60 and 120 s of training steps; `--resume` continues exactly where the last stopped) and
 every checkpoint is scored with `fulcrum eval`. A variant that finishes the schedule sooner keeps
@@ -28,6 +30,10 @@ More training seeds: `--seed N` (N > 0) runs the variants again with `train --se
 base models stay those of seed 0), as rows named "... seed N"; `--only "backbone biases" none`
 restricts a run to those variants. The report adds, for a variant with several seeds, the mean
 and the range over them.
+
+The bases: `--bases-from builtin` (the default) trains them as `train --recipe photos` does,
+from the built-in base (a det-m trained on synthetic images); `--bases-from scratch` from random
+weights, as the journal's first runs did. Give each its own --out.
 
 The shift (scenario 2): every raccoon photo is scaled to 0.6 of its size and placed on a grey
 (114) canvas of the original size at an offset drawn from the MD5 of its file name (objects
@@ -118,15 +124,17 @@ def score(weights, data, log):
 
 
 def base(name, data, work, log):
-    """A base model trained with the photo recipe from random weights (once)."""
+    """A base model trained with the photo recipe (once), from random weights or the built-in base."""
     out = work / "bases" / name
     if not (out / "last.safetensors").exists():
-        run([BIN, "train", "--data", data, "--out", out, "--recipe", "photos", "--from-scratch"], log)
+        start = ["--from-scratch"] if BASES_FROM == "scratch" else []
+        run([BIN, "train", "--data", data, "--out", out, "--recipe", "photos"] + start, log)
     return out / "last.safetensors"
 
 
 SEED = 0  # --seed
 ONLY = None  # --only
+BASES_FROM = "builtin"  # --bases-from
 
 
 def variant(key, train_args, out, evals, work, log, results):
@@ -194,6 +202,12 @@ def strip_init(args):
     return out
 
 
+def recipe_epochs(data):
+    """The photo recipe's epochs for a pack: about 1200 steps of batch 16, 30 to 300."""
+    steps = json.loads((data / "manifest.json").read_text())["records"] // 16
+    return min(300, max(30, -(-1200 // steps)))
+
+
 def scenario1(work, log, results):
     coco = work / "data" / "coco128"
     pack(DATA / "coco128", coco, log)
@@ -206,7 +220,11 @@ def scenario1(work, log, results):
     for f in FROZEN:
         variant(f"s1 {f} biases", ["--data", rac, "--init-from", b, "--freeze", f, "--train-biases"],
                 work / "s1" / f"{f}-biases", evals, work, log, results)
+    long = ["--epochs", str(recipe_epochs(rac) * 5 // 2)]
+    variant("s1 backbone long", ["--data", rac, "--init-from", b, "--freeze", "backbone"] + long,
+            work / "s1" / "backbone-long", evals, work, log, results)
     variant("s1 scratch", ["--data", rac, "--from-scratch"], work / "s1" / "scratch", evals, work, log, results)
+    variant("s1 builtin", ["--data", rac], work / "s1" / "builtin", evals, work, log, results)
 
 
 def scenario2(work, log, results):
@@ -221,6 +239,10 @@ def scenario2(work, log, results):
         variant(f"s2 {f}", ["--data", sh, "--init-from", b, "--freeze", f], work / "s2" / f, evals, work, log, results)
         variant(f"s2 {f} replay", ["--data", sh, "--init-from", b, "--freeze", f, "--replay", rac],
                 work / "s2" / f"{f}-replay", evals, work, log, results)
+    # The frozen runs end the recipe's schedule in half the seconds: a longer one fills them.
+    long = ["--epochs", str(recipe_epochs(sh) * 5 // 2)]
+    variant("s2 backbone long", ["--data", sh, "--init-from", b, "--freeze", "backbone"] + long,
+            work / "s2" / "backbone-long", evals, work, log, results)
     for f in FROZEN:
         variant(f"s2 {f} biases", ["--data", sh, "--init-from", b, "--freeze", f, "--train-biases"],
                 work / "s2" / f"{f}-biases", evals, work, log, results)
@@ -228,6 +250,7 @@ def scenario2(work, log, results):
                 ["--data", sh, "--init-from", b, "--freeze", f, "--train-biases", "--replay", rac],
                 work / "s2" / f"{f}-biases-replay", evals, work, log, results)
     variant("s2 scratch", ["--data", sh, "--from-scratch"], work / "s2" / "scratch", evals, work, log, results)
+    variant("s2 builtin", ["--data", sh], work / "s2" / "builtin", evals, work, log, results)
 
 
 def scenario3(work, log):
@@ -306,9 +329,13 @@ def main():
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--seed", type=int, default=0, help="train --seed for the variants (0: the first runs)")
     ap.add_argument("--only", nargs="*", help="run only these variants (names as in the report)")
+    ap.add_argument("--bases-from", choices=["builtin", "scratch"], default="builtin",
+                    help="train the scenario bases as `train --recipe photos` does, from the built-in "
+                    "base (the default), or from random weights (the journal's first runs); "
+                    "use another --out for each")
     a = ap.parse_args()
-    global SEED, ONLY
-    SEED, ONLY = a.seed, a.only
+    global SEED, ONLY, BASES_FROM
+    SEED, ONLY, BASES_FROM = a.seed, a.only, a.bases_from
     a.out.mkdir(parents=True, exist_ok=True)
     if a.report:
         report(a.out)
