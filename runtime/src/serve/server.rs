@@ -630,7 +630,11 @@ impl Server {
         let load_path = path.clone();
         let spawned = std::thread::Builder::new()
             .name("weights-load".into())
-            .spawn(move || Model::load(&load_path, &config));
+            .spawn(move || {
+                let loaded = Model::load(&load_path, &config);
+                release_free_heap();
+                loaded
+            });
         match spawned {
             Ok(handle) => {
                 log::info!("loading {} beside the serving loop", path.display());
@@ -757,7 +761,10 @@ impl Server {
         self.generation += 1;
         let dropped = std::thread::Builder::new()
             .name("weights-drop".into())
-            .spawn(move || drop(old));
+            .spawn(move || {
+                drop(old);
+                release_free_heap();
+            });
         if let Err(e) = dropped {
             log::warn!("freeing the old weights on the serving loop ({e})");
         }
@@ -1535,4 +1542,17 @@ enum ReloadRefused {
         resolved: PathBuf,
         dir: PathBuf,
     },
+}
+
+/// Hands the heap's free pages back to the kernel. glibc keeps freed memory in per-thread
+/// arenas, and the threads that load and drop weights get arenas of their own: without this,
+/// a daemon reloaded often (or refused corrupt files under load) keeps each arena's high-water
+/// mark resident. Called off the serving loop, after a load and after a drop.
+fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it may be called
+    // from any thread at any time and touches no memory of ours.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
