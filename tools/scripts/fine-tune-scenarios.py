@@ -203,7 +203,8 @@ def strip_init(args):
 
 
 def recipe_epochs(data):
-    """The photo recipe's epochs for a pack: about 1200 steps of batch 16, 30 to 300."""
+    """The photo recipe's epochs for a pack: about 1200 steps of batch 16, 30 to 300 (the rule of
+    runtime/src/train/recipe.rs, PHOTO_STEPS: keep the two alike)."""
     steps = json.loads((data / "manifest.json").read_text())["records"] // 16
     return min(300, max(30, -(-1200 // steps)))
 
