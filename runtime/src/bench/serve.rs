@@ -408,8 +408,12 @@ pub fn bench_serve(
                     share: &share,
                 };
                 match fine_tuning_runs(&socket, config, &frame, &tuning, &mut runs, &mut progress) {
-                    Ok(Ok(idle_rate)) => fine_tune_idle_steps_per_s = Some(idle_rate),
-                    Ok(Err(why)) => skipped.push(format!("while fine-tuning: {why}")),
+                    Ok(FineTuneRuns::Measured { idle_steps_per_s }) => {
+                        fine_tune_idle_steps_per_s = Some(idle_steps_per_s)
+                    }
+                    Ok(FineTuneRuns::TooSlow(why)) => {
+                        skipped.push(format!("while fine-tuning: {why}"))
+                    }
                     Err(e) => outcome = Err(e),
                 }
             }
@@ -525,7 +529,7 @@ fn fine_tuning_runs(
     tuning: &FineTuning<'_>,
     runs: &mut Vec<ServeRun>,
     progress: &mut impl FnMut(&str),
-) -> Result<Result<f64, String>, Error> {
+) -> Result<FineTuneRuns, Error> {
     use fulcrum_board::protocol::{FineTuneParams, FineTuneState};
     let mut control = Client::connect(socket)?;
     let text = tuning
@@ -555,7 +559,7 @@ fn fine_tuning_runs(
         if started.elapsed() > Duration::from_secs(120) {
             // A machine this slow (an emulator) has the idle runs; say why these are missing.
             control.fine_tune_stop()?;
-            return Ok(Err(format!(
+            return Ok(FineTuneRuns::TooSlow(format!(
                 "the fine-tune took {} step(s) in 120 s: too slow to measure beside",
                 status.step
             )));
@@ -612,7 +616,17 @@ fn fine_tuning_runs(
         }
     }
     control.fine_tune_stop()?;
-    Ok(Ok(idle_rate))
+    Ok(FineTuneRuns::Measured {
+        idle_steps_per_s: idle_rate,
+    })
+}
+
+/// How [`fine_tuning_runs`] ended when nothing failed.
+enum FineTuneRuns {
+    /// The runs are in the report; the fine-tune's steps per second with no frames coming.
+    Measured { idle_steps_per_s: f64 },
+    /// The machine is too slow to fine-tune beside the frames (an emulator); why.
+    TooSlow(String),
 }
 
 /// Stops the running fine-tune and waits until it has.
