@@ -17,7 +17,8 @@ pub enum Recipe {
     Photos,
 }
 
-/// Optimizer steps the photos recipe aims at.
+/// Optimizer steps the photos recipe aims at. `recipe_epochs` in
+/// tools/scripts/fine-tune-scenarios.py repeats the epoch rule below: keep the two alike.
 pub const PHOTO_STEPS: u64 = 1200;
 
 /// The photos recipe's gradient-norm limit.
