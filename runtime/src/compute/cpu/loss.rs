@@ -169,20 +169,9 @@ const FOCAL_BLOCK: usize = 64;
 fn focal_sum(z: &[f32], y: &[f32], alpha: f32, beta: f32) -> f64 {
     let mut sum = 0f64;
     let mut terms = [0f32; FOCAL_BLOCK];
-    let whole = is_whole_power(alpha) && is_whole_power(beta);
     for (zb, yb) in z.chunks(FOCAL_BLOCK).zip(y.chunks(FOCAL_BLOCK)) {
         let terms = &mut terms[..zb.len()];
-        if whole {
-            let (ka, kb) = (alpha as u32, beta as u32);
-            for ((t, &z), &y) in terms.iter_mut().zip(zb).zip(yb) {
-                let pa = |x| power_whole(x, ka);
-                *t = focal_term_by(z, y, alpha, pa, |x| power_whole(x, kb)).0;
-            }
-        } else {
-            for ((t, &z), &y) in terms.iter_mut().zip(zb).zip(yb) {
-                *t = focal_term(z, y, alpha, beta).0;
-            }
-        }
+        focal_terms::<TERM>(zb, yb, alpha, beta, 1.0, terms);
         sum = terms.iter().fold(sum, |s, &t| s + t as f64);
     }
     sum
@@ -190,16 +179,36 @@ fn focal_sum(z: &[f32], y: &[f32], alpha: f32, beta: f32) -> f64 {
 
 /// The focal terms' derivatives by the logits `z` (targets `y`), times `scale`, into `grad`.
 fn focal_gradient(z: &[f32], y: &[f32], alpha: f32, beta: f32, scale: f32, grad: &mut [f32]) {
-    let values = grad.iter_mut().zip(z).zip(y);
+    focal_terms::<DERIVATIVE>(z, y, alpha, beta, scale, grad);
+}
+
+/// Which half of [`focal_term`]'s pair [`focal_terms`] writes: the term, or its derivative.
+const TERM: usize = 0;
+const DERIVATIVE: usize = 1;
+
+/// Half `PART` of each value's [`focal_term`], times `scale`, into `out`. Whole exponents
+/// (the family's) take the loop of multiplied powers, which runs in vector lanes; others take
+/// `powf`. `scale` 1 leaves the terms' bits as they are.
+#[inline(always)]
+fn focal_terms<const PART: usize>(
+    z: &[f32],
+    y: &[f32],
+    alpha: f32,
+    beta: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let half = |t: (f32, f32)| if PART == TERM { t.0 } else { t.1 };
+    let values = out.iter_mut().zip(z).zip(y);
     if is_whole_power(alpha) && is_whole_power(beta) {
         let (ka, kb) = (alpha as u32, beta as u32);
-        for ((g, &z), &y) in values {
+        for ((o, &z), &y) in values {
             let pa = |x| power_whole(x, ka);
-            *g = scale * focal_term_by(z, y, alpha, pa, |x| power_whole(x, kb)).1;
+            *o = scale * half(focal_term_by(z, y, alpha, pa, |x| power_whole(x, kb)));
         }
     } else {
-        for ((g, &z), &y) in values {
-            *g = scale * focal_term(z, y, alpha, beta).1;
+        for ((o, &z), &y) in values {
+            *o = scale * half(focal_term(z, y, alpha, beta));
         }
     }
 }
