@@ -301,12 +301,8 @@ pub fn assert_same_files(a: &Path, b: &Path) {
 
 /// A short det-s training for the trainer's tests: batch 8, `epochs` epochs, lr 1e-2 with 5
 /// warm-up steps, one loader, a ring of 2, from `data` into `out`.
-pub fn small_training(
-    data: &Path,
-    out: &Path,
-    epochs: u64,
-) -> fulcrum::train::trainer::TrainConfig {
-    fulcrum::train::trainer::TrainConfig {
+pub fn small_training(data: &Path, out: &Path, epochs: u64) -> fulcrum::train::TrainConfig {
+    fulcrum::train::TrainConfig {
         data: data.to_path_buf(),
         batch: 8,
         epochs,

@@ -12,7 +12,7 @@ use fulcrum::io::{DirectMode, IoKind};
 use fulcrum::loader::{self, AugmentConfig, Dataset, LoaderConfig};
 use fulcrum::model::Checkpoint;
 use fulcrum::model::{Arch, GraphOptions, ModelConfig, ModelGraph};
-use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfig, TrainReport};
+use fulcrum::train::{self, Observer, RunOptions, StepReport, TrainConfig, TrainReport};
 use fulcrum_tests::*;
 
 const BATCH: u32 = 8;
@@ -52,8 +52,8 @@ impl Observer for Steps {
 
 fn train(config: &TrainConfig, options: &RunOptions) -> (TrainReport, Steps) {
     let mut steps = Steps::default();
-    let report = trainer::train(config, options, &AtomicBool::new(false), &mut steps)
-        .expect("training runs");
+    let report =
+        train::train(config, options, &AtomicBool::new(false), &mut steps).expect("training runs");
     (report, steps)
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicBool;
 use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 use fulcrum::compute::vulkan::{testing, IMPORTED_KIND};
 use fulcrum::ring::RingMemory;
-use fulcrum::train::trainer::{self, Observer, RunInfo, RunOptions, StepReport, TrainConfig};
+use fulcrum::train::{self, Observer, RunInfo, RunOptions, StepReport, TrainConfig};
 use fulcrum_tests::*;
 
 #[derive(Default)]
@@ -74,8 +74,8 @@ fn losses(
         ..RunOptions::default()
     };
     let mut seen = Losses::default();
-    let report = trainer::train(&config, &options, &AtomicBool::new(false), &mut seen)
-        .expect("training runs");
+    let report =
+        train::train(&config, &options, &AtomicBool::new(false), &mut seen).expect("training runs");
     seen.imported_uploads = report.imported_uploads;
     seen.step_submissions = report.step_submissions;
     seen

@@ -12,7 +12,7 @@ use fulcrum::compute::exec::{EngineChoice, ExecOptions};
 use fulcrum::serve::client::Client;
 use fulcrum::serve::frame::encode_frame;
 use fulcrum::serve::{Control, Notifier, ServeConfig, Server};
-use fulcrum::train::trainer::{self, RunOptions};
+use fulcrum::train::{self, RunOptions};
 use fulcrum_board::protocol::{ColourSpace, Crop, FrameDesc, FrameSource, PixelFormat};
 use fulcrum_tests::alloc::{allocations, ignore_this_thread, trace, Counting};
 use fulcrum_tests::*;
@@ -31,14 +31,14 @@ fn weights(dir: &Path) -> std::path::PathBuf {
         },
         ..RunOptions::default()
     };
-    trainer::train(
+    train::train(
         &small_training(&data, &out, 1),
         &options,
         &AtomicBool::new(false),
-        &mut trainer::Quiet,
+        &mut train::Quiet,
     )
     .expect("training runs");
-    out.join(trainer::CHECKPOINT_FILE)
+    out.join(train::CHECKPOINT_FILE)
 }
 
 /// A frame of `format` from a smooth synthetic picture.

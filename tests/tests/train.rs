@@ -10,7 +10,7 @@ use fulcrum::infer::evaluate::{evaluate, EvalOptions};
 use fulcrum::io::DirectMode;
 use fulcrum::loader::Dataset;
 use fulcrum::model::Checkpoint;
-use fulcrum::train::trainer::{self, Observer, RunOptions, StepReport, TrainConfig};
+use fulcrum::train::{self, Observer, RunOptions, StepReport, TrainConfig};
 use fulcrum_tests::*;
 
 fn options(resume: bool) -> RunOptions {
@@ -49,7 +49,7 @@ fn train(data: &Path, out: &Path, epochs: u64, resume: bool, stop_after: Option<
         stop_after,
         stop: &stop,
     };
-    let report = trainer::train(
+    let report = train::train(
         &small_training(data, out, epochs),
         &options(resume),
         &stop,
@@ -57,7 +57,7 @@ fn train(data: &Path, out: &Path, epochs: u64, resume: bool, stop_after: Option<
     )
     .expect("training runs");
     assert_eq!(report.interrupted, stop_after.is_some());
-    assert!(out.join(trainer::CHECKPOINT_FILE).exists());
+    assert!(out.join(train::CHECKPOINT_FILE).exists());
     watch.losses
 }
 
@@ -78,7 +78,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     let parts = tmp.path().join("parts");
     let before = train(&data, &parts, epochs, false, Some(13));
     assert_eq!(before.len(), 13);
-    let stopped = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
+    let stopped = Checkpoint::load(&parts.join(train::CHECKPOINT_FILE)).unwrap();
     assert_eq!(
         (stopped.progress.step, stopped.progress.batch_in_epoch),
         (13, 5)
@@ -86,8 +86,8 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     let after = train(&data, &parts, epochs, true, None);
     assert_eq!(after.len(), 48 - 13);
     assert_eq!([before, after].concat(), whole, "losses step by step");
-    let a = Checkpoint::load(&tmp.path().join("whole").join(trainer::CHECKPOINT_FILE)).unwrap();
-    let b = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
+    let a = Checkpoint::load(&tmp.path().join("whole").join(train::CHECKPOINT_FILE)).unwrap();
+    let b = Checkpoint::load(&parts.join(train::CHECKPOINT_FILE)).unwrap();
     assert_eq!(
         a.tensors, b.tensors,
         "weights, optimizer state and weight average"
@@ -103,11 +103,11 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
 
     // A second fresh run into the same folder is refused (it would overwrite the checkpoint).
     let stop = AtomicBool::new(false);
-    let e = trainer::train(
+    let e = train::train(
         &small_training(&data, &parts, epochs),
         &options(false),
         &stop,
-        &mut trainer::Quiet,
+        &mut train::Quiet,
     )
     .unwrap_err()
     .to_string();
@@ -116,7 +116,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
     // The trained model finds the objects better than its initialisation (one step of lr 0);
     // after 48 small steps that is about 0.02 against 0.00001.
     let eval = |out: &Path| {
-        let c = Checkpoint::load(&out.join(trainer::CHECKPOINT_FILE)).unwrap();
+        let c = Checkpoint::load(&out.join(train::CHECKPOINT_FILE)).unwrap();
         let d = Dataset::open(&data, DirectMode::Off).unwrap();
         evaluate(
             &c,
@@ -130,7 +130,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
         .unwrap()
     };
     let untrained = tmp.path().join("untrained");
-    trainer::train(
+    train::train(
         &TrainConfig {
             lr: 0.0,
             ..small_training(&data, &untrained, 1)
@@ -140,7 +140,7 @@ fn loss_falls_and_stopped_then_resumed_equals_uninterrupted() {
             ..options(false)
         },
         &AtomicBool::new(false),
-        &mut trainer::Quiet,
+        &mut train::Quiet,
     )
     .unwrap();
     let (trained, baseline) = (eval(&tmp.path().join("whole")), eval(&untrained));
@@ -166,11 +166,11 @@ fn training_trace_holds_loads_waits_and_device_steps() {
         trace: Some(log.clone()),
         ..options(false)
     };
-    trainer::train(
+    train::train(
         &small_training(&data, &tmp.path().join("run"), 2),
         &options,
         &AtomicBool::new(false),
-        &mut trainer::Quiet,
+        &mut train::Quiet,
     )
     .unwrap();
     let json: serde_json::Value = serde_json::from_str(&log.to_chrome_json()).unwrap();
@@ -218,8 +218,8 @@ fn augmentation_turns_down_alike_in_whole_and_resumed_runs() {
     let before = train(&data, &parts, epochs, false, Some(38));
     let after = train(&data, &parts, epochs, true, None);
     assert_eq!([before, after].concat(), all, "losses step by step");
-    let a = Checkpoint::load(&whole.join(trainer::CHECKPOINT_FILE)).unwrap();
-    let b = Checkpoint::load(&parts.join(trainer::CHECKPOINT_FILE)).unwrap();
+    let a = Checkpoint::load(&whole.join(train::CHECKPOINT_FILE)).unwrap();
+    let b = Checkpoint::load(&parts.join(train::CHECKPOINT_FILE)).unwrap();
     assert_eq!(a.tensors, b.tensors, "resumed inside the quiet epoch");
 }
 
@@ -227,8 +227,8 @@ fn augmentation_turns_down_alike_in_whole_and_resumed_runs() {
 #[derive(Default)]
 struct Norms {
     losses: Vec<f32>,
-    steps: Vec<Option<trainer::GradNorm>>,
-    epochs: Vec<Option<trainer::GradNormSummary>>,
+    steps: Vec<Option<train::GradNorm>>,
+    epochs: Vec<Option<train::GradNormSummary>>,
 }
 
 impl Observer for Norms {
@@ -236,7 +236,7 @@ impl Observer for Norms {
         self.losses.push(r.loss[0]);
         self.steps.push(r.grad_norm);
     }
-    fn epoch(&mut self, e: &trainer::EpochReport) {
+    fn epoch(&mut self, e: &train::EpochReport) {
         self.epochs.push(e.grad_norm);
     }
 }
@@ -251,8 +251,8 @@ fn clipping_reports_the_norms_and_scales_only_above_its_limit() {
             clip_norm,
             ..small_training(&data, &tmp.path().join(name), 2)
         };
-        trainer::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
-        let saved = Checkpoint::load(&tmp.path().join(name).join(trainer::CHECKPOINT_FILE));
+        train::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
+        let saved = Checkpoint::load(&tmp.path().join(name).join(train::CHECKPOINT_FILE));
         let stored: TrainConfig = serde_json::from_value(saved.unwrap().train.unwrap()).unwrap();
         assert_eq!(
             stored.clip_norm, clip_norm,
@@ -314,8 +314,8 @@ fn neighbour_cells_train_the_boxes_and_eval_scores_the_same_loss() {
             neighbours,
             ..small_training(&data, &out, 1)
         };
-        trainer::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
-        let saved = Checkpoint::load(&out.join(trainer::CHECKPOINT_FILE)).unwrap();
+        train::train(&config, &options(false), &AtomicBool::new(false), &mut seen).unwrap();
+        let saved = Checkpoint::load(&out.join(train::CHECKPOINT_FILE)).unwrap();
         assert_eq!(saved.neighbour_weight(), neighbours, "{name}: stored");
         (seen.0, saved)
     };

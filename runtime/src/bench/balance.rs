@@ -13,9 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::train::autotune::{Decision, Tuning};
-use crate::train::trainer::{
-    self, Observer, Result, RunOptions, StepReport, TrainConfig, TrainReport,
-};
+use crate::train::{self, Observer, Result, RunOptions, StepReport, TrainConfig, TrainReport};
 
 #[derive(Debug, Clone)]
 pub struct BalanceBenchConfig {
@@ -92,7 +90,7 @@ pub fn run(c: &BalanceBenchConfig, say: &dyn Fn(&str)) -> Result<BalanceBenchRep
         let dir = c.scratch.join(name);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(trainer::Error::Config(format!("{}: {e}", dir.display())))
+                return Err(train::Error::Config(format!("{}: {e}", dir.display())))
             }
             _ => {}
         }
@@ -101,7 +99,7 @@ pub fn run(c: &BalanceBenchConfig, say: &dyn Fn(&str)) -> Result<BalanceBenchRep
 
     say("calibrating: 12 steps with a fast loader");
     let mut times = StepTimes(Vec::new());
-    let calibration = trainer::train(
+    let calibration = train::train(
         &TrainConfig {
             out: fresh("calibrate")?,
             ..base.clone()
@@ -132,14 +130,14 @@ pub fn run(c: &BalanceBenchConfig, say: &dyn Fn(&str)) -> Result<BalanceBenchRep
     };
     let run = |name: &str, config: TrainConfig| -> Result<RunFigures> {
         say(&format!("{name}: {} steps", c.steps));
-        let report = trainer::train(
+        let report = train::train(
             &TrainConfig {
                 out: fresh(name)?,
                 ..config
             },
             &slowed,
             &stop,
-            &mut trainer::Quiet,
+            &mut train::Quiet,
         )?;
         Ok(figures(name, &report, c.batch))
     };

@@ -1,7 +1,7 @@
 //! Fine-tuning while serving: a training run on the board's own data, in the gaps between
 //! requests, that replaces the served weights only when they score better on held-out data.
 //!
-//! The run is the ordinary trainer ([`crate::train::trainer::train`]) on its own thread, with
+//! The run is the ordinary trainer ([`crate::train::train`]) on its own thread, with
 //! its own engine, started from the served weights. Inference keeps priority three ways:
 //! - the thread (and the engine and loader threads it starts, which inherit it) runs under
 //!   `SCHED_IDLE`, so a request's thread takes a core the moment it wakes;
@@ -34,8 +34,8 @@ use crate::io::DirectMode;
 use crate::loader::Dataset;
 use crate::model::{Arch, Freeze, GraphOptions, ModelGraph, ENTRY_TRAIN};
 use crate::model::{Checkpoint, Progress};
-use crate::train::trainer::{
-    self as train, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
+use crate::train::{
+    self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
     DEFAULT_REPLAY_FRACTION,
 };
 
@@ -178,7 +178,7 @@ pub enum FineTuneError {
     #[error(transparent)]
     Infer(#[from] Box<crate::infer::Error>),
     #[error(transparent)]
-    Train(#[from] Box<crate::train::trainer::Error>),
+    Train(#[from] Box<crate::train::Error>),
     #[error(transparent)]
     Graph(#[from] crate::model::GraphError),
     #[error(transparent)]

@@ -108,7 +108,7 @@ impl ServeConfig {
             fine_tune_slice: Duration::from_millis(50),
             fine_tune_share: 0.0,
             fine_tune_replay: None,
-            fine_tune_replay_fraction: crate::train::trainer::DEFAULT_REPLAY_FRACTION,
+            fine_tune_replay_fraction: crate::train::DEFAULT_REPLAY_FRACTION,
             client_reload_dir: None,
             reload_timeout: Duration::from_secs(60),
             metrics: None,

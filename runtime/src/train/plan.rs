@@ -4,7 +4,7 @@
 //! fit, with the largest batch that would.
 
 use super::autotune::{Decision, Tuning};
-use super::trainer::{Error, Result, TrainConfig};
+use super::config::{default_io_depth, Error, Result, TrainConfig};
 
 use crate::base::MemoryPlan;
 use crate::compute::exec::{Exec, ExecOptions};
@@ -148,7 +148,7 @@ fn start_tuning(batch: u32) -> Tuning {
         batch,
         loaders: 1,
         ring: 2,
-        io_depth: super::trainer::default_io_depth(),
+        io_depth: default_io_depth(),
     }
 }
 

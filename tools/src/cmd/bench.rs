@@ -394,7 +394,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
 
 pub fn run_balance(a: BalanceArgs) -> anyhow::Result<ExitCode> {
     use fulcrum::bench::balance::{self as bench_balance, BalanceBenchConfig, RunFigures};
-    use fulcrum::train::trainer::RunOptions;
+    use fulcrum::train::RunOptions;
 
     crate::output_file::check_some("--json", a.json.as_deref())?;
     // --batch, --slowdown and --steps are in range by their parsers.

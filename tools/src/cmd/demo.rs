@@ -11,9 +11,7 @@ use fulcrum::loader::preview::{class_colour, outline};
 use fulcrum::loader::Dataset;
 use fulcrum::model::Checkpoint;
 use fulcrum::pack::{self, PackOptions, Source};
-use fulcrum::train::trainer::{
-    self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
-};
+use fulcrum::train::{self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig};
 use image::{Rgb, RgbImage};
 
 use super::engine::EngineArgs;
@@ -117,7 +115,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
     crate::outln!("2/4 training det-s for {} epochs", a.epochs);
     // A demo starts fresh: the previous demo's checkpoint goes.
-    let checkpoint_path = run_dir.join(trainer::CHECKPOINT_FILE);
+    let checkpoint_path = run_dir.join(train::CHECKPOINT_FILE);
     if checkpoint_path.exists() {
         std::fs::remove_file(&checkpoint_path)?;
     }
@@ -144,7 +142,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         last_epoch: None,
         info: None,
     };
-    let report = trainer::train(&config, &options, &crate::signals::STOP, &mut lines)?;
+    let report = train::train(&config, &options, &crate::signals::STOP, &mut lines)?;
     if let Some(bar) = lines.bar.take() {
         bar.finish_and_clear();
     }

@@ -9,9 +9,7 @@ use fulcrum::model::Progress;
 use fulcrum::ring::RingMemory;
 use fulcrum::train::autotune::Decision;
 use fulcrum::train::recipe::{Recipe, RecipeSettings};
-use fulcrum::train::trainer::{
-    self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig,
-};
+use fulcrum::train::{self, EpochReport, Observer, RunInfo, RunOptions, StepReport, TrainConfig};
 use indicatif::ProgressBar;
 
 use super::engine::EngineArgs;
@@ -460,7 +458,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         replay: a.replay.clone(),
         replay_fraction: a
             .replay_fraction
-            .unwrap_or(fulcrum::train::trainer::DEFAULT_REPLAY_FRACTION),
+            .unwrap_or(fulcrum::train::DEFAULT_REPLAY_FRACTION),
         checkpoint_every: a.checkpoint_every,
         out: a.out.clone(),
         ..TrainConfig::default()
@@ -484,7 +482,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let mut printer = Printer { bar: None };
     let started = std::time::Instant::now();
-    let report = trainer::train(&config, &options, &crate::signals::STOP, &mut printer)?;
+    let report = train::train(&config, &options, &crate::signals::STOP, &mut printer)?;
     if let Some(bar) = printer.bar.take() {
         bar.finish_and_clear();
     }
