@@ -33,37 +33,11 @@ use ash::vk;
 
 use super::context::DeviceInfo;
 use super::device::Device;
+use super::options::CacheDir;
 use super::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"FLCMPCv1";
 const HEADER_BYTES: usize = 64;
-
-/// Where the pipeline cache is kept.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum CacheDir {
-    /// [`default_cache_dir`].
-    #[default]
-    User,
-    /// This directory.
-    At(PathBuf),
-    /// No persisted cache (an in-memory one is still used within the process).
-    Off,
-}
-
-impl CacheDir {
-    fn dir(&self) -> Option<PathBuf> {
-        match self {
-            CacheDir::User => Some(default_cache_dir()),
-            CacheDir::At(p) => Some(p.clone()),
-            CacheDir::Off => None,
-        }
-    }
-}
-
-/// `~/.cache/fulcrum/vulkan` (see [`crate::durable::user_cache_dir`]).
-pub fn default_cache_dir() -> PathBuf {
-    crate::durable::user_cache_dir().join("vulkan")
-}
 
 /// What happened when the cache file was read at start.
 #[derive(Debug, Clone, PartialEq, Eq)]

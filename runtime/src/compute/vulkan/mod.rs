@@ -89,7 +89,7 @@ use ash::vk;
 
 pub use allocation::{AllocationReport, BufferRecord, Location};
 pub use buffer::Buffer;
-pub use cache::{default_cache_dir, CacheDir, CacheLoad, CacheStatus};
+pub use cache::{CacheLoad, CacheStatus};
 pub use context::{
     list_devices, pick_device, DeviceInfo, DeviceList, DeviceType, Limits, MemoryHeapInfo,
     QueueFamilyInfo, ValidationLog,
@@ -99,7 +99,7 @@ pub use exec::VulkanExec;
 pub use frames::{FrameJob, FrameTiming};
 pub use host_import::{HostImporter, ImportedHostMemory, IMPORTED_KIND};
 pub use kernels::{Kernel, KernelInfo, MAX_INVOCATIONS, MAX_SHARED_BYTES};
-pub use options::{Options, LOADER_ENV, VALIDATION_ENV};
+pub use options::{default_cache_dir, CacheDir, Options, LOADER_ENV, VALIDATION_ENV};
 pub use pipeline::{Pipeline, SpecConstant};
 pub use program::{Program, ProgramDispatch};
 

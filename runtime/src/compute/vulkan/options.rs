@@ -1,11 +1,11 @@
-//! How the Vulkan engine is set up: [`Options`], and the environment variables that stand in
-//! for the options a caller leaves unset (the loader, validation, and the kernel variants'
-//! switches for A/B runs). Each switch is read once, when a device is opened, and a value it
-//! cannot take is an error naming the ones it can.
+//! How the Vulkan engine is set up: [`Options`] (where the pipeline cache is kept among them:
+//! [`CacheDir`]), and the environment variables that stand in for the options a caller leaves
+//! unset (the loader, validation, and the kernel variants' switches for A/B runs). Each switch
+//! is read once, when a device is opened, and a value it cannot take is an error naming the
+//! ones it can.
 
 use std::path::PathBuf;
 
-use super::cache::CacheDir;
 use super::{Error, Result};
 
 /// Environment variable: the Vulkan loader library to load instead of `libvulkan.so.1`.
@@ -22,6 +22,33 @@ pub const DIRECT_ENV: &str = "FULCRUM_VULKAN_DIRECT";
 /// Environment variable: `ROWSxCOLS` (say `32x64`) gives every tiled GEMM dispatch that tile
 /// (see [`Options::gemm_tile`]), for A/B runs.
 pub const GEMM_TILE_ENV: &str = "FULCRUM_VULKAN_GEMM_TILE";
+
+/// Where the pipeline cache is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheDir {
+    /// [`default_cache_dir`].
+    #[default]
+    User,
+    /// This directory.
+    At(PathBuf),
+    /// No persisted cache (an in-memory one is still used within the process).
+    Off,
+}
+
+impl CacheDir {
+    pub(super) fn dir(&self) -> Option<PathBuf> {
+        match self {
+            CacheDir::User => Some(default_cache_dir()),
+            CacheDir::At(p) => Some(p.clone()),
+            CacheDir::Off => None,
+        }
+    }
+}
+
+/// `~/.cache/fulcrum/vulkan` (see [`crate::durable::user_cache_dir`]).
+pub fn default_cache_dir() -> PathBuf {
+    crate::durable::user_cache_dir().join("vulkan")
+}
 
 /// How to set up Vulkan.
 #[derive(Debug, Clone)]
