@@ -83,7 +83,7 @@ impl Geometry {
     }
 
     /// 3×3, stride 2, pad 1, input exactly twice the output: the forward reads such a plane
-    /// in place ([`dw3x3::half`]) and its input gradient is a gather
+    /// in place ([`dw3x3::in_place`]) and its input gradient is a gather
     /// ([`dw3x3::input_grad_s2`]).
     fn halves(&self) -> bool {
         (self.k, self.s, self.p) == (3, 2, 1) && self.h == 2 * self.oh && self.w == 2 * self.ow

@@ -169,7 +169,7 @@ pub(crate) fn check_push_and_groups(
 }
 
 /// Descriptor sets for a list of dispatches: one pool, one set per dispatch, written once,
-/// and the buffer views of the kernels' texel bindings ([`KernelInfo::texels`]).
+/// and the buffer views of the kernels' texel bindings ([`super::KernelInfo::texels`]).
 pub(crate) struct DescriptorSets {
     pool: vk::DescriptorPool,
     pub(crate) sets: Vec<vk::DescriptorSet>,
