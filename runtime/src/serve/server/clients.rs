@@ -87,7 +87,7 @@ impl Server {
     }
 
     /// Connections `uid` holds.
-    pub(super) fn held_by(&self, uid: u32) -> usize {
+    fn held_by(&self, uid: u32) -> usize {
         self.clients
             .iter()
             .flatten()
@@ -98,7 +98,7 @@ impl Server {
     /// A slot for a new connection from `cred`: a free one within its uid's limit, else one
     /// freed by closing the oldest connection that has sent nothing yet (of the same uid when
     /// the uid is at its limit): connections that never greet cannot lock real clients out.
-    pub(super) fn free_slot_for(&mut self, cred: &PeerCredentials) -> Option<usize> {
+    fn free_slot_for(&mut self, cred: &PeerCredentials) -> Option<usize> {
         let at_uid_limit = self.held_by(cred.uid) >= self.config.per_uid_limit();
         if !at_uid_limit {
             if let Some(slot) = self.clients.iter().position(Option::is_none) {
@@ -130,12 +130,7 @@ impl Server {
     }
 
     /// Best effort: an error to a connection about to be closed.
-    pub(super) fn send_error_to(
-        &mut self,
-        fd: std::os::fd::BorrowedFd<'_>,
-        sequence: u32,
-        code: ErrorCode,
-    ) {
+    fn send_error_to(&mut self, fd: std::os::fd::BorrowedFd<'_>, sequence: u32, code: ErrorCode) {
         self.counters.errors += 1;
         self.counters.errors_by_code[metrics::error_slot(code)] += 1;
         let msg = Message::Error(ErrorReply::new(code, &self.text));

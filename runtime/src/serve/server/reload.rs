@@ -71,7 +71,7 @@ impl Model {
 
 /// Class names one a line, as many as fit in a `Classes` message; names are cleaned of
 /// newlines and NULs (they come from dataset files).
-pub(super) fn class_lines(classes: &[String]) -> String {
+fn class_lines(classes: &[String]) -> String {
     let mut out = String::new();
     for name in classes {
         let clean: String = name
@@ -118,7 +118,7 @@ pub(super) enum ReloadRefused {
 /// arenas, and the threads that load and drop weights get arenas of their own: without this,
 /// a daemon reloaded often (or refused corrupt files under load) keeps each arena's high-water
 /// mark resident. Called off the serving loop, after a load and after a drop.
-pub(super) fn release_free_heap() {
+fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it may be called
     // from any thread at any time and touches no memory of ours.
@@ -195,12 +195,7 @@ impl Server {
     }
 
     /// Reports a load's outcome: the log, the requester's reply, the fine-tune's bookkeeping.
-    pub(super) fn settle_load(
-        &mut self,
-        why: LoadReason,
-        outcome: Result<(), Error>,
-        took: Duration,
-    ) {
+    fn settle_load(&mut self, why: LoadReason, outcome: Result<(), Error>, took: Duration) {
         self.state = ServiceState::Ready;
         match why {
             LoadReason::Reload { requester } => {
@@ -264,7 +259,7 @@ impl Server {
 
     /// Puts a loaded model in service (the old one is dropped on a thread of its own, so that
     /// freeing a large model does not stall requests), or leaves the old one serving.
-    pub(super) fn install(&mut self, loaded: LoadedModel) -> Result<(), Error> {
+    fn install(&mut self, loaded: LoadedModel) -> Result<(), Error> {
         let (model, plan) = loaded?;
         let old = std::mem::replace(&mut self.model, model);
         self.plan = plan;

@@ -35,13 +35,7 @@ impl Server {
         }
     }
 
-    pub(super) fn handle(
-        &mut self,
-        slot: usize,
-        len: usize,
-        fd: Option<OwnedFd>,
-        arrived: Instant,
-    ) -> After {
+    fn handle(&mut self, slot: usize, len: usize, fd: Option<OwnedFd>, arrived: Instant) -> After {
         // Take the packet out of `self` for the duration (no copy: a swap of buffers).
         let packet = std::mem::take(&mut self.recv);
         let after = self.handle_packet(slot, &packet[..len], fd, arrived);
@@ -49,7 +43,7 @@ impl Server {
         after
     }
 
-    pub(super) fn handle_packet(
+    fn handle_packet(
         &mut self,
         slot: usize,
         packet: &[u8],
@@ -216,13 +210,7 @@ impl Server {
         After::KeepOpen
     }
 
-    pub(super) fn infer(
-        &mut self,
-        slot: usize,
-        header: &Header,
-        frame: Frame<'_>,
-        arrived: Instant,
-    ) {
+    fn infer(&mut self, slot: usize, header: &Header, frame: Frame<'_>, arrived: Instant) {
         let (seq, ts) = (header.sequence, header.timestamp_us);
         let desc = frame.desc;
         let Some(client) = self.clients[slot].as_ref() else {
@@ -306,7 +294,7 @@ impl Server {
         }
     }
 
-    pub(super) fn engine_kind(&self) -> EngineKind {
+    fn engine_kind(&self) -> EngineKind {
         if self.model.predictor.is_vulkan() {
             EngineKind::Vulkan
         } else {
@@ -314,7 +302,7 @@ impl Server {
         }
     }
 
-    pub(super) fn welcome(&self) -> Welcome {
+    fn welcome(&self) -> Welcome {
         let side = self.model.predictor.input_size().min(u32::from(u16::MAX)) as u16;
         Welcome {
             schema_hash: SCHEMA_HASH,
@@ -329,7 +317,7 @@ impl Server {
         }
     }
 
-    pub(super) fn stats(&self) -> Stats {
+    fn stats(&self) -> Stats {
         let c = &self.counters;
         let us = |v: u64| v.min(u64::from(u32::MAX)) as u32;
         Stats {
@@ -346,7 +334,7 @@ impl Server {
         }
     }
 
-    pub(super) fn health(&self) -> Health {
+    fn health(&self) -> Health {
         Health {
             state: self.state,
             engine: self.engine_kind(),
