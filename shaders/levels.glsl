@@ -32,10 +32,10 @@ uint level_of_cell(uint q, out uint offset) {
     return pc.level_count - 1u;
 }
 
-// The level a box whose longer side is `side` pixels goes to (ops::LEVEL_SPLIT = 4).
+// The level a box whose longer side is `side` pixels goes to (ops::LEVEL_SPLIT = 6).
 uint level_of_side(float side) {
     for (uint l = 0u; l + 1u < pc.level_count; l++) {
-        if (side < 4.0 * float(pc.strides[l])) {
+        if (side < 6.0 * float(pc.strides[l])) {
             return l;
         }
     }

@@ -329,10 +329,12 @@ impl Normalize {
 pub const MAX_LEVELS: usize = 3;
 
 /// A box goes to the first level whose stride times this exceeds its longer side (the last
-/// level takes the rest): with strides 8/16/32, boxes under 32 px to stride 8, under 64 px to
-/// stride 16, the rest to stride 32 (YOLO's anchor ranges; each level sees objects of at
-/// least two of its cells, most of them 2 to 4).
-pub const LEVEL_SPLIT: f32 = 4.0;
+/// level takes the rest): with strides 8/16/32, boxes under 48 px to stride 8, under 96 px to
+/// stride 16, the rest to stride 32: the finer levels' boxes span under 6 of their cells.
+/// 4 (YOLO's anchor ranges, 32 and 64 px) sent every raccoon over a quarter of a 256 px
+/// photo to stride 32; 6 scored higher on the raccoon development hold-outs and no lower on
+/// the other sets (docs/perf/recipes.md).
+pub const LEVEL_SPLIT: f32 = 6.0;
 
 /// The output grids of a detector, one per stride, concatenated cell by cell: in every channel
 /// plane of the output (and of the targets), level `l`'s `grid_h(l) × grid_w(l)` cells, row by

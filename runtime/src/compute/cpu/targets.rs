@@ -392,17 +392,22 @@ pub(crate) mod tests {
 
     #[test]
     fn each_box_lands_on_the_level_its_size_picks() {
-        // 64 × 64 input, strides 8/16/32: grids 8×8, 4×4, 2×2 (84 cells a plane). A 16 px box
-        // goes to stride 8, a 40 px one to stride 16, a 60 px one to stride 32.
-        let levels = Levels::new(&[8, 16, 32], 64, 64);
+        // 128 × 128 input, strides 8/16/32: grids 16×16, 8×8, 4×4 (336 cells a plane). A
+        // 40 px box goes to stride 8 (under 6 × 8 px), a 60 px one to stride 16 (under
+        // 6 × 16 px), a 100 px one to stride 32.
+        let levels = Levels::new(&[8, 16, 32], 128, 128);
         assert_eq!(
             (levels.total_cells(), levels.offset(1), levels.offset(2)),
-            (84, 64, 80)
+            (336, 256, 320)
+        );
+        assert_eq!(
+            [47.9, 48.0, 95.9, 96.0].map(|side| levels.level_of(side)),
+            [0, 1, 1, 2]
         );
         let boxes = [
-            (0, [0.0, 0.0, 16.0, 16.0]),
-            (1, [16.0, 16.0, 56.0, 56.0]),
-            (0, [0.0, 0.0, 64.0, 64.0]),
+            (0, [0.0, 0.0, 40.0, 40.0]),
+            (1, [16.0, 16.0, 76.0, 76.0]),
+            (0, [14.0, 14.0, 114.0, 114.0]),
         ];
         let recs = records(16, 256, &[&boxes]);
         let o = Targets {
@@ -411,19 +416,25 @@ pub(crate) mod tests {
         };
         let mut t = vec![f32::NAN; o.output_len()];
         render_targets(&o, &recs, &mut t);
-        let plane = 84;
+        let plane = 336;
         let mask = &t[6 * plane..7 * plane];
         let centres: Vec<usize> = (0..plane).filter(|&i| mask[i] == 1.0).collect();
-        // Centres: (8, 8) px → cell (1, 1) of level 0; (36, 36) → (2, 2) of level 1;
-        // (32, 32) → (1, 1) of level 2.
-        assert_eq!(centres, vec![9, 64 + 2 * 4 + 2, 80 + 2 + 1]);
-        assert_eq!(t[9], 1.0, "class 0 peak at level 0");
-        assert_eq!(t[plane + 64 + 10], 1.0, "class 1 peak at level 1");
-        assert_eq!(t[83], 1.0, "class 0 peak at level 2");
-        // Sizes are in the level's cells: 40 px at stride 16 is 2.5 cells.
-        assert!((t[4 * plane + 74] - 2.5f32.ln()).abs() < 1e-6);
-        assert!((t[5 * plane + 83] - 2.0f32.ln()).abs() < 1e-6);
-        // No level-0 heat from the large boxes: only the small box's Gaussian is there.
-        assert_eq!(t[plane..plane + 64].iter().filter(|&&v| v > 0.0).count(), 0);
+        // Centres: (20, 20) px → cell (2, 2) of level 0; (46, 46) → (2, 2) of level 1;
+        // (64, 64) → (2, 2) of level 2.
+        assert_eq!(centres, vec![2 * 16 + 2, 256 + 2 * 8 + 2, 320 + 2 * 4 + 2]);
+        assert_eq!(t[34], 1.0, "class 0 peak at level 0");
+        assert_eq!(t[plane + 274], 1.0, "class 1 peak at level 1");
+        assert_eq!(t[330], 1.0, "class 0 peak at level 2");
+        // Sizes are in the level's cells: 40 px at stride 8 is 5 cells, 60 px at stride 16
+        // 3.75, 100 px at stride 32 3.125.
+        assert!((t[4 * plane + 34] - 5.0f32.ln()).abs() < 1e-6);
+        assert!((t[4 * plane + 274] - 3.75f32.ln()).abs() < 1e-6);
+        assert!((t[5 * plane + 330] - 3.125f32.ln()).abs() < 1e-6);
+        // Class 1's heat is at level 1 alone: the others' boxes are class 0.
+        let class1 = &t[plane..2 * plane];
+        assert!(class1[..256]
+            .iter()
+            .chain(&class1[320..])
+            .all(|&v| v == 0.0));
     }
 }

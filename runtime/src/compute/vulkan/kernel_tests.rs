@@ -1051,8 +1051,8 @@ fn targets_loss_and_loss_gradient_match_the_reference() {
         let mut outs = Vec::new();
         // Plain, and flipped with the centres' neighbours (which the loss then reads),
         // reaching three cells for the three levels' large boxes; then those neighbours at
-        // most three in full (shared out in the boxes of more: a box spans at most four
-        // cells of its level here).
+        // most three in full (shared out in the boxes of more: a box spans up to six cells
+        // of its level here).
         let reach = if level_count == 3 { 3 } else { 1 };
         let variants = [
             (false, 0.0, 0),
