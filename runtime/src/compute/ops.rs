@@ -332,8 +332,8 @@ pub const MAX_LEVELS: usize = 3;
 /// level takes the rest): with strides 8/16/32, boxes under 48 px to stride 8, under 96 px to
 /// stride 16, the rest to stride 32: the finer levels' boxes span under 6 of their cells.
 /// 4 (YOLO's anchor ranges, 32 and 64 px) sent every raccoon over a quarter of a 256 px
-/// photo to stride 32; 6 scored higher on the raccoon development hold-outs and no lower on
-/// the other sets (docs/perf/recipes.md).
+/// photo to stride 32; 6 scored higher on the raccoon hold-outs and as high on the synthetic
+/// set of mostly small boxes (docs/perf/recipes.md).
 pub const LEVEL_SPLIT: f32 = 6.0;
 
 /// The output grids of a detector, one per stride, concatenated cell by cell: in every channel
