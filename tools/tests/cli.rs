@@ -1710,7 +1710,10 @@ fn a_frozen_backbone_stays_as_it_was_and_keeps_no_state() {
     // A wrong choice names the right ones.
     let bad = train(&["--out", "x", "--epochs", "1", "--freeze", "heads"]);
     bad.expect(2);
-    assert_mentions(&bad.stderr, &["heads", "none, backbone or backbone+neck"]);
+    assert_mentions(
+        &bad.stderr,
+        &["heads", "none, early, backbone or backbone+neck"],
+    );
 }
 
 /// In `cwd`: the synthetic set packed as D (classes disc, square) and a det-s trained on it

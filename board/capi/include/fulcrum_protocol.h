@@ -33,7 +33,7 @@
 
 /**
  * Or'ed into `fulcrum_encode_fine_tune_start`'s `freeze`: the frozen layers' biases train
- * too (with freeze 2 or 3).
+ * too (with freeze 2, 3 or 4).
  */
 #define FULCRUM_FINE_TUNE_TRAIN_BIASES 16
 
@@ -361,9 +361,10 @@ int32_t fulcrum_encode_reload(uint32_t sequence, const char *path, uint8_t *buf,
  * `train/` and `val/`): stop after `max_steps` steps (0: run `epochs`, 0: the daemon's
  * default), swap the result in even if it scores no better when `swap_always` is nonzero,
  * and leave `freeze` frozen (0 auto: the daemon chooses from its memory budget; 1 none,
- * 2 backbone, 3 backbone and neck), their biases training too where
- * `FULCRUM_FINE_TUNE_TRAIN_BIASES` is or'ed in. Returns its length or a negative status
- * (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` whose choice is above 3 or with other bits).
+ * 2 backbone, 3 backbone and neck, 4 early: the stem and the blocks up to stride 8), their
+ * biases training too where `FULCRUM_FINE_TUNE_TRAIN_BIASES` is or'ed in. Returns its length
+ * or a negative status (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` whose choice is above 4
+ * or with other bits).
  *
  * # Safety
  * `path` must be a NUL-terminated string; `buf` must point to `cap` writable bytes.

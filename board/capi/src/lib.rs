@@ -25,7 +25,7 @@ pub const FULCRUM_MAX_FRAME_SIDE: u16 = 4096;
 /// The protocol version spoken.
 pub const FULCRUM_PROTOCOL_VERSION: u16 = 4;
 /// Or'ed into `fulcrum_encode_fine_tune_start`'s `freeze`: the frozen layers' biases train
-/// too (with freeze 2 or 3).
+/// too (with freeze 2, 3 or 4).
 pub const FULCRUM_FINE_TUNE_TRAIN_BIASES: u8 = 0x10;
 
 /// Outcome of a call: 0 (or a length) on success, these on failure.
@@ -450,9 +450,10 @@ pub unsafe extern "C" fn fulcrum_encode_reload(
 /// `train/` and `val/`): stop after `max_steps` steps (0: run `epochs`, 0: the daemon's
 /// default), swap the result in even if it scores no better when `swap_always` is nonzero,
 /// and leave `freeze` frozen (0 auto: the daemon chooses from its memory budget; 1 none,
-/// 2 backbone, 3 backbone and neck), their biases training too where
-/// `FULCRUM_FINE_TUNE_TRAIN_BIASES` is or'ed in. Returns its length or a negative status
-/// (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` whose choice is above 3 or with other bits).
+/// 2 backbone, 3 backbone and neck, 4 early: the stem and the blocks up to stride 8), their
+/// biases training too where `FULCRUM_FINE_TUNE_TRAIN_BIASES` is or'ed in. Returns its length
+/// or a negative status (`FULCRUM_STATUS_OUT_OF_RANGE` for a `freeze` whose choice is above 4
+/// or with other bits).
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string; `buf` must point to `cap` writable bytes.
@@ -867,6 +868,30 @@ mod tests {
             (_, Message::FineTuneStart { params, .. }) => assert_eq!(params, want),
             other => panic!("{other:?}"),
         }
+        // Early (4), the last choice.
+        // SAFETY: as above.
+        let n = unsafe {
+            fulcrum_encode_fine_tune_start(
+                7,
+                path.as_ptr(),
+                0,
+                3,
+                1,
+                4,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert!(n > 0, "{n}");
+        let want = FineTuneParams {
+            freeze: FineTuneFreeze::Early,
+            train_biases: false,
+            ..want
+        };
+        match decode(&buf[..n as usize]).unwrap() {
+            (_, Message::FineTuneStart { params, .. }) => assert_eq!(params, want),
+            other => panic!("{other:?}"),
+        }
         // SAFETY: as above; then a NULL path, which is checked.
         let (bad_freeze, no_path) = unsafe {
             (
@@ -876,7 +901,7 @@ mod tests {
                     0,
                     0,
                     0,
-                    4,
+                    5,
                     buf.as_mut_ptr(),
                     buf.len(),
                 ),

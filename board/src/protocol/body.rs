@@ -352,15 +352,19 @@ pub enum FineTuneFreeze {
     Backbone = 2,
     /// The heads alone train.
     BackboneNeck = 3,
+    /// The stem and the blocks up to stride 8 stay; the deeper blocks, the neck and the heads
+    /// train. (Last for its wire value: it came after the others.)
+    Early = 4,
 }
 
 impl FineTuneFreeze {
     /// Every choice, in the order of its wire value.
-    pub const ALL: [FineTuneFreeze; 4] = [
+    pub const ALL: [FineTuneFreeze; 5] = [
         FineTuneFreeze::Auto,
         FineTuneFreeze::None,
         FineTuneFreeze::Backbone,
         FineTuneFreeze::BackboneNeck,
+        FineTuneFreeze::Early,
     ];
 
     /// The choice whose wire value is `v`, if one is.
@@ -368,12 +372,13 @@ impl FineTuneFreeze {
         Self::ALL.get(usize::from(v)).copied()
     }
 
-    /// Whether this choice names layers to freeze (backbone or backbone+neck): what training
-    /// the frozen layers' biases needs. `Auto` leaves it to the daemon, which may freeze none.
+    /// Whether this choice names layers to freeze (early, backbone or backbone+neck): what
+    /// training the frozen layers' biases needs. `Auto` leaves it to the daemon, which may
+    /// freeze none.
     pub const fn freezes_layers(self) -> bool {
         matches!(
             self,
-            FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
+            FineTuneFreeze::Early | FineTuneFreeze::Backbone | FineTuneFreeze::BackboneNeck
         )
     }
 
@@ -383,6 +388,7 @@ impl FineTuneFreeze {
             FineTuneFreeze::None => "none",
             FineTuneFreeze::Backbone => "backbone",
             FineTuneFreeze::BackboneNeck => "backbone+neck",
+            FineTuneFreeze::Early => "early",
         }
     }
 }
@@ -397,8 +403,8 @@ pub struct FineTuneParams {
     pub epochs: u16,
     /// Swap the new weights in at the end even if they do not score better.
     pub swap_always: bool,
-    /// The layers left frozen (flag bits 1–2; 0, from clients before it: the daemon's
-    /// choice).
+    /// The layers left frozen (flag bits 1–2 and, for its third bit, bit 4; 0, from clients
+    /// before it: the daemon's choice).
     pub freeze: FineTuneFreeze,
     /// The frozen layers' biases train all the same (flag bit 3; needs `freeze` backbone or
     /// backbone and neck).
@@ -411,7 +417,11 @@ impl FineTuneParams {
     const SWAP_ALWAYS: u32 = 1;
     const FREEZE_SHIFT: u32 = 1;
     const TRAIN_BIASES: u32 = 1 << 3;
-    const FLAGS: u32 = Self::SWAP_ALWAYS | 3 << Self::FREEZE_SHIFT | Self::TRAIN_BIASES;
+    /// The freeze choice's third bit (`Early`, 4), apart from its first two because bit 3
+    /// was taken when it came: a daemon from before refuses it as an unknown flag.
+    const FREEZE_HIGH: u32 = 1 << 4;
+    const FLAGS: u32 =
+        Self::SWAP_ALWAYS | 3 << Self::FREEZE_SHIFT | Self::TRAIN_BIASES | Self::FREEZE_HIGH;
 
     pub(crate) fn write(&self, w: &mut Writer<'_>, path_len: u16) -> Result<(), WireError> {
         w.u32(self.max_steps)?;
@@ -422,7 +432,12 @@ impl FineTuneParams {
                 Self::SWAP_ALWAYS
             } else {
                 0
-            } | (self.freeze as u32) << Self::FREEZE_SHIFT
+            } | (self.freeze as u32 & 3) << Self::FREEZE_SHIFT
+                | if self.freeze as u32 & 4 != 0 {
+                    Self::FREEZE_HIGH
+                } else {
+                    0
+                }
                 | if self.train_biases {
                     Self::TRAIN_BIASES
                 } else {
@@ -440,12 +455,14 @@ impl FineTuneParams {
         if flags & !Self::FLAGS != 0 {
             return Err(WireError::BadValue);
         }
+        let high = if flags & Self::FREEZE_HIGH != 0 { 4 } else { 0 };
+        let freeze = FineTuneFreeze::from_u8((flags >> Self::FREEZE_SHIFT & 3) as u8 | high)
+            .ok_or(WireError::BadValue)?;
         let params = FineTuneParams {
             max_steps,
             epochs,
             swap_always: flags & Self::SWAP_ALWAYS != 0,
-            // Two bits: every value names a choice.
-            freeze: FineTuneFreeze::ALL[(flags >> Self::FREEZE_SHIFT & 3) as usize],
+            freeze,
             train_biases: flags & Self::TRAIN_BIASES != 0,
         };
         Ok((params, path_len))

@@ -320,18 +320,41 @@ fn text_and_enum_fields_are_checked() {
         },
         path: "d",
     };
-    // The choices' table is in wire-value order (the decoder indexes it by the two bits).
+    // The choices' table is in wire-value order (the decoder looks choices up by value).
     for (value, freeze) in FineTuneFreeze::ALL.into_iter().enumerate() {
         assert_eq!(freeze as usize, value);
         assert_eq!(FineTuneFreeze::from_u8(value as u8), Some(freeze));
     }
-    assert_eq!(FineTuneFreeze::from_u8(4), None);
+    assert_eq!(FineTuneFreeze::from_u8(5), None);
     // Only the choices that name layers to freeze leave biases to train.
     let freezing = FineTuneFreeze::ALL.map(FineTuneFreeze::freezes_layers);
-    assert_eq!(freezing, [false, false, true, true]);
+    assert_eq!(freezing, [false, false, true, true, true]);
+    // Every choice, with and without biases, comes back as it went; early (4) is the one
+    // that sets the freeze's third bit (bit 4), which the flags before it did not have.
+    for freeze in FineTuneFreeze::ALL {
+        for train_biases in [false, true] {
+            let params = FineTuneParams {
+                max_steps: 1,
+                epochs: 1,
+                swap_always: true,
+                freeze,
+                train_biases,
+            };
+            let m = Message::FineTuneStart { params, path: "d" };
+            let bytes = encode(&m, 0, 0);
+            let high = bytes[HEADER_LEN + 8] & 16 != 0;
+            assert_eq!(high, freeze == FineTuneFreeze::Early, "{}", freeze.name());
+            assert_eq!(decode(&bytes).unwrap().1, m);
+        }
+    }
     let mut bytes = encode(&start, 0, 0);
-    bytes[HEADER_LEN + 8] = 16;
+    bytes[HEADER_LEN + 8] = 32;
     assert_eq!(decode(&bytes).err(), Some(WireError::BadValue));
+    // The third bit with low bits that make 5, 6 or 7: no such choice.
+    for low in 1..=3 {
+        bytes[HEADER_LEN + 8] = 16 | low << 1;
+        assert_eq!(decode(&bytes).err(), Some(WireError::BadValue), "{low}");
+    }
     let health = Message::Health(Health {
         state: ServiceState::Ready,
         engine: EngineKind::Cpu,

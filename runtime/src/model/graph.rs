@@ -73,6 +73,9 @@ pub enum Freeze {
     /// Every layer trains.
     #[default]
     None,
+    /// The stem and the blocks up to stride 8 stay (edges and textures, which carry over to
+    /// new objects); the deeper blocks, the neck and the heads train.
+    Early,
     /// The stem and the blocks stay; the neck and the heads train.
     Backbone,
     /// The stem, the blocks and the neck stay; the heads train.
@@ -81,20 +84,32 @@ pub enum Freeze {
 }
 
 impl Freeze {
-    pub const ALL: [Freeze; 3] = [Freeze::None, Freeze::Backbone, Freeze::BackboneNeck];
-    pub const NAMES: &'static str = "none, backbone or backbone+neck";
+    /// Every choice, from training the most to the least.
+    pub const ALL: [Freeze; 4] = [
+        Freeze::None,
+        Freeze::Early,
+        Freeze::Backbone,
+        Freeze::BackboneNeck,
+    ];
+    pub const NAMES: &'static str = "none, early, backbone or backbone+neck";
 
     /// The name `--freeze` takes.
     pub const fn name(self) -> &'static str {
         match self {
             Freeze::None => "none",
+            Freeze::Early => "early",
             Freeze::Backbone => "backbone",
             Freeze::BackboneNeck => "backbone+neck",
         }
     }
 
-    fn backbone(self) -> bool {
-        self != Freeze::None
+    /// How many of `arch`'s blocks stay, after the stem (which stays with any of them).
+    fn frozen_blocks(self, arch: &Arch) -> usize {
+        match self {
+            Freeze::None => 0,
+            Freeze::Early => arch.skip_block + 1,
+            Freeze::Backbone | Freeze::BackboneNeck => arch.blocks.len(),
+        }
     }
 
     fn neck(self) -> bool {
@@ -583,7 +598,7 @@ impl ModelGraph {
             forward: Vec::new(),
             params: Vec::new(),
             bias_of: HashMap::new(),
-            frozen: options.train && options.freeze.backbone(),
+            frozen: options.train && options.freeze != Freeze::None,
             train_biases: options.train && options.train_biases,
         };
         let record_stride = layout.record_size as u32;
@@ -629,6 +644,9 @@ impl ModelGraph {
         for (i, block) in arch.blocks.iter().enumerate() {
             (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
             features.push((x, s));
+            if i + 1 == options.freeze.frozen_blocks(arch) {
+                b.frozen = false;
+            }
         }
         b.frozen = options.train && options.freeze.neck();
         let (p3, s3, coarse) = b.neck(arch, &features);
@@ -1409,7 +1427,11 @@ mod tests {
         };
         let (full, mut full_cpu) = one_step(Freeze::None);
         let init = super::super::init::init_params(&full.arch, 3);
+        // det-m's stride-8 blocks end at b5.
+        let early = &["stem", "b1.", "b2.", "b3.", "b4.", "b5."][..];
         for (freeze, biases, frozen_prefix) in [
+            (Freeze::Early, false, early),
+            (Freeze::Early, true, early),
             (Freeze::Backbone, false, &["stem", "b"][..]),
             (Freeze::BackboneNeck, false, &["stem", "b", "neck"][..]),
             (Freeze::Backbone, true, &["stem", "b"][..]),
@@ -1458,13 +1480,15 @@ mod tests {
                 "{freeze}: {nonzero} of {trained}"
             );
             // The backward pass stops where the frozen layers begin: no gradient of a
-            // backbone activation is made, unless their biases train (then it runs to the
-            // stem).
-            let into_backbone = train.iter().any(|s| {
+            // frozen layer's activation is made, unless their biases train (then it runs to
+            // the stem).
+            let into_frozen = train.iter().any(|s| {
                 matches!(s, Step::ConvBackward { gx: Some(gx), .. }
-                if g.recording.get(*gx).name.starts_with("grad.b1"))
+                if frozen_prefix.iter().any(|f| {
+                    g.recording.get(*gx).name.starts_with(&format!("grad.{f}"))
+                }))
             });
-            assert_eq!(into_backbone, biases, "{freeze}");
+            assert_eq!(into_frozen, biases, "{freeze}");
         }
         // Training state only for the trained parameters: fewer and smaller tensors.
         let (g, _) = one_step(Freeze::BackboneNeck);

@@ -167,7 +167,7 @@ pub enum FineTuneError {
         data: Vec<String>,
     },
     #[error(
-        "train_biases trains the biases of frozen layers: ask for freeze backbone or \
+        "train_biases trains the biases of frozen layers: ask for freeze early, backbone or \
          backbone+neck with it (the fine-tune asked for {freeze})"
     )]
     BiasesWithoutFreeze { freeze: &'static str },
@@ -418,6 +418,7 @@ impl FineTuner {
                 FineTuneFreeze::None => Some(Freeze::None),
                 FineTuneFreeze::Backbone => Some(Freeze::Backbone),
                 FineTuneFreeze::BackboneNeck => Some(Freeze::BackboneNeck),
+                FineTuneFreeze::Early => Some(Freeze::Early),
             },
             train_biases: params.train_biases,
             state: JobState::Running,
@@ -736,8 +737,10 @@ fn held_out_map(
 
 /// The layers a fine-tune leaves frozen where the client does not say: with a memory budget,
 /// the fewest whose training graph at batch 1 fits it (every layer training costs gradients,
-/// optimizer state and kept activations for all); without one, the backbone (the neck and
-/// heads adapt at a fraction of the step and memory of training every layer).
+/// optimizer state and kept activations for all; `early` keeps the stride-8 blocks' out of
+/// it); without one, the backbone (the neck and heads adapt at a fraction of the step and
+/// memory of training every layer, and a daemon's fine-tune keeps the served classes: a new
+/// place or light, which the frozen backbone follows).
 fn freeze_for_budget(
     weights: &Checkpoint,
     train_set: &Dataset,
@@ -749,7 +752,7 @@ fn freeze_for_budget(
     };
     let arch = Arch::new(&weights.model);
     let budget_text = crate::base::human(budget);
-    for freeze in [Freeze::None, Freeze::Backbone] {
+    for freeze in [Freeze::None, Freeze::Early, Freeze::Backbone] {
         let options = GraphOptions {
             train: true,
             freeze,

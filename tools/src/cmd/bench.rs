@@ -46,12 +46,12 @@ pub struct ServeArgs {
     /// --weights).
     #[arg(long, value_name = "DATA", requires = "weights")]
     fine_tune_data: Option<PathBuf>,
-    /// Layers the fine-tune leaves frozen: none, backbone or backbone+neck (auto: the daemon's
-    /// choice).
+    /// Layers the fine-tune leaves frozen: none, early, backbone or backbone+neck (auto: the
+    /// daemon's choice).
     #[arg(long, default_value = "none", value_parser = super::client::freeze, value_name = "LAYERS")]
     fine_tune_freeze: fulcrum_board::protocol::FineTuneFreeze,
     /// Also train the frozen layers' biases (`fulcrum train --train-biases`); needs
-    /// --fine-tune-freeze backbone or backbone+neck.
+    /// --fine-tune-freeze early, backbone or backbone+neck.
     #[arg(long)]
     fine_tune_train_biases: bool,
     /// Seconds of each run while fine-tuning [default: --seconds].
@@ -205,7 +205,7 @@ pub fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     if a.fine_tune_train_biases && !a.fine_tune_freeze.freezes_layers() {
         anyhow::bail!(
             "--fine-tune-train-biases trains the biases of frozen layers: give \
-             --fine-tune-freeze backbone or backbone+neck with it (it is {})",
+             --fine-tune-freeze early, backbone or backbone+neck with it (it is {})",
             a.fine_tune_freeze.name()
         );
     }

@@ -62,10 +62,10 @@ pub struct Args {
     #[arg(long, requires = "fine_tune")]
     swap_always: bool,
     /// Layers the fine-tune leaves as they are: auto (the daemon chooses from its memory
-    /// budget), none, backbone or backbone+neck (see `fulcrum train --freeze`).
+    /// budget), none, early, backbone or backbone+neck (see `fulcrum train --freeze`).
     #[arg(long, requires = "fine_tune", default_value = "auto", value_parser = freeze, value_name = "LAYERS")]
     freeze: FineTuneFreeze,
-    /// With --freeze backbone or backbone+neck: the frozen layers' biases train too (see
+    /// With --freeze early, backbone or backbone+neck: the frozen layers' biases train too (see
     /// `fulcrum train --train-biases`).
     #[arg(long, requires = "fine_tune")]
     train_biases: bool,
@@ -258,7 +258,7 @@ pub fn freeze(s: &str) -> Result<FineTuneFreeze, fulcrum::base::UnknownChoice> {
             fulcrum::base::UnknownChoice::new(
                 "--freeze",
                 s,
-                "auto, none, backbone or backbone+neck",
+                "auto, none, early, backbone or backbone+neck",
             )
         })
 }

@@ -142,10 +142,13 @@ pub struct Args {
     /// what it buys on which data).
     #[arg(long, requires = "recipe", conflicts_with = "init_from")]
     from_scratch: bool,
-    /// Layers left as --init-from gave them (fine-tuning): none, backbone (the stem and the
-    /// blocks; the neck and heads train) or backbone+neck (the heads alone train). Frozen
-    /// layers get no gradients, optimizer state or weight average, and the backward pass
-    /// stops before them: each step is cheaper and the memory plan smaller.
+    /// Layers left as --init-from gave them (fine-tuning): none, early (the stem and the
+    /// blocks up to stride 8, whose edges and textures carry over to new objects; the deeper
+    /// blocks, the neck and heads train: the choice for new classes), backbone (the stem and
+    /// all the blocks; the neck and heads train: for a new place or light) or backbone+neck
+    /// (the heads alone train). Frozen layers get no gradients, optimizer state or weight
+    /// average, and the backward pass stops before them: each step is cheaper and the memory
+    /// plan smaller. docs/training.md#fine-tuning says what each costs and buys.
     #[arg(long, default_value = "none", value_name = "LAYERS")]
     freeze: fulcrum::model::Freeze,
     /// With --freeze: the frozen layers' biases train all the same (TinyTL's cheapest form).
@@ -418,7 +421,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.train_biases && a.freeze == fulcrum::model::Freeze::None {
         anyhow::bail!(
             "--train-biases trains the biases of frozen layers, and --freeze is none: give \
-             --freeze backbone or --freeze backbone+neck as well"
+             --freeze early, backbone or backbone+neck as well"
         );
     }
     if a.freeze != fulcrum::model::Freeze::None && init_from.is_none() && !a.resume {

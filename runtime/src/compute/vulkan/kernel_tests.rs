@@ -1565,6 +1565,17 @@ fn det_m_train_steps_with_a_frozen_backbone_match_the_cpu() {
     train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);
 }
 
+/// Fine-tuning with the stride-8 blocks frozen (`early`): the deeper blocks train on the
+/// output of frozen ones, which get no input gradient, and the GPU's step matches the CPU's.
+#[test]
+fn det_m_train_steps_with_the_early_blocks_frozen_match_the_cpu() {
+    let options = GraphOptions {
+        freeze: crate::model::Freeze::Early,
+        ..GraphOptions::default()
+    };
+    train_steps_match_the_cpu("det-m", |u| u * u * 120.0, options);
+}
+
 /// The same with the frozen backbone's biases training: its layers' bias gradients alone
 /// (`conv_grad_bias`) and input gradients through them match the CPU's, and their weights
 /// stay as they were.
