@@ -13,7 +13,7 @@ scenario-2 base on the shifted set for each floor on its share (0 and 0.25) and 
 held-out mAP@0.5 the daemon scores after each epoch; latency and steps/s beside the idle daemon
 and the unloaded fine-tune.
 
-Each variant of scenarios 1 and 2 (--freeze none | backbone | backbone+neck, the two frozen ones
+Each variant of scenarios 1 and 2 (--freeze none | early | backbone | backbone+neck, the last two
 also with --train-biases, named "biases"; "backbone long", the frozen backbone on 2.5 times the
 recipe's epochs, which fill the seconds a frozen run has spare; training from scratch; and
 "builtin", the recipe's own start, the built-in base, with no scenario base) runs the photo
@@ -55,8 +55,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
 BIN = ROOT / "target" / "release" / "fulcrum"
 SEGMENTS = [15, 15, 30, 60]  # seconds of training steps per segment: checkpoints at 15/30/60/120
-FREEZES = ["none", "backbone", "backbone+neck"]
-FROZEN = FREEZES[1:]  # the choices --train-biases goes with
+FREEZES = ["none", "early", "backbone", "backbone+neck"]
+FROZEN = ["backbone", "backbone+neck"]  # the choices measured with --train-biases too
 
 
 def run(args, log):

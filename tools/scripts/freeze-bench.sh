@@ -14,7 +14,7 @@ fulcrum=${FULCRUM:-$(dirname "$0")/../../target/release/fulcrum}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for round in $(seq "$rounds"); do
-  for variant in none backbone backbone+neck backbone+biases backbone+neck+biases; do
+  for variant in none early backbone backbone+neck backbone+biases backbone+neck+biases; do
     freeze=${variant%+biases}
     biases=()
     [ "$freeze" = "$variant" ] || biases=(--train-biases)
