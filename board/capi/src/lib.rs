@@ -817,20 +817,30 @@ mod tests {
         use fulcrum_board::protocol::{FineTuneFreeze, FineTuneParams};
         let mut buf = vec![0u8; FULCRUM_MAX_MESSAGE_LEN];
         let path = c"data/robot";
-        // SAFETY: `path` is NUL-terminated and `buf` writable for its length.
-        let n = unsafe {
-            fulcrum_encode_fine_tune_start(
-                4,
-                path.as_ptr(),
-                0,
-                3,
-                1,
-                2,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
+        // The params and path a FineTuneStart encoded with `freeze` decodes to.
+        let mut start = |sequence: u32, freeze: u8| {
+            // SAFETY: `path` is NUL-terminated and `buf` writable for its length.
+            let n = unsafe {
+                fulcrum_encode_fine_tune_start(
+                    sequence,
+                    path.as_ptr(),
+                    0,
+                    3,
+                    1,
+                    freeze,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            assert!(n > 0, "{n}");
+            match decode(&buf[..n as usize]).unwrap() {
+                (h, Message::FineTuneStart { params, path }) => {
+                    assert_eq!((h.sequence, path), (sequence, "data/robot"));
+                    params
+                }
+                other => panic!("{other:?}"),
+            }
         };
-        assert!(n > 0, "{n}");
         let want = FineTuneParams {
             max_steps: 0,
             epochs: 3,
@@ -838,60 +848,20 @@ mod tests {
             freeze: FineTuneFreeze::Backbone,
             train_biases: false,
         };
-        match decode(&buf[..n as usize]).unwrap() {
-            (h, Message::FineTuneStart { params, path }) => {
-                assert_eq!((h.sequence, params, path), (4, want, "data/robot"));
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(start(4, 2), want);
         // The biases' bit beside the choice.
-        // SAFETY: as above.
-        let n = unsafe {
-            fulcrum_encode_fine_tune_start(
-                6,
-                path.as_ptr(),
-                0,
-                3,
-                1,
-                3 | FULCRUM_FINE_TUNE_TRAIN_BIASES,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        assert!(n > 0, "{n}");
-        let want = FineTuneParams {
+        let biases = FineTuneParams {
             freeze: FineTuneFreeze::BackboneNeck,
             train_biases: true,
             ..want
         };
-        match decode(&buf[..n as usize]).unwrap() {
-            (_, Message::FineTuneStart { params, .. }) => assert_eq!(params, want),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(start(6, 3 | FULCRUM_FINE_TUNE_TRAIN_BIASES), biases);
         // Early (4), the last choice.
-        // SAFETY: as above.
-        let n = unsafe {
-            fulcrum_encode_fine_tune_start(
-                7,
-                path.as_ptr(),
-                0,
-                3,
-                1,
-                4,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        assert!(n > 0, "{n}");
-        let want = FineTuneParams {
+        let early = FineTuneParams {
             freeze: FineTuneFreeze::Early,
-            train_biases: false,
             ..want
         };
-        match decode(&buf[..n as usize]).unwrap() {
-            (_, Message::FineTuneStart { params, .. }) => assert_eq!(params, want),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(start(7, 4), early);
         // SAFETY: as above; then a NULL path, which is checked.
         let (bad_freeze, no_path) = unsafe {
             (
