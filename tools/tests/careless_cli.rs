@@ -142,7 +142,7 @@ fn a_learning_rate_out_of_range_is_refused_before_training() {
         // Biases training needs frozen layers (the daemon would refuse it minutes in).
         (
             vec!["bench", "serve", "--fine-tune-train-biases"],
-            "--fine-tune-freeze backbone",
+            "--fine-tune-freeze early, backbone",
         ),
     ] {
         let run = fulcrum(cwd, &args);
