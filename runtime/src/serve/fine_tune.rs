@@ -629,7 +629,13 @@ fn fine_tune(
     );
 
     let freeze = match job.freeze {
-        Some(f) => f,
+        Some(f) => {
+            // The client's choice (or the one made before a restart); with biases, below.
+            if !job.train_biases {
+                log::info!("fine-tune: --freeze {f}");
+            }
+            f
+        }
         None => {
             let f = freeze_for_budget(&weights, &train_set, settings)?;
             job.freeze = Some(f);
