@@ -406,8 +406,8 @@ pub struct FineTuneParams {
     /// The layers left frozen (flag bits 1–2 and, for its third bit, bit 4; 0, from clients
     /// before it: the daemon's choice).
     pub freeze: FineTuneFreeze,
-    /// The frozen layers' biases train all the same (flag bit 3; needs `freeze` backbone or
-    /// backbone and neck).
+    /// The frozen layers' biases train all the same (flag bit 3; needs a `freeze` that
+    /// [`FineTuneFreeze::freezes_layers`]).
     pub train_biases: bool,
 }
 

@@ -103,7 +103,7 @@ impl Freeze {
         }
     }
 
-    /// How many of `arch`'s blocks stay, after the stem (which stays with any of them).
+    /// How many of `arch`'s blocks stay, from the first.
     fn frozen_blocks(self, arch: &Arch) -> usize {
         match self {
             Freeze::None => 0,
@@ -591,6 +591,7 @@ impl ModelGraph {
         let n = batch;
         let side = config.input;
         let grid = config.grid();
+        let frozen_blocks = options.freeze.frozen_blocks(arch);
         let mut b = Builder {
             rec: Recording::new(),
             n,
@@ -598,7 +599,8 @@ impl ModelGraph {
             forward: Vec::new(),
             params: Vec::new(),
             bias_of: HashMap::new(),
-            frozen: options.train && options.freeze != Freeze::None,
+            // The stem stays with any frozen block.
+            frozen: options.train && frozen_blocks > 0,
             train_biases: options.train && options.train_biases,
         };
         let record_stride = layout.record_size as u32;
@@ -642,11 +644,9 @@ impl ModelGraph {
         // Each block's output and side.
         let mut features = Vec::with_capacity(arch.blocks.len());
         for (i, block) in arch.blocks.iter().enumerate() {
+            b.frozen = options.train && i < frozen_blocks;
             (x, s) = b.block(&format!("b{}", i + 1), block, x, s);
             features.push((x, s));
-            if i + 1 == options.freeze.frozen_blocks(arch) {
-                b.frozen = false;
-            }
         }
         b.frozen = options.train && options.freeze.neck();
         let (p3, s3, coarse) = b.neck(arch, &features);

@@ -630,10 +630,14 @@ fn fine_tune(
 
     let freeze = match job.freeze {
         Some(f) => {
-            // The client's choice (or the one made before a restart); with biases, below.
-            if !job.train_biases {
-                log::info!("fine-tune: --freeze {f}");
-            }
+            // The client's choice (or the one made before a restart); biases train only with
+            // one (refused at the start otherwise), never with the daemon's own.
+            let biases = if job.train_biases {
+                " with the frozen layers' biases training"
+            } else {
+                ""
+            };
+            log::info!("fine-tune: --freeze {f}{biases}");
             f
         }
         None => {
@@ -643,9 +647,6 @@ fn fine_tune(
             f
         }
     };
-    if job.train_biases {
-        log::info!("fine-tune: --freeze {freeze} with the frozen layers' biases training");
-    }
     let batch = match job.batch {
         Some(b) => b,
         None => {
