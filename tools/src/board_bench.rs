@@ -298,6 +298,7 @@ fn compute_section(
             runs,
             exec: engine_options(t),
             ab: false,
+            freeze: Default::default(),
         };
         let what = engine_name(t);
         match compute_bench::run(&config, &|step| eprintln!("  {what}: {step}")) {
@@ -382,6 +383,7 @@ fn larger_balance(
         runs,
         exec: engine_options(best.threads),
         ab: false,
+        freeze: Default::default(),
     };
     let what = format!("{LARGER_MODEL} on {}", engine_name(best.threads));
     let step = compute_bench::run_step(&config, &|step| eprintln!("  {what}: {step}"))

@@ -21,7 +21,9 @@ use crate::compute::cpu::kernels::KernelSet;
 use crate::compute::exec::{Exec, ExecOptions, Result};
 use crate::compute::recording::{Recording, Step};
 use crate::format::{RecordBox, RecordLayout, RecordMeta};
-use crate::model::{init, Arch, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN};
+use crate::model::{
+    init, Arch, Freeze, GraphOptions, ModelConfig, ModelGraph, ENTRY_INFER, ENTRY_TRAIN,
+};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -34,6 +36,8 @@ pub struct ComputeBenchConfig {
     pub exec: ExecOptions,
     /// Alternate the runs between [`crate::compute::ab`]'s variants A and B (and report both).
     pub ab: bool,
+    /// The layers the training step leaves as they are (a fine-tune's step).
+    pub freeze: Freeze,
 }
 
 /// Time spent in one kernel family per run.
@@ -267,6 +271,7 @@ fn measure(
         .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     let options = GraphOptions {
         train,
+        freeze: config.freeze,
         ..GraphOptions::default()
     };
     let graph = ModelGraph::build(&arch, batch, &layout, &options)
@@ -492,6 +497,7 @@ mod tests {
                     ..ExecOptions::default()
                 },
                 ab,
+                freeze: Freeze::None,
             };
             let report = run(&config, &|_| {}).expect("bench");
             for f in [&report.forward_batch1, &report.train_step] {

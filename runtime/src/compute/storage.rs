@@ -292,11 +292,14 @@ impl ArenaPlan {
     /// Adds the arena to a memory plan: its parameters, optimizer state and inputs and
     /// outputs (which share nothing) as their own lines, the rest as one.
     pub fn add_to(&self, recording: &Recording, plan: &mut MemoryPlan) {
+        // The tensors placed ([`ArenaPlan::shared_among`] may leave some out).
         let f32s = |roles: &[Role]| {
             let tensors: Vec<_> = recording
                 .tensors
                 .iter()
-                .filter(|t| t.elem == Elem::F32 && roles.contains(&t.role))
+                .zip(&self.offset)
+                .filter(|(t, at)| t.elem == Elem::F32 && roles.contains(&t.role) && at.is_some())
+                .map(|(t, _)| t)
                 .collect();
             let len: usize = tensors
                 .iter()

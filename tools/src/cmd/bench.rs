@@ -153,6 +153,10 @@ pub struct ComputeArgs {
     /// moments of the host. With nothing switching, the difference is the noise floor.
     #[arg(long)]
     ab: bool,
+    /// Layers the training step leaves as they are, as a fine-tune's (`fulcrum train
+    /// --freeze`): none, early, backbone or backbone+neck.
+    #[arg(long, default_value = "none", value_name = "LAYERS")]
+    freeze: fulcrum::model::Freeze,
     /// Kernels listed per entry.
     #[arg(long, default_value_t = 8, value_parser = crate::args::count_usize(1000))]
     top: usize,
@@ -501,6 +505,7 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
             ..ExecOptions::default()
         },
         ab: a.ab,
+        freeze: a.freeze,
     };
     let mut reports = vec![bench::run(&base, &|what| eprintln!("cpu: {what}"))?];
     if !a.cpu_only {

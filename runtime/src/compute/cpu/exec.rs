@@ -15,6 +15,7 @@ use super::band_copies::{self, BandCopies, BandedKernel, PartCopies};
 use super::conv;
 use super::decode::Candidate;
 use super::fusion::{self, GradStore, ResidualAdd};
+use super::image_major::{self, Layers};
 use super::kernels::{self, KernelSet};
 use super::schedule::{banded_kernel, schedule, Kernel};
 use super::scratch::Scratch;
@@ -63,6 +64,12 @@ pub struct CpuExec {
     /// in a copy of its own ([`band_copies`]); the copies.
     banded: Vec<Vec<bool>>,
     band_copies: BandCopies,
+    /// Per entry: its forward layers that run image by image, if any
+    /// ([`image_major::layers`]), and which of `batch_one` runs them.
+    image_major: Vec<Option<(Layers, usize)>>,
+    /// The batch-1 executors of those layers, one per distinct recording (the inference and
+    /// evaluation entries share one); each is out of its slot while it runs.
+    batch_one: Vec<Option<Box<CpuExec>>>,
 }
 
 /// A byte tensor's contents given to a run in place of the tensor's own
@@ -133,12 +140,26 @@ impl WorkingMemory {
         }
     }
 
-    fn add_to(&self, plan: &mut MemoryPlan) {
-        plan.add(
-            format!("cpu engine: kernel scratch ({} threads)", self.threads),
-            self.threads as u64,
-            4 * self.scratch_per_thread as u64,
-        );
+    /// [`WorkingMemory::of`], the scratch enough for the batch-1 executors of `layers` too:
+    /// they run inside this executor's runs, on its scratch.
+    fn with_layers(recording: &Recording, threads: usize, layers: &[Option<Layers>]) -> Self {
+        let mut working = Self::of(recording, threads);
+        for l in layers.iter().flatten() {
+            let one = Self::of(&l.recording, threads).scratch_per_thread;
+            working.scratch_per_thread = working.scratch_per_thread.max(one);
+        }
+        working
+    }
+
+    /// Adds its lines to `plan`; the kernel scratch's only where the executor holds its own.
+    fn add_to(&self, own_scratch: bool, plan: &mut MemoryPlan) {
+        if own_scratch {
+            plan.add(
+                format!("cpu engine: kernel scratch ({} threads)", self.threads),
+                self.threads as u64,
+                4 * self.scratch_per_thread as u64,
+            );
+        }
         plan.add(
             "cpu engine: decoder candidates and upsampling",
             1,
@@ -201,28 +222,61 @@ impl CpuExec {
     /// Allocates every tensor (zeroed; intermediate ones sharing memory where their
     /// lifetimes allow, [`ArenaPlan::shared`]) and the kernels' working memory for `threads`
     /// threads. A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any
-    /// kernel runs.
+    /// kernel runs. The forward layers of a batch that no entry trains run image by image
+    /// ([`image_major`]), their activations one image's worth in an executor of their own.
     pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
-        Self::with_layout(recording, threads, Self::layout(recording))
+        let layers = image_major::every_entry(recording, Scratch::threads_for(threads));
+        let layout = Self::layout(recording, &layers);
+        Self::with_layout(recording, Scratch::new(threads), false, layout, layers)
+    }
+
+    /// As [`CpuExec::new`], every kernel over the whole batch (no layers image by image):
+    /// for comparisons.
+    pub fn batch_major(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
+        let layers = vec![None; recording.entries.len()];
+        let layout = Self::layout(recording, &layers);
+        Self::with_layout(recording, Scratch::new(threads), false, layout, layers)
+    }
+
+    /// As [`CpuExec::batch_major`], on the threads of `scratch` (its pool, shared) and with
+    /// no kernel scratch of its own: for an executor that runs only inside another's run, on
+    /// that one's scratch ([`image_major`]).
+    fn sharing_threads(recording: &Recording, scratch: &Scratch) -> Result<CpuExec, SetupError> {
+        let layers = vec![None; recording.entries.len()];
+        let layout = Self::layout(recording, &layers);
+        let scratch = Scratch::sharing_threads(scratch);
+        Self::with_layout(recording, scratch, true, layout, layers)
     }
 
     /// Intermediate tensors share memory, kept apart wherever this engine may run their
-    /// steps as one kernel.
-    fn layout(recording: &Recording) -> ArenaPlan {
-        ArenaPlan::shared(recording, &|e| fusion::joined_steps(recording, e))
+    /// steps as one kernel; those that live only inside `layers` (per entry) get none.
+    fn layout(recording: &Recording, layers: &[Option<Layers>]) -> ArenaPlan {
+        let placed = image_major::placed(recording, layers);
+        ArenaPlan::shared_among(
+            recording,
+            &|e| image_major::joined(recording, e, layers[e].as_ref()),
+            &|t| placed[t.index()],
+        )
     }
 
-    /// As [`CpuExec::new`], every tensor in its own memory: for comparisons that read
-    /// intermediate activations after a run.
+    /// As [`CpuExec::batch_major`], every tensor in its own memory: for comparisons that
+    /// read intermediate activations after a run.
     pub fn separate(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
-        Self::with_layout(recording, threads, ArenaPlan::separate(recording))
+        let layers = vec![None; recording.entries.len()];
+        let layout = ArenaPlan::separate(recording);
+        Self::with_layout(recording, Scratch::new(threads), false, layout, layers)
     }
 
+    /// The executor, with `scratch`'s threads and, unless it `shares_scratch` (borrowed per
+    /// run from the executor it runs inside), its memory.
     fn with_layout(
         recording: &Recording,
-        threads: usize,
+        mut scratch: Scratch,
+        shares_scratch: bool,
         layout: ArenaPlan,
+        layers: Vec<Option<Layers>>,
     ) -> Result<CpuExec, SetupError> {
+        let threads = scratch.threads();
         recording.validate()?;
         kernels::chosen()?;
         let arena = Arena::zeroed(layout.len);
@@ -234,8 +288,8 @@ impl CpuExec {
                 Elem::F32 => Vec::new(),
             })
             .collect();
-        let working = WorkingMemory::of(recording, threads);
-        let mut scratch = Scratch::new(threads);
+        let working = WorkingMemory::with_layers(recording, threads, &layers);
+        // (One that shares it holds its own only while it times its layers, below.)
         scratch.reserve(working.scratch_per_thread);
         let mut exec = CpuExec {
             recording: recording.clone(),
@@ -257,15 +311,41 @@ impl CpuExec {
             in_bands: Vec::new(),
             banded: Vec::new(),
             band_copies: Self::band_copies(recording, threads),
+            image_major: Vec::new(),
+            batch_one: Vec::new(),
         };
         exec.choose_splits();
+        if shares_scratch {
+            exec.scratch = Scratch::sharing_threads(&exec.scratch);
+        }
+        for layers in layers {
+            let layers = layers.map(|l| {
+                let known = exec
+                    .batch_one
+                    .iter()
+                    .flatten()
+                    .position(|one| *one.recording() == l.recording);
+                let one = match known {
+                    Some(i) => i,
+                    None => {
+                        let one = CpuExec::sharing_threads(&l.recording, &exec.scratch)?;
+                        exec.batch_one.push(Some(Box::new(one)));
+                        exec.batch_one.len() - 1
+                    }
+                };
+                Ok::<_, SetupError>((l, one))
+            });
+            exec.image_major.push(layers.transpose()?);
+        }
         exec.set_fusion(true);
         Ok(exec)
     }
 
     /// With `false`, every step runs on its own and writes every tensor it records, as for a
     /// comparison that reads intermediate activations (a fused kernel may leave a tensor
-    /// that nothing else reads unwritten). On by default; the outputs are the same either way.
+    /// that nothing else reads unwritten), but for layers run image by image, whose
+    /// activations this executor does not hold ([`CpuExec::batch_major`] makes one without
+    /// them). On by default; the outputs are the same either way.
     pub fn set_fusion(&mut self, on: bool) {
         self.fusion = on;
         let entries = 0..self.recording.entries.len();
@@ -350,13 +430,20 @@ impl CpuExec {
     /// Everything [`CpuExec::new`] allocates for `recording` on `threads` threads, item by
     /// item, without allocating it.
     pub fn memory_plan(recording: &Recording, threads: usize) -> MemoryPlan {
+        Self::plan_of(recording, threads, true)
+    }
+
+    /// [`CpuExec::memory_plan`], the kernel scratch left out unless `own_scratch`.
+    pub(super) fn plan_of(recording: &Recording, threads: usize, own_scratch: bool) -> MemoryPlan {
         let mut plan = MemoryPlan::default();
-        Self::layout(recording).add_to(recording, &mut plan);
-        WorkingMemory::of(recording, threads).add_to(&mut plan);
+        let layers = image_major::every_entry(recording, Scratch::threads_for(threads));
+        Self::layout(recording, &layers).add_to(recording, &mut plan);
+        WorkingMemory::with_layers(recording, threads, &layers).add_to(own_scratch, &mut plan);
         let threads = Scratch::threads_for(threads);
         let rows = Self::could_be_banded(recording, threads);
         let joined = |e| fusion::joined_steps(recording, e);
         BandCopies::add_planned(recording, &joined, &rows, threads, &mut plan);
+        Layers::add_planned(&layers, threads, &mut plan);
         plan
     }
 
@@ -371,6 +458,12 @@ impl CpuExec {
             + self.band_copies.bytes()
             + 4 * (self.scratch.len() + self.upsampled_low.capacity()) as u64
             + (self.decode_scratch.capacity() * std::mem::size_of::<Candidate>()) as u64
+            + self
+                .batch_one
+                .iter()
+                .flatten()
+                .map(|one| one.bytes())
+                .sum::<u64>()
     }
 
     pub fn recording(&self) -> &Recording {
@@ -433,13 +526,38 @@ impl CpuExec {
 
     /// The kernels of entry `entry` (see [`schedule`]), with the splits chosen.
     fn plan(&self, entry: usize) -> Vec<Kernel> {
-        schedule(
+        let kernels = schedule(
             &self.recording,
             entry,
             self.threads(),
             self.fusion,
             &self.thread_split[entry],
-        )
+        );
+        // The layers that run image by image, as one kernel in place of theirs, fused or
+        // not: their activations have no place in this executor's memory.
+        let Some((layers, _)) = self.image_major[entry].as_ref() else {
+            return kernels;
+        };
+        let r = layers.steps.clone();
+        let mut plan = Vec::with_capacity(kernels.len());
+        for k in kernels {
+            let s = k.steps();
+            if s.end <= r.start || s.start >= r.end {
+                plan.push(k);
+            } else {
+                assert!(
+                    s.start >= r.start && s.end <= r.end,
+                    "image_major: kernel {k:?} straddles steps {r:?}"
+                );
+                if s.start == r.start {
+                    plan.push(Kernel::ImageMajor {
+                        first: r.start,
+                        end: r.end,
+                    });
+                }
+            }
+        }
+        plan
     }
 
     /// A name for each kernel a run of entry `entry` runs, in order (what
@@ -460,6 +578,9 @@ impl CpuExec {
                 Kernel::Separable { i, add, .. } | Kernel::Upsampled { i, add } => {
                     let add = if add.is_some() { "+add" } else { "" };
                     format!("{}+{}{add}", name(i), name(i + 1))
+                }
+                Kernel::ImageMajor { first, end } => {
+                    format!("{} layers image by image", end - first)
                 }
             })
             .collect()
@@ -489,7 +610,7 @@ impl CpuExec {
         }
     }
 
-    fn run_with(
+    pub(super) fn run_with(
         &mut self,
         entry: usize,
         input: Option<Input<'_>>,
@@ -554,6 +675,12 @@ impl CpuExec {
                     let step = self.recording.entries[entry].steps[i].clone();
                     self.conv_backward(&step, store.unwrap_or_default(), gy_masked);
                 }
+                Kernel::ImageMajor { .. } => {
+                    self.image_major(entry, input)?;
+                    if let Some(pool) = self.scratch.pool() {
+                        pool.set_spinning(spin);
+                    }
+                }
             }
             if self.per_step {
                 self.timings.push(t0.elapsed());
@@ -567,6 +694,23 @@ impl CpuExec {
                 Vec::new()
             },
         })
+    }
+
+    /// Entry `entry`'s layers that run image by image, on their batch-1 executor (each out
+    /// of its slot while it runs: moved, not copied).
+    fn image_major(&mut self, entry: usize, input: Option<Input<'_>>) -> Result<(), AccessError> {
+        let (layers, i) = self.image_major[entry]
+            .take()
+            .expect("planned with its layers");
+        let mut one = self.batch_one[i]
+            .take()
+            .expect("a batch-1 executor per recording");
+        one.put_scratch(self.take_scratch());
+        let done = layers.run(&mut one, self, input);
+        self.put_scratch(one.take_scratch());
+        self.batch_one[i] = Some(one);
+        self.image_major[entry] = Some((layers, i));
+        done
     }
 
     /// A forward conv with fewer images than threads leaves threads idle when split over its
@@ -1072,7 +1216,8 @@ mod tests {
     /// its neck (an upsampling and a pointwise conv) and its five residual adds as fused kernels and predicts exactly what the separate steps do: over the batch, and
     /// at batch 1 with each image split over two threads (forced here, where the executor
     /// would choose by timing), the pairs in bands. Training keeps every add (its backward
-    /// pass reads the conv outputs).
+    /// pass reads the conv outputs). A batch runs its layers image by image (each as at
+    /// batch 1) unless told not to, predicting the same again.
     #[test]
     fn fused_kernels_predict_what_the_separate_steps_do() {
         let (arch, layout) = det_s();
@@ -1084,78 +1229,108 @@ mod tests {
         let set = kernels::active();
         let in_place = set.dw3x3_same.is_some() && set.gemm_fused.is_some();
         let mut predictions = Vec::new();
-        for (batch, threads, split, fused) in [
-            (1, 1, false, false),
-            (1, 1, false, true),
-            (1, 2, true, true),
+        for (batch, threads, split, fused, by_image) in [
+            (1, 1, false, false, false),
+            (1, 1, false, true, false),
+            (1, 2, true, true, false),
             // Bands of uneven heights, and at 12 threads none at all for some parts of the
             // 8 × 8 planes: rows at a band's edge pass between non-neighbouring threads.
-            (1, 3, true, true),
-            (1, 12, true, true),
-            (1, 2, false, true),
-            (2, 2, false, true),
-            (2, 2, false, false),
+            (1, 3, true, true, false),
+            (1, 12, true, true, false),
+            (1, 2, false, true, false),
+            (2, 2, false, true, false),
+            (2, 2, false, false, false),
+            (3, 2, false, true, true),
+            (2, 1, false, true, true),
         ] {
+            // Layers no entry trains run image by image: an inference graph's.
+            let options = GraphOptions {
+                train: !by_image,
+                ..options
+            };
             let graph = ModelGraph::build(&arch, batch, &layout, &options).expect("graph");
-            let (infer, train) = (graph.entry(ENTRY_INFER), graph.entry(ENTRY_TRAIN));
-            let mut exec = CpuExec::new(&graph.recording, threads).expect("executor");
+            let infer = graph.entry(ENTRY_INFER);
+            let mut exec = match by_image {
+                true => CpuExec::new(&graph.recording, threads),
+                false => CpuExec::batch_major(&graph.recording, threads),
+            }
+            .expect("executor");
             let steps = &graph.recording.entries[infer].steps;
             for (s, step) in exec.thread_split[infer].iter_mut().zip(steps) {
                 *s = split && matches!(step, Step::ConvForward { .. });
             }
+            let image_major = |k: &Kernel| matches!(k, Kernel::ImageMajor { .. });
+            let by_images = exec.schedule[infer]
+                .iter()
+                .filter(|k| image_major(k))
+                .count();
+            // Everything up to the predictions' gather, as one kernel.
+            assert_eq!(by_images, usize::from(by_image));
+            if by_image {
+                assert_eq!(
+                    exec.kernel_names(infer).len(),
+                    2,
+                    "{:?}",
+                    exec.kernel_names(infer)
+                );
+            }
             exec.set_fusion(true);
-            let banded = exec.banded[infer].iter().filter(|&&b| b).count();
-            // Every activation from the stem's output to the head's last conv's input (the
-            // stem, the seven blocks', the neck's two and the head pair's), each part's band
-            // in its own copy; not the predictions, which the decoder reads whole.
-            assert_eq!(
-                banded,
-                if (batch as usize) < threads && split && in_place {
-                    11
-                } else {
-                    0
-                }
-            );
-            let count = |e: usize, f: &dyn Fn(&Kernel) -> bool| {
-                exec.schedule[e].iter().filter(|k| f(k)).count()
-            };
-            let adds = |k: &Kernel| {
-                matches!(
-                    k,
-                    Kernel::ConvAdd(..)
-                        | Kernel::UpsampleAdd(..)
-                        | Kernel::Separable { add: Some(_), .. }
-                        | Kernel::Upsampled { add: Some(_), .. }
-                )
-            };
-            let pairs = |k: &Kernel| matches!(k, Kernel::Separable { .. });
-            let bands = |k: &Kernel| matches!(k, Kernel::Separable { bands: true, .. });
-            // The four residual blocks' adds and the neck's (in its upsampling's copy);
-            // training keeps the blocks' (their backward reads the conv outputs for the ReLU
-            // mask) but not the neck's upsampled tensor, which its gradient does not need.
-            assert_eq!((count(infer, &adds), count(train, &adds)), (5, 1));
-            // The model runs its neck conv before the upsampling itself: nothing to fuse.
-            let up = |k: &Kernel| matches!(k, Kernel::Upsampled { .. });
-            assert_eq!((count(infer, &up), count(train, &up)), (0, 0));
-            // The stem reads the records in both (training normalises again for its backward
-            // pass), where the kernel set has the in-place stem.
-            let stems = |k: &Kernel| matches!(k, Kernel::NormalizedStem(_));
-            let stem = usize::from(kernels::active().dense3x3_half.is_some());
-            assert_eq!((count(infer, &stems), count(train, &stems)), (stem, stem));
-            // Seven blocks and the head: eight pairs, over the batch, or in bands where an
-            // image is split; none where one image of two threads is not split.
-            // (None where the kernel set has no depthwise planes read in place, or no fused
-            // GEMM: the portable set.)
-            let (fewer, pairs_want) = (
-                (batch as usize) < threads,
-                if (batch as usize) < threads && !split || !in_place {
-                    0
-                } else {
-                    8
-                },
-            );
-            assert_eq!(count(infer, &pairs), pairs_want);
-            assert_eq!(count(infer, &bands), if fewer { pairs_want } else { 0 });
+            // The batch's own kernels.
+            if !by_image {
+                let train = graph.entry(ENTRY_TRAIN);
+                let banded = exec.banded[infer].iter().filter(|&&b| b).count();
+                // Every activation from the stem's output to the head's last conv's input (the
+                // stem, the seven blocks', the neck's two and the head pair's), each part's band
+                // in its own copy; not the predictions, which the decoder reads whole.
+                assert_eq!(
+                    banded,
+                    if (batch as usize) < threads && split && in_place {
+                        11
+                    } else {
+                        0
+                    }
+                );
+                let count = |e: usize, f: &dyn Fn(&Kernel) -> bool| {
+                    exec.schedule[e].iter().filter(|k| f(k)).count()
+                };
+                let adds = |k: &Kernel| {
+                    matches!(
+                        k,
+                        Kernel::ConvAdd(..)
+                            | Kernel::UpsampleAdd(..)
+                            | Kernel::Separable { add: Some(_), .. }
+                            | Kernel::Upsampled { add: Some(_), .. }
+                    )
+                };
+                let pairs = |k: &Kernel| matches!(k, Kernel::Separable { .. });
+                let bands = |k: &Kernel| matches!(k, Kernel::Separable { bands: true, .. });
+                // The four residual blocks' adds and the neck's (in its upsampling's copy);
+                // training keeps the blocks' (their backward reads the conv outputs for the ReLU
+                // mask) but not the neck's upsampled tensor, which its gradient does not need.
+                assert_eq!((count(infer, &adds), count(train, &adds)), (5, 1));
+                // The model runs its neck conv before the upsampling itself: nothing to fuse.
+                let up = |k: &Kernel| matches!(k, Kernel::Upsampled { .. });
+                assert_eq!((count(infer, &up), count(train, &up)), (0, 0));
+                // The stem reads the records in both (training normalises again for its backward
+                // pass), where the kernel set has the in-place stem.
+                let stems = |k: &Kernel| matches!(k, Kernel::NormalizedStem(_));
+                let stem = usize::from(kernels::active().dense3x3_half.is_some());
+                assert_eq!((count(infer, &stems), count(train, &stems)), (stem, stem));
+                // Seven blocks and the head: eight pairs, over the batch, or in bands where an
+                // image is split; none where one image of two threads is not split.
+                // (None where the kernel set has no depthwise planes read in place, or no fused
+                // GEMM: the portable set.)
+                let (fewer, pairs_want) = (
+                    (batch as usize) < threads,
+                    if (batch as usize) < threads && !split || !in_place {
+                        0
+                    } else {
+                        8
+                    },
+                );
+                assert_eq!(count(infer, &pairs), pairs_want);
+                assert_eq!(count(infer, &bands), if fewer { pairs_want } else { 0 });
+            }
             if !fused {
                 exec.set_fusion(false);
                 assert_eq!(exec.kernel_names(infer).len(), steps.len());
@@ -1232,5 +1407,98 @@ mod tests {
             ends.push(end);
         }
         assert!(ends[0] == ends[1], "the fused step differs");
+    }
+
+    /// A fine-tune's frozen layers run image by image: everything before the first layer
+    /// that trains (the heads with the backbone and neck frozen, the neck with the backbone),
+    /// nothing where every layer trains. Two training steps and an evaluation end with the
+    /// same weights, loss and predictions, bit for bit, as the batch's own kernels make,
+    /// from records written or read in place; the memory plan lists the batch-1 executor,
+    /// and the batch's own memory holds none of those layers' activations.
+    #[test]
+    fn frozen_layers_run_image_by_image_and_train_the_same() {
+        use crate::model::{Freeze, ENTRY_EVAL};
+        let (arch, layout) = det_s();
+        let records = random_records(&layout, 3, 9);
+        let hyper = GraphOptions::default().hyper(1e-2, 1);
+        for (freeze, by_image) in [
+            (Freeze::None, false),
+            (Freeze::Backbone, true),
+            (Freeze::BackboneNeck, true),
+        ] {
+            let options = GraphOptions {
+                train: true,
+                freeze,
+                ..GraphOptions::default()
+            };
+            let graph = ModelGraph::build(&arch, 3, &layout, &options).expect("graph");
+            let (train, eval) = (graph.entry(ENTRY_TRAIN), graph.entry(ENTRY_EVAL));
+            let plan = CpuExec::memory_plan(&graph.recording, 2).table();
+            // One batch-1 executor, for the training step's frozen layers and the same
+            // layers of evaluation and inference; none where every layer trains.
+            assert_eq!(
+                plan.matches("image by image").count(),
+                usize::from(by_image),
+                "{plan}"
+            );
+            let (mut ends, mut arenas) = (Vec::new(), Vec::new());
+            for on in [true, false] {
+                let mut exec = match on {
+                    true => CpuExec::new(&graph.recording, 2),
+                    false => CpuExec::batch_major(&graph.recording, 2),
+                }
+                .expect("executor");
+                let first_trained = graph.recording.entries[train]
+                    .steps
+                    .iter()
+                    .position(|s| match s {
+                        Step::ConvForward { w, .. } => {
+                            graph.params.iter().any(|p| p.value == *w && !p.frozen)
+                        }
+                        _ => false,
+                    })
+                    .expect("a layer trains");
+                let by_images: Vec<_> = exec.schedule[train]
+                    .iter()
+                    .filter_map(|k| match *k {
+                        Kernel::ImageMajor { first, end } => Some((first, end)),
+                        _ => None,
+                    })
+                    .collect();
+                if on && by_image {
+                    // From the normalisation (after the targets) to the first trained layer.
+                    assert_eq!(by_images, [(1, first_trained)], "{freeze}");
+                    let eval_by_images = exec.schedule[eval]
+                        .iter()
+                        .filter(|k| matches!(k, Kernel::ImageMajor { .. }))
+                        .count();
+                    assert_eq!(eval_by_images, 1, "{freeze}");
+                } else {
+                    assert!(by_images.is_empty(), "{freeze}");
+                }
+                for (p, v) in graph.params.iter().zip(init::init_params(&arch, 1)) {
+                    for t in [Some(p.value), p.ema].into_iter().flatten() {
+                        exec.write_f32(t, &v).expect("params");
+                    }
+                }
+                exec.write_f32(graph.hyper, &hyper).expect("hyper");
+                exec.write_bytes(graph.records, &records).expect("records");
+                exec.run(train).expect("step 1");
+                exec.run_reading(train, graph.records, &records)
+                    .expect("step 2");
+                exec.run(eval).expect("eval");
+                let mut end: Vec<u32> = Vec::new();
+                let tensors = graph.params.iter().map(|p| p.value);
+                for t in tensors.chain([graph.loss, graph.pred]) {
+                    let mut v = vec![0f32; graph.recording.get(t).len];
+                    exec.read_f32(t, &mut v).expect("read");
+                    end.extend(v.iter().map(|x| x.to_bits()));
+                }
+                ends.push(end);
+                arenas.push(exec.layout.len);
+            }
+            assert!(ends[0] == ends[1], "{freeze}: image by image, another end");
+            assert_eq!(arenas[0] < arenas[1], by_image, "{freeze}: {arenas:?}");
+        }
     }
 }

@@ -19,6 +19,7 @@ mod fusion;
 mod gemm;
 #[cfg(test)]
 pub(crate) mod gradcheck;
+mod image_major;
 pub mod kernels;
 pub mod loss;
 pub mod normalize;

@@ -35,6 +35,9 @@ pub(super) enum Kernel {
     /// Normalisation `i` and the stem `i + 1` reading the records
     /// ([`super::stem::forward_normalized`]).
     NormalizedStem(usize),
+    /// Steps `first..end`, forward layers whose weights the entry does not train, run
+    /// image by image on a batch-1 executor of their own ([`super::image_major`]).
+    ImageMajor { first: usize, end: usize },
     /// Conv backward pass `i` doing more in its input gradient's store (and the add after it,
     /// where `store` has one), or taking its output gradient as masked already
     /// ([`super::conv::conv2d_backward_with`]).
@@ -57,6 +60,7 @@ impl Kernel {
             Kernel::Backward { i, store, .. } => {
                 (i, 1 + usize::from(store.is_some_and(|s| s.add.is_some())))
             }
+            Kernel::ImageMajor { first, end } => (first, end - first),
         };
         first..first + count
     }

@@ -55,6 +55,16 @@ impl Scratch {
         }
     }
 
+    /// A scratch with no memory yet on `other`'s threads (its pool, shared): for an
+    /// executor that runs only inside another's run.
+    pub fn sharing_threads(other: &Scratch) -> Self {
+        Scratch {
+            buf: Vec::new(),
+            threads: other.threads,
+            pool: other.pool.clone(),
+        }
+    }
+
     /// The threads a scratch made for `threads` runs: `threads` clamped to `1..=MAX_THREADS`.
     pub fn threads_for(threads: usize) -> usize {
         threads.clamp(1, MAX_THREADS)
