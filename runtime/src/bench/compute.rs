@@ -126,6 +126,21 @@ pub struct StepInputFigures {
     pub imported_submissions: Option<f64>,
 }
 
+/// A fine-tune's training step (`--freeze`) against the step that trains every layer, both
+/// at the same batch, their runs alternating in one process (the host's moments fall on both).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FreezeFigures {
+    /// What the fine-tune leaves as it is (`--freeze`'s name).
+    pub freeze: String,
+    /// Median device time of the fine-tune's step and of the full step.
+    pub frozen_ms: f64,
+    pub full_ms: f64,
+    /// `frozen_ms / full_ms`.
+    pub ratio: f64,
+    /// Runs of each.
+    pub runs: usize,
+}
+
 /// The figures of one engine.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ComputeBenchReport {
@@ -143,6 +158,8 @@ pub struct ComputeBenchReport {
     /// Vulkan only: the training step with its batch, from host memory and from an imported
     /// ring slot.
     pub step_input: Option<StepInputFigures>,
+    /// With a freeze: its step against the full step (`train_step` is the frozen one's).
+    pub freeze: Option<FreezeFigures>,
 }
 
 /// Floating-point work of an entry: convolutions forward (`flops`) and backward (twice that).
@@ -456,12 +473,64 @@ pub fn run_step(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<
     Ok(measure(config, config.train_batch, true, false)?.0)
 }
 
+/// The training step of `config.freeze` and the full step at `config.train_batch`, on two
+/// executors whose runs alternate ([`FreezeFigures`]).
+pub fn freeze_ratio(config: &ComputeBenchConfig) -> Result<FreezeFigures> {
+    let model = ModelConfig::named(&config.model, config.classes)
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
+    let arch = Arch::new(&model);
+    let layout = RecordLayout::new(model.input, model.input, 3, 8)
+        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
+    let batch = config.train_batch;
+    let mut steps = Vec::new();
+    for freeze in [config.freeze, Freeze::None] {
+        let options = GraphOptions {
+            train: true,
+            freeze,
+            ..GraphOptions::default()
+        };
+        let graph = ModelGraph::build(&arch, batch, &layout, &options)
+            .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
+        let mut exec = Exec::new(&graph.recording, &config.exec)?;
+        setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
+        steps.push((exec, graph.entry(ENTRY_TRAIN), Vec::new()));
+    }
+    for i in 0..config.runs + 2 {
+        for (exec, entry, times) in &mut steps {
+            let t = exec.run(*entry)?;
+            if i >= 2 {
+                times.push(t.device);
+            }
+        }
+    }
+    let mut medians = steps
+        .into_iter()
+        .map(|(.., times)| median(times).as_secs_f64() * 1e3);
+    let (frozen_ms, full_ms) = (medians.next().unwrap_or(0.0), medians.next().unwrap_or(0.0));
+    Ok(FreezeFigures {
+        freeze: config.freeze.name().to_owned(),
+        frozen_ms,
+        full_ms,
+        ratio: frozen_ms / full_ms.max(1e-12),
+        runs: config.runs,
+    })
+}
+
 /// Runs the benchmark on the engine `config.exec` chooses.
 pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<ComputeBenchReport> {
     progress("forward at batch 1");
     let (forward_batch1, engine, _) = measure(config, 1, false, true)?;
     progress(&format!("training step at batch {}", config.train_batch));
     let (train_step, _, step_input) = measure(config, config.train_batch, true, true)?;
+    let freeze = if config.freeze == Freeze::None {
+        None
+    } else {
+        progress(&format!(
+            "--freeze {} against every layer training, alternating",
+            config.freeze
+        ));
+        Some(freeze_ratio(config)?)
+    };
     let model = ModelConfig::named(&config.model, config.classes)
         .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     Ok(ComputeBenchReport {
@@ -473,6 +542,7 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
         forward_batch1,
         train_step,
         step_input,
+        freeze,
     })
 }
 
@@ -480,6 +550,37 @@ pub fn run(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<Compu
 mod tests {
     use super::*;
     use crate::compute::exec::EngineChoice;
+
+    /// With a freeze, the training step measured is the fine-tune's (fewer kernels and less
+    /// work than every layer training), and its time is given against the full step's.
+    #[test]
+    fn a_freeze_measures_the_fine_tunes_step_against_the_full_one() {
+        let config = |freeze| ComputeBenchConfig {
+            model: "det-s".into(),
+            classes: 2,
+            train_batch: 2,
+            runs: 3,
+            exec: ExecOptions {
+                engine: EngineChoice::Cpu,
+                threads: 1,
+                ..ExecOptions::default()
+            },
+            ab: false,
+            freeze,
+        };
+        let full = run(&config(Freeze::None), &|_| {}).expect("full");
+        let frozen = run(&config(Freeze::BackboneNeck), &|_| {}).expect("frozen");
+        assert!(full.freeze.is_none());
+        let (f, t) = (&frozen.train_step, &full.train_step);
+        assert!(
+            f.kernels < t.kernels && f.gflop < 0.6 * t.gflop,
+            "{f:?} {t:?}"
+        );
+        let ratio = frozen.freeze.expect("against the full step");
+        assert_eq!((ratio.freeze.as_str(), ratio.runs), ("backbone+neck", 3));
+        assert!(ratio.frozen_ms > 0.0 && ratio.full_ms > 0.0);
+        assert!((ratio.ratio - ratio.frozen_ms / ratio.full_ms).abs() < 1e-9);
+    }
 
     /// `ab` splits each entry's runs between the variants, A first, and leaves variant A
     /// set; without it there are no A/B figures.

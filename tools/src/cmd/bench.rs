@@ -153,8 +153,9 @@ pub struct ComputeArgs {
     /// moments of the host. With nothing switching, the difference is the noise floor.
     #[arg(long)]
     ab: bool,
-    /// Layers the training step leaves as they are, as a fine-tune's (`fulcrum train
-    /// --freeze`): none, early, backbone or backbone+neck.
+    /// Measure a fine-tune's training step: the layers it leaves as they are (`fulcrum train
+    /// --freeze`): none, early, backbone or backbone+neck. The step is then also given as a
+    /// ratio to the step that trains every layer, the two alternating run by run.
     #[arg(long, default_value = "none", value_name = "LAYERS")]
     freeze: fulcrum::model::Freeze,
     /// Kernels listed per entry.
@@ -608,7 +609,20 @@ pub fn run_compute(a: ComputeArgs) -> anyhow::Result<ExitCode> {
                 }
             );
         }
-        show(&format!("training step, batch {}", a.batch), &r.train_step);
+        let step = match a.freeze {
+            fulcrum::model::Freeze::None => format!("training step, batch {}", a.batch),
+            f => format!("training step with --freeze {f}, batch {}", a.batch),
+        };
+        show(&step, &r.train_step);
+        if let Some(f) = &r.freeze {
+            crate::outln!(
+                "    against every layer training, runs alternating: {:.2} ms / {:.2} ms = {:.3}× ({} runs each)",
+                f.frozen_ms,
+                f.full_ms,
+                f.ratio,
+                f.runs
+            );
+        }
         if let Some(u) = &r.step_input {
             let imported = match (
                 u.imported_step_ms,
