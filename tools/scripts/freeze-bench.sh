@@ -4,7 +4,10 @@
 #   tools/scripts/freeze-bench.sh WEIGHTS DATA [BATCH] [ROUNDS]
 # WEIGHTS: a checkpoint to fine-tune (its model and input size fit DATA's records); DATA: a
 # packed dataset. Each run trains 4 epochs with the CPU engine; T_step is the mean of the
-# balance lines of epochs 2-4. A developer tool: measure on a quiet machine.
+# balance lines of epochs 2-4, so it includes what the loaders take of the cores. The engine's
+# step alone, against the full step with the runs alternating in one process:
+#   fulcrum bench compute --model det-m --batch 16 --cpu-only --freeze backbone+neck
+# A developer tool: measure on a quiet machine.
 set -euo pipefail
 weights=${1:?usage: freeze-bench.sh WEIGHTS DATA [BATCH] [ROUNDS]}
 data=${2:?usage: freeze-bench.sh WEIGHTS DATA [BATCH] [ROUNDS]}

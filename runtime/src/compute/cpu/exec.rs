@@ -179,34 +179,35 @@ pub struct SplitChoice {
     pub split: Vec<String>,
 }
 
-/// Split choices measured in this process ([`CpuExec::choose_splits`]), by recording and thread
-/// count, the latest last. A model set up again with the same shape (a daemon's reload, a
-/// fine-tune's swap) takes its choices from here instead of timing every layer again: that
-/// took about a second of both cores for det-l, and beside a serving engine it measures the
-/// contention more than the layers. A few recordings at most (a process serves one model).
-static MEASURED_SPLITS: std::sync::Mutex<Vec<MeasuredSplits>> = std::sync::Mutex::new(Vec::new());
+/// Split choices measured in this process ([`CpuExec::choose_splits`]), by layer and thread
+/// count, the latest last. A layer set up again (a daemon's reload, a fine-tune's swap, the
+/// batch-1 executor of a fine-tune's frozen layers, which are the serving model's) takes its
+/// choice from here instead of being timed again: timing every layer took about a second of
+/// both cores for det-l, and beside a serving engine it measures the contention more than
+/// the layers. A layer's time alone depends on its shape alone.
+static MEASURED_SPLITS: std::sync::Mutex<Vec<MeasuredSplit>> = std::sync::Mutex::new(Vec::new());
 
-/// A recording, the threads it was measured on, and its split per entry and step.
-type MeasuredSplits = (Recording, usize, Vec<Vec<bool>>);
+/// A layer, the threads it was measured on, and whether it splits.
+type MeasuredSplit = (Conv2d, usize, bool);
 
-/// Recordings [`MEASURED_SPLITS`] keeps.
-const MEASURED_KEPT: usize = 8;
+/// Layers [`MEASURED_SPLITS`] keeps (a few models' worth).
+const MEASURED_KEPT: usize = 512;
 
-fn measured_splits(recording: &Recording, threads: usize) -> Option<Vec<Vec<bool>>> {
+fn measured_split(op: &Conv2d, threads: usize) -> Option<bool> {
     let known = MEASURED_SPLITS.lock().unwrap_or_else(|e| e.into_inner());
     known
         .iter()
-        .find(|(r, t, _)| *t == threads && r == recording)
-        .map(|(_, _, splits)| splits.clone())
+        .find(|(o, t, _)| *t == threads && o == op)
+        .map(|&(.., split)| split)
 }
 
-fn remember_splits(recording: &Recording, threads: usize, splits: &[Vec<bool>]) {
+fn remember_split(op: &Conv2d, threads: usize, split: bool) {
     let mut known = MEASURED_SPLITS.lock().unwrap_or_else(|e| e.into_inner());
-    known.retain(|(r, t, _)| !(*t == threads && r == recording));
+    known.retain(|(o, t, _)| !(*t == threads && o == op));
     if known.len() >= MEASURED_KEPT {
         known.remove(0);
     }
-    known.push((recording.clone(), threads, splits.to_vec()));
+    known.push((*op, threads, split));
 }
 
 /// Why [`CpuExec::new`] refused a recording.
@@ -723,11 +724,6 @@ impl CpuExec {
             return;
         };
         let threads = pool.threads();
-        if let Some(known) = measured_splits(&self.recording, threads) {
-            self.thread_split = known;
-            return;
-        }
-        pool.set_spinning(true);
         // Each candidate layer: its entry, its step, and the fastest time of each way.
         let mut layers = Vec::new();
         for (e, entry) in self.recording.entries.iter().enumerate() {
@@ -748,10 +744,18 @@ impl CpuExec {
                         self.thread_split[e][i] = true;
                         continue;
                     }
+                    if let Some(split) = measured_split(op, threads) {
+                        self.thread_split[e][i] = split;
+                        continue;
+                    }
                     layers.push((e, i, Duration::MAX, Duration::MAX));
                 }
             }
         }
+        if layers.is_empty() {
+            return;
+        }
+        pool.set_spinning(true);
         // Rounds over every layer, so that a layer's timings are spread over the whole
         // set-up, not one stretch of it that a busy moment of the host can cover; and the
         // fastest of each way, as time taken from this process (another one running, a VM's
@@ -771,12 +775,12 @@ impl CpuExec {
             }
         }
         // The split must win clearly, as it costs the other threads' time.
-        let measured = !layers.is_empty();
         for (e, i, whole, split) in layers {
-            self.thread_split[e][i] = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
-        }
-        if measured {
-            remember_splits(&self.recording, threads, &self.thread_split);
+            let wins = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
+            self.thread_split[e][i] = wins;
+            if let Step::ConvForward { op, .. } = &self.recording.entries[e].steps[i] {
+                remember_split(op, threads, wins);
+            }
         }
     }
 
@@ -1127,11 +1131,12 @@ mod tests {
         }
     }
 
-    /// A recording set up again on as many threads takes the choices measured the first time
-    /// (a reload must not time every layer again beside the serving engine); another thread
-    /// count is measured anew.
+    /// A layer set up again on as many threads takes the choice measured the first time (a
+    /// reload must not time every layer again beside the serving engine), in the same
+    /// recording or another (a fine-tune's frozen layers are the serving model's); another
+    /// thread count is measured anew.
     #[test]
-    fn split_choices_are_measured_once_per_recording_and_thread_count() {
+    fn split_choices_are_measured_once_per_layer_and_thread_count() {
         let (arch, _) = det_s();
         // A size no other test uses, so that this test's first set-up is the first.
         let layout = RecordLayout::new(160, 160, 3, 1).unwrap();
@@ -1142,17 +1147,32 @@ mod tests {
         let arch = Arch::new(&config);
         let graph = ModelGraph::build(&arch, 1, &layout, &GraphOptions::default()).expect("graph");
         let infer = graph.entry(ENTRY_INFER);
-        assert!(measured_splits(&graph.recording, 2).is_none());
+        let steps = &graph.recording.entries[infer].steps;
+        let known = |threads: usize| -> Vec<Option<bool>> {
+            let convs = steps.iter().filter_map(|s| match s {
+                Step::ConvForward { op, .. } if conv::splits_by_channels(op) => Some(op),
+                _ => None,
+            });
+            convs.map(|op| measured_split(op, threads)).collect()
+        };
+        assert!(known(2).iter().all(Option::is_none));
         let first = CpuExec::new(&graph.recording, 2).expect("executor");
-        let known = measured_splits(&graph.recording, 2).expect("remembered");
-        assert_eq!(known, first.thread_split);
+        assert!(known(2).iter().all(Option::is_some), "{:?}", known(2));
         let again = CpuExec::new(&graph.recording, 2).expect("executor");
         assert_eq!(again.thread_split, first.thread_split);
         assert_eq!(
             again.split_choice(infer).split,
             first.split_choice(infer).split
         );
-        assert!(measured_splits(&graph.recording, 3).is_none());
+        // The same layers in another recording (one without the decoder's step).
+        let mut other = graph.recording.clone();
+        other.entries[infer].steps.pop();
+        let other = CpuExec::new(&other, 2).expect("executor");
+        assert_eq!(
+            other.split_choice(infer).split,
+            first.split_choice(infer).split
+        );
+        assert!(known(3).iter().all(Option::is_none));
     }
 
     /// A batch read in place predicts what the same batch written into the records tensor
