@@ -224,7 +224,8 @@ impl CpuExec {
     /// lifetimes allow, [`ArenaPlan::shared`]) and the kernels' working memory for `threads`
     /// threads. A `FULCRUM_CPU_KERNELS` this CPU cannot honour is an error here, before any
     /// kernel runs. The forward layers of a batch that no entry trains run image by image
-    /// ([`image_major`]), their activations one image's worth in an executor of their own.
+    /// (the module `compute::cpu::image_major`), their activations one image's worth in an
+    /// executor of their own.
     pub fn new(recording: &Recording, threads: usize) -> Result<CpuExec, SetupError> {
         let layers = image_major::every_entry(recording, Scratch::threads_for(threads));
         let layout = Self::layout(recording, &layers);
