@@ -725,8 +725,10 @@ impl CpuExec {
             return;
         };
         let threads = pool.threads();
-        // Each candidate layer: its entry, its step, and the fastest time of each way.
-        let mut layers = Vec::new();
+        // Each layer shape to time: the entry and step of its first, and the fastest time of
+        // each way; every step of a shape then takes the same choice.
+        let mut layers: Vec<(usize, usize, Duration, Duration)> = Vec::new();
+        let mut unknown = Vec::new();
         for (e, entry) in self.recording.entries.iter().enumerate() {
             let stems = fusion::normalized_stems(&self.recording, e);
             for (i, step) in entry.steps.iter().enumerate() {
@@ -749,7 +751,13 @@ impl CpuExec {
                         self.thread_split[e][i] = split;
                         continue;
                     }
-                    layers.push((e, i, Duration::MAX, Duration::MAX));
+                    unknown.push((e, i, *op));
+                    if !layers
+                        .iter()
+                        .any(|&(le, li, ..)| self.conv_op(le, li) == *op)
+                    {
+                        layers.push((e, i, Duration::MAX, Duration::MAX));
+                    }
                 }
             }
         }
@@ -778,10 +786,18 @@ impl CpuExec {
         // The split must win clearly, as it costs the other threads' time.
         for (e, i, whole, split) in layers {
             let wins = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
-            self.thread_split[e][i] = wins;
-            if let Step::ConvForward { op, .. } = &self.recording.entries[e].steps[i] {
-                remember_split(op, threads, wins);
-            }
+            remember_split(&self.conv_op(e, i), threads, wins);
+        }
+        for (e, i, op) in unknown {
+            self.thread_split[e][i] = measured_split(&op, threads).unwrap_or(false);
+        }
+    }
+
+    /// The op of step `i` of entry `e`, a forward conv.
+    fn conv_op(&self, e: usize, i: usize) -> Conv2d {
+        match self.recording.entries[e].steps[i] {
+            Step::ConvForward { op, .. } => op,
+            _ => unreachable!("choose_splits: step {i} of entry {e} is a forward conv"),
         }
     }
 
