@@ -69,6 +69,11 @@ pub enum AccessError {
          read or write it (set the engine up with `separate`)"
     )]
     Shared { name: String },
+    #[error(
+        "tensor {name:?} is an activation of layers the engine runs image by image, which it \
+         does not hold: the host cannot read or write it (set the engine up with `separate`)"
+    )]
+    NotHeld { name: String },
 }
 
 /// What a tensor is for: decides where an engine puts it and what the host may do with it.

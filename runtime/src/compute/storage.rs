@@ -278,6 +278,12 @@ impl ArenaPlan {
         self.offset[tensor.index()].expect("an f32 tensor")
     }
 
+    /// Whether `tensor` has a place in the arena (an `f32` tensor that
+    /// [`ArenaPlan::shared_among`] did not leave out).
+    pub fn holds(&self, tensor: TensorId) -> bool {
+        self.offset[tensor.index()].is_some()
+    }
+
     /// Whether `tensor`'s floats belong to another tensor at other times (its value is gone
     /// once that one is written, so the host cannot read it after a run).
     pub fn is_shared(&self, tensor: TensorId) -> bool {

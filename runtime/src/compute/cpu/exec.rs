@@ -1069,6 +1069,11 @@ impl CpuExec {
         let t = self
             .recording
             .host_access(id, elem, given, elem == Elem::Bytes)?;
+        if elem == Elem::F32 && !self.layout.holds(id) {
+            return Err(AccessError::NotHeld {
+                name: t.name.clone(),
+            });
+        }
         if elem == Elem::F32 && self.layout.is_shared(id) {
             return Err(AccessError::Shared {
                 name: t.name.clone(),
@@ -1535,6 +1540,14 @@ mod tests {
                 arenas.push(exec.layout.len);
             }
             assert!(ends[0] == ends[1], "{freeze}: image by image, another end");
+            // The stem's output lives in the batch-1 executor alone: refused, not a panic.
+            if by_image {
+                let mut exec = CpuExec::new(&graph.recording, 2).expect("executor");
+                let stem = graph.recording.find("stem").expect("the stem's output");
+                let mut v = vec![0f32; graph.recording.get(stem).len];
+                let e = exec.read_f32(stem, &mut v);
+                assert!(matches!(e, Err(AccessError::NotHeld { .. })), "{e:?}");
+            }
             assert_eq!(arenas[0] < arenas[1], by_image, "{freeze}: {arenas:?}");
         }
     }
