@@ -275,24 +275,37 @@ fn measure_step_input(
 /// Measures one entry of a freshly built graph at `batch` (and, for a training step on
 /// Vulkan, the batch upload); `breakdown` adds the time per kernel family, from a second
 /// executor timing every kernel.
+/// `config`'s model at `batch`, its records' layout and its graph (with the `train` entry
+/// where asked, `freeze` left as it is).
+fn build(
+    config: &ComputeBenchConfig,
+    batch: u32,
+    train: bool,
+    freeze: Freeze,
+) -> Result<(Arch, RecordLayout, ModelGraph)> {
+    let model_error = |e: String| crate::compute::exec::Error::Model(e);
+    let model = ModelConfig::named(&config.model, config.classes)
+        .map_err(|e| model_error(e.to_string()))?;
+    let arch = Arch::new(&model);
+    let layout = RecordLayout::new(model.input, model.input, 3, 8)
+        .map_err(|e| model_error(e.to_string()))?;
+    let options = GraphOptions {
+        train,
+        freeze,
+        ..GraphOptions::default()
+    };
+    let graph = ModelGraph::build(&arch, batch, &layout, &options)
+        .map_err(|e| model_error(e.to_string()))?;
+    Ok((arch, layout, graph))
+}
+
 fn measure(
     config: &ComputeBenchConfig,
     batch: u32,
     train: bool,
     breakdown: bool,
 ) -> Result<(EntryFigures, Engine, Option<StepInputFigures>)> {
-    let model = ModelConfig::named(&config.model, config.classes)
-        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
-    let arch = Arch::new(&model);
-    let layout = RecordLayout::new(model.input, model.input, 3, 8)
-        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
-    let options = GraphOptions {
-        train,
-        freeze: config.freeze,
-        ..GraphOptions::default()
-    };
-    let graph = ModelGraph::build(&arch, batch, &layout, &options)
-        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
+    let (arch, layout, graph) = build(config, batch, train, config.freeze)?;
     let entry = graph.entry(if train { ENTRY_TRAIN } else { ENTRY_INFER });
 
     // Whole-entry timing: per-step timestamps only (per-kernel timing adds barriers and
@@ -476,21 +489,10 @@ pub fn run_step(config: &ComputeBenchConfig, progress: &dyn Fn(&str)) -> Result<
 /// The training step of `config.freeze` and the full step at `config.train_batch`, on two
 /// executors whose runs alternate ([`FreezeFigures`]).
 pub fn freeze_ratio(config: &ComputeBenchConfig) -> Result<FreezeFigures> {
-    let model = ModelConfig::named(&config.model, config.classes)
-        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
-    let arch = Arch::new(&model);
-    let layout = RecordLayout::new(model.input, model.input, 3, 8)
-        .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
     let batch = config.train_batch;
     let mut steps = Vec::new();
     for freeze in [config.freeze, Freeze::None] {
-        let options = GraphOptions {
-            train: true,
-            freeze,
-            ..GraphOptions::default()
-        };
-        let graph = ModelGraph::build(&arch, batch, &layout, &options)
-            .map_err(|e| crate::compute::exec::Error::Model(e.to_string()))?;
+        let (arch, layout, graph) = build(config, batch, true, freeze)?;
         let mut exec = Exec::new(&graph.recording, &config.exec)?;
         setup(&mut exec, &graph, &arch, &layout, batch, config.classes)?;
         steps.push((exec, graph.entry(ENTRY_TRAIN), Vec::new()));

@@ -65,7 +65,7 @@ pub struct CpuExec {
     banded: Vec<Vec<bool>>,
     band_copies: BandCopies,
     /// Per entry: its forward layers that run image by image, if any
-    /// ([`image_major::layers`]), and which of `batch_one` runs them.
+    /// ([`image_major::every_entry`]), and which of `batch_one` runs them.
     image_major: Vec<Option<(Layers, usize)>>,
     /// The batch-1 executors of those layers, one per distinct recording (the inference and
     /// evaluation entries share one); each is out of its slot while it runs.
@@ -727,7 +727,7 @@ impl CpuExec {
         let threads = pool.threads();
         // Each layer shape to time: the entry and step of its first, and the fastest time of
         // each way; every step of a shape then takes the same choice.
-        let mut layers: Vec<(usize, usize, Duration, Duration)> = Vec::new();
+        let mut layers: Vec<(usize, usize, Conv2d, Duration, Duration)> = Vec::new();
         let mut unknown = Vec::new();
         for (e, entry) in self.recording.entries.iter().enumerate() {
             let stems = fusion::normalized_stems(&self.recording, e);
@@ -752,11 +752,8 @@ impl CpuExec {
                         continue;
                     }
                     unknown.push((e, i, *op));
-                    if !layers
-                        .iter()
-                        .any(|&(le, li, ..)| self.conv_op(le, li) == *op)
-                    {
-                        layers.push((e, i, Duration::MAX, Duration::MAX));
+                    if !layers.iter().any(|(.., shape, _, _)| shape == op) {
+                        layers.push((e, i, *op, Duration::MAX, Duration::MAX));
                     }
                 }
             }
@@ -772,7 +769,7 @@ impl CpuExec {
         // the choice from one run to the next (3 to 9 of det-s's 19 layers at 2 threads on
         // a shared VM, forward 0.24–0.30 ms where every layer split gives 0.19).
         for _ in 0..7 {
-            for (e, i, whole, split) in layers.iter_mut() {
+            for (e, i, _, whole, split) in layers.iter_mut() {
                 let step = self.recording.entries[*e].steps[*i].clone();
                 for (best, how) in [(whole, false), (split, true)] {
                     let t = Instant::now();
@@ -784,20 +781,12 @@ impl CpuExec {
             }
         }
         // The split must win clearly, as it costs the other threads' time.
-        for (e, i, whole, split) in layers {
+        for (.., op, whole, split) in layers {
             let wins = split.as_secs_f64() < 0.9 * whole.as_secs_f64();
-            remember_split(&self.conv_op(e, i), threads, wins);
+            remember_split(&op, threads, wins);
         }
         for (e, i, op) in unknown {
             self.thread_split[e][i] = measured_split(&op, threads).unwrap_or(false);
-        }
-    }
-
-    /// The op of step `i` of entry `e`, a forward conv.
-    fn conv_op(&self, e: usize, i: usize) -> Conv2d {
-        match self.recording.entries[e].steps[i] {
-            Step::ConvForward { op, .. } => op,
-            _ => unreachable!("choose_splits: step {i} of entry {e} is a forward conv"),
         }
     }
 

@@ -50,19 +50,6 @@ pub(super) struct Layers {
 /// Per entry of `rec`, its layers that run image by image on `threads` threads, if any
 /// ([`layers`]).
 pub(super) fn every_entry(rec: &Recording, threads: usize) -> Vec<Option<Layers>> {
-    (0..rec.entries.len())
-        .map(|e| layers(rec, e, threads))
-        .collect()
-}
-
-/// The layers of entry `entry` of `rec` that run image by image on `threads` threads, if
-/// any: the longest run of forward steps (normalisation, convs, adds, upsamplings) from the
-/// entry's first, over a batch of two or more and at least one image a thread, that reads no
-/// weight any entry trains (so that the layers are the same in every entry, inference and
-/// evaluation included, and one executor serves them all) and no activation made before it,
-/// and ends where no fused kernel joins it to the next step. `None` where that run holds
-/// fewer than [`MIN_CONVS`] convs.
-pub(super) fn layers(rec: &Recording, entry: usize, threads: usize) -> Option<Layers> {
     let trained: Vec<TensorId> = rec
         .entries
         .iter()
@@ -71,6 +58,19 @@ pub(super) fn layers(rec: &Recording, entry: usize, threads: usize) -> Option<La
         .filter(|&(t, written)| written && rec.get(t).role == Role::Param)
         .map(|(t, _)| t)
         .collect();
+    (0..rec.entries.len())
+        .map(|e| layers(rec, e, threads, &trained))
+        .collect()
+}
+
+/// The layers of entry `entry` of `rec` that run image by image on `threads` threads, if
+/// any (`trained`: the weights some entry of `rec` writes): the longest run of forward steps (normalisation, convs, adds, upsamplings) from the
+/// entry's first, over a batch of two or more and at least one image a thread, that reads no
+/// weight any entry trains (so that the layers are the same in every entry, inference and
+/// evaluation included, and one executor serves them all) and no activation made before it,
+/// and ends where no fused kernel joins it to the next step. `None` where that run holds
+/// fewer than [`MIN_CONVS`] convs.
+fn layers(rec: &Recording, entry: usize, threads: usize, trained: &[TensorId]) -> Option<Layers> {
     let steps = &rec.entries[entry].steps;
     let start = steps
         .iter()
